@@ -1,0 +1,63 @@
+"""One exception hierarchy under :class:`ReasonStateError`.
+
+Every error raised by reasonstate leaves the session exactly as it was before the call that raised it:
+nothing is appended, nothing is half-applied, and retrying sends the same bytes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ContinuationMismatch",
+    "IllegalTransition",
+    "MalformedResponse",
+    "PolicyConflict",
+    "ProtocolViolation",
+    "ReasonStateError",
+    "StreamInterrupted",
+    "ToolResultError",
+    "VendorError",
+]
+
+
+class ReasonStateError(Exception):
+    """Base of every error reasonstate raises."""
+
+
+class IllegalTransition(ReasonStateError):
+    """A call the turn state machine does not allow now (e.g. a user message while tool results are due)."""
+
+
+class ToolResultError(IllegalTransition):
+    """Tool results that do not fit the pending calls: unknown or missing call ids, non-JSON values."""
+
+
+class ProtocolViolation(ReasonStateError):
+    """A request that would break a vendor rule declared in the adapter's ``ProtocolRules``."""
+
+
+class ContinuationMismatch(ProtocolViolation):
+    """A continuation payload whose digest changed since capture, or that belongs to another vendor/model."""
+
+
+class PolicyConflict(ReasonStateError):
+    """A policy asked for something the vendor's protocol rules forbid and that cannot be clamped."""
+
+
+class VendorError(ReasonStateError):
+    """The vendor call failed (HTTP error, timeout, dropped connection); ``__cause__`` is the SDK's exception.
+
+    ``status`` is the HTTP status when there was one; ``body`` the vendor's error envelope when parsed.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, body: object = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class StreamInterrupted(VendorError):
+    """A streamed response ended before the vendor's terminal event; nothing of it is committed."""
+
+
+class MalformedResponse(VendorError):
+    """The vendor answered with something the adapter cannot decode (bad JSON, missing required fields)."""

@@ -1,0 +1,298 @@
+"""The emulator framework: a real HTTP/1.1 server on 127.0.0.1, routes, recorded requests, fault injection.
+
+Every vendor emulator is a set of routes on an :class:`EmulatorServer`. The server binds a free port on
+the loopback interface, serves each request on its own thread, records every request exactly as it arrived
+(raw body bytes included, so tests can compare what the SDK put on the wire), and consumes injected
+:class:`Fault` values first-in first-out before it calls the route handler.
+
+Invariants:
+  * ``server.requests[i].body`` is byte-for-byte what the client sent in its i-th request;
+  * a request answered by a fault never reaches the handler (scripted state is not consumed);
+  * the server only ever listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+
+__all__ = [
+    "EmulatorServer",
+    "Fault",
+    "JSONResponse",
+    "RecordedRequest",
+    "Route",
+    "StreamResponse",
+]
+
+
+@attrs.frozen(slots=True)
+class RecordedRequest:
+    """One request as it arrived: method, path (without query), query, lower-cased headers, raw body."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body parsed as JSON (raises ``ValueError`` when it is not JSON)."""
+        return json.loads(self.body)
+
+
+@attrs.frozen(slots=True)
+class JSONResponse:
+    """A complete response with a JSON body."""
+
+    status: int
+    payload: Any
+    headers: dict[str, str] = attrs.field(factory=dict)
+
+    def body(self) -> bytes:
+        return json.dumps(self.payload, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@attrs.frozen(slots=True)
+class StreamResponse:
+    """A server-sent-events response; ``events`` yields already framed events (``event: x\\ndata: y\\n\\n``)."""
+
+    events: Iterable[bytes]
+    status: int = 200
+    headers: dict[str, str] = attrs.field(factory=dict)
+
+
+Handler = Callable[[RecordedRequest], "JSONResponse | StreamResponse"]
+
+
+@attrs.frozen(slots=True)
+class Route:
+    """``method`` and a regular expression that must match the whole path."""
+
+    method: str
+    pattern: str
+    handler: Handler
+
+    def matches(self, method: str, path: str) -> bool:
+        return method == self.method and re.fullmatch(self.pattern, path) is not None
+
+
+@attrs.frozen(slots=True)
+class Fault:
+    """One injected failure, consumed by the next request that reaches the server.
+
+    Build them with the class methods: :meth:`http` (a vendor error status and body, e.g. 429 or 529),
+    :meth:`delay` (hold the request, so a client timeout fires), :meth:`drop_connection` (close the socket
+    without a response) and :meth:`truncate_stream` (let the handler answer, but cut a streamed response
+    after ``after_events`` events without closing the chunked body).
+    """
+
+    kind: str
+    status: int = 0
+    payload: Any = None
+    headers: dict[str, str] = attrs.field(factory=dict)
+    seconds: float = 0.0
+    after_events: int = 0
+
+    @classmethod
+    def http(cls, status: int, payload: Any, headers: dict[str, str] | None = None) -> Fault:
+        return cls(kind="http", status=status, payload=payload, headers=dict(headers or {}))
+
+    @classmethod
+    def delay(cls, seconds: float) -> Fault:
+        return cls(kind="delay", seconds=seconds)
+
+    @classmethod
+    def drop_connection(cls) -> Fault:
+        return cls(kind="drop")
+
+    @classmethod
+    def truncate_stream(cls, after_events: int) -> Fault:
+        return cls(kind="truncate", after_events=after_events)
+
+
+class EmulatorServer:
+    """A threaded HTTP server on a free loopback port; use it as a context manager.
+
+    ``base_url`` is ``http://127.0.0.1:PORT`` (no trailing slash). ``requests`` lists every request
+    received, faulted ones included, in arrival order.
+    """
+
+    def __init__(self, routes: Iterable[Route], *, name: str = "emulator") -> None:
+        self.name = name
+        self._routes = list(routes)
+        self._faults: deque[Fault] = deque()
+        self._lock = threading.Lock()
+        self.requests: list[RecordedRequest] = []
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> EmulatorServer:
+        server = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def _serve(self) -> None:
+                server._dispatch(self)
+
+            do_GET = _serve
+            do_POST = _serve
+            do_DELETE = _serve
+            do_PUT = _serve
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        httpd.daemon_threads = True
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError(f"{self.name} is not running")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- faults and records --------------------------------------------------------------------------
+    def inject(self, *faults: Fault) -> None:
+        """Queue faults; each is consumed by one later request, in order."""
+        with self._lock:
+            self._faults.extend(faults)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def add_route(self, route: Route) -> None:
+        self._routes.append(route)
+
+    def _next_fault(self) -> Fault | None:
+        with self._lock:
+            return self._faults.popleft() if self._faults else None
+
+    # -- request handling -----------------------------------------------------------------------------
+    def _dispatch(self, h: BaseHTTPRequestHandler) -> None:
+        length = int(h.headers.get("content-length") or 0)
+        body = h.rfile.read(length) if length else b""
+        split = urlsplit(h.path)
+        recorded = RecordedRequest(
+            method=h.command,
+            path=split.path,
+            query=parse_qs(split.query),
+            headers={k.lower(): v for k, v in h.headers.items()},
+            body=body,
+        )
+        with self._lock:
+            self.requests.append(recorded)
+        fault = self._next_fault()
+        truncate_after: int | None = None
+        if fault is not None:
+            if fault.kind == "http":
+                self._send_json(h, JSONResponse(fault.status, fault.payload, fault.headers))
+                return
+            if fault.kind == "delay":
+                time.sleep(fault.seconds)
+            elif fault.kind == "drop":
+                _abort(h)
+                return
+            elif fault.kind == "truncate":
+                truncate_after = fault.after_events
+        route = next((r for r in self._routes if r.matches(h.command, split.path)), None)
+        if route is None:
+            self._send_json(h, JSONResponse(404, {"error": {"message": f"no route for {split.path}"}}))
+            return
+        try:
+            response = route.handler(recorded)
+        except Exception as exc:  # an emulator bug must be visible to the test, not hang it
+            self._send_json(h, JSONResponse(500, {"error": {"message": f"emulator error: {exc!r}"}}))
+            raise
+        if isinstance(response, StreamResponse):
+            self._send_stream(h, response, truncate_after)
+        else:
+            self._send_json(h, response)
+
+    @staticmethod
+    def _send_json(h: BaseHTTPRequestHandler, response: JSONResponse) -> None:
+        body = response.body()
+        h.send_response(response.status)
+        h.send_header("content-type", "application/json")
+        h.send_header("content-length", str(len(body)))
+        for key, value in response.headers.items():
+            h.send_header(key, value)
+        h.end_headers()
+        h.wfile.write(body)
+        h.wfile.flush()
+
+    @staticmethod
+    def _send_stream(h: BaseHTTPRequestHandler, response: StreamResponse, truncate_after: int | None) -> None:
+        h.send_response(response.status)
+        h.send_header("content-type", "text/event-stream")
+        h.send_header("cache-control", "no-cache")
+        h.send_header("transfer-encoding", "chunked")
+        for key, value in response.headers.items():
+            h.send_header(key, value)
+        h.end_headers()
+        for sent, event in enumerate(_iter(response.events)):
+            if truncate_after is not None and sent >= truncate_after:
+                h.wfile.flush()
+                _abort(h)
+                return
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            h.wfile.flush()
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+
+
+def _iter(events: Iterable[bytes]) -> Iterator[bytes]:
+    yield from events
+
+
+def _abort(h: BaseHTTPRequestHandler) -> None:
+    """Close the connection abruptly: the client sees a dropped connection, not a clean end."""
+    h.close_connection = True
+    try:
+        h.wfile.flush()
+        h.connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def sse_event(event: str | None, data: Any) -> bytes:
+    """Frame one server-sent event; ``data`` is JSON-encoded unless it is already ``str``."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
