@@ -65,7 +65,7 @@ class JSONResponse:
 
 @attrs.frozen(slots=True)
 class StreamResponse:
-    """A server-sent-events response; ``events`` yields already framed events (``event: x\\ndata: y\\n\\n``)."""
+    """A server-sent-events response; ``events`` yields framed events (``event: x\\ndata: y\\n\\n``)."""
 
     events: Iterable[bytes]
     status: int = 200
@@ -119,6 +119,11 @@ class Fault:
     @classmethod
     def truncate_stream(cls, after_events: int) -> Fault:
         return cls(kind="truncate", after_events=after_events)
+
+    @classmethod
+    def raw(cls, status: int, body: bytes, content_type: str = "application/json") -> Fault:
+        """Answer with these exact bytes (e.g. malformed JSON) instead of calling the handler."""
+        return cls(kind="raw", status=status, payload=body, headers={"content-type": content_type})
 
 
 class EmulatorServer:
@@ -224,6 +229,9 @@ class EmulatorServer:
             if fault.kind == "http":
                 self._send_json(h, JSONResponse(fault.status, fault.payload, fault.headers))
                 return
+            if fault.kind == "raw":
+                _send_raw(h, fault.status, bytes(fault.payload), fault.headers)
+                return
             if fault.kind == "delay":
                 time.sleep(fault.seconds)
             elif fault.kind == "drop":
@@ -275,6 +283,16 @@ class EmulatorServer:
             h.wfile.flush()
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
+
+
+def _send_raw(h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str]) -> None:
+    h.send_response(status)
+    for key, value in headers.items():
+        h.send_header(key, value)
+    h.send_header("content-length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
+    h.wfile.flush()
 
 
 def _iter(events: Iterable[bytes]) -> Iterator[bytes]:

@@ -1,0 +1,1 @@
+"""Anthropic emulator fixtures (filled in by the Anthropic emulator)."""

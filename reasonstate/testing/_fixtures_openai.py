@@ -1,0 +1,1 @@
+"""OpenAI emulator fixtures (filled in by the OpenAI emulators)."""
