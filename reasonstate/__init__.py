@@ -1,4 +1,11 @@
-"""reasonstate: reasoning-state continuity and prefix-cache discipline for multi-turn agents."""
+"""reasonstate: reasoning-state continuity and prefix-cache discipline for multi-turn agents.
+
+    import reasonstate as rs
+    session = rs.Session(client, model="...", system="...", tools=[rs.Tool(...)], policy=Drop())
+    reply = session.send("user text")
+    while reply.tool_calls:
+        reply = session.send_tool_results({c.id: run(c) for c in reply.tool_calls})
+"""
 
 from reasonstate.errors import (
     ContinuationMismatch,
@@ -11,15 +18,28 @@ from reasonstate.errors import (
     ToolResultError,
     VendorError,
 )
+from reasonstate.prefix import Prefix, Tool
+from reasonstate.session import AsyncSession, Reply, Report, Session, ToolCall, ToolResult, TurnState
+from reasonstate.snapshot import SessionSnapshot
 
 __all__ = [
+    "AsyncSession",
     "ContinuationMismatch",
     "IllegalTransition",
     "MalformedResponse",
     "PolicyConflict",
+    "Prefix",
     "ProtocolViolation",
     "ReasonStateError",
+    "Reply",
+    "Report",
+    "Session",
+    "SessionSnapshot",
     "StreamInterrupted",
+    "Tool",
+    "ToolCall",
+    "ToolResult",
     "ToolResultError",
+    "TurnState",
     "VendorError",
 ]

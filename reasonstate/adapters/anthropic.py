@@ -1,0 +1,379 @@
+"""Anthropic Messages API adapter (protocols.md §4): sans-I/O encode/decode plus the SDK call.
+
+Rules encoded here, each from protocols.md §4.3/§4.4:
+  * inside the open tool chain every ``thinking``/``redacted_thinking`` block goes back unmodified, in its
+    original position, with the ``tool_use`` blocks it preceded (the assistant content is replayed from the
+    verbatim continuation payloads, never rebuilt from parsed values);
+  * a closed turn's reasoning is replayed or dropped as whole blocks, never edited (signatures fail on any
+    edit, re-serialization, reorder or merge: anthropics/anthropic-sdk-python#1598);
+  * thinking blocks from another model or vendor are never sent (signatures are model-bound; sending them
+    wedges sessions: openclaw/openclaw#120596, anomalyco/opencode#25005); they are withheld and traced;
+  * blocks of unknown types are kept verbatim as opaque continuation and replayed to the same model;
+  * ``cache_control`` breakpoints (at most 4): end of the stable prefix, the last unit before a divergence
+    from the previous request, the previous request's end, and the newest message;
+  * a thinking block without a signature (an interrupted stream: pydantic/pydantic-ai#7597) is malformed
+    and never committed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reasonstate.adapters.base import DecodedStep, ProtocolRules, VendorRequest
+from reasonstate.cache.guard import RECENT, divergence, predict_breakpoint_cache
+from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
+from reasonstate.prefix import Prefix
+from reasonstate.state import (
+    Continuation,
+    ExecutionRecord,
+    History,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    Step,
+    TextPart,
+    ToolCallPart,
+    Turn,
+    Usage,
+    digest_of,
+)
+
+__all__ = ["AnthropicAdapter", "min_cacheable_tokens"]
+
+VENDOR = "anthropic"
+API = "messages"
+_REASONING_KINDS = frozenset({"thinking", "redacted_thinking"})
+_UNBOUND_KINDS = frozenset({"text", "tool_use"})
+_EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
+_DEFAULT_MAX_TOKENS = 4096
+
+
+def min_cacheable_tokens(model: str) -> int:
+    """Minimum cacheable prompt length by model (protocols.md §4.4; verify per model)."""
+    m = model.lower()
+    if any(k in m for k in ("opus-4-5", "opus-4-6", "haiku-4-5")):
+        return 4096
+    if "haiku-3" in m:
+        return 2048
+    return 1024
+
+
+def _compact(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _unit(block: Mapping[str, Any]) -> str:
+    return digest_of(_compact(block))
+
+
+class AnthropicAdapter:
+    """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length."""
+
+    vendor = VENDOR
+    api = API
+
+    def __init__(self, *, min_cacheable: int | None = None, lookback_units: int = 20) -> None:
+        self._min_cacheable = min_cacheable
+        self.rules = ProtocolRules(
+            vendor=VENDOR,
+            api=API,
+            max_cache_breakpoints=4,
+            cache_lookback_units=lookback_units,
+            min_cacheable_tokens=min_cacheable or 1024,
+        )
+
+    def min_tokens(self, model: str) -> int:
+        return self._min_cacheable if self._min_cacheable is not None else min_cacheable_tokens(model)
+
+    # -- encode ------------------------------------------------------------------------------------------
+    def encode(
+        self,
+        prefix: Prefix,
+        history: History,
+        model: str,
+        options: Mapping[str, Any],
+        records: Sequence[ExecutionRecord],
+    ) -> VendorRequest:
+        """Build the ``messages.create`` kwargs for the next call on ``history`` (whose last turn is open)."""
+        tools = [
+            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+            for t in prefix.tools
+        ]
+        system: list[dict[str, Any]] = [{"type": "text", "text": prefix.system}] if prefix.system else []
+        messages: list[dict[str, Any]] = []
+        # (message index, block index) of every message unit, in prompt order
+        slots: list[tuple[int, int]] = []
+        units: list[str] = [_unit(t) for t in tools] + [_unit(b) for b in system]
+        withheld: list[Continuation] = []
+
+        def add(role: str, blocks: list[dict[str, Any]], digests: list[str]) -> None:
+            messages.append({"role": role, "content": blocks})
+            for j, d in enumerate(digests):
+                slots.append((len(messages) - 1, j))
+                units.append(d)
+
+        for user, answer in prefix.few_shots:
+            add("user", *_text_block(user))
+            add("assistant", *_text_block(answer))
+        prefix_units = len(units)
+        for turn in history.turns:
+            add("user", *_text_block(turn.user))
+            for i, step in enumerate(turn.steps):
+                blocks, digests = self._assistant_content(turn, i, step, model, withheld)
+                add("assistant", blocks, digests)
+                if step.tool_results:
+                    results = [_tool_result(r.call_id, r.content, r.is_error) for r in step.tool_results]
+                    add("user", results, [_unit(r) for r in results])
+
+        breakpoints = self._breakpoints(units, prefix_units, records)
+        n_tools, n_system = len(tools), len(system)
+        for b in breakpoints:
+            k = b - 1  # the unit that carries the marker
+            if k < n_tools:
+                tools[k] = {**tools[k], "cache_control": _EPHEMERAL}
+            elif k < n_tools + n_system:
+                system[k - n_tools] = {**system[k - n_tools], "cache_control": _EPHEMERAL}
+            else:
+                mi, bi = slots[k - n_tools - n_system]
+                content = messages[mi]["content"]
+                content[bi] = {**content[bi], "cache_control": _EPHEMERAL}
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "max_tokens": options.get("max_tokens", _DEFAULT_MAX_TOKENS),
+        }
+        if system:
+            kwargs["system"] = system
+        if tools:
+            kwargs["tools"] = tools
+        kwargs["messages"] = messages
+        for key, value in options.items():
+            if key != "max_tokens":
+                kwargs[key] = value
+        return VendorRequest(
+            kwargs=kwargs, units=tuple(units), breakpoints=breakpoints, withheld=tuple(withheld)
+        )
+
+    def _assistant_content(
+        self, turn: Turn, index: int, step: Step, model: str, withheld: list[Continuation]
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        keep_reasoning = turn.view is None or turn.view.keep_reasoning[index]
+        summary = turn.view.summary if turn.view is not None and index == len(turn.steps) - 1 else None
+        blocks: list[dict[str, Any]] = []
+        digests: list[str] = []
+        if summary is not None:
+            note: dict[str, Any] = {"type": "text", "text": f"(Summary of my earlier reasoning: {summary})"}
+            blocks.append(note)
+            digests.append(_unit(note))
+        for c in step.continuation:
+            reasoning = c.kind in _REASONING_KINDS
+            if reasoning and not keep_reasoning:
+                continue
+            if not c.replayable_to(VENDOR, API, model):
+                withheld.append(c)
+                continue
+            blocks.append(c.checked())
+            digests.append(c.digest)
+        return blocks, digests
+
+    def _breakpoints(
+        self, units: Sequence[str], prefix_units: int, records: Sequence[ExecutionRecord]
+    ) -> tuple[int, ...]:
+        points = {len(units)}
+        if prefix_units:
+            points.add(prefix_units)
+        if records:
+            previous = records[-1].blocks
+            d = divergence(units, previous)
+            if d is None:
+                points.add(len(previous))
+            elif d > 0:
+                # keep what earlier requests cached readable: mark the longest earlier request that is
+                # still a prefix of this one (else the shared part itself, so later requests can hit it)
+                ends = [
+                    len(r.blocks)
+                    for r in records[-RECENT:]
+                    if len(r.blocks) <= d and tuple(units[: len(r.blocks)]) == r.blocks
+                ]
+                points.add(max(ends) if ends else d)
+        ordered = sorted(p for p in points if p > 0)
+        if len(ordered) > self.rules.max_cache_breakpoints:
+            # the stable prefix and the newest message matter most; keep the latest in between
+            ordered = [ordered[0], *ordered[-(self.rules.max_cache_breakpoints - 1) :]]
+        return tuple(ordered)
+
+    def predict_cache_read(self, request: VendorRequest, records: Sequence[ExecutionRecord]) -> int | None:
+        model = str(request.kwargs["model"])
+        n_prefix = len(request.kwargs.get("tools", ())) + len(request.kwargs.get("system", ()))
+        return predict_breakpoint_cache(
+            request.units,
+            request.breakpoints,
+            [r for r in records if r.model == model],
+            lookback=self.rules.cache_lookback_units or 20,
+            min_tokens=self.min_tokens(model),
+            prefix_units=n_prefix,
+        )
+
+    # -- decode ------------------------------------------------------------------------------------------
+    def decode(self, response: Any, model: str) -> DecodedStep:
+        """Split a Messages response (the JSON object as received) into the four layers' material."""
+        if not isinstance(response, Mapping) or not isinstance(response.get("content"), list):
+            raise MalformedResponse("Anthropic response has no content list")
+        got_model = response.get("model")
+        produced_by = got_model if isinstance(got_model, str) and got_model else model
+        parts: list[Part] = []
+        payloads: list[Continuation] = []
+        for i, block in enumerate(response["content"]):
+            if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+                raise MalformedResponse(f"content[{i}] is not a typed block")
+            kind = block["type"]
+            parts.append(_part(kind, block, i))
+            payloads.append(
+                Continuation.capture(
+                    vendor=VENDOR,
+                    api=API,
+                    model=produced_by,
+                    kind=kind,
+                    value=block,
+                    model_bound=kind not in _UNBOUND_KINDS,
+                )
+            )
+        stop = response.get("stop_reason")
+        return DecodedStep(
+            parts=tuple(parts),
+            continuation=tuple(payloads),
+            stop_reason=stop if isinstance(stop, str) else "unknown",
+            usage=_usage(response.get("usage")),
+            model=produced_by,
+            response_id=response.get("id") if isinstance(response.get("id"), str) else None,
+        )
+
+    # -- I/O -----------------------------------------------------------------------------------------------
+    def call(self, client: Any, request: VendorRequest, stream: bool) -> Any:
+        """One ``messages`` call; returns the response JSON object exactly as received."""
+        import anthropic
+
+        try:
+            if stream:
+                with client.messages.stream(**request.kwargs) as events:
+                    stopped = False
+                    for event in events:
+                        stopped = stopped or event.type == "message_stop"
+                    if not stopped:
+                        raise StreamInterrupted("the stream ended before message_stop")
+                    return _message_dict(events.get_final_message())
+            raw = client.messages.with_raw_response.create(**request.kwargs)
+            return _parse_body(raw.http_response.content)
+        except anthropic.APIStatusError as exc:
+            raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
+        except anthropic.APIError as exc:
+            cls = StreamInterrupted if stream else VendorError
+            raise cls(f"Anthropic call failed: {type(exc).__name__}: {exc}") from exc
+        except (VendorError, MalformedResponse):
+            raise
+        except Exception as exc:  # transport errors escaping the SDK mid-stream (httpx2 protocol errors)
+            if stream:
+                raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
+            raise
+
+    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> Any:
+        """The async twin of :meth:`call`."""
+        import anthropic
+
+        try:
+            if stream:
+                async with client.messages.stream(**request.kwargs) as events:
+                    stopped = False
+                    async for event in events:
+                        stopped = stopped or event.type == "message_stop"
+                    if not stopped:
+                        raise StreamInterrupted("the stream ended before message_stop")
+                    return _message_dict(await events.get_final_message())
+            raw = await client.messages.with_raw_response.create(**request.kwargs)
+            return _parse_body(raw.http_response.content)
+        except anthropic.APIStatusError as exc:
+            raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
+        except anthropic.APIError as exc:
+            cls = StreamInterrupted if stream else VendorError
+            raise cls(f"Anthropic call failed: {type(exc).__name__}: {exc}") from exc
+        except (VendorError, MalformedResponse):
+            raise
+        except Exception as exc:
+            if stream:
+                raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
+            raise
+
+
+def _text_block(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    block = {"type": "text", "text": text}
+    return [block], [_unit(block)]
+
+
+def _tool_result(call_id: str, content: str, is_error: bool) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": content}
+    if is_error:
+        block["is_error"] = True
+    return block
+
+
+def _part(kind: str, block: Mapping[str, Any], i: int) -> Part:
+    if kind == "thinking":
+        text, sig = block.get("thinking"), block.get("signature")
+        if not isinstance(text, str) or not isinstance(sig, str) or not sig:
+            raise MalformedResponse(f"content[{i}]: thinking block without a signature")
+        return ReasoningPart(text=text, continuation=i)
+    if kind == "redacted_thinking":
+        if not isinstance(block.get("data"), str) or not block["data"]:
+            raise MalformedResponse(f"content[{i}]: redacted_thinking block without data")
+        return ReasoningPart(text="", redacted=True, continuation=i)
+    if kind == "text":
+        if not isinstance(block.get("text"), str):
+            raise MalformedResponse(f"content[{i}]: text block without text")
+        return TextPart(text=block["text"], continuation=i)
+    if kind == "tool_use":
+        cid, name, args = block.get("id"), block.get("name"), block.get("input")
+        if not isinstance(cid, str) or not isinstance(name, str) or not isinstance(args, Mapping):
+            raise MalformedResponse(f"content[{i}]: tool_use block needs id, name and an input object")
+        raw = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+        return ToolCallPart(id=cid, name=name, arguments=args, raw_arguments=raw, continuation=i)
+    return OpaquePart(type=kind, continuation=i)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _usage(raw: Any) -> Usage:
+    if not isinstance(raw, Mapping):
+        return Usage()
+    details = raw.get("output_tokens_details")
+    thinking = details.get("thinking_tokens") if isinstance(details, Mapping) else None
+    return Usage(
+        uncached_input=_int(raw.get("input_tokens")),
+        cache_read=_int(raw.get("cache_read_input_tokens")),
+        cache_write=_int(raw.get("cache_creation_input_tokens")),
+        output=_int(raw.get("output_tokens")),
+        reasoning=thinking if isinstance(thinking, int) else None,
+    )
+
+
+def _parse_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise MalformedResponse(f"Anthropic response is not JSON: {body[:80]!r}") from exc
+
+
+def _message_dict(message: Any) -> dict[str, Any]:
+    """A streamed, SDK-accumulated ``Message`` as the JSON object a non-streamed call would return."""
+    data: dict[str, Any] = message.to_dict(mode="json")
+    return data
+
+
+def _status_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
+        err = body["error"]
+        return f"Anthropic {exc.status_code} {err.get('type')}: {err.get('message')}"
+    return f"Anthropic {exc.status_code}: {exc}"

@@ -1,0 +1,174 @@
+"""Between-turn reasoning policies: Keep, Drop, Compress, KeepLast, CacheAware.
+
+A policy runs once, when a turn closes (its final answer arrived), and returns the frozen
+:class:`~reasonstate.state.TurnView` of that turn: which steps' reasoning later requests replay. The
+session then clamps the view with the adapter's ``ProtocolRules`` (a policy can never produce a request the
+vendor rejects) and records the decision, with its predicted cache effect, in the trace. A policy never
+runs inside an open tool chain: inside a chain every continuation goes back verbatim.
+
+Only :class:`KeepLast` ever revisits an earlier turn: keeping the last ``n`` turns means dropping turn
+``t - n`` when turn ``t`` closes. That is an explicit compaction of the past and costs a cache break at the
+rewritten turn each time; the trace says so.
+
+Cost model (seed 004): with a reusable generated branch, keeping costs ``|U|`` prefill next turn and
+dropping costs ``|A| + |U|``, but dropping shortens every later context by ``|R|``. So dropping pays when
+reasoning is long relative to the answer (:class:`CacheAware`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from reasonstate.state import History, Step, Turn, TurnView
+
+__all__ = ["CacheAware", "Compress", "Drop", "Keep", "KeepLast", "Policy", "policy_from_spec"]
+
+
+class Policy(Protocol):
+    """Decides closed turns' views. ``decide`` returns views by turn index (the closed turn at least)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def decide(self, history: History, closed: int) -> Mapping[int, TurnView]: ...
+
+    def spec(self) -> dict[str, Any]: ...
+
+
+def _view(turn: Turn, keep: bool, policy: str, summary: str | None = None) -> TurnView:
+    return TurnView(keep_reasoning=tuple(keep for _ in turn.steps), policy=policy, summary=summary)
+
+
+@attrs.frozen(slots=True)
+class Keep:
+    """Replay every step's reasoning forever (append-only; best prefix-cache reuse)."""
+
+    name: str = attrs.field(default="keep", init=False)
+
+    def decide(self, history: History, closed: int) -> Mapping[int, TurnView]:
+        return {closed: _view(history.turns[closed], True, self.name)}
+
+    def spec(self) -> dict[str, Any]:
+        return {"policy": self.name}
+
+
+@attrs.frozen(slots=True)
+class Drop:
+    """Drop a closed turn's reasoning (where the protocol allows); keep its answer and tool exchange."""
+
+    name: str = attrs.field(default="drop", init=False)
+
+    def decide(self, history: History, closed: int) -> Mapping[int, TurnView]:
+        return {closed: _view(history.turns[closed], False, self.name)}
+
+    def spec(self) -> dict[str, Any]:
+        return {"policy": self.name}
+
+
+@attrs.frozen(slots=True)
+class Compress:
+    """Replace a closed turn's reasoning with ``summarize(turn)`` (a short text note in its final step).
+
+    An empty summary is the same as :class:`Drop`. The summary is plain text in the assistant's answer,
+    never a fake reasoning block (foreign reasoning re-rendered as text makes models mimic it:
+    pydantic/pydantic-ai#5869).
+    """
+
+    summarize: Callable[[Turn], str] = attrs.field(eq=False)
+    name: str = attrs.field(default="compress", init=False)
+
+    def decide(self, history: History, closed: int) -> Mapping[int, TurnView]:
+        turn = history.turns[closed]
+        summary = self.summarize(turn).strip() or None
+        return {closed: _view(turn, False, self.name, summary)}
+
+    def spec(self) -> dict[str, Any]:
+        return {"policy": self.name}
+
+
+@attrs.frozen(slots=True)
+class KeepLast:
+    """Keep the reasoning of the last ``n`` closed turns; drop it from older ones (a traced compaction)."""
+
+    n: int = attrs.field(validator=attrs.validators.ge(0))
+    name: str = attrs.field(default="keep_last", init=False)
+
+    def decide(self, history: History, closed: int) -> Mapping[int, TurnView]:
+        turn = history.turns[closed]
+        views = {closed: _view(turn, self.n > 0, self.name)}
+        old = closed - self.n
+        if self.n > 0 and old >= 0:
+            past = history.turns[old]
+            if past.view is not None and any(past.view.keep_reasoning):
+                views[old] = _view(past, False, self.name)
+        return views
+
+    def spec(self) -> dict[str, Any]:
+        return {"policy": self.name, "n": self.n}
+
+
+def _tokens(text: str) -> int:
+    return math.ceil(len(text.encode()) / 4)
+
+
+def reasoning_tokens(step: Step) -> int:
+    """The step's reasoning size: the vendor's reported reasoning tokens, else an estimate from text."""
+    if step.usage.reasoning is not None:
+        return step.usage.reasoning
+    return _tokens(step.reasoning_text)
+
+
+def answer_tokens(step: Step) -> int:
+    return _tokens(step.text) + sum(_tokens(c.raw_arguments) + _tokens(c.name) for c in step.tool_calls)
+
+
+@attrs.frozen(slots=True)
+class CacheAware:
+    """Drop a closed turn's reasoning when it is long relative to what dropping re-prefills.
+
+    Seed 004's model: dropping re-prefills roughly the turn's answer ``A`` once and saves its reasoning
+    ``R`` on each of the ``future_turns`` later requests. Drop iff ``R >= min_reasoning_tokens`` and
+    ``R * future_turns >= ratio * A``; keep otherwise.
+    """
+
+    ratio: float = 4.0
+    min_reasoning_tokens: int = 256
+    future_turns: float = 1.0
+    name: str = attrs.field(default="cache_aware", init=False)
+
+    def decide(self, history: History, closed: int) -> Mapping[int, TurnView]:
+        turn = history.turns[closed]
+        r = sum(reasoning_tokens(s) for s in turn.steps)
+        a = sum(answer_tokens(s) for s in turn.steps)
+        drop = r >= self.min_reasoning_tokens and r * self.future_turns >= self.ratio * a
+        return {closed: _view(turn, not drop, self.name)}
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "policy": self.name,
+            "ratio": self.ratio,
+            "min_reasoning_tokens": self.min_reasoning_tokens,
+            "future_turns": self.future_turns,
+        }
+
+
+def policy_from_spec(spec: Mapping[str, Any]) -> Policy:
+    """Rebuild a policy from ``spec()`` (Compress needs its callable and cannot be rebuilt)."""
+    name = spec.get("policy")
+    if name == "keep":
+        return Keep()
+    if name == "drop":
+        return Drop()
+    if name == "keep_last":
+        return KeepLast(int(spec["n"]))
+    if name == "cache_aware":
+        return CacheAware(
+            ratio=float(spec["ratio"]),
+            min_reasoning_tokens=int(spec["min_reasoning_tokens"]),
+            future_turns=float(spec["future_turns"]),
+        )
+    raise ValueError(f"cannot rebuild policy {name!r} from a snapshot; pass policy= to restore()")

@@ -1,0 +1,41 @@
+"""The four layers of session state: trace, canonical history, protocol continuation, physical execution.
+
+Every value here is immutable (frozen, slotted attrs); a change is a new value. ``state`` imports nothing
+else of reasonstate but the errors.
+"""
+
+from reasonstate.state.continuation import Continuation, digest_of
+from reasonstate.state.execution import ExecutionRecord, Usage
+from reasonstate.state.history import (
+    History,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    Step,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Turn,
+    TurnView,
+)
+from reasonstate.state.trace import EventKind, Trace, TraceEvent
+
+__all__ = [
+    "Continuation",
+    "EventKind",
+    "ExecutionRecord",
+    "History",
+    "OpaquePart",
+    "Part",
+    "ReasoningPart",
+    "Step",
+    "TextPart",
+    "ToolCallPart",
+    "ToolResultPart",
+    "Trace",
+    "TraceEvent",
+    "Turn",
+    "TurnView",
+    "Usage",
+    "digest_of",
+]

@@ -1,0 +1,76 @@
+"""Protocol continuation: vendor-opaque payloads exactly as received, with provenance and a capture digest.
+
+Invariants (the rules the whole SDK stands on):
+  * ``payload`` is never edited: it is the block/item JSON as the vendor sent it (UTF-8 bytes);
+  * ``digest == sha256(payload)`` at capture, and :meth:`Continuation.checked` re-verifies it before every
+    send, so a payload changed in memory or in a snapshot is refused, never sent;
+  * a continuation is replayed only to the vendor, api and model that produced it (signatures are
+    model-bound: anthropics/anthropic-sdk-python#1598), see :meth:`Continuation.replayable_to`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import attrs
+
+from reasonstate.errors import ContinuationMismatch
+
+__all__ = ["Continuation", "digest_of"]
+
+
+def digest_of(data: bytes) -> str:
+    """``sha256:<hex>`` of ``data``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@attrs.frozen(slots=True)
+class Continuation:
+    """One vendor-opaque payload (a thinking block, a reasoning item, a content block we do not model).
+
+    ``kind`` is the vendor's own type name (``thinking``, ``redacted_thinking``, ``reasoning``, ...);
+    ``model_bound`` says whether only the producing model may receive it.
+    """
+
+    vendor: str
+    api: str
+    model: str
+    kind: str
+    payload: bytes = attrs.field(repr=False)
+    digest: str
+    model_bound: bool = True
+
+    @classmethod
+    def capture(
+        cls, *, vendor: str, api: str, model: str, kind: str, value: Any, model_bound: bool = True
+    ) -> Continuation:
+        """Capture a decoded JSON value as received (key order and string bytes preserved)."""
+        payload = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        return cls(
+            vendor=vendor,
+            api=api,
+            model=model,
+            kind=kind,
+            payload=payload,
+            digest=digest_of(payload),
+            model_bound=model_bound,
+        )
+
+    def checked(self) -> Any:
+        """The payload as a fresh JSON value, after re-verifying the capture digest.
+
+        Raises :class:`ContinuationMismatch` when ``sha256(payload) != digest``.
+        """
+        if digest_of(self.payload) != self.digest:
+            raise ContinuationMismatch(
+                f"{self.vendor} {self.kind} payload changed since capture (digest {self.digest[:19]}…)"
+            )
+        return json.loads(self.payload)
+
+    def replayable_to(self, vendor: str, api: str, model: str) -> bool:
+        """True when this payload may be sent to ``vendor``/``api``/``model``."""
+        if self.vendor != vendor or self.api != api:
+            return False
+        return not self.model_bound or self.model == model

@@ -1,0 +1,56 @@
+"""Physical execution: what each request cost and how it met the prefix cache. Derived, never fed back.
+
+Usage is normalized across vendors: ``uncached_input`` + ``cache_read`` + ``cache_write`` is the whole
+prompt (Anthropic reports these disjointly; OpenAI's ``input_tokens`` includes cached tokens, so the adapter
+subtracts). ``prompt_tokens`` is derived, not stored.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["ExecutionRecord", "Usage"]
+
+
+@attrs.frozen(slots=True)
+class Usage:
+    """Normalized token usage of one request."""
+
+    uncached_input: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    reasoning: int | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Every prompt token: ``uncached_input + cache_read + cache_write``."""
+        return self.uncached_input + self.cache_read + self.cache_write
+
+    @property
+    def cache_read_share(self) -> float:
+        return self.cache_read / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+@attrs.frozen(slots=True)
+class ExecutionRecord:
+    """One successful request.
+
+    ``blocks`` is the request's prefix-unit chain: the running digest after each unit (tool, system block,
+    message content block), so the first divergence from an earlier request is the first index where the
+    chains differ. ``predicted_cache_read`` is what the SDK expected before sending (None: not knowable).
+    """
+
+    index: int
+    turn: int
+    step: int
+    request_digest: str
+    request_bytes: int
+    prefix_fingerprint: str
+    blocks: tuple[str, ...]
+    breakpoints: tuple[int, ...]
+    divergence: int | None
+    predicted_cache_read: int | None
+    usage: Usage
+    duration_s: float
+    model: str

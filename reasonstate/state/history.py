@@ -1,0 +1,168 @@
+"""Canonical history: turns of steps, append-only, with each closed turn's frozen reasoning view.
+
+A turn is one user message and every model call (step) until the final answer. A step holds the model's
+output as canonical parts, the verbatim continuation payloads it came with, and the tool results that
+answered its calls. A closed turn carries a :class:`TurnView`: which steps' reasoning the next requests
+replay (decided once, when the turn closed; only an explicit, traced compaction may change it).
+
+Invariants:
+  * ``History.with_*`` return new values; nothing is mutated in place;
+  * the open turn (if any) is the last one, and has no view;
+  * ``Step.tool_results`` follow the model's declared call order: ``[r.call_id for r in tool_results] ==
+    [c.id for c in tool_calls]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from reasonstate.state.continuation import Continuation
+from reasonstate.state.execution import Usage
+
+__all__ = [
+    "History",
+    "OpaquePart",
+    "Part",
+    "ReasoningPart",
+    "Step",
+    "TextPart",
+    "ToolCallPart",
+    "ToolResultPart",
+    "Turn",
+    "TurnView",
+]
+
+
+@attrs.frozen(slots=True)
+class TextPart:
+    text: str
+    continuation: int | None = None
+
+
+@attrs.frozen(slots=True)
+class ReasoningPart:
+    """Reasoning text as the vendor showed it (may be empty for omitted/redacted reasoning)."""
+
+    text: str
+    redacted: bool = False
+    continuation: int | None = None
+
+
+@attrs.frozen(slots=True)
+class ToolCallPart:
+    """A tool call: ``arguments`` parsed for execution, ``raw_arguments`` exactly as received."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+    raw_arguments: str
+    continuation: int | None = None
+
+
+@attrs.frozen(slots=True)
+class ToolResultPart:
+    """A tool result as sent: ``content`` is the exact string (JSON values are serialized canonically)."""
+
+    call_id: str
+    content: str
+    is_error: bool = False
+
+
+@attrs.frozen(slots=True)
+class OpaquePart:
+    """A block of a type we do not model; kept verbatim in its continuation, never dropped."""
+
+    type: str
+    continuation: int
+
+
+Part = TextPart | ReasoningPart | ToolCallPart | OpaquePart
+
+
+@attrs.frozen(slots=True)
+class Step:
+    """One model call: its output parts, verbatim continuation payloads, stop reason, and tool results."""
+
+    parts: tuple[Part, ...]
+    continuation: tuple[Continuation, ...]
+    stop_reason: str
+    usage: Usage
+    model: str
+    tool_results: tuple[ToolResultPart, ...] = ()
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallPart, ...]:
+        return tuple(p for p in self.parts if isinstance(p, ToolCallPart))
+
+    @property
+    def reasoning_text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, ReasoningPart))
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+
+@attrs.frozen(slots=True)
+class TurnView:
+    """How a closed turn is replayed from now on.
+
+    ``keep_reasoning[i]`` says whether step i's reasoning goes back; ``summary`` (Compress) replaces the
+    dropped reasoning with one text note in the final step. ``policy`` names who decided.
+    """
+
+    keep_reasoning: tuple[bool, ...]
+    policy: str
+    summary: str | None = None
+
+    @property
+    def keeps_all(self) -> bool:
+        return all(self.keep_reasoning) and self.summary is None
+
+
+@attrs.frozen(slots=True)
+class Turn:
+    """A user message and the steps that answered it; ``view`` is None while the turn is open."""
+
+    index: int
+    user: str
+    steps: tuple[Step, ...] = ()
+    view: TurnView | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.view is not None
+
+    @property
+    def final_text(self) -> str:
+        return self.steps[-1].text if self.steps else ""
+
+
+@attrs.frozen(slots=True)
+class History:
+    """The turns of a session, oldest first."""
+
+    turns: tuple[Turn, ...] = ()
+
+    @property
+    def open_turn(self) -> Turn | None:
+        if self.turns and not self.turns[-1].closed:
+            return self.turns[-1]
+        return None
+
+    def with_turn(self, turn: Turn) -> History:
+        return History((*self.turns, turn))
+
+    def with_last_turn(self, turn: Turn) -> History:
+        return History((*self.turns[:-1], turn))
+
+    def with_view(self, index: int, view: TurnView) -> History:
+        turns = list(self.turns)
+        turns[index] = attrs.evolve(turns[index], view=view)
+        return History(tuple(turns))
+
+    def __len__(self) -> int:
+        return len(self.turns)

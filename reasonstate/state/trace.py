@@ -1,0 +1,65 @@
+"""The trace layer: every event of a session, append-only.
+
+Events are generic frozen values (``kind`` + JSON-able ``data``) so exporters (JSONL, OpenTelemetry) read
+them without knowing each kind. Redaction happens at export, never by mutating an event: the trace may hold
+raw reasoning text, and opaque payloads appear only as digests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+
+__all__ = ["EventKind", "Trace", "TraceEvent"]
+
+
+class EventKind:
+    """The event kinds a session emits (string constants, stable for exporters)."""
+
+    TURN_OPENED = "turn.opened"
+    TURN_CLOSED = "turn.closed"
+    REQUEST_SENT = "request.sent"
+    RESPONSE_RECEIVED = "response.received"
+    CALL_FAILED = "call.failed"
+    REASONING = "reasoning.captured"
+    TOOL_CALLS = "tool.calls"
+    TOOL_RESULTS = "tool.results"
+    POLICY_DECISION = "policy.decision"
+    POLICY_CLAMPED = "policy.clamped"
+    CACHE_BREAK = "cache.break"
+    PREFIX_CHANGED = "prefix.changed"
+    CONTINUATION_WITHHELD = "continuation.withheld"
+    MODEL_CHANGED = "model.changed"
+    RESTORED = "session.restored"
+
+
+@attrs.frozen(slots=True)
+class TraceEvent:
+    """One event: its position in the session (``seq``), wall time, kind and JSON-able data."""
+
+    seq: int
+    kind: str
+    data: Mapping[str, Any]
+    at: float = attrs.field(factory=time.time)
+
+
+@attrs.frozen(slots=True)
+class Trace:
+    """An append-only sequence of :class:`TraceEvent`; ``appended`` returns a new value."""
+
+    events: tuple[TraceEvent, ...] = ()
+
+    def appended(self, kind: str, **data: Any) -> Trace:
+        return Trace((*self.events, TraceEvent(seq=len(self.events), kind=kind, data=data)))
+
+    def of_kind(self, kind: str) -> list[TraceEvent]:
+        return [e for e in self.events if e.kind == kind]
+
+    def __iter__(self) -> Iterator[TraceEvent]:
+        return iter(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
