@@ -37,7 +37,7 @@ from reasonstate.adapters.base import DecodedStep, VendorRequest, request_digest
 from reasonstate.cache.guard import divergence
 from reasonstate.errors import IllegalTransition, ReasonStateError, ToolResultError, VendorError
 from reasonstate.policies import Keep, Policy, answer_tokens, policy_from_spec, reasoning_tokens
-from reasonstate.prefix import Prefix, Tool, canonical_json
+from reasonstate.prefix import Prefix, Tool
 from reasonstate.snapshot import SessionSnapshot, history_from_snapshot, history_to_snapshot
 from reasonstate.state import (
     Continuation,
@@ -525,7 +525,8 @@ class _Core:
             few_shots=[list(p) for p in self._prefix.few_shots],
             policy=self._policy.spec(),
             stream=self._stream,
-            options=json.loads(canonical_json(self._options)),
+            # insertion order kept: the vendor call's bytes must not change across a restore
+            options=json.loads(json.dumps(self._options, ensure_ascii=False)),
             history=history_to_snapshot(self._history),
             execution=[_record_to_dict(r) for r in self._records],
             trace=[{"seq": e.seq, "kind": e.kind, "at": e.at, "data": dict(e.data)} for e in self._trace],

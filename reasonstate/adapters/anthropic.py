@@ -127,7 +127,14 @@ class AnthropicAdapter:
                     results = [_tool_result(r.call_id, r.content, r.is_error) for r in step.tool_results]
                     add("user", results, [_unit(r) for r in results])
 
-        breakpoints = self._breakpoints(units, prefix_units, records)
+        # thinking blocks cannot carry cache_control: a breakpoint that lands on one moves back
+        first = len(units) - len(slots)
+        unmarkable = {
+            first + k
+            for k, (mi, bi) in enumerate(slots)
+            if messages[mi]["content"][bi].get("type") in _REASONING_KINDS
+        }
+        breakpoints = self._breakpoints(units, prefix_units, records, unmarkable)
         n_tools, n_system = len(tools), len(system)
         for b in breakpoints:
             k = b - 1  # the unit that carries the marker
@@ -178,7 +185,11 @@ class AnthropicAdapter:
         return blocks, digests
 
     def _breakpoints(
-        self, units: Sequence[str], prefix_units: int, records: Sequence[ExecutionRecord]
+        self,
+        units: Sequence[str],
+        prefix_units: int,
+        records: Sequence[ExecutionRecord],
+        unmarkable: set[int],
     ) -> tuple[int, ...]:
         points = {len(units)}
         if prefix_units:
@@ -197,6 +208,12 @@ class AnthropicAdapter:
                     if len(r.blocks) <= d and tuple(units[: len(r.blocks)]) == r.blocks
                 ]
                 points.add(max(ends) if ends else d)
+        for p in list(points):
+            q = p
+            while q > 0 and q - 1 in unmarkable:
+                q -= 1
+            points.discard(p)
+            points.add(q)
         ordered = sorted(p for p in points if p > 0)
         if len(ordered) > self.rules.max_cache_breakpoints:
             # the stable prefix and the newest message matter most; keep the latest in between
@@ -365,9 +382,30 @@ def _parse_body(body: bytes) -> Any:
         raise MalformedResponse(f"Anthropic response is not JSON: {body[:80]!r}") from exc
 
 
+#: the key order of each known block type in a non-streamed response (protocols.md §4.6)
+_WIRE_ORDER: dict[str, tuple[str, ...]] = {
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+    "text": ("type", "text", "citations"),
+    "tool_use": ("type", "id", "name", "input"),
+}
+
+
 def _message_dict(message: Any) -> dict[str, Any]:
-    """A streamed, SDK-accumulated ``Message`` as the JSON object a non-streamed call would return."""
+    """A streamed, SDK-accumulated ``Message`` as the JSON object a non-streamed call would return.
+
+    The SDK's models dump fields in their own (alphabetical) order; known block types are put back in
+    the wire order so a streamed session holds the same bytes as a non-streamed one.
+    """
     data: dict[str, Any] = message.to_dict(mode="json")
+    content = []
+    for block in data.get("content", []):
+        order = _WIRE_ORDER.get(block.get("type"))
+        if order is not None:
+            known = {k: block[k] for k in order if k in block}
+            block = {**known, **{k: v for k, v in block.items() if k not in known}}
+        content.append(block)
+    data["content"] = content
     return data
 
 

@@ -1,0 +1,95 @@
+"""Shared helpers: a scripted agent on the Anthropic emulator with a real ``anthropic`` client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import reasonstate as rs
+from reasonstate.testing import ModelAction, ToolCallSpec
+from reasonstate.testing.anthropic import AnthropicEmulator
+
+MODEL = "claude-sonnet-4-6"
+THINKING = {"type": "enabled", "budget_tokens": 2048}
+# long enough that the stable prefix alone passes the 1,024-token minimum cacheable length
+SYSTEM = "You are a careful travel assistant. " + "Always check the weather before advising. " * 120
+
+WEATHER = rs.Tool(
+    name="get_weather",
+    description="Current weather for a city",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+CLOCK = rs.Tool(
+    name="get_time",
+    description="Local time for a city",
+    parameters={"properties": {"city": {"type": "string"}}, "type": "object"},
+)
+
+
+def call(name: str, **arguments: Any) -> ToolCallSpec:
+    return ToolCallSpec(name, arguments)
+
+
+def three_step_chain() -> list[ModelAction]:
+    """reasoning+redacted → 2 parallel calls; reasoning → 1 call; reasoning → final answer."""
+    return [
+        ModelAction(
+            reasoning="Two cities: call the weather tool for both, in parallel.",
+            redacted=True,
+            tool_calls=(call("get_weather", city="Paris"), call("get_weather", city="Rome")),
+        ),
+        ModelAction(
+            reasoning="Paris is mild. Check the local time in Rome too.",
+            tool_calls=(call("get_time", city="Rome"),),
+        ),
+        ModelAction(
+            reasoning="I have everything; Rome is warmer.", text="Rome is warmer (22C) than Paris (18C)."
+        ),
+    ]
+
+
+def answer(i: int) -> ModelAction:
+    return ModelAction(reasoning=f"Thinking about follow-up {i}. " * 8, text=f"Follow-up answer {i}.")
+
+
+def body(emulator: AnthropicEmulator, i: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(emulator.requests[i].body)
+    return data
+
+
+def strip_cache_control(value: Any) -> Any:
+    """A request value without its cache_control markers (they move; the prefix does not)."""
+    if isinstance(value, dict):
+        return {k: strip_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [strip_cache_control(v) for v in value]
+    return value
+
+
+def run_chain(session: rs.Session, question: str = "Paris or Rome: which is warmer?") -> rs.Reply:
+    reply = session.send(question)
+    while reply.tool_calls:
+        reply = session.send_tool_results(
+            {c.id: {"city": c.arguments["city"], "tool": c.name} for c in reply.tool_calls}
+        )
+    return reply
+
+
+@pytest.fixture
+def emulator() -> Iterator[AnthropicEmulator]:
+    with AnthropicEmulator() as emu:
+        yield emu
+
+
+def make_session(emulator: AnthropicEmulator, **kw: Any) -> rs.Session:
+    options: dict[str, Any] = {
+        "system": SYSTEM,
+        "tools": [WEATHER, CLOCK],
+        "max_tokens": 4096,
+        "thinking": THINKING,
+    }
+    options.update(kw)
+    return rs.Session(emulator.client(), model=MODEL, **options)

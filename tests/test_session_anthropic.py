@@ -1,0 +1,569 @@
+"""The core on Anthropic, end to end: real ``anthropic`` SDK, real HTTP, the strict emulator."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+import pytest
+
+import reasonstate as rs
+from reasonstate.policies import CacheAware, Compress, Drop, Keep, KeepLast
+from reasonstate.state import EventKind, OpaquePart, ReasoningPart
+from reasonstate.testing import Fault, ModelAction
+from reasonstate.testing.anthropic import AnthropicEmulator
+from tests.conftest import (
+    MODEL,
+    answer,
+    body,
+    call,
+    make_session,
+    run_chain,
+    strip_cache_control,
+    three_step_chain,
+)
+
+
+def _layers(session: rs.Session) -> tuple[Any, ...]:
+    return (session.history, session.continuation, session.execution, session.state)
+
+
+# -- byte-exact continuation inside the tool chain ------------------------------------------------------
+
+
+def test_every_thinking_block_of_a_three_step_chain_is_replayed_byte_identical_in_order(
+    emulator: AnthropicEmulator,
+) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    run_chain(session)
+    steps = session.history.turns[0].steps
+    assert len(emulator.requests) == 3
+    for k in range(2):
+        sent = emulator.requests[k + 1].body
+        payloads = [c.payload for c in steps[k].continuation]
+        # every payload of step k (thinking, redacted_thinking, tool_use) appears byte for byte, in order
+        positions = [sent.index(p) for p in payloads]
+        assert positions == sorted(positions)
+        assistant = body(emulator, k + 1)["messages"][1 + 2 * k]
+        assert [
+            json.dumps(b, separators=(",", ":"), ensure_ascii=False).encode() for b in assistant["content"]
+        ] == payloads
+    kinds = [c.kind for c in steps[0].continuation]
+    assert kinds == ["thinking", "redacted_thinking", "tool_use", "tool_use"]
+
+
+def test_parallel_tool_results_follow_the_models_declared_order_whatever_order_they_are_given_in(
+    emulator: AnthropicEmulator,
+) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    first, second = reply.tool_calls
+    session.send_tool_results({second.id: {"t": 22, "city": "Rome"}, first.id: {"city": "Paris", "t": 18}})
+    results = body(emulator, 1)["messages"][2]["content"]
+    assert [r["tool_use_id"] for r in results] == [first.id, second.id]
+    # JSON results are canonical (sorted keys), so a jsonb round trip cannot change the bytes
+    assert [r["content"] for r in results] == ['{"city":"Paris","t":18}', '{"city":"Rome","t":22}']
+
+
+def test_system_and_tools_bytes_are_identical_in_every_request(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend([*three_step_chain(), answer(1), answer(2)])
+    session = make_session(emulator, policy=Drop())
+    run_chain(session)
+    session.send("And tomorrow?")
+    session.send("And next week?")
+    systems = {json.dumps(body(emulator, i)["system"]) for i in range(5)}
+    tools = {json.dumps(body(emulator, i)["tools"]) for i in range(5)}
+    assert len(systems) == 1 and len(tools) == 1
+    # tools are sorted by name and their schemas key-sorted, whatever order the caller declared
+    first = body(emulator, 0)["tools"]
+    assert [t["name"] for t in first] == ["get_time", "get_weather"]
+    assert list(first[0]["input_schema"]) == ["properties", "type"]
+
+
+# -- between-turn policies ---------------------------------------------------------------------------------
+
+
+def _next_turn_assistants(emulator: AnthropicEmulator, request: int) -> list[list[str]]:
+    """The block types of each assistant message of turn 0 as sent in ``request``."""
+    messages = body(emulator, request)["messages"]
+    return [[b["type"] for b in m["content"]] for m in messages[:6] if m["role"] == "assistant"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (
+            Keep(),
+            [
+                ["thinking", "redacted_thinking", "tool_use", "tool_use"],
+                ["thinking", "tool_use"],
+                ["thinking", "text"],
+            ],
+        ),
+        (Drop(), [["tool_use", "tool_use"], ["tool_use"], ["text"]]),
+        (
+            KeepLast(1),
+            [
+                ["thinking", "redacted_thinking", "tool_use", "tool_use"],
+                ["thinking", "tool_use"],
+                ["thinking", "text"],
+            ],
+        ),
+        (
+            Compress(lambda turn: "compared Paris and Rome"),
+            [["tool_use", "tool_use"], ["tool_use"], ["text", "text"]],
+        ),
+    ],
+    ids=["keep", "drop", "keep_last_1", "compress"],
+)
+def test_next_user_turn_request_is_exactly_what_the_policy_says_and_the_one_after_extends_it(
+    emulator: AnthropicEmulator, policy: Any, expected: list[list[str]]
+) -> None:
+    emulator.script.extend([*three_step_chain(), answer(1), answer(2)])
+    session = make_session(emulator, policy=policy)
+    run_chain(session)
+    session.send("And tomorrow?")
+    assert _next_turn_assistants(emulator, 3) == expected
+    if isinstance(policy, Compress):
+        note = body(emulator, 3)["messages"][5]["content"][0]["text"]
+        assert note == "(Summary of my earlier reasoning: compared Paris and Rome)"
+    # the turn-0 blocks that remain are the captured payloads, untouched
+    sent = emulator.requests[3].body
+    for step, kinds in zip(session.history.turns[0].steps, expected, strict=True):
+        keep = "thinking" in kinds
+        for c in step.continuation:
+            assert (c.payload in sent) == (keep or c.kind not in ("thinking", "redacted_thinking"))
+    # append-only afterwards: request 4 starts with request 3's messages (markers aside)
+    session.send("And next week?")
+    before = strip_cache_control(body(emulator, 3)["messages"])
+    after = strip_cache_control(body(emulator, 4)["messages"])
+    if not isinstance(policy, KeepLast):
+        assert after[: len(before)] == before
+    else:
+        # KeepLast(1) compacts turn 0 when turn 1 closes: a traced rewrite of the past, then append-only
+        assert _next_turn_assistants(emulator, 4) == [["tool_use", "tool_use"], ["tool_use"], ["text"]]
+        decision = session.trace.of_kind(EventKind.POLICY_DECISION)[1]
+        assert set(decision.data["views"]) == {"0", "1"}
+        assert decision.data["divergence_unit"] is not None
+
+
+def test_keep_is_append_only_across_turns(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend([*three_step_chain(), *(answer(i) for i in range(4))])
+    session = make_session(emulator, policy=Keep())
+    run_chain(session)
+    for i in range(4):
+        session.send(f"follow-up {i}")
+    for i in range(1, len(emulator.requests)):
+        before = strip_cache_control(body(emulator, i - 1)["messages"])
+        after = strip_cache_control(body(emulator, i)["messages"])
+        assert after[: len(before)] == before
+    assert all(r.divergence is None for r in session.execution)
+
+
+def test_cache_aware_drops_long_reasoning_with_a_short_answer_and_keeps_the_rest(
+    emulator: AnthropicEmulator,
+) -> None:
+    emulator.script.extend(
+        [
+            ModelAction(reasoning="Long deliberation. " * 200, text="Yes."),
+            ModelAction(reasoning="Short.", text="A long and detailed answer. " * 30),
+        ]
+    )
+    session = make_session(emulator, policy=CacheAware(ratio=4.0, min_reasoning_tokens=64))
+    session.send("Q1")
+    session.send("Q2")
+    views = [t.view for t in session.history.turns]
+    assert [v.keep_reasoning for v in views if v] == [(False,), (True,)]
+
+
+def test_policy_decision_is_traced_with_its_predicted_cache_effect(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend([*three_step_chain(), answer(1)])
+    session = make_session(emulator, policy=Drop())
+    run_chain(session)
+    decision = session.trace.of_kind(EventKind.POLICY_DECISION)[0].data
+    # dropping turn 0's reasoning diverges right after its user message (units: 2 tools, 1 system, 1 user)
+    assert decision["divergence_unit"] == 4
+    first_request_tokens = session.execution[0].usage.prompt_tokens
+    assert decision["predicted_cache_read"] == first_request_tokens
+    assert decision["keep_cache_read"] == session.execution[-1].usage.prompt_tokens
+    assert decision["cache_tokens_lost"] == decision["keep_cache_read"] - first_request_tokens
+    session.send("And tomorrow?")
+    assert session.execution[-1].usage.cache_read == first_request_tokens
+    brk = session.trace.of_kind(EventKind.CACHE_BREAK)[0].data
+    assert brk["unit"] == 4 and brk["why"].startswith("policy.decision")
+
+
+# -- cache prediction -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", [Keep(), Drop(), KeepLast(1)], ids=["keep", "drop", "keep_last"])
+def test_emulator_cache_reads_equal_the_sdk_prediction_on_every_request(
+    emulator: AnthropicEmulator, policy: Any
+) -> None:
+    emulator.script.extend([*three_step_chain(), answer(1), *three_step_chain(), answer(2), answer(3)])
+    session = make_session(emulator, policy=policy)
+    run_chain(session)
+    session.send("follow-up")
+    run_chain(session, "and again?")
+    session.send("one more")
+    session.send("last")
+    predicted = [r.predicted_cache_read for r in session.execution]
+    reported = [r.usage.cache_read for r in session.execution]
+    assert None not in predicted
+    assert predicted == reported
+    assert reported[0] == 0 and all(r > 0 for r in reported[1:])
+
+
+# -- failures leave the session unchanged ----------------------------------------------------------------
+
+
+def test_tampered_signature_gets_the_vendors_400_as_a_typed_error_and_the_session_is_unchanged(
+    emulator: AnthropicEmulator,
+) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    # storage that rewrites a signature and "fixes" the digest (the case a digest alone cannot catch)
+    snap = json.loads(session.snapshot().model_dump_json())
+    block = snap["history"][0]["steps"][0]["continuation"][0]
+    value = json.loads(block["payload"])
+    value["signature"] = value["signature"][:-4] + "AAA="
+    block["payload"] = json.dumps(value, separators=(",", ":"))
+    from reasonstate.state import digest_of
+
+    block["digest"] = digest_of(block["payload"].encode())
+    tampered = rs.Session.restore(rs.SessionSnapshot.model_validate(snap), emulator.client())
+    before = _layers(tampered)
+    with pytest.raises(rs.VendorError) as info:
+        tampered.send_tool_results({c.id: "ok" for c in reply.tool_calls})
+    assert info.value.status == 400
+    assert isinstance(info.value.__cause__, anthropic.BadRequestError)
+    assert "Invalid `signature` in `thinking` block" in str(info.value)
+    assert _layers(tampered) == before
+    assert tampered.trace.events[-1].kind == EventKind.CALL_FAILED
+    # the untampered session goes on: the script was not consumed by the refused request
+    session.send_tool_results({c.id: "ok" for c in reply.tool_calls})
+
+
+def test_a_payload_changed_in_memory_is_refused_before_anything_is_sent(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    step = session.history.turns[0].steps[0]
+    object.__setattr__(step.continuation[0], "payload", step.continuation[0].payload.replace(b"Two", b"Six"))
+    sent = len(emulator.requests)
+    with pytest.raises(rs.ContinuationMismatch):
+        session.send_tool_results({c.id: "ok" for c in reply.tool_calls})
+    assert len(emulator.requests) == sent
+    assert session.state is rs.TurnState.AWAITING_TOOL_RESULTS
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [AnthropicEmulator.rate_limited(), AnthropicEmulator.overloaded(), Fault.drop_connection()],
+    ids=["429", "529", "dropped"],
+)
+def test_vendor_failures_are_typed_and_a_retry_sends_the_same_bytes(
+    emulator: AnthropicEmulator, fault: Fault
+) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    before = _layers(session)
+    emulator.inject(fault)
+    results = {c.id: "ok" for c in reply.tool_calls}
+    with pytest.raises(rs.VendorError) as info:
+        session.send_tool_results(results)
+    assert isinstance(info.value.__cause__, anthropic.APIError)
+    assert _layers(session) == before
+    session.send_tool_results(results)
+    assert emulator.requests[-1].body == emulator.requests[-2].body
+
+
+def test_a_timeout_is_a_typed_error_and_changes_nothing(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend([answer(0)])
+    session = rs.Session(
+        emulator.client(timeout=0.3),
+        model=MODEL,
+        max_tokens=4096,
+        thinking={"type": "enabled", "budget_tokens": 2048},
+    )
+    emulator.inject(Fault.delay(1.0))
+    with pytest.raises(rs.VendorError) as info:
+        session.send("hello")
+    assert isinstance(info.value.__cause__, anthropic.APITimeoutError)
+    assert _layers(session) == ((session.history), (), (), rs.TurnState.IDLE)
+    assert len(session.history) == 0
+
+
+def test_a_stream_dropped_mid_thinking_raises_and_loses_nothing_already_committed(
+    emulator: AnthropicEmulator,
+) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator, stream=True)
+    reply = session.send("Paris or Rome?")
+    before = _layers(session)
+    emulator.inject(
+        Fault.truncate_stream(after_events=4)
+    )  # message_start, ping, block start, one thinking delta
+    results = {c.id: "ok" for c in reply.tool_calls}
+    with pytest.raises(rs.StreamInterrupted):
+        session.send_tool_results(results)
+    assert _layers(session) == before
+    session.send_tool_results(results)
+    assert emulator.requests[-1].body == emulator.requests[-2].body
+    # the cut response was generated (and consumed) server-side, but only the retried one is committed
+    steps = session.history.turns[0].steps
+    assert len(steps) == 2 and len(session.execution) == 2
+    assert isinstance(steps[1].parts[0], ReasoningPart)
+    assert steps[1].parts[0].text == "I have everything; Rome is warmer."
+
+
+def test_streamed_and_non_streamed_sessions_capture_identical_payloads() -> None:
+    payloads = []
+    for stream in (False, True):
+        with AnthropicEmulator(three_step_chain(), secret=b"same-secret") as emu:
+            session = make_session(emu, stream=stream)
+            run_chain(session)
+            # signatures and redacted data carry a random nonce; every other byte, key order included,
+            # must be the same
+            payloads.append(
+                [
+                    json.dumps(
+                        {
+                            k: "-" if k in ("signature", "data") else v
+                            for k, v in json.loads(c.payload).items()
+                        }
+                    )
+                    for c in session.continuation
+                ]
+            )
+    assert payloads[0] == payloads[1]
+
+
+# -- bad input -------------------------------------------------------------------------------------------
+
+
+def test_malformed_vendor_json_is_a_typed_error_and_changes_nothing(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend([answer(0)])
+    session = make_session(emulator)
+    emulator.inject(Fault.raw(200, b'{"id": "msg_1", "content": [{"type": "te'))
+    with pytest.raises(rs.MalformedResponse):
+        session.send("hello")
+    assert len(session.history) == 0 and session.execution == ()
+    session.send("hello")
+    assert emulator.requests[0].body == emulator.requests[1].body
+
+
+def test_a_thinking_block_without_signature_is_malformed_and_never_committed(
+    emulator: AnthropicEmulator,
+) -> None:
+    # pydantic/pydantic-ai#7597: an interrupted stream left signature="" and wedged every later turn
+    emulator.script.extend([answer(0)])
+    session = make_session(emulator)
+    emulator.inject(
+        Fault.raw(
+            200,
+            json.dumps(
+                {
+                    "id": "m",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": MODEL,
+                    "content": [
+                        {"type": "thinking", "thinking": "x", "signature": ""},
+                        {"type": "text", "text": "hi"},
+                    ],
+                    "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 1, "output_tokens": 1},
+                }
+            ).encode(),
+        )
+    )
+    with pytest.raises(rs.MalformedResponse):
+        session.send("hello")
+    assert session.continuation == ()
+
+
+def test_an_unknown_content_block_type_is_kept_verbatim_and_replayed(emulator: AnthropicEmulator) -> None:
+    extra = {
+        "type": "server_tool_use",
+        "id": "srvtoolu_1",
+        "name": "web_search",
+        "input": {"query": "weather"},
+    }
+
+    def add_block(message: dict[str, Any]) -> dict[str, Any]:
+        if message["stop_reason"] == "tool_use":
+            message["content"].insert(2, extra)
+        return message
+
+    emulator.transform = add_block
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    step = session.history.turns[0].steps[0]
+    assert isinstance(step.parts[2], OpaquePart) and step.parts[2].type == "server_tool_use"
+    session.send_tool_results({c.id: "ok" for c in reply.tool_calls})
+    sent = body(emulator, 1)["messages"][1]["content"]
+    assert sent[2] == extra
+
+
+def test_tool_results_for_unknown_ids_are_refused_and_change_nothing(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    before = _layers(session)
+    with pytest.raises(rs.ToolResultError, match="unknown tool call ids"):
+        session.send_tool_results({"toolu_nope": "x", **{c.id: "ok" for c in reply.tool_calls}})
+    with pytest.raises(rs.ToolResultError, match="missing results"):
+        session.send_tool_results({reply.tool_calls[0].id: "ok"})
+    assert _layers(session) == before and len(emulator.requests) == 1
+
+
+def test_a_result_that_is_not_json_serializable_is_refused(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    before = _layers(session)
+    for bad in (object(), float("nan"), {"set": {1, 2}}):
+        with pytest.raises(rs.ToolResultError, match="not JSON-serializable"):
+            session.send_tool_results({c.id: bad for c in reply.tool_calls})
+    assert _layers(session) == before
+
+
+def test_illegal_transitions_raise_and_change_nothing(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    with pytest.raises(rs.IllegalTransition, match="no tool calls are pending"):
+        session.send_tool_results({})
+    session.send("Paris or Rome?")
+    before = _layers(session)
+    with pytest.raises(rs.IllegalTransition, match="tool results are pending"):
+        session.send("another question")
+    with pytest.raises(rs.IllegalTransition):
+        session.switch_model("claude-opus-4-5")
+    assert _layers(session) == before
+    assert isinstance(rs.IllegalTransition("x"), rs.ReasonStateError)
+
+
+# -- snapshots, model changes, async ---------------------------------------------------------------------
+
+
+def test_snapshot_to_json_and_restore_gives_a_byte_identical_next_request() -> None:
+    with AnthropicEmulator([*three_step_chain()[:1], answer(9), answer(9)], secret=b"s") as emu:
+        session = make_session(emu, policy=KeepLast(2))
+        reply = session.send("Paris or Rome?")
+        text = session.snapshot().model_dump_json()
+        restored = rs.Session.restore(rs.SessionSnapshot.model_validate_json(text), emu.client())
+        assert restored.history == session.history and restored.execution == session.execution
+        results = {c.id: {"ok": True} for c in reply.tool_calls}
+        session.send_tool_results(results)
+        restored.send_tool_results(results)
+        assert emu.requests[-1].body == emu.requests[-2].body
+        assert restored.policy == KeepLast(2)
+
+
+def test_a_snapshot_edited_on_disk_is_refused_on_restore(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend(three_step_chain())
+    session = make_session(emulator)
+    session.send("Paris or Rome?")
+    text = session.snapshot().model_dump_json().replace("Two cities", "Six cities")
+    with pytest.raises(rs.ContinuationMismatch):
+        rs.Session.restore(rs.SessionSnapshot.model_validate_json(text), emulator.client())
+
+
+def test_thinking_from_another_model_is_never_sent_and_the_withholding_is_traced(
+    emulator: AnthropicEmulator,
+) -> None:
+    emulator.script.extend([*three_step_chain(), answer(1)])
+    session = make_session(emulator)
+    run_chain(session)
+    session.switch_model("claude-opus-4-5")
+    session.send("And tomorrow?")
+    sent = body(emulator, 3)
+    assert sent["model"] == "claude-opus-4-5"
+    types = [b["type"] for m in sent["messages"] if m["role"] == "assistant" for b in m["content"]]
+    assert "thinking" not in types and "redacted_thinking" not in types
+    withheld = session.trace.of_kind(EventKind.CONTINUATION_WITHHELD)[0].data
+    assert withheld["count"] == 4 and withheld["models"] == [MODEL]
+
+
+def test_async_session_runs_a_streamed_tool_chain(emulator: AnthropicEmulator) -> None:
+    import asyncio
+
+    emulator.script.extend(three_step_chain())
+
+    async def main() -> rs.AsyncSession:
+        client = emulator.async_client()
+        session = rs.AsyncSession(
+            client,
+            model=MODEL,
+            system="s",
+            tools=[rs.Tool(name="get_weather"), rs.Tool(name="get_time")],
+            stream=True,
+            max_tokens=4096,
+            thinking={"type": "adaptive"},
+        )
+        reply = await session.send("Paris or Rome?")
+        while reply.tool_calls:
+            reply = await session.send_tool_results({c.id: "ok" for c in reply.tool_calls})
+        await client.close()
+        return session
+
+    session = asyncio.run(main())
+    assert session.state is rs.TurnState.IDLE
+    assert session.history.turns[0].final_text == "Rome is warmer (22C) than Paris (18C)."
+    assert [len(s.continuation) for s in session.history.turns[0].steps] == [4, 2, 2]
+
+
+def test_run_executes_handlers_and_parallel_safe_calls_concurrently(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend(three_step_chain())
+    seen: list[str] = []
+
+    def weather(city: str) -> dict[str, Any]:
+        seen.append(city)
+        return {"city": city, "temp": {"Paris": 18, "Rome": 22}[city]}
+
+    tools = [
+        rs.Tool(name="get_weather", parameters={"type": "object"}, handler=weather, parallel_safe=True),
+        rs.Tool(name="get_time", parameters={"type": "object"}, handler=lambda city: "14:00"),
+    ]
+    session = rs.Session(
+        emulator.client(),
+        model=MODEL,
+        tools=tools,
+        max_tokens=4096,
+        thinking={"type": "enabled", "budget_tokens": 2048},
+    )
+    reply = session.run("Paris or Rome?")
+    assert reply.text == "Rome is warmer (22C) than Paris (18C)."
+    assert sorted(seen) == ["Paris", "Rome"]
+    results = body(emulator, 1)["messages"][2]["content"]
+    assert [r["content"] for r in results] == ['{"city":"Paris","temp":18}', '{"city":"Rome","temp":22}']
+
+
+def test_report_sums_usage_and_counts_exact_predictions(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend([*three_step_chain(), answer(1)])
+    session = make_session(emulator, policy=Drop())
+    run_chain(session)
+    session.send("more")
+    report = session.report()
+    assert report.requests == 4
+    assert report.prompt_tokens == sum(r.usage.prompt_tokens for r in session.execution)
+    assert report.predicted_matches == report.predicted_total == 4
+    assert report.protocol_errors == 0
+    assert "4 requests" in str(report)
+
+
+def test_tool_calls_carry_arguments_parsed_and_raw(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend(
+        [ModelAction(reasoning="r", tool_calls=(call("get_weather", city="Zürich", units="C"),))]
+    )
+    session = make_session(emulator)
+    reply = session.send("Zürich?")
+    assert reply.tool_calls[0].arguments == {"city": "Zürich", "units": "C"}
+    assert reply.tool_calls[0].raw_arguments == '{"city":"Zürich","units":"C"}'
