@@ -148,6 +148,8 @@ class EmulatorServer:
 
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # small header/body writes must not wait for delayed ACKs (Nagle): ~40 ms per response
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None
@@ -163,7 +165,10 @@ class EmulatorServer:
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         httpd.daemon_threads = True
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name=self.name, daemon=True)
+        # poll every 50 ms (default 0.5 s) so that stop() returns quickly
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=self.name, daemon=True
+        )
         self._thread.start()
         return self
 

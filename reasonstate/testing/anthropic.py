@@ -1,0 +1,949 @@
+"""A strict emulator of the Anthropic Messages API (``POST /v1/messages``), for tests without the network.
+
+Written from the vendor facts (../shared/protocols.md §0, §4), never from our adapters: this module does not
+import ``reasonstate.adapters``, ``reasonstate.session`` or ``reasonstate.state``. The ``anthropic`` SDK is
+imported only inside :meth:`AnthropicEmulator.client` / :meth:`AnthropicEmulator.async_client`.
+
+Routes
+------
+* ``POST /v1/messages`` — validated, answered from the :class:`~reasonstate.testing.script.Script`
+  (JSON, or SSE when ``"stream": true``);
+* ``POST /v1/messages/count_tokens`` — ``{"input_tokens": N}`` with N = every prompt block's tokens (below);
+  consumes nothing and writes no cache.
+
+Every response carries a ``request-id: req_emu_...`` header. Errors use Anthropic's envelope
+``{"type":"error","error":{"type":...,"message":...},"request_id":"req_emu_..."}``.
+
+Invariants
+----------
+* Auth: ``x-api-key: <non-empty>`` or ``Authorization: Bearer <non-empty>``; neither → 401
+  ``authentication_error``.
+* A request answered with an error (validation 400/401 or an injected fault) consumes nothing from the
+  script and writes nothing to the prompt cache. Only 200 answers write the cache.
+* Signatures. A ``thinking`` block's ``signature`` is ``base64(0x01 | nonce(12) | HMAC-SHA256(secret,
+  "thinking" 0 model 0 nonce 0 thinking_text))``: it binds the exact thinking text as returned (``""`` when
+  ``display: "omitted"``) to the model that produced it. A ``redacted_thinking`` block's ``data`` is
+  ``base64(0x02 | nonce(12) | HMAC-SHA256(secret, "redacted" 0 model 0 nonce))``. Every replayed thinking /
+  redacted block, anywhere in ``messages``, must verify against the request's ``model``: an edited text, an
+  edited or empty signature, or a block from another model → 400.
+* The latest assistant message that holds ``tool_use`` blocks issued by this emulator must carry exactly the
+  thinking/redacted blocks issued with them, same order, none dropped or added (checked when thinking is on).
+* Tool pairing: every ``tool_use`` id needs a ``tool_result`` in the immediately following user message and
+  every ``tool_result`` needs a ``tool_use`` in the immediately preceding assistant message.
+
+Validation order (the first failure is reported): auth → JSON body → ``model``/``max_tokens``/``messages``
+→ ``thinking`` → ``system``/``tools`` shape → message roles/content/block types → ``cache_control`` count
+(>4 → 400) → tool pairing → thinking-disabled final assistant prefill → "Expected `thinking`" → signatures
+(message order, block order) → latest assistant message unmodified.
+
+Thinking modes: ``enabled`` (``budget_tokens`` ≥ 1024 and < ``max_tokens``) and ``adaptive`` are "on":
+thinking blocks are generated and the continuation rules apply. ``disabled``, absent and ``between_tools``
+are "off": no thinking is generated; ``disabled``/absent additionally reject thinking blocks in an assistant
+message in the final position (a prefill). The "Expected `thinking` or `redacted_thinking`" rule applies
+when thinking is on and the last assistant message contains ``tool_use`` without starting with a thinking
+or redacted block — except when that message's tool calls were issued by this emulator in a response
+that had no thinking block (the scripted model did not think), since then nothing can be replayed.
+
+Responses
+---------
+For a :class:`~reasonstate.testing.script.ModelAction` the content is, in order: ``thinking`` (thinking on
+and ``action.reasoning is not None``), ``redacted_thinking`` (thinking on and ``action.redacted``), ``text``
+(``action.text`` non-empty), then one ``tool_use`` per call (ids ``toolu_emu_001``, ... per emulator;
+``input`` = the call's arguments). ``stop_reason``: ``max_tokens`` if ``action.stop == "max_tokens"``,
+else ``tool_use`` if there are calls, else ``end_turn``. Message ids ``msg_emu_001``, ...
+
+``output_tokens`` = count_tokens(reasoning) (the full reasoning, even when displayed as omitted; 0 when no
+thinking block) + count_tokens(text) + Σ count_tokens(compact JSON of each tool input);
+``output_tokens_details.thinking_tokens`` = the first term. Redacted blocks add nothing.
+
+Prompt-cache rule (what the SDK's predictions are compared against)
+-------------------------------------------------------------------
+1. The prompt is a sequence of blocks, in this order: each tool definition (one block each); the system
+   prompt (a string is one block ``{"type":"text","text":s}``; a list gives one block per element); then
+   each message in order (string content is one block ``{"type":"text","text":s}``; a list gives one block
+   per content block). A block's tokens are ``count_tokens(json.dumps(block_without_its_cache_control,
+   separators=(",", ":"), ensure_ascii=False))`` with keys in the order received (only the block's own
+   top-level ``cache_control`` key is removed; nested ones, e.g. inside ``tool_result.content``, stay and
+   count as text). A block's cache identity is its section (tool/system/message), for messages the message
+   index and role, and that JSON; only the JSON counts as tokens.
+2. Breakpoints are the blocks carrying ``cache_control`` (``{"type":"ephemeral","ttl":"5m"|"1h"}``, ttl
+   default ``5m``), plus the last block when the request has a top-level ``cache_control``. More than 4
+   distinct breakpoint blocks → 400 ``A maximum of 4 blocks with cache_control may be provided. Found N.``
+3. Let ``T(k)`` be the tokens of the first k blocks and ``P(k)`` the prefix of k blocks. The cache maps
+   ``(model, SHA-256 of P(k))`` to entries. **Read**: the hit is the largest k ≥ 1 such that ``P(k)`` was
+   written before and ``b - lookback_blocks ≤ k ≤ b`` for some breakpoint position b of this request
+   (b = 1-based index of the breakpoint block). ``cache_read_input_tokens = T(hit)`` (0 without a hit).
+4. **Write** (only when the request is answered 200): for every breakpoint b with ``T(b) ≥
+   cache_min_tokens``, ``P(b)`` is stored. Prefixes shorter than that are silently not cached.
+5. ``cache_creation_input_tokens = T(last) - T(hit)`` where ``last`` is the last breakpoint, if
+   ``T(last) ≥ cache_min_tokens``; else 0. ``input_tokens = T(all) - read - creation``.
+   ``cache_creation`` splits the creation tokens by ttl: the span between the hit end (or previous
+   breakpoint, whichever is later) and each breakpoint b counts for b's ttl
+   (``ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``); spans ending at a breakpoint whose
+   prefix is below ``cache_min_tokens`` count for the ttl of the next cacheable breakpoint.
+6. Entries never expire; thinking configuration, ``tool_choice`` etc. are not part of the key;
+   ``service_tier`` is always ``"standard"``.
+
+Streaming (``"stream": true``) follows §4.5: ``message_start`` (empty content, usage with the cache fields
+and ``output_tokens: 1``), one ``ping``, then per block ``content_block_start`` / deltas /
+``content_block_stop`` (thinking: ``thinking_delta`` chunks then one ``signature_delta``; redacted and any
+other non-text block: complete in the start event; text: ``text_delta`` chunks; tool_use: start with
+``input: {}`` then ``input_json_delta`` chunks), ``message_delta`` (stop_reason and cumulative usage),
+``message_stop``. The ``transform`` hook (if any) is applied to the complete message before it is framed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import itertools
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from reasonstate.testing._server import (
+    EmulatorServer,
+    Fault,
+    JSONResponse,
+    RecordedRequest,
+    Route,
+    StreamResponse,
+    sse_event,
+)
+from reasonstate.testing.script import ModelAction, Script, ScriptExhausted, count_tokens
+
+if TYPE_CHECKING:
+    import anthropic
+
+__all__ = [
+    "DOCS_EXTENDED_THINKING",
+    "REQUEST_BLOCK_TYPES",
+    "AnthropicEmulator",
+    "CacheUsage",
+]
+
+DOCS_EXTENDED_THINKING = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+
+#: Content block types accepted in request messages (anthropic 2.14 ``ContentBlockParam``).
+REQUEST_BLOCK_TYPES: tuple[str, ...] = (
+    "text",
+    "image",
+    "document",
+    "search_result",
+    "thinking",
+    "redacted_thinking",
+    "tool_use",
+    "tool_result",
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "tool_search_tool_result",
+    "container_upload",
+)
+
+_THINKING_TYPES = ("enabled", "disabled", "adaptive", "between_tools")
+_REASONING_TYPES = ("thinking", "redacted_thinking")
+_SIG_THINKING = 0x01
+_SIG_REDACTED = 0x02
+_NONCE_LEN = 12
+_MAC_LEN = 32
+
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class _Reject(Exception):
+    """A request the emulated API refuses: status, Anthropic error type and message."""
+
+    def __init__(self, message: str, *, status: int = 400, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+
+
+def _request_id() -> str:
+    return "req_emu_" + os.urandom(12).hex()
+
+
+def _envelope(kind: str, message: str, request_id: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}, "request_id": request_id}
+
+
+def _error_fault(status: int, kind: str, message: str) -> Fault:
+    rid = _request_id()
+    return Fault.http(status, _envelope(kind, message, rid), {"request-id": rid})
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@attrs.frozen(slots=True)
+class CacheUsage:
+    """The prompt-cache figures of one request (see the module docstring for the rule)."""
+
+    input_tokens: int
+    cache_creation_input_tokens: int
+    cache_read_input_tokens: int
+    ephemeral_5m_input_tokens: int
+    ephemeral_1h_input_tokens: int
+
+
+@attrs.frozen(slots=True)
+class _Block:
+    identity: bytes
+    tokens: int
+    ttl: str | None  # None: not a breakpoint
+
+
+@attrs.frozen(slots=True)
+class _Issued:
+    """A response this emulator issued: its thinking/redacted blocks (in order) and tool_use ids."""
+
+    model: str
+    reasoning_blocks: tuple[tuple[str, ...], ...]
+    tool_ids: tuple[str, ...]
+
+
+@attrs.frozen(slots=True)
+class _Thinking:
+    on: bool
+    display: str | None
+    kind: str  # enabled | adaptive | disabled | between_tools | absent
+
+
+def _reasoning_key(block: Mapping[str, Any]) -> tuple[str, ...]:
+    if block.get("type") == "thinking":
+        return ("thinking", str(block.get("thinking")), str(block.get("signature")))
+    return ("redacted_thinking", str(block.get("data")))
+
+
+def _chunks(text: str, parts: int = 3) -> list[str]:
+    """Split ``text`` into at most ``parts`` non-empty consecutive pieces (none for the empty string)."""
+    if not text:
+        return []
+    size = max(1, -(-len(text) // parts))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class AnthropicEmulator:
+    """A running, strict Anthropic Messages API on 127.0.0.1; use it as a context manager.
+
+    ``script``: a :class:`Script`, an iterable of :class:`ModelAction`, or a responder
+    ``(request_json) -> ModelAction``. ``cache_min_tokens``: the minimum cacheable prefix length.
+    ``secret``: the HMAC key for signatures (random per emulator when None; pass the same secret to two
+    emulators to let their signatures verify on each other). ``lookback_blocks``: how many blocks before a
+    breakpoint a cache read may end. ``transform``: applied to each successful response's message JSON
+    (non-stream body, or the message that a stream is framed from).
+    """
+
+    def __init__(
+        self,
+        script: Script | Iterable[ModelAction] | Callable[[Any], ModelAction] = (),
+        *,
+        cache_min_tokens: int = 1024,
+        secret: bytes | str | None = None,
+        lookback_blocks: int = 20,
+        transform: Transform | None = None,
+    ) -> None:
+        if isinstance(script, Script):
+            self._script = script
+        else:
+            self._script = Script(script)
+        self.cache_min_tokens = cache_min_tokens
+        self.lookback_blocks = lookback_blocks
+        self.transform = transform
+        if secret is None:
+            self._secret = os.urandom(32)
+        elif isinstance(secret, str):
+            self._secret = secret.encode()
+        else:
+            self._secret = bytes(secret)
+        self._lock = threading.Lock()
+        self._msg_ids = itertools.count(1)
+        self._tool_ids = itertools.count(1)
+        self._cache: dict[tuple[str, bytes], int] = {}
+        self._issued_by_tool: dict[str, _Issued] = {}
+        self.server = EmulatorServer(
+            [
+                Route("POST", r"/v1/messages", self._handle_messages),
+                Route("POST", r"/v1/messages/count_tokens", self._handle_count_tokens),
+            ],
+            name="anthropic-emulator",
+        )
+
+    # -- lifecycle and accessors ----------------------------------------------------------------------
+    def start(self) -> AnthropicEmulator:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> AnthropicEmulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` — the Anthropic SDK's ``base_url`` (no ``/v1``)."""
+        return self.server.base_url
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received (faulted and rejected ones included), in arrival order."""
+        return self.server.requests
+
+    @property
+    def script(self) -> Script:
+        return self._script
+
+    def inject(self, *faults: Fault) -> None:
+        """Queue faults; each is consumed by one later request, in order."""
+        self.server.inject(*faults)
+
+    def clear_cache(self) -> None:
+        """Forget every prompt-cache entry."""
+        with self._lock:
+            self._cache.clear()
+
+    # -- vendor-shaped faults ---------------------------------------------------------------------------
+    @classmethod
+    def rate_limited(cls) -> Fault:
+        """A 429 ``rate_limit_error`` (the SDK raises ``anthropic.RateLimitError``)."""
+        return _error_fault(
+            429,
+            "rate_limit_error",
+            "This request would exceed the rate limit for your organization of 50 requests per minute. "
+            "For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response "
+            "headers for current usage. Please reduce the prompt length or the maximum tokens requested, "
+            "or try again later.",
+        )
+
+    @classmethod
+    def overloaded(cls) -> Fault:
+        """A 529 ``overloaded_error`` (the SDK raises ``anthropic.OverloadedError``)."""
+        return _error_fault(529, "overloaded_error", "Overloaded")
+
+    @classmethod
+    def server_error(cls) -> Fault:
+        """A 500 ``api_error`` (the SDK raises ``anthropic.InternalServerError``)."""
+        return _error_fault(500, "api_error", "Internal server error")
+
+    # -- clients ---------------------------------------------------------------------------------------
+    def client(self, **kw: Any) -> anthropic.Anthropic:
+        """A real ``anthropic.Anthropic`` pointed at this emulator (``api_key="test-key"``,
+        ``max_retries=0`` unless overridden)."""
+        import anthropic
+
+        options: dict[str, Any] = {"base_url": self.base_url, "api_key": "test-key", "max_retries": 0}
+        options.update(kw)
+        return anthropic.Anthropic(**options)
+
+    def async_client(self, **kw: Any) -> anthropic.AsyncAnthropic:
+        """A real ``anthropic.AsyncAnthropic`` pointed at this emulator."""
+        import anthropic
+
+        options: dict[str, Any] = {"base_url": self.base_url, "api_key": "test-key", "max_retries": 0}
+        options.update(kw)
+        return anthropic.AsyncAnthropic(**options)
+
+    # -- signatures ------------------------------------------------------------------------------------
+    def _mac(self, *parts: bytes) -> bytes:
+        return hmac.new(self._secret, b"\x00".join(parts), hashlib.sha256).digest()
+
+    def sign_thinking(self, model: str, thinking: str) -> str:
+        """A fresh signature for ``thinking`` as produced by ``model``."""
+        nonce = os.urandom(_NONCE_LEN)
+        mac = self._mac(b"thinking", model.encode(), nonce, thinking.encode())
+        return base64.b64encode(bytes([_SIG_THINKING]) + nonce + mac).decode()
+
+    def verify_thinking(self, model: str, thinking: str, signature: str) -> bool:
+        """Whether ``signature`` was issued by this emulator for exactly ``thinking`` under ``model``."""
+        raw = _b64(signature)
+        if raw is None or len(raw) != 1 + _NONCE_LEN + _MAC_LEN or raw[0] != _SIG_THINKING:
+            return False
+        nonce, mac = raw[1 : 1 + _NONCE_LEN], raw[1 + _NONCE_LEN :]
+        expected = self._mac(b"thinking", model.encode(), nonce, thinking.encode())
+        return hmac.compare_digest(mac, expected)
+
+    def issue_redacted(self, model: str) -> str:
+        """Fresh opaque ``redacted_thinking.data`` for ``model``."""
+        nonce = os.urandom(_NONCE_LEN)
+        mac = self._mac(b"redacted", model.encode(), nonce)
+        return base64.b64encode(bytes([_SIG_REDACTED]) + nonce + mac).decode()
+
+    def verify_redacted(self, model: str, data: str) -> bool:
+        raw = _b64(data)
+        if raw is None or len(raw) != 1 + _NONCE_LEN + _MAC_LEN or raw[0] != _SIG_REDACTED:
+            return False
+        nonce, mac = raw[1 : 1 + _NONCE_LEN], raw[1 + _NONCE_LEN :]
+        return hmac.compare_digest(mac, self._mac(b"redacted", model.encode(), nonce))
+
+    # -- handlers --------------------------------------------------------------------------------------
+    def _handle_messages(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        rid = _request_id()
+        with self._lock:
+            try:
+                body = self._parse(request)
+                thinking = self._validate(body)
+                blocks = _prompt_blocks(body)
+            except _Reject as exc:
+                return JSONResponse(exc.status, _envelope(exc.kind, exc.message, rid), {"request-id": rid})
+            try:
+                action = self._script.take(body)
+            except ScriptExhausted as exc:
+                return JSONResponse(500, _envelope("api_error", str(exc), rid), {"request-id": rid})
+            model = str(body["model"])
+            usage = self._cache_usage(model, blocks, write=True)
+            message = self._build_message(model, thinking, action, usage)
+        if self.transform is not None:
+            message = self.transform(message)
+        if body.get("stream") is True:
+            return StreamResponse(list(_stream_events(message)), headers={"request-id": rid})
+        return JSONResponse(200, message, {"request-id": rid})
+
+    def _handle_count_tokens(self, request: RecordedRequest) -> JSONResponse:
+        rid = _request_id()
+        try:
+            body = self._parse(request)
+            for name in ("model", "messages"):
+                if name not in body:
+                    raise _Reject(f"{name}: Field required")
+            _check_messages(body["messages"])
+            blocks = _prompt_blocks(body)
+        except _Reject as exc:
+            return JSONResponse(exc.status, _envelope(exc.kind, exc.message, rid), {"request-id": rid})
+        return JSONResponse(200, {"input_tokens": sum(b.tokens for b in blocks)}, {"request-id": rid})
+
+    @staticmethod
+    def _parse(request: RecordedRequest) -> dict[str, Any]:
+        api_key = request.headers.get("x-api-key", "").strip()
+        auth = request.headers.get("authorization", "").strip()
+        bearer = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not api_key and not bearer:
+            raise _Reject("x-api-key header is required", status=401, kind="authentication_error")
+        try:
+            body = request.json()
+        except ValueError:
+            raise _Reject("There was an error parsing the body of your request as JSON.") from None
+        if not isinstance(body, dict):
+            raise _Reject("Input should be a valid dictionary or object to extract fields from")
+        return body
+
+    # -- validation ------------------------------------------------------------------------------------
+    def _validate(self, body: dict[str, Any]) -> _Thinking:
+        for name in ("model", "max_tokens", "messages"):
+            if name not in body:
+                raise _Reject(f"{name}: Field required")
+        if not isinstance(body["model"], str) or not body["model"]:
+            raise _Reject("model: Input should be a valid string")
+        max_tokens = body["max_tokens"]
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            raise _Reject("max_tokens: Input should be a valid integer")
+        if max_tokens < 1:
+            raise _Reject("max_tokens: Input should be greater than or equal to 1")
+        thinking = _check_thinking(body.get("thinking"), max_tokens)
+        _check_system_and_tools(body)
+        messages = _check_messages(body["messages"])
+        _check_cache_control_count(body)
+        _check_tool_pairing(messages)
+        self._check_reasoning_rules(str(body["model"]), messages, thinking)
+        return thinking
+
+    def _check_reasoning_rules(self, model: str, messages: list[dict[str, Any]], thinking: _Thinking) -> None:
+        last = len(messages) - 1
+        # thinking disabled: an assistant prefill (final position) cannot contain thinking
+        if thinking.kind in ("disabled", "absent") and messages[last]["role"] == "assistant":
+            for m, block in enumerate(_content(messages[last])):
+                if block.get("type") in _REASONING_TYPES:
+                    raise _Reject(
+                        f"messages.{last}.content.{m}: When thinking is disabled, an `assistant` message in "
+                        "the final position cannot contain `thinking`. To use thinking blocks, enable "
+                        "`thinking` in your request."
+                    )
+        latest = max((i for i, msg in enumerate(messages) if msg["role"] == "assistant"), default=None)
+        issued: _Issued | None = None
+        if latest is not None:
+            tool_ids = [b.get("id") for b in _content(messages[latest]) if b.get("type") == "tool_use"]
+            issued = next((self._issued_by_tool[t] for t in tool_ids if t in self._issued_by_tool), None)
+            if thinking.on and tool_ids:
+                first = _content(messages[latest])[0]
+                skip = issued is not None and not issued.reasoning_blocks
+                if first.get("type") not in _REASONING_TYPES and not skip:
+                    raise _Reject(
+                        f"messages.{latest}.content.0.type: Expected `thinking` or `redacted_thinking`, but "
+                        f"found `{first.get('type')}`. When `thinking` is enabled, a final `assistant` "
+                        "message must start with a thinking block (preceeding the lastmost set of "
+                        "`tool_use` and `tool_result` blocks). We recommend you include thinking blocks "
+                        "from previous turns. To avoid this requirement, disable `thinking`. Please "
+                        f"consult our documentation at {DOCS_EXTENDED_THINKING}"
+                    )
+        # every replayed thinking / redacted block must verify
+        for n, msg in enumerate(messages):
+            for m, block in enumerate(_content(msg)):
+                kind = block.get("type")
+                if kind == "thinking":
+                    for field in ("thinking", "signature"):
+                        if field not in block:
+                            raise _Reject(f"messages.{n}.content.{m}.thinking.{field}: Field required")
+                        if not isinstance(block[field], str):
+                            raise _Reject(
+                                f"messages.{n}.content.{m}.thinking.{field}: Input should be a valid string"
+                            )
+                    if not self.verify_thinking(model, block["thinking"], block["signature"]):
+                        raise _Reject(f"messages.{n}.content.{m}: Invalid `signature` in `thinking` block")
+                elif kind == "redacted_thinking":
+                    data = block.get("data")
+                    if not isinstance(data, str):
+                        raise _Reject(f"messages.{n}.content.{m}.redacted_thinking.data: Field required")
+                    if not self.verify_redacted(model, data):
+                        raise _Reject(
+                            f"messages.{n}.content.{m}: Invalid `data` in `redacted_thinking` block"
+                        )
+        # the latest assistant message's thinking must be exactly what was issued with its tool calls
+        if latest is not None and issued is not None and thinking.on:
+            sent = [
+                (m, _reasoning_key(b))
+                for m, b in enumerate(_content(messages[latest]))
+                if b.get("type") in _REASONING_TYPES
+            ]
+            bad: int | None = None
+            for i, (m, key) in enumerate(sent):
+                if i >= len(issued.reasoning_blocks) or issued.reasoning_blocks[i] != key:
+                    bad = m
+                    break
+            if bad is None and len(sent) < len(issued.reasoning_blocks):
+                bad = sent[-1][0] + 1 if sent else 0
+            if bad is not None:
+                raise _Reject(
+                    f"messages.{latest}.content.{bad}: `thinking` or `redacted_thinking` blocks in the "
+                    "latest assistant message cannot be modified. These blocks must remain as they were in "
+                    "the original response."
+                )
+
+    # -- cache -----------------------------------------------------------------------------------------
+    def _cache_usage(self, model: str, blocks: Sequence[_Block], *, write: bool) -> CacheUsage:
+        prefix_keys: list[bytes] = []
+        cumulative = [0]
+        digest = hashlib.sha256()
+        for block in blocks:
+            digest.update(hashlib.sha256(block.identity).digest())
+            prefix_keys.append(digest.copy().digest())
+            cumulative.append(cumulative[-1] + block.tokens)
+        total = cumulative[-1]
+        breakpoints = [i + 1 for i, b in enumerate(blocks) if b.ttl is not None]
+        candidates: set[int] = set()
+        for b in breakpoints:
+            candidates.update(range(max(1, b - self.lookback_blocks), b + 1))
+        hit = max((k for k in candidates if (model, prefix_keys[k - 1]) in self._cache), default=0)
+        read = cumulative[hit]
+        split = {"5m": 0, "1h": 0}
+        creation = 0
+        if breakpoints and cumulative[breakpoints[-1]] >= self.cache_min_tokens:
+            start = hit
+            pending = 0
+            for b in breakpoints:
+                if b <= start:
+                    continue
+                pending += cumulative[b] - cumulative[start]
+                start = b
+                if cumulative[b] >= self.cache_min_tokens:
+                    split[blocks[b - 1].ttl or "5m"] += pending
+                    pending = 0
+            creation = cumulative[breakpoints[-1]] - read
+        if write:
+            for b in breakpoints:
+                if cumulative[b] >= self.cache_min_tokens:
+                    self._cache[(model, prefix_keys[b - 1])] = cumulative[b]
+        return CacheUsage(
+            input_tokens=total - read - creation,
+            cache_creation_input_tokens=creation,
+            cache_read_input_tokens=read,
+            ephemeral_5m_input_tokens=split["5m"],
+            ephemeral_1h_input_tokens=split["1h"],
+        )
+
+    # -- responses -------------------------------------------------------------------------------------
+    def _build_message(
+        self, model: str, thinking: _Thinking, action: ModelAction, usage: CacheUsage
+    ) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []
+        thinking_tokens = 0
+        if thinking.on and action.reasoning is not None:
+            shown = "" if thinking.display == "omitted" else action.reasoning
+            content.append(
+                {"type": "thinking", "thinking": shown, "signature": self.sign_thinking(model, shown)}
+            )
+            thinking_tokens = count_tokens(action.reasoning)
+        if thinking.on and action.redacted:
+            content.append({"type": "redacted_thinking", "data": self.issue_redacted(model)})
+        output_tokens = thinking_tokens
+        if action.text:
+            content.append({"type": "text", "text": action.text})
+            output_tokens += count_tokens(action.text)
+        tool_ids: list[str] = []
+        for call in action.tool_calls:
+            tool_id = f"toolu_emu_{next(self._tool_ids):03d}"
+            arguments = dict(call.arguments)
+            content.append({"type": "tool_use", "id": tool_id, "name": call.name, "input": arguments})
+            output_tokens += count_tokens(_compact(arguments))
+            tool_ids.append(tool_id)
+        issued = _Issued(
+            model=model,
+            reasoning_blocks=tuple(_reasoning_key(b) for b in content if b["type"] in _REASONING_TYPES),
+            tool_ids=tuple(tool_ids),
+        )
+        for tool_id in tool_ids:
+            self._issued_by_tool[tool_id] = issued
+        if action.stop == "max_tokens":
+            stop_reason = "max_tokens"
+        elif tool_ids:
+            stop_reason = "tool_use"
+        else:
+            stop_reason = "end_turn"
+        return {
+            "id": f"msg_emu_{next(self._msg_ids):03d}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": usage.input_tokens,
+                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                "cache_read_input_tokens": usage.cache_read_input_tokens,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": usage.ephemeral_5m_input_tokens,
+                    "ephemeral_1h_input_tokens": usage.ephemeral_1h_input_tokens,
+                },
+                "output_tokens": output_tokens,
+                "output_tokens_details": {"thinking_tokens": thinking_tokens},
+                "service_tier": "standard",
+            },
+        }
+
+
+# -- request checks (pure functions) -------------------------------------------------------------------
+def _b64(text: str) -> bytes | None:
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        return None
+
+
+def _tags(values: Iterable[str]) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+def _content(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A validated message's content as a list of blocks (a string becomes one text block)."""
+    content = message["content"]
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content)
+
+
+def _check_thinking(value: Any, max_tokens: int) -> _Thinking:
+    if value is None:
+        return _Thinking(on=False, display=None, kind="absent")
+    if not isinstance(value, dict):
+        raise _Reject("thinking: Input should be a valid dictionary or object to extract fields from")
+    kind = value.get("type")
+    if kind is None:
+        raise _Reject("thinking: Unable to extract tag using discriminator 'type'")
+    if kind not in _THINKING_TYPES:
+        raise _Reject(
+            f"thinking: Input tag '{kind}' found using 'type' does not match any of the expected tags: "
+            f"{_tags(_THINKING_TYPES)}"
+        )
+    display = value.get("display")
+    if display is not None and display not in ("summarized", "omitted"):
+        raise _Reject(f"thinking.{kind}.display: Input should be 'summarized' or 'omitted'")
+    if kind == "enabled":
+        budget = value.get("budget_tokens")
+        if budget is None:
+            raise _Reject("thinking.enabled.budget_tokens: Field required")
+        if not isinstance(budget, int) or isinstance(budget, bool):
+            raise _Reject("thinking.enabled.budget_tokens: Input should be a valid integer")
+        if budget < 1024:
+            raise _Reject("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+        if budget >= max_tokens:
+            raise _Reject(
+                "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
+                f"documentation at {DOCS_EXTENDED_THINKING}#max-tokens-and-context-window-size"
+            )
+    return _Thinking(on=kind in ("enabled", "adaptive"), display=display, kind=str(kind))
+
+
+def _check_system_and_tools(body: Mapping[str, Any]) -> None:
+    system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        if not isinstance(system, list):
+            raise _Reject("system: Input should be a valid list")
+        for i, block in enumerate(system):
+            if (
+                not isinstance(block, dict)
+                or block.get("type") != "text"
+                or not isinstance(block.get("text"), str)
+            ):
+                raise _Reject(f"system.{i}: system blocks must be text blocks with a string `text`")
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _Reject("tools: Input should be a valid list")
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                raise _Reject(f"tools.{i}.name: Field required")
+    for path, holder in _cache_holders(body):
+        _ttl(path, holder)
+
+
+def _check_messages(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise _Reject("messages: Input should be a valid list")
+    if not value:
+        raise _Reject("messages: at least one message is required")
+    for n, msg in enumerate(value):
+        if not isinstance(msg, dict):
+            raise _Reject(f"messages.{n}: Input should be a valid dictionary")
+        for field in ("role", "content"):
+            if field not in msg:
+                raise _Reject(f"messages.{n}.{field}: Field required")
+        if msg["role"] not in ("user", "assistant"):
+            raise _Reject(f"messages.{n}.role: Input should be 'user' or 'assistant'")
+        content = msg["content"]
+        if isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            raise _Reject(f"messages.{n}.content: Input should be a valid string or list of content blocks")
+        if not content and not (n == len(value) - 1 and msg["role"] == "assistant"):
+            raise _Reject(
+                f"messages.{n}: all messages must have non-empty content except for the optional final "
+                "assistant message"
+            )
+        for m, block in enumerate(content):
+            if not isinstance(block, dict):
+                raise _Reject(f"messages.{n}.content.{m}: Input should be a valid dictionary")
+            kind = block.get("type")
+            if kind is None:
+                raise _Reject(f"messages.{n}.content.{m}: Unable to extract tag using discriminator 'type'")
+            if kind not in REQUEST_BLOCK_TYPES:
+                raise _Reject(
+                    f"messages.{n}.content.{m}: Input tag '{kind}' found using 'type' does not match any of "
+                    f"the expected tags: {_tags(REQUEST_BLOCK_TYPES)}"
+                )
+            if kind == "text" and not isinstance(block.get("text"), str):
+                raise _Reject(f"messages.{n}.content.{m}.text.text: Field required")
+            if kind == "text" and block["text"] == "":
+                raise _Reject("messages: text content blocks must be non-empty")
+            if kind == "tool_use":
+                for field in ("id", "name", "input"):
+                    if field not in block:
+                        raise _Reject(f"messages.{n}.content.{m}.tool_use.{field}: Field required")
+            if kind == "tool_result" and "tool_use_id" not in block:
+                raise _Reject(f"messages.{n}.content.{m}.tool_result.tool_use_id: Field required")
+    if value[0]["role"] != "user":
+        raise _Reject('messages: first message must use the "user" role')
+    for n in range(1, len(value)):
+        role = value[n]["role"]
+        if role == value[n - 1]["role"]:
+            raise _Reject(
+                f'messages: roles must alternate between "user" and "assistant", but found multiple '
+                f'"{role}" roles in a row'
+            )
+    return value
+
+
+def _cache_holders(body: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(path, object) for every top-level block carrying ``cache_control``, in prompt order."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for i, tool in enumerate(body.get("tools") or []):
+        if isinstance(tool, dict) and tool.get("cache_control") is not None:
+            found.append((f"tools.{i}", tool))
+    system = body.get("system")
+    if isinstance(system, list):
+        for i, block in enumerate(system):
+            if isinstance(block, dict) and block.get("cache_control") is not None:
+                found.append((f"system.{i}", block))
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for n, msg in enumerate(messages):
+            content = msg.get("content") if isinstance(msg, dict) else None
+            if isinstance(content, list):
+                for m, block in enumerate(content):
+                    if isinstance(block, dict) and block.get("cache_control") is not None:
+                        found.append((f"messages.{n}.content.{m}", block))
+    return found
+
+
+def _ttl(path: str, holder: Mapping[str, Any]) -> str:
+    control = holder.get("cache_control")
+    if not isinstance(control, dict) or control.get("type") != "ephemeral":
+        raise _Reject(f"{path}.cache_control.type: Input should be 'ephemeral'")
+    ttl = control.get("ttl", "5m")
+    if ttl not in ("5m", "1h"):
+        raise _Reject(f"{path}.cache_control.ttl: Input should be '5m' or '1h'")
+    return str(ttl)
+
+
+def _check_cache_control_count(body: Mapping[str, Any]) -> None:
+    blocks = _prompt_blocks(body)
+    found = sum(1 for b in blocks if b.ttl is not None)
+    if found > 4:
+        raise _Reject(f"A maximum of 4 blocks with cache_control may be provided. Found {found}.")
+
+
+def _check_tool_pairing(messages: list[dict[str, Any]]) -> None:
+    for n, msg in enumerate(messages):
+        blocks = _content(msg)
+        if msg["role"] == "assistant":
+            uses = [str(b["id"]) for b in blocks if b.get("type") == "tool_use"]
+            if not uses:
+                continue
+            following = messages[n + 1] if n + 1 < len(messages) else None
+            results: set[str] = set()
+            if following is not None and following["role"] == "user":
+                results = {
+                    str(b.get("tool_use_id")) for b in _content(following) if b.get("type") == "tool_result"
+                }
+            missing = [u for u in uses if u not in results]
+            if missing:
+                raise _Reject(
+                    f"messages.{n}: `tool_use` ids were found without `tool_result` blocks immediately "
+                    f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
+                    "`tool_result` block in the next message."
+                )
+        else:
+            previous = messages[n - 1] if n > 0 else None
+            uses_before: set[str] = set()
+            if previous is not None and previous["role"] == "assistant":
+                uses_before = {str(b.get("id")) for b in _content(previous) if b.get("type") == "tool_use"}
+            for m, block in enumerate(blocks):
+                if block.get("type") != "tool_result":
+                    continue
+                tool_use_id = str(block.get("tool_use_id"))
+                if tool_use_id not in uses_before:
+                    raise _Reject(
+                        f"messages.{n}.content.{m}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                        f"{tool_use_id}. Each `tool_result` block must have a corresponding `tool_use` block "
+                        "in the previous message."
+                    )
+
+
+# -- prompt blocks -------------------------------------------------------------------------------------
+def _strip(block: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in block.items() if k != "cache_control"}
+
+
+def _prompt_blocks(body: Mapping[str, Any]) -> list[_Block]:
+    """The request's prompt as cache blocks (tools → system → messages), see the module docstring."""
+    out: list[_Block] = []
+
+    def add(section: str, raw: Any, path: str) -> None:
+        if isinstance(raw, dict):
+            text = _compact(_strip(raw))
+            ttl = _ttl(path, raw) if raw.get("cache_control") is not None else None
+        else:
+            text = _compact({"type": "text", "text": raw})
+            ttl = None
+        out.append(
+            _Block(identity=f"{section}\x00".encode() + text.encode(), tokens=count_tokens(text), ttl=ttl)
+        )
+
+    for i, tool in enumerate(body.get("tools") or []):
+        add("tool", tool, f"tools.{i}")
+    system = body.get("system")
+    if isinstance(system, str):
+        add("system", system, "system")
+    elif isinstance(system, list):
+        for i, block in enumerate(system):
+            add("system", block, f"system.{i}")
+    for n, msg in enumerate(body.get("messages") or []):
+        content = msg["content"]
+        section = f"message\x00{n}\x00{msg['role']}"
+        if isinstance(content, str):
+            add(section, content, f"messages.{n}")
+        else:
+            for m, block in enumerate(content):
+                add(section, block, f"messages.{n}.content.{m}")
+    top = body.get("cache_control")
+    if top is not None and out:
+        ttl = _ttl("cache_control", {"cache_control": top})
+        last = out[-1]
+        if last.ttl is None:
+            out[-1] = attrs.evolve(last, ttl=ttl)
+    return out
+
+
+# -- streaming -----------------------------------------------------------------------------------------
+def _stream_events(message: Mapping[str, Any]) -> Iterable[bytes]:
+    usage = dict(message.get("usage") or {})
+    start_usage = {k: v for k, v in usage.items() if k not in ("output_tokens", "output_tokens_details")}
+    start_usage["output_tokens"] = 1
+    head = {k: v for k, v in message.items() if k not in ("content", "stop_reason", "stop_sequence", "usage")}
+    head.update({"content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage})
+    yield sse_event("message_start", {"type": "message_start", "message": head})
+    yield sse_event("ping", {"type": "ping"})
+    for index, block in enumerate(message.get("content") or []):
+        kind = block.get("type")
+        if kind == "thinking":
+            yield _block_start(index, {"type": "thinking", "thinking": "", "signature": ""})
+            for piece in _chunks(str(block.get("thinking", ""))):
+                yield _block_delta(index, {"type": "thinking_delta", "thinking": piece})
+            yield _block_delta(index, {"type": "signature_delta", "signature": block.get("signature", "")})
+        elif kind == "text":
+            yield _block_start(index, {**block, "text": ""})
+            for piece in _chunks(str(block.get("text", ""))):
+                yield _block_delta(index, {"type": "text_delta", "text": piece})
+        elif kind == "tool_use":
+            yield _block_start(index, {**block, "input": {}})
+            for piece in _chunks(_compact(block.get("input", {}))):
+                yield _block_delta(index, {"type": "input_json_delta", "partial_json": piece})
+        else:
+            yield _block_start(index, dict(block))
+        yield sse_event("content_block_stop", {"type": "content_block_stop", "index": index})
+    delta_usage = {
+        k: usage[k]
+        for k in (
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "output_tokens",
+            "output_tokens_details",
+        )
+        if k in usage
+    }
+    yield sse_event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": message.get("stop_reason"),
+                "stop_sequence": message.get("stop_sequence"),
+            },
+            "usage": delta_usage,
+        },
+    )
+    yield sse_event("message_stop", {"type": "message_stop"})
+
+
+def _block_start(index: int, block: Mapping[str, Any]) -> bytes:
+    return sse_event(
+        "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+    )
+
+
+def _block_delta(index: int, delta: Mapping[str, Any]) -> bytes:
+    return sse_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
