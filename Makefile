@@ -24,6 +24,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/bridge.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

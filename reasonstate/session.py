@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
 import time
@@ -33,7 +34,7 @@ from typing import Any
 import attrs
 
 from reasonstate.adapters import Adapter, adapter_for
-from reasonstate.adapters.base import DecodedStep, VendorRequest, request_digest
+from reasonstate.adapters.base import CallResult, DecodedStep, VendorRequest, request_digest
 from reasonstate.cache.guard import divergence
 from reasonstate.errors import IllegalTransition, ReasonStateError, ToolResultError, VendorError
 from reasonstate.policies import Keep, Policy, answer_tokens, policy_from_spec, reasoning_tokens
@@ -265,13 +266,18 @@ class _Core:
             error=type(exc).__name__,
             message=str(exc),
             status=status,
-            request_digest=request_digest(request.kwargs)[0],
+            units=len(request.units),
         )
 
     def _commit(
-        self, attempt: _Attempt, request: VendorRequest, predicted: int | None, raw: Any, started: float
+        self,
+        attempt: _Attempt,
+        request: VendorRequest,
+        predicted: int | None,
+        result: CallResult,
+        started: float,
     ) -> Reply:
-        decoded: DecodedStep = self._adapter.decode(raw, self._model)
+        decoded: DecodedStep = self._adapter.decode(result.response, self._model)
         duration = time.perf_counter() - started
         history = attempt.history
         turn = history.open_turn
@@ -285,7 +291,7 @@ class _Core:
         )
         turn = attrs.evolve(turn, steps=(*turn.steps, step))
         history = history.with_last_turn(turn)
-        digest, size = request_digest(request.kwargs)
+        digest, size = request_digest(request.kwargs, result.request_body)
         previous = self._records[-1].blocks if self._records else ()
         record = ExecutionRecord(
             index=len(self._records),
@@ -509,9 +515,13 @@ class _Core:
     def next_request(
         self, text: str | None = None, results: Mapping[str, Any] | None = None
     ) -> VendorRequest:
-        """The request the next ``send(text)`` / ``send_tool_results(results)`` would make (no I/O)."""
+        """The request the next ``send(text)`` / ``send_tool_results(results)`` would make (no I/O).
+
+        The kwargs are a deep copy: changing them changes nothing in the session.
+        """
         attempt = self._begin_tools(results) if results is not None else self._begin_user(text or "")
-        return self._prepare(attempt)[0]
+        request = self._prepare(attempt)[0]
+        return attrs.evolve(request, kwargs=copy.deepcopy(dict(request.kwargs)))
 
     def snapshot(self) -> SessionSnapshot:
         """Everything needed to continue elsewhere with a byte-identical next request."""

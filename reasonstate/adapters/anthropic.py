@@ -17,13 +17,18 @@ Rules encoded here, each from protocols.md §4.3/§4.4:
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from reasonstate.adapters.base import DecodedStep, ProtocolRules, VendorRequest
+import attrs
+
+from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
 from reasonstate.cache.guard import RECENT, divergence, predict_breakpoint_cache
-from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
+from reasonstate.errors import ContinuationMismatch, MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -68,6 +73,28 @@ def _unit(block: Mapping[str, Any]) -> str:
     return digest_of(_compact(block))
 
 
+_PAYLOAD = operator.attrgetter("payload")
+
+
+@attrs.frozen(slots=True)
+class _TurnEncoding:
+    """One turn's messages as (role, blocks, unit digests), shared read-only between requests."""
+
+    turn: Turn
+    model: str
+    messages: tuple[tuple[str, list[Any], list[str]], ...]
+    replayed: tuple[Continuation, ...]
+    withheld: tuple[Continuation, ...]
+    seal: str  # digest of the replayed payloads, each verified against its own digest when sealed
+
+    def verify(self) -> None:
+        """Re-check every replayed payload: one hash per turn, per-payload checks only on a mismatch."""
+        if digest_of(b"".join(map(_PAYLOAD, self.replayed))) != self.seal:
+            for c in self.replayed:
+                c.verify()
+            raise ContinuationMismatch("a replayed payload changed since capture")
+
+
 class AnthropicAdapter:
     """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length."""
 
@@ -76,6 +103,8 @@ class AnthropicAdapter:
 
     def __init__(self, *, min_cacheable: int | None = None, lookback_units: int = 20) -> None:
         self._min_cacheable = min_cacheable
+        # closed turns' encodings by id(turn), rebuilt each request from the turns still in history
+        self._memo: dict[int, _TurnEncoding] = {}
         self.rules = ProtocolRules(
             vendor=VENDOR,
             api=API,
@@ -103,48 +132,59 @@ class AnthropicAdapter:
         ]
         system: list[dict[str, Any]] = [{"type": "text", "text": prefix.system}] if prefix.system else []
         messages: list[dict[str, Any]] = []
-        # (message index, block index) of every message unit, in prompt order
-        slots: list[tuple[int, int]] = []
         units: list[str] = [_unit(t) for t in tools] + [_unit(b) for b in system]
+        n_head = len(units)
+        # unit index of each message's first block: locating a unit is a bisect, not a table per block
+        starts: list[int] = []
         withheld: list[Continuation] = []
 
-        def add(role: str, blocks: list[dict[str, Any]], digests: list[str]) -> None:
+        def add(role: str, blocks: list[Any], digests: list[str]) -> None:
+            starts.append(len(units))
             messages.append({"role": role, "content": blocks})
-            for j, d in enumerate(digests):
-                slots.append((len(messages) - 1, j))
-                units.append(d)
+            units.extend(digests)
 
         for user, answer in prefix.few_shots:
             add("user", *_text_block(user))
             add("assistant", *_text_block(answer))
         prefix_units = len(units)
+        memo: dict[int, _TurnEncoding] = {}
         for turn in history.turns:
-            add("user", *_text_block(turn.user))
-            for i, step in enumerate(turn.steps):
-                blocks, digests = self._assistant_content(turn, i, step, model, withheld)
-                add("assistant", blocks, digests)
-                if step.tool_results:
-                    results = [_tool_result(r.call_id, r.content, r.is_error) for r in step.tool_results]
-                    add("user", results, [_unit(r) for r in results])
+            encoded = self._memo.get(id(turn))
+            if encoded is None or encoded.turn is not turn or encoded.model != model:
+                encoded = self._encode_turn(turn, model)
+            else:
+                encoded.verify()
+            if turn.closed:  # a closed turn's view is frozen: its encoding is too
+                memo[id(turn)] = encoded
+            withheld.extend(encoded.withheld)
+            for role, blocks, digests in encoded.messages:
+                add(role, blocks, digests)
+        self._memo = memo
 
-        # thinking blocks cannot carry cache_control: a breakpoint that lands on one moves back
-        first = len(units) - len(slots)
-        unmarkable = {
-            first + k
-            for k, (mi, bi) in enumerate(slots)
-            if messages[mi]["content"][bi].get("type") in _REASONING_KINDS
-        }
-        breakpoints = self._breakpoints(units, prefix_units, records, unmarkable)
-        n_tools, n_system = len(tools), len(system)
+        def block_at(k: int) -> tuple[list[Any], int]:
+            mi = bisect.bisect_right(starts, k) - 1
+            message = messages[mi]
+            # content lists may be shared with a memoized turn: copy before marking a block
+            content = message["content"] = list(message["content"])
+            return content, k - starts[mi]
+
+        def markable(k: int) -> bool:
+            # thinking blocks cannot carry cache_control
+            if k < n_head:
+                return True
+            content, bi = block_at(k)
+            return content[bi].get("type") not in _REASONING_KINDS
+
+        breakpoints = self._breakpoints(units, prefix_units, records, markable)
+        n_tools = len(tools)
         for b in breakpoints:
             k = b - 1  # the unit that carries the marker
             if k < n_tools:
                 tools[k] = {**tools[k], "cache_control": _EPHEMERAL}
-            elif k < n_tools + n_system:
+            elif k < n_head:
                 system[k - n_tools] = {**system[k - n_tools], "cache_control": _EPHEMERAL}
             else:
-                mi, bi = slots[k - n_tools - n_system]
-                content = messages[mi]["content"]
+                content, bi = block_at(k)
                 content[bi] = {**content[bi], "cache_control": _EPHEMERAL}
         kwargs: dict[str, Any] = {
             "model": model,
@@ -162,12 +202,31 @@ class AnthropicAdapter:
             kwargs=kwargs, units=tuple(units), breakpoints=breakpoints, withheld=tuple(withheld)
         )
 
+    def _encode_turn(self, turn: Turn, model: str) -> _TurnEncoding:
+        messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user))]
+        withheld: list[Continuation] = []
+        for i, step in enumerate(turn.steps):
+            messages.append(("assistant", *self._assistant_content(turn, i, step, model, withheld)))
+            if step.tool_results:
+                pairs = [_tool_result(r.call_id, r.content, r.is_error) for r in step.tool_results]
+                messages.append(("user", [dict(b) for b, _ in pairs], [d for _, d in pairs]))
+        replayed = tuple(
+            c
+            for step in turn.steps
+            for c in step.continuation
+            if c.digest in {d for _, _, ds in messages for d in ds}
+        )
+        for c in replayed:
+            c.verify()
+        seal = digest_of(b"".join(c.payload for c in replayed))
+        return _TurnEncoding(turn, model, tuple(messages), replayed, tuple(withheld), seal)
+
     def _assistant_content(
         self, turn: Turn, index: int, step: Step, model: str, withheld: list[Continuation]
-    ) -> tuple[list[dict[str, Any]], list[str]]:
+    ) -> tuple[list[Any], list[str]]:
         keep_reasoning = turn.view is None or turn.view.keep_reasoning[index]
         summary = turn.view.summary if turn.view is not None and index == len(turn.steps) - 1 else None
-        blocks: list[dict[str, Any]] = []
+        blocks: list[Any] = []
         digests: list[str] = []
         if summary is not None:
             note: dict[str, Any] = {"type": "text", "text": f"(Summary of my earlier reasoning: {summary})"}
@@ -180,7 +239,8 @@ class AnthropicAdapter:
             if not c.replayable_to(VENDOR, API, model):
                 withheld.append(c)
                 continue
-            blocks.append(c.checked())
+            # digest-verified on every request; the parsed value is shared, never mutated (markers copy)
+            blocks.append(c.shared_value())
             digests.append(c.digest)
         return blocks, digests
 
@@ -189,7 +249,7 @@ class AnthropicAdapter:
         units: Sequence[str],
         prefix_units: int,
         records: Sequence[ExecutionRecord],
-        unmarkable: set[int],
+        markable: Callable[[int], bool],
     ) -> tuple[int, ...]:
         points = {len(units)}
         if prefix_units:
@@ -210,7 +270,7 @@ class AnthropicAdapter:
                 points.add(max(ends) if ends else d)
         for p in list(points):
             q = p
-            while q > 0 and q - 1 in unmarkable:
+            while q > 0 and not markable(q - 1):
                 q -= 1
             points.discard(p)
             points.add(q)
@@ -267,8 +327,8 @@ class AnthropicAdapter:
         )
 
     # -- I/O -----------------------------------------------------------------------------------------------
-    def call(self, client: Any, request: VendorRequest, stream: bool) -> Any:
-        """One ``messages`` call; returns the response JSON object exactly as received."""
+    def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
+        """One ``messages`` call: the response JSON object exactly as received, and the bytes sent."""
         import anthropic
 
         try:
@@ -279,9 +339,10 @@ class AnthropicAdapter:
                         stopped = stopped or event.type == "message_stop"
                     if not stopped:
                         raise StreamInterrupted("the stream ended before message_stop")
-                    return _message_dict(events.get_final_message())
+                    final = _message_dict(events.get_final_message())
+                    return CallResult(final, events.response.request.content)
             raw = client.messages.with_raw_response.create(**request.kwargs)
-            return _parse_body(raw.http_response.content)
+            return CallResult(_parse_body(raw.http_response.content), raw.http_response.request.content)
         except anthropic.APIStatusError as exc:
             raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
         except anthropic.APIError as exc:
@@ -294,7 +355,7 @@ class AnthropicAdapter:
                 raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
             raise
 
-    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> Any:
+    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
         """The async twin of :meth:`call`."""
         import anthropic
 
@@ -306,9 +367,10 @@ class AnthropicAdapter:
                         stopped = stopped or event.type == "message_stop"
                     if not stopped:
                         raise StreamInterrupted("the stream ended before message_stop")
-                    return _message_dict(await events.get_final_message())
+                    final = _message_dict(await events.get_final_message())
+                    return CallResult(final, events.response.request.content)
             raw = await client.messages.with_raw_response.create(**request.kwargs)
-            return _parse_body(raw.http_response.content)
+            return CallResult(_parse_body(raw.http_response.content), raw.http_response.request.content)
         except anthropic.APIStatusError as exc:
             raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
         except anthropic.APIError as exc:
@@ -323,15 +385,24 @@ class AnthropicAdapter:
 
 
 def _text_block(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    block, digest = _text_unit(text)
+    return [dict(block)], [digest]
+
+
+# History blocks we build ourselves are the same on every request: their digests are memoized (the
+# returned dicts are copied before use, so the cache cannot be mutated through a request).
+@functools.lru_cache(maxsize=1 << 16)
+def _text_unit(text: str) -> tuple[dict[str, Any], str]:
     block = {"type": "text", "text": text}
-    return [block], [_unit(block)]
+    return block, _unit(block)
 
 
-def _tool_result(call_id: str, content: str, is_error: bool) -> dict[str, Any]:
+@functools.lru_cache(maxsize=1 << 16)
+def _tool_result(call_id: str, content: str, is_error: bool) -> tuple[dict[str, Any], str]:
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": content}
     if is_error:
         block["is_error"] = True
-    return block
+    return block, _unit(block)
 
 
 def _part(kind: str, block: Mapping[str, Any], i: int) -> Part:

@@ -26,7 +26,7 @@ from reasonstate.state import (
     Usage,
 )
 
-__all__ = ["Adapter", "DecodedStep", "ProtocolRules", "VendorRequest", "request_digest"]
+__all__ = ["Adapter", "CallResult", "DecodedStep", "ProtocolRules", "VendorRequest", "request_digest"]
 
 
 @attrs.frozen(slots=True)
@@ -90,10 +90,19 @@ class VendorRequest:
     withheld: tuple[Continuation, ...] = ()
 
 
-def request_digest(kwargs: Mapping[str, Any]) -> tuple[str, int]:
-    """``(sha256 digest, size)`` of the request's compact JSON serialization."""
-    body = json.dumps(kwargs, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+def request_digest(kwargs: Mapping[str, Any], body: bytes | None = None) -> tuple[str, int]:
+    """``(sha256 digest, size)`` of the request body the SDK sent (else of the kwargs' compact JSON)."""
+    if body is None:
+        body = json.dumps(kwargs, ensure_ascii=False, separators=(",", ":"), default=str).encode()
     return "sha256:" + hashlib.sha256(body).hexdigest(), len(body)
+
+
+@attrs.frozen(slots=True)
+class CallResult:
+    """What a vendor call returned: the response JSON as received and the request body the SDK sent."""
+
+    response: Any
+    request_body: bytes | None = None
 
 
 @attrs.frozen(slots=True)
@@ -130,6 +139,6 @@ class Adapter(Protocol):
         self, request: VendorRequest, records: Sequence[ExecutionRecord]
     ) -> int | None: ...
 
-    def call(self, client: Any, request: VendorRequest, stream: bool) -> Any: ...
+    def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult: ...
 
-    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> Any: ...
+    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult: ...

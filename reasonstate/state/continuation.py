@@ -41,6 +41,8 @@ class Continuation:
     payload: bytes = attrs.field(repr=False)
     digest: str
     model_bound: bool = True
+    # (digest, parsed value): the payload parsed once, re-used while the digest still verifies
+    _parsed: list[Any] = attrs.field(factory=list, init=False, eq=False, repr=False)
 
     @classmethod
     def capture(
@@ -58,16 +60,31 @@ class Continuation:
             model_bound=model_bound,
         )
 
-    def checked(self) -> Any:
-        """The payload as a fresh JSON value, after re-verifying the capture digest.
-
-        Raises :class:`ContinuationMismatch` when ``sha256(payload) != digest``.
-        """
+    def verify(self) -> None:
+        """Raise :class:`ContinuationMismatch` unless ``sha256(payload) == digest``."""
         if digest_of(self.payload) != self.digest:
             raise ContinuationMismatch(
                 f"{self.vendor} {self.kind} payload changed since capture (digest {self.digest[:19]}…)"
             )
+
+    def checked(self) -> Any:
+        """The payload as a fresh JSON value, after :meth:`verify`."""
+        self.verify()
         return json.loads(self.payload)
+
+    def shared_value(self) -> Any:
+        """The payload's JSON value after :meth:`verify`, parsed once and shared between requests.
+
+        Read-only by contract: callers copy before changing anything (vendor SDKs deep-copy request
+        params before serializing them). The cached value is tied to the digest it was parsed under.
+        """
+        self.verify()
+        memo = self._parsed
+        if memo and memo[0] == self.digest:
+            return memo[1]
+        value = json.loads(self.payload)
+        memo[:] = [self.digest, value]
+        return value
 
     def replayable_to(self, vendor: str, api: str, model: str) -> bool:
         """True when this payload may be sent to ``vendor``/``api``/``model``."""

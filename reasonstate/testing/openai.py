@@ -1,0 +1,215 @@
+"""What the OpenAI-family emulators share: server lifecycle, real SDK clients, OpenAI's error envelope,
+bearer auth, fault helpers, and the token-level prefix arithmetic both cache simulations stand on.
+
+The emulators themselves live next door: :mod:`reasonstate.testing.openai_responses`
+(``POST /v1/responses``) and :mod:`reasonstate.testing.openai_chat` (``POST /v1/chat/completions`` with
+the openai, deepseek, vllm and sglang dialects). Like every emulator they are written from
+../shared/protocols.md alone and never import ``reasonstate.adapters``, ``reasonstate.session`` or
+``reasonstate.state``; the ``openai`` SDK is imported only inside :meth:`OpenAIFamilyEmulator.client`
+and :meth:`OpenAIFamilyEmulator.async_client`, so this module imports without it.
+
+Token arithmetic (used by both emulators, stated once here):
+  * the prompt of a request is one text ``P`` (each emulator's docstring defines its rendering);
+  * ``prompt_tokens = count_tokens(P) = ceil(len(P.encode()) / 4)``, i.e. token ``i`` is the byte slice
+    ``P[4i:4i+4]`` (the last token may be shorter);
+  * two prompts share their first ``t`` tokens iff those byte slices are equal, so
+    ``shared_tokens(P, Q) = lcp // 4``, or ``ceil(lcp / 4)`` when ``P == Q`` (``lcp`` is the length of
+    their common byte prefix): :func:`shared_tokens`;
+  * OpenAI's rule (protocols.md §1.5): nothing is cached below 1024 prompt tokens, and hits come in
+    128-token increments above 1024: :func:`openai_cached_tokens`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from reasonstate.testing._server import EmulatorServer, Fault, JSONResponse, RecordedRequest, Route
+from reasonstate.testing.script import ModelAction, Script
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = [
+    "OpenAIFamilyEmulator",
+    "Transform",
+    "canonical_json",
+    "openai_cached_tokens",
+    "openai_error",
+    "shared_tokens",
+]
+
+_E = TypeVar("_E", bound="OpenAIFamilyEmulator")
+
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+"""Applied to every successful response body (a Responses ``response`` object or a chat completion)
+before it is sent; a streamed response is derived from the transformed body, so both agree."""
+
+
+def openai_error(
+    status: int,
+    message: str,
+    *,
+    type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """OpenAI's error envelope ``{"error": {"message", "type", "param", "code"}}`` (protocols.md §0)."""
+    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return JSONResponse(status, body, dict(headers or {}))
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, UTF-8 kept as is: the rendering the cache simulations tokenise."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def shared_tokens(prompt: bytes, earlier: bytes) -> int:
+    """How many leading tokens ``prompt`` shares with ``earlier`` (4-byte tokens, see the module doc)."""
+    lo, hi = 0, min(len(prompt), len(earlier))
+    while lo < hi:  # binary search on slice equality: the comparisons run in C
+        mid = (lo + hi + 1) // 2
+        if prompt[:mid] == earlier[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == len(prompt) == len(earlier):
+        return math.ceil(lo / 4)
+    return lo // 4
+
+
+def openai_cached_tokens(prompt_tokens: int, matched_tokens: int) -> int:
+    """OpenAI's reported ``cached_tokens`` (protocols.md §1.5).
+
+    ``0`` when the prompt is under 1024 tokens or the match is; otherwise the largest ``1024 + 128k``
+    that is ``<= matched_tokens``.
+    """
+    if prompt_tokens < 1024 or matched_tokens < 1024:
+        return 0
+    return 1024 + 128 * ((matched_tokens - 1024) // 128)
+
+
+class OpenAIFamilyEmulator:
+    """Base of the OpenAI-family emulators: a running :class:`EmulatorServer` plus real SDK clients.
+
+    Use it as a context manager (or :meth:`start`/:meth:`stop`). ``base_url`` is the server root
+    (``http://127.0.0.1:PORT``); :meth:`client` points the SDK at ``root + sdk_path`` (``/v1`` for OpenAI).
+    Every request must carry ``Authorization: Bearer <anything>`` or it is answered 401 (protocols.md §0).
+    The handler runs under one lock, so concurrent requests see a consistent store and cache.
+    """
+
+    sdk_path = "/v1"
+
+    def __init__(
+        self,
+        script: Iterable[ModelAction] | Script = (),
+        *,
+        secret: bytes | str | None = None,
+        transform: Transform | None = None,
+        name: str = "openai-emulator",
+    ) -> None:
+        self.script = script if isinstance(script, Script) else Script(script)
+        if secret is None:
+            secret = secrets.token_bytes(32)
+        self.secret = secret.encode() if isinstance(secret, str) else bytes(secret)
+        self.transform = transform
+        self._lock = threading.RLock()
+        self._server = EmulatorServer(self._routes(), name=name)
+
+    # -- subclass hooks ----------------------------------------------------------------------------
+    def _routes(self) -> list[Route]:
+        raise NotImplementedError
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self: _E) -> _E:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self: _E) -> _E:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """The server root, ``http://127.0.0.1:PORT`` (no ``/v1``)."""
+        return self._server.base_url
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received, faulted and rejected ones included, in arrival order."""
+        return self._server.requests
+
+    # -- clients -----------------------------------------------------------------------------------
+    def _client_kwargs(self, kw: dict[str, Any]) -> dict[str, Any]:
+        return {"base_url": self.base_url + self.sdk_path, "api_key": "test-key", "max_retries": 0, **kw}
+
+    def client(self, **kw: Any) -> openai.OpenAI:
+        """A real ``openai.OpenAI`` pointed at this emulator (``max_retries=0``; ``kw`` overrides)."""
+        import openai
+
+        return openai.OpenAI(**self._client_kwargs(kw))
+
+    def async_client(self, **kw: Any) -> openai.AsyncOpenAI:
+        """A real ``openai.AsyncOpenAI`` pointed at this emulator (``max_retries=0``; ``kw`` overrides)."""
+        import openai
+
+        return openai.AsyncOpenAI(**self._client_kwargs(kw))
+
+    # -- faults ------------------------------------------------------------------------------------
+    def inject(self, *faults: Fault) -> None:
+        """Queue faults; each answers one later request, in order, before any validation."""
+        self._server.inject(*faults)
+
+    @staticmethod
+    def rate_limited(retry_after: float = 1.0) -> Fault:
+        """A 429 in OpenAI's shape (``code: rate_limit_exceeded``) with a ``retry-after`` header."""
+        message = f"Rate limit reached for requests. Please try again in {retry_after:g}s."
+        body = {
+            "error": {"message": message, "type": "requests", "param": None, "code": "rate_limit_exceeded"}
+        }
+        return Fault.http(429, body, {"retry-after": f"{retry_after:g}"})
+
+    @staticmethod
+    def server_error() -> Fault:
+        """A 500 in OpenAI's shape."""
+        message = "The server had an error while processing your request. Sorry about that!"
+        return Fault.http(
+            500, {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+        )
+
+    # -- request plumbing shared by the handlers ---------------------------------------------------
+    @staticmethod
+    def _unauthorized(request: RecordedRequest) -> JSONResponse | None:
+        auth = request.headers.get("authorization", "")
+        if auth.startswith("Bearer ") and auth[len("Bearer ") :].strip():
+            return None
+        message = (
+            "You didn't provide an API key. You need to provide your API key in an Authorization header "
+            "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+        )
+        return openai_error(401, message, code=None)
+
+    @staticmethod
+    def _json_body(request: RecordedRequest) -> dict[str, Any] | JSONResponse:
+        try:
+            body = request.json()
+        except ValueError:
+            return openai_error(400, "We could not parse the JSON body of your request.")
+        if not isinstance(body, dict):
+            return openai_error(400, "We could not parse the JSON body of your request.")
+        if not isinstance(body.get("model"), str):
+            return openai_error(400, "you must provide a model parameter", param="model")
+        return body
+
+    def _transformed(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self.transform(payload) if self.transform is not None else payload

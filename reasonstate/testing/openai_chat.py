@@ -1,0 +1,426 @@
+"""A strict emulator of Chat Completions (``POST /v1/chat/completions``, also ``POST /chat/completions``
+for DeepSeek's base URL) in four dialects, written from protocols.md §2 and §3.
+
+Dialects (what differs is where reasoning lives, which rules are enforced, and how the cache reports):
+
+* **openai** — reasoning stays hidden on output (§2.1); ``reasoning``/``reasoning_content`` on input are
+  ignored; cache in ``prompt_tokens_details.cached_tokens`` with OpenAI's 1024 + 128k rule (§1.5).
+* **deepseek** — ``reasoning_content`` on output (§3.2), required back on every assistant message with
+  ``tool_calls`` while thinking is on (§3.3); cache in ``prompt_cache_hit_tokens`` +
+  ``prompt_cache_miss_tokens`` (sum = ``prompt_tokens``) and ``prompt_tokens_details.cached_tokens`` = hit,
+  from persisted prefix units (§3.4).
+* **vllm** — ``reasoning`` and ``reasoning_content`` on the message, ``reasoning`` in stream deltas; the
+  input side reads only ``reasoning`` (§2.2); cache = full 16-token blocks of the longest shared prefix.
+* **sglang** — ``reasoning_content`` on output, kept as sent on input (§2.2, unconfirmed); cache as vllm.
+
+Rules enforced (a rejected request consumes no script action and does not feed the cache):
+
+* **Tool pairing** (openai, deepseek; self-hosted servers only render a chat template and do not check):
+  a ``tool`` message must answer a ``tool_call_id`` of the assistant message that opened the current run of
+  tool messages. None open → ``Invalid parameter: messages with role 'tool' must be a response to a
+  preceeding message with 'tool_calls'.`` (DeepSeek: ``Messages with role 'tool' must be a response to a
+  preceding message with 'tool_calls'``); an id that is not in that message →
+  ``Invalid parameter: 'tool_call_id' of 'call_…' not found in 'tool_calls' of previous message.``; a
+  non-tool message (or the end of the list) while calls are unanswered → ``An assistant message with
+  'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following
+  tool_call_ids did not have response messages: call_…`` (ids comma-separated). ``param`` is
+  ``messages.[i].role`` as OpenAI reports it (DeepSeek: null).
+* **DeepSeek thinking** (§3.1, §3.3): thinking is on unless ``thinking: {"type": "disabled"}``. Then an
+  assistant message with ``tool_calls`` whose ``reasoning_content`` key is absent (or null) → 400
+  ``The reasoning_content in the thinking mode must be passed back to the API.`` (wording of the V4 API,
+  e.g. JohnnyZ93/oai-compatible-copilot#215; the earlier V3.2 text was "Missing `reasoning_content`
+  field in the assistant message at message index N."). An empty string satisfies the check (§7: the
+  real behaviour is unconfirmed).
+* **Byte-exact replay** (emulator strictness, not a documented vendor rule; ``verify_replay=True``, the
+  default): the emulator remembers the reasoning it issued with each tool call id; an assistant message
+  that replays one of those ids with a *different* ``reasoning_content`` → 400, ``code:
+  "emulator_reasoning_mismatch"``. The real API cannot tell (the text is not signed); the check exists so
+  that tests catch an SDK that edits continuation state. Messages with ids this emulator never issued
+  are not checked.
+* **Legacy deepseek-reasoner** (``legacy_reject_reasoning=True``, §3.3): any input message carrying
+  ``reasoning_content`` → 400 ``The reasoning_content is an intermediate result for display purposes only
+  and will not be included in the context for inference. Please remove the reasoning_content from your
+  message to reduce network traffic.`` (Euyug/Mirai-Gpt-Plugin#4).
+
+**Prompt rendering.** The prompt is a list of segments: ``canonical_json({"tools": tools})`` when tools are
+given, then one per message: ``canonical_json`` of the message without null-valued keys and with the
+reasoning fields the server would not render removed — openai: ``reasoning`` and ``reasoning_content``;
+deepseek: ``reasoning``, and ``reasoning_content`` except on assistant messages with ``tool_calls``
+(§3.3: otherwise it is ignored); vllm: ``reasoning_content`` (the input side reads only ``reasoning``,
+vllm-project/vllm#38488); sglang: nothing. ``P = "\\n".join(segments)``; ``prompt_tokens =
+count_tokens(P)`` and token sharing is byte-level as defined in :mod:`reasonstate.testing.openai`.
+
+**Cache figures.** openai: ``openai_cached_tokens(prompt_tokens, max shared_tokens)`` over earlier
+successful requests with the same model and ``prompt_cache_key``. vllm/sglang: ``16 * (m // 16)`` with
+``m = min(max shared_tokens, prompt_tokens - 1)`` over earlier requests of the same model (the last prompt
+token is always computed; generated tokens are not cached). deepseek (§3.4, at message granularity): a
+*unit* is a segment prefix ``S[:j]``; after each successful request the server persists the whole input
+``S``, the input plus the rendered output message (what a client appends to continue), and ``S[:L]``
+for the longest common segment prefix ``L > 0`` with every earlier request of the model. The hit is
+``count_tokens("\\n".join(S[:j]))`` for the longest persisted unit that is a prefix of the request; the
+fixed-interval units of very long inputs and the old 64-token minimum are not emulated.
+
+**Output.** ``choices[0].message``: ``role``, ``content`` (the text; null without text, ``""`` for
+deepseek), the dialect's reasoning field(s), ``tool_calls`` (ids ``call_NNN``; ``arguments`` =
+``raw_arguments`` or compact JSON). ``finish_reason``: ``length`` for ``stop="max_tokens"``, else
+``tool_calls`` when there are calls, else ``stop``. Usage: ``reasoning_tokens = count_tokens(reasoning)``
+(0 when deepseek thinking is off), ``completion_tokens = reasoning_tokens + count_tokens(text) +
+Σ count_tokens(name + arguments)``.
+
+**Streaming.** ``data: {chunk}\\n\\n`` … ``data: [DONE]``: a role chunk, reasoning deltas
+(``reasoning_content``; ``reasoning`` for vllm), content deltas, one opening chunk per tool call (index,
+id, name) then its argument deltas, a chunk with ``finish_reason``, and, with
+``stream_options.include_usage``, a last chunk with ``choices: []`` and the usage (earlier chunks then carry
+``usage: null``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal
+
+from reasonstate.testing._server import JSONResponse, RecordedRequest, Route, StreamResponse, sse_event
+from reasonstate.testing.openai import (
+    OpenAIFamilyEmulator,
+    Transform,
+    canonical_json,
+    openai_cached_tokens,
+    openai_error,
+    shared_tokens,
+)
+from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_tokens
+
+__all__ = ["Dialect", "OpenAIChatEmulator"]
+
+Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
+_DIALECTS: tuple[Dialect, ...] = ("openai", "deepseek", "vllm", "sglang")
+_CHUNK = 8  # characters per streamed delta
+
+_DEEPSEEK_MISSING = "The reasoning_content in the thinking mode must be passed back to the API."
+_DEEPSEEK_LEGACY = (
+    "The reasoning_content is an intermediate result for display purposes only and will not be included "
+    "in the context for inference. Please remove the reasoning_content from your message to reduce network "
+    "traffic."
+)
+# OpenAI's text keeps its typo ("preceeding"); DeepSeek's has no trailing period (itmisx/deepx-code#94).
+_OPENAI_ORPHAN_TOOL = (
+    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+    "with 'tool_calls'."
+)
+_DEEPSEEK_ORPHAN_TOOL = (
+    "Messages with role 'tool' must be a response to a preceding message with 'tool_calls'"
+)
+
+
+class _Reject(Exception):
+    def __init__(self, response: JSONResponse) -> None:
+        super().__init__(response.payload)
+        self.response = response
+
+
+def _arguments(call: ToolCallSpec) -> str:
+    if call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(dict(call.arguments), ensure_ascii=False, separators=(",", ":"))
+
+
+def _chunks(text: str) -> list[str]:
+    return [text[i : i + _CHUNK] for i in range(0, len(text), _CHUNK)]
+
+
+class OpenAIChatEmulator(OpenAIFamilyEmulator):
+    """``POST /v1/chat/completions`` (and ``/chat/completions``) under the rules in the module docstring.
+
+    :meth:`client` uses ``root + "/v1"``, except for the deepseek dialect, whose documented base URL has no
+    ``/v1`` (protocols.md §0, §3). ``transform`` rewrites each successful completion before it is sent
+    (streamed chunks are derived from the rewritten completion).
+    """
+
+    def __init__(
+        self,
+        script: Iterable[ModelAction] | Script = (),
+        *,
+        dialect: Dialect = "openai",
+        secret: bytes | str | None = None,
+        transform: Transform | None = None,
+        legacy_reject_reasoning: bool = False,
+        verify_replay: bool = True,
+    ) -> None:
+        if dialect not in _DIALECTS:
+            raise ValueError(f"unknown dialect {dialect!r}; expected one of {_DIALECTS}")
+        super().__init__(script, secret=secret, transform=transform, name=f"{dialect}-chat-emulator")
+        self.dialect: Dialect = dialect
+        self.sdk_path = "" if dialect == "deepseek" else "/v1"
+        self.legacy_reject_reasoning = legacy_reject_reasoning
+        self.verify_replay = verify_replay
+        self._completions = 0
+        self._calls = 0
+        self._issued_reasoning: dict[str, str] = {}  # tool call id -> reasoning issued with it
+        self._prompts: dict[tuple[str, str | None], list[bytes]] = {}
+        self._history: dict[str, list[list[str]]] = {}  # deepseek: segment lists of earlier requests
+        self._units: dict[str, set[str]] = {}  # deepseek: persisted prefix units (joined text)
+
+    def _routes(self) -> list[Route]:
+        return [
+            Route("POST", r"/v1/chat/completions", self._handle),
+            Route("POST", r"/chat/completions", self._handle),
+        ]
+
+    def clear_cache(self) -> None:
+        """Forget every earlier prompt and persisted unit: the next request reports no cache hit."""
+        with self._lock:
+            self._prompts.clear()
+            self._history.clear()
+            self._units.clear()
+
+    # -- the handler -------------------------------------------------------------------------------
+    def _handle(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        body = self._json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            return self._error("Invalid type for 'messages': expected an array of objects.", param="messages")
+        with self._lock:
+            try:
+                self._validate(body, messages)
+            except _Reject as rejected:
+                return rejected.response
+            action = self.script.take(body)
+            completion = self._respond(body, messages, action)
+        completion = self._transformed(completion)
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamResponse(self._chunks(completion, include_usage=include_usage))
+        return JSONResponse(200, completion)
+
+    def _error(self, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
+        if self.dialect == "deepseek":  # DeepSeek's envelope: param null, code repeats the type
+            return openai_error(400, message, param=None, code=code or "invalid_request_error")
+        return openai_error(400, message, param=param, code=code)
+
+    # -- validation ----------------------------------------------------------------------------------
+    def _thinking(self, body: dict[str, Any]) -> bool:
+        if self.dialect != "deepseek":
+            return False
+        thinking = body.get("thinking")
+        return not (isinstance(thinking, dict) and thinking.get("type") == "disabled")
+
+    def _validate(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+        if self.legacy_reject_reasoning and any("reasoning_content" in m for m in messages):
+            raise _Reject(self._error(_DEEPSEEK_LEGACY))
+        if self.dialect in ("openai", "deepseek"):
+            self._check_tool_pairing(messages)
+        thinking = self._thinking(body)
+        for message in messages:
+            if message.get("role") != "assistant" or not message.get("tool_calls"):
+                continue
+            reasoning = message.get("reasoning_content")
+            if thinking and reasoning is None:
+                raise _Reject(self._error(_DEEPSEEK_MISSING))
+            if self.verify_replay and self.dialect == "deepseek" and reasoning is not None:
+                for call in message["tool_calls"]:
+                    issued = self._issued_reasoning.get(str(call.get("id")))
+                    if issued is not None and issued != reasoning:
+                        text = (
+                            f"reasoning_content replayed with tool call {call.get('id')} differs from the "
+                            "reasoning the model produced with it (reasonstate emulator check)."
+                        )
+                        raise _Reject(self._error(text, code="emulator_reasoning_mismatch"))
+
+    def _check_tool_pairing(self, messages: list[dict[str, Any]]) -> None:
+        open_ids: list[str] = []  # tool_call ids of the assistant message that opened the current tool run
+        unanswered: list[str] = []
+        in_tool_run = False
+        for index, message in enumerate(messages):
+            role = message.get("role")
+            param = f"messages.[{index}].role"
+            if role == "tool":
+                call_id = message.get("tool_call_id")
+                if not in_tool_run:
+                    text = _DEEPSEEK_ORPHAN_TOOL if self.dialect == "deepseek" else _OPENAI_ORPHAN_TOOL
+                    raise _Reject(self._error(text, param=param))
+                if call_id not in open_ids:
+                    text = (
+                        f"Invalid parameter: 'tool_call_id' of '{call_id}' not found in 'tool_calls' "
+                        "of previous message."
+                    )
+                    raise _Reject(self._error(text, param=param))
+                if call_id in unanswered:
+                    unanswered.remove(call_id)
+                continue
+            self._check_answered(unanswered, param)
+            in_tool_run = role == "assistant" and bool(message.get("tool_calls"))
+            open_ids = [str(c.get("id")) for c in message.get("tool_calls") or []] if in_tool_run else []
+            unanswered = list(open_ids)
+        self._check_answered(unanswered, f"messages.[{len(messages)}].role")
+
+    def _check_answered(self, unanswered: list[str], param: str) -> None:
+        if unanswered:
+            text = (
+                "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                "'tool_call_id'. The following tool_call_ids did not have response messages: "
+                + ", ".join(unanswered)
+            )
+            raise _Reject(self._error(text, param=param))
+
+    # -- prompt rendering and cache ------------------------------------------------------------------
+    def _rendered(self, message: dict[str, Any]) -> str:
+        shown = {k: v for k, v in message.items() if v is not None}
+        if self.dialect == "openai":
+            drop: tuple[str, ...] = ("reasoning", "reasoning_content")
+        elif self.dialect == "deepseek":
+            with_calls = shown.get("role") == "assistant" and bool(shown.get("tool_calls"))
+            drop = ("reasoning",) if with_calls else ("reasoning", "reasoning_content")
+        elif self.dialect == "vllm":
+            drop = ("reasoning_content",)
+        else:
+            drop = ()
+        return canonical_json({k: v for k, v in shown.items() if k not in drop})
+
+    def _segments(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> list[str]:
+        segments = [canonical_json({"tools": body["tools"]})] if body.get("tools") else []
+        return segments + [self._rendered(m) for m in messages]
+
+    def _cache(self, body: dict[str, Any], segments: list[str], output: dict[str, Any]) -> tuple[int, int]:
+        """``(prompt_tokens, cached_tokens)`` for this request; records it for later requests."""
+        model: str = body["model"]
+        text = "\n".join(segments)
+        prompt = text.encode()
+        prompt_tokens = count_tokens(text)
+        if self.dialect == "deepseek":
+            units = self._units.setdefault(model, set())
+            history = self._history.setdefault(model, [])
+            hit = 0
+            for j in range(len(segments), 0, -1):
+                prefix = "\n".join(segments[:j])
+                if prefix in units:
+                    hit = count_tokens(prefix)
+                    break
+            for earlier in history:
+                common = 0
+                while common < min(len(earlier), len(segments)) and earlier[common] == segments[common]:
+                    common += 1
+                if common:
+                    units.add("\n".join(segments[:common]))
+            units.add(text)
+            units.add("\n".join([*segments, self._rendered(output)]))
+            history.append(list(segments))
+            return prompt_tokens, hit
+        namespace = (model, body.get("prompt_cache_key") if self.dialect == "openai" else None)
+        earlier_prompts = self._prompts.setdefault(namespace, [])
+        matched = max((shared_tokens(prompt, q) for q in earlier_prompts), default=0)
+        earlier_prompts.append(prompt)
+        if self.dialect == "openai":
+            return prompt_tokens, openai_cached_tokens(prompt_tokens, matched)
+        return prompt_tokens, 16 * (min(matched, prompt_tokens - 1) // 16)
+
+    # -- output --------------------------------------------------------------------------------------
+    def _respond(
+        self, body: dict[str, Any], messages: list[dict[str, Any]], action: ModelAction
+    ) -> dict[str, Any]:
+        self._completions += 1
+        thinking = self._thinking(body)
+        reasoning = action.reasoning
+        if self.dialect == "deepseek":
+            reasoning = (action.reasoning or "") if thinking else None
+        message: dict[str, Any] = {"role": "assistant"}
+        if self.dialect == "deepseek":
+            message["content"] = action.text or ""
+        else:
+            message["content"] = action.text
+        if reasoning is not None:
+            if self.dialect in ("deepseek", "sglang"):
+                message["reasoning_content"] = reasoning
+            elif self.dialect == "vllm":
+                message["reasoning"] = reasoning
+                message["reasoning_content"] = reasoning
+        tool_calls: list[dict[str, Any]] = []
+        for call in action.tool_calls:
+            self._calls += 1
+            call_id = f"call_{self._calls:03d}"
+            arguments = _arguments(call)
+            tool_calls.append(
+                {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
+            )
+            if reasoning is not None:
+                self._issued_reasoning[call_id] = reasoning
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        finish_reason = "tool_calls" if tool_calls else "stop"
+        if action.stop == "max_tokens":
+            finish_reason = "length"
+
+        prompt_tokens, cached = self._cache(body, self._segments(body, messages), message)
+        reasoning_tokens = (
+            count_tokens(action.reasoning or "") if (self.dialect != "deepseek" or thinking) else 0
+        )
+        completion_tokens = (
+            reasoning_tokens
+            + count_tokens(action.text or "")
+            + sum(count_tokens(c.name + _arguments(c)) for c in action.tool_calls)
+        )
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        }
+        if self.dialect == "deepseek":
+            usage["prompt_cache_hit_tokens"] = cached
+            usage["prompt_cache_miss_tokens"] = prompt_tokens - cached
+        return {
+            "id": f"chatcmpl-emu-{self._completions:03d}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "system_fingerprint": "fp_emu",
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
+            "usage": usage,
+        }
+
+    # -- streaming -----------------------------------------------------------------------------------
+    def _chunks(self, completion: dict[str, Any], *, include_usage: bool) -> Iterator[bytes]:
+        head: dict[str, Any] = {
+            k: completion[k] for k in ("id", "created", "model", "system_fingerprint") if k in completion
+        }
+        head["object"] = "chat.completion.chunk"
+        if include_usage:
+            head["usage"] = None
+        choice = completion["choices"][0]
+        message: dict[str, Any] = choice["message"]
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            body = {
+                **head,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            }
+            return sse_event(None, body)
+
+        yield chunk({"role": "assistant", "content": ""})
+        stream_field = "reasoning" if self.dialect == "vllm" else "reasoning_content"
+        reasoning = message.get(stream_field)
+        if isinstance(reasoning, str):
+            for piece in _chunks(reasoning):
+                yield chunk({stream_field: piece})
+        if isinstance(message.get("content"), str):
+            for piece in _chunks(message["content"]):
+                yield chunk({"content": piece})
+        for index, call in enumerate(message.get("tool_calls") or []):
+            function = call["function"]
+            opening = {"index": index, "id": call["id"], "type": "function"}
+            yield chunk(
+                {"tool_calls": [{**opening, "function": {"name": function["name"], "arguments": ""}}]}
+            )
+            for piece in _chunks(function["arguments"]):
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+        yield chunk({}, choice.get("finish_reason"))
+        if include_usage:
+            yield sse_event(None, {**head, "choices": [], "usage": completion.get("usage")})
+        yield sse_event(None, "[DONE]")

@@ -1,0 +1,587 @@
+"""A strict emulator of the OpenAI Responses API (``POST /v1/responses``), written from protocols.md §1.
+
+What it enforces (each rule cites its section; error texts are the ones observed in the wild):
+
+* **Pairing** (§1.4 B.1, §1.8): a replayed ``reasoning`` item must be immediately followed by the item that
+  followed it in the response that produced it — the same id, or an id-less item of the same type (and
+  the same ``call_id`` for a function call). Otherwise 400, ``param: "input"``:
+  ``Item 'rs_…' of type 'reasoning' was provided without its required following item.``
+  A reasoning item with nothing after it in its own response (§1.4 B.6) can therefore never be replayed.
+* **Orphans** (§1.4 B.2): a ``function_call``/``message`` item that *carries an id* minted by this emulator
+  after a reasoning item needs that reasoning item earlier in the input:
+  ``Item 'fc_…' of type 'function_call' was provided without its required 'reasoning' item: 'rs_…'.`` /
+  ``Item 'msg_…' was provided without its required 'reasoning' item: 'rs_…'.`` An *id-less* replayed
+  item is accepted: that is how a client legally drops reasoning.
+* **Tool outputs** (§1.4 B.3/B.4): ``No tool call found for function call output with call_id call_….``
+  when no earlier ``function_call`` has that ``call_id``; ``No tool output found for function call
+  call_….`` when a ``function_call`` has no later output although something other than reasoning or
+  function calls follows it (a trailing, still-pending group of calls is fine).
+* **Encrypted content** (§1.2, §1.8): ``encrypted_content`` is ``"gAAAAAB" + urlsafe_b64(body + mac)``
+  where ``body`` is the JSON ``{"id","model","nonce","reasoning"}`` and ``mac = HMAC-SHA256(secret,
+  body)``. A replayed blob that does not verify, names another model, or names another item id →
+  400 ``code: invalid_encrypted_content``, ``param: null``:
+  ``The encrypted content gAAA...xyz= could not be verified.`` (first 4 and last 4 characters of the
+  blob, the wording of openai/codex#8145 and #8132).
+* **Unpersisted references** (§1.4 B.5): an ``item_reference`` (or a bare ``{"id": …}``), or a reasoning
+  item without ``encrypted_content``, resolves only against items of responses created with
+  ``store=true``; otherwise **404** ``Item with id 'rs_…' not found. Items are not persisted when
+  `store` is set to false. Try again with `store` set to true, or remove this item from your input.``
+* **Chaining** (§1.1, §1.4 A): ``store`` defaults to true and keeps the response's full input (chain
+  included) plus its output; ``previous_response_id`` prepends that chain, and is 404
+  ``Previous response with id 'resp_…' not found.`` when unknown or created with ``store=false``.
+* Unknown input item types → 400 ``code: invalid_value``.
+
+Checks run item by item in input order (the first violation wins); the "no tool output" check runs last.
+A rejected request consumes no script action, is not stored and does not feed the cache.
+
+**Prompt and cache** (§1.5). The prompt text ``P`` is the ``"\\n"``-join of these segments, in order:
+``canonical_json({"instructions": …})`` if instructions are given, ``canonical_json({"tools": …})`` if the
+tool list is non-empty, then every (chain-expanded, reference-resolved) input item as
+``canonical_json(item without its "id" and "status" keys)`` — ids and status are metadata the model never
+reads, so an id-less replay renders like a full one. A string ``input`` is the item
+``{"content": input, "role": "user"}``. ``input_tokens = count_tokens(P)``. The cache is token-level:
+``cached_tokens = openai_cached_tokens(input_tokens, max shared_tokens(P, Q))`` over the prompts ``Q`` of
+earlier successful requests with the same ``model`` and the same ``prompt_cache_key`` (absent is its own
+key) — see :mod:`reasonstate.testing.openai`. ``cache_write_tokens`` is always 0.
+
+**Output** from the :class:`ModelAction`: a ``reasoning`` item (omitted when ``reasoning.effort`` is
+``"none"``; ``summary`` holds one ``summary_text`` when the action has reasoning text; ``encrypted_content``
+only when ``include`` has ``reasoning.encrypted_content``), then a ``message`` if the action has text,
+then one ``function_call`` per tool call (``arguments`` = ``raw_arguments`` or compact JSON). Usage:
+``reasoning_tokens = count_tokens(reasoning)``; ``output_tokens = reasoning_tokens + count_tokens(text) +
+Σ count_tokens(name + arguments)``. ``stop="max_tokens"`` gives ``status: "incomplete"`` with
+``incomplete_details: {"reason": "max_output_tokens"}`` and marks the last output item incomplete.
+
+**Streaming** (§1.6): ``event: <type>`` + ``data`` with a ``sequence_number``; the reasoning item's
+``response.output_item.added`` carries only the first half of its ``encrypted_content`` ("may be
+incomplete"), the full blob arrives in ``response.output_item.done``; the stream ends with
+``response.completed`` (or ``response.incomplete``) carrying the full response and usage.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import attrs
+
+from reasonstate.testing._server import JSONResponse, RecordedRequest, Route, StreamResponse, sse_event
+from reasonstate.testing.openai import (
+    OpenAIFamilyEmulator,
+    Transform,
+    canonical_json,
+    openai_cached_tokens,
+    openai_error,
+    shared_tokens,
+)
+from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_tokens
+
+__all__ = ["ENCRYPTED_CONTENT_INCLUDE", "OpenAIResponsesEmulator"]
+
+ENCRYPTED_CONTENT_INCLUDE = "reasoning.encrypted_content"
+_BLOB_PREFIX = "gAAAAAB"  # what real blobs start with (Fernet tokens); purely cosmetic here
+_INPUT_TYPES = ("message", "reasoning", "function_call", "function_call_output", "item_reference")
+_CHUNK = 8  # characters per streamed delta
+
+
+class _Reject(Exception):
+    """A validation failure, carrying the vendor response to send."""
+
+    def __init__(self, response: JSONResponse) -> None:
+        super().__init__(response.payload)
+        self.response = response
+
+
+@attrs.frozen(slots=True)
+class _Minted:
+    """What the emulator remembers about an output item it produced (needed for the pairing rules)."""
+
+    type: str
+    response_id: str
+    reasoning_id: str | None = None  # fc_/msg_: the reasoning item earlier in the same output
+    next_id: str | None = None  # rs_: the item right after it in the same output
+    next_type: str | None = None
+    next_call_id: str | None = None
+
+
+def _not_persisted(item_id: str) -> _Reject:
+    message = (
+        f"Item with id '{item_id}' not found. Items are not persisted when `store` is set to false. "
+        "Try again with `store` set to true, or remove this item from your input."
+    )
+    return _Reject(openai_error(404, message, param="input"))
+
+
+def _input_error(message: str) -> _Reject:
+    return _Reject(openai_error(400, message, param="input"))
+
+
+def _item_type(item: dict[str, Any]) -> str | None:
+    """The input item's type; an EasyInputMessage has only ``role``; a bare ``{"id"}`` is a reference."""
+    kind = item.get("type")
+    if isinstance(kind, str):
+        return kind
+    if "role" in item:
+        return "message"
+    if set(item) == {"id"}:
+        return "item_reference"
+    return None
+
+
+def _arguments(call: ToolCallSpec) -> str:
+    if call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(dict(call.arguments), ensure_ascii=False, separators=(",", ":"))
+
+
+def _chunks(text: str) -> list[str]:
+    return [text[i : i + _CHUNK] for i in range(0, len(text), _CHUNK)] or [""]
+
+
+def _effective_context(model: str, requested: Any) -> str:
+    """§1.1: ``auto``/absent → ``all_turns`` for the gpt-5.6 family and later, ``current_turn`` before."""
+    if requested in ("current_turn", "all_turns"):
+        return str(requested)
+    match = re.match(r"gpt-(\d+)\.(\d+)", model)
+    if match and (int(match.group(1)), int(match.group(2))) >= (5, 6):
+        return "all_turns"
+    return "current_turn"
+
+
+class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
+    """``POST /v1/responses`` under the rules in the module docstring.
+
+    ``secret`` keys the ``encrypted_content`` HMAC (random per emulator by default, so a blob from one
+    emulator does not verify on another, like another organisation's). ``transform`` rewrites each
+    successful response body before it is sent (streamed events are derived from the rewritten body).
+    """
+
+    def __init__(
+        self,
+        script: Iterable[ModelAction] | Script = (),
+        *,
+        secret: bytes | str | None = None,
+        transform: Transform | None = None,
+    ) -> None:
+        super().__init__(script, secret=secret, transform=transform, name="openai-responses-emulator")
+        self._counters: Counter[str] = Counter()
+        self._minted: dict[str, _Minted] = {}
+        self._stored_items: dict[str, dict[str, Any]] = {}
+        self._chains: dict[str, list[dict[str, Any]]] = {}
+        self._prompts: dict[tuple[str, str | None], list[bytes]] = {}
+
+    def _routes(self) -> list[Route]:
+        return [Route("POST", r"/v1/responses", self._handle)]
+
+    # -- public introspection ----------------------------------------------------------------------
+    def clear_cache(self) -> None:
+        """Forget every earlier prompt: the next request of any model reports ``cached_tokens == 0``."""
+        with self._lock:
+            self._prompts.clear()
+
+    def stored_response_ids(self) -> list[str]:
+        """Ids of the responses created with ``store=true``, oldest first."""
+        with self._lock:
+            return list(self._chains)
+
+    def verify_encrypted_content(self, blob: str, *, model: str, item_id: str | None = None) -> bool:
+        """True when ``blob`` was minted by this emulator for ``model`` (and ``item_id``, if given)."""
+        payload = self._open_blob(blob)
+        if payload is None or payload.get("model") != model:
+            return False
+        return item_id is None or payload.get("id") == item_id
+
+    # -- the handler -------------------------------------------------------------------------------
+    def _handle(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        body = self._json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        with self._lock:
+            try:
+                items = self._expand(body)
+                self._validate(items, model=body["model"])
+            except _Reject as rejected:
+                return rejected.response
+            action = self.script.take(body)
+            response = self._respond(body, items, action)
+        response = self._transformed(response)
+        if body.get("stream"):
+            return StreamResponse(self._events(response))
+        return JSONResponse(200, response)
+
+    # -- input: chain expansion and reference resolution (§1.4 A, B.5) -----------------------------
+    def _expand(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            if previous not in self._chains:
+                message = f"Previous response with id '{previous}' not found."
+                raise _Reject(
+                    openai_error(
+                        404, message, param="previous_response_id", code="previous_response_not_found"
+                    )
+                )
+            items.extend(copy.deepcopy(self._chains[previous]))
+        raw = body.get("input", [])
+        if isinstance(raw, str):
+            raw = [{"role": "user", "content": raw}]
+        if not isinstance(raw, list):
+            raise _Reject(
+                openai_error(400, "Invalid type for 'input': expected a string or an array.", param="input")
+            )
+        for index, item in enumerate(raw):
+            if not isinstance(item, dict):
+                raise _Reject(openai_error(400, f"Invalid type for 'input[{index}]': expected an object."))
+            items.append(self._resolve(index, item))
+        return items
+
+    def _resolve(self, index: int, item: dict[str, Any]) -> dict[str, Any]:
+        kind = _item_type(item)
+        if kind not in _INPUT_TYPES:
+            supported = ", ".join(f"'{t}'" for t in _INPUT_TYPES)
+            message = f"Invalid value: '{kind}'. Supported values are: {supported}."
+            raise _Reject(openai_error(400, message, param=f"input[{index}].type", code="invalid_value"))
+        if kind == "item_reference":
+            return self._lookup(str(item.get("id")))
+        if kind == "reasoning" and not item.get("encrypted_content"):
+            # Without the blob the server must look the item up: only stored items exist (§1.4 B.5).
+            return self._lookup(str(item.get("id")))
+        return item
+
+    def _lookup(self, item_id: str) -> dict[str, Any]:
+        stored = self._stored_items.get(item_id)
+        if stored is None:
+            raise _not_persisted(item_id)
+        return copy.deepcopy(stored)
+
+    # -- input validation (§1.4 B, §1.8) -----------------------------------------------------------
+    def _validate(self, items: list[dict[str, Any]], *, model: str) -> None:
+        reasoning_seen: set[str] = set()
+        calls_seen: set[str] = set()
+        for index, item in enumerate(items):
+            kind = _item_type(item)
+            if kind == "reasoning":
+                rs_id = self._verified_reasoning_id(item, model=model)
+                self._check_following(rs_id, item, items[index + 1] if index + 1 < len(items) else None)
+                reasoning_seen.add(rs_id)
+            elif kind in ("function_call", "message"):
+                self._check_reasoning_present(item, reasoning_seen)
+                if kind == "function_call":
+                    calls_seen.add(str(item.get("call_id")))
+            elif kind == "function_call_output":
+                call_id = item.get("call_id")
+                if call_id not in calls_seen:
+                    raise _input_error(f"No tool call found for function call output with call_id {call_id}.")
+        for index, item in enumerate(items):
+            if _item_type(item) != "function_call":
+                continue
+            call_id = item.get("call_id")
+            later = items[index + 1 :]
+            answered = any(
+                _item_type(x) == "function_call_output" and x.get("call_id") == call_id for x in later
+            )
+            moved_on = any(_item_type(x) not in ("reasoning", "function_call") for x in later)
+            if not answered and moved_on:
+                raise _input_error(f"No tool output found for function call {call_id}.")
+
+    def _verified_reasoning_id(self, item: dict[str, Any], *, model: str) -> str:
+        blob = item.get("encrypted_content")
+        if not isinstance(blob, str):  # resolved from the store: minted here, trusted
+            return str(item.get("id"))
+        payload = self._open_blob(blob)
+        claimed = item.get("id")
+        if (
+            payload is None
+            or payload.get("model") != model
+            or (claimed is not None and payload.get("id") != claimed)
+        ):
+            message = f"The encrypted content {blob[:4]}...{blob[-4:]} could not be verified."
+            raise _Reject(openai_error(400, message, code="invalid_encrypted_content"))
+        return str(payload["id"])
+
+    def _check_following(self, rs_id: str, item: dict[str, Any], following: dict[str, Any] | None) -> None:
+        minted = self._minted.get(rs_id)
+        shown = item.get("id", rs_id)
+        error = _input_error(
+            f"Item '{shown}' of type 'reasoning' was provided without its required following item."
+        )
+        if following is None:
+            raise error
+        kind = _item_type(following)
+        if minted is None:  # verified but not remembered (same secret, other emulator): shape check only
+            if kind not in ("function_call", "message") or following.get("role", "assistant") != "assistant":
+                raise error
+            return
+        if minted.next_type is None or kind != minted.next_type:
+            raise error
+        if "id" in following:
+            if following["id"] != minted.next_id:
+                raise error
+        elif kind == "function_call" and following.get("call_id") != minted.next_call_id:
+            raise error
+
+    def _check_reasoning_present(self, item: dict[str, Any], reasoning_seen: set[str]) -> None:
+        item_id = item.get("id")
+        if not isinstance(item_id, str):
+            return  # id-less replay: the client dropped the reasoning on purpose, which is legal
+        minted = self._minted.get(item_id)
+        if minted is None or minted.reasoning_id is None or minted.reasoning_id in reasoning_seen:
+            return
+        if minted.type == "function_call":
+            message = (
+                f"Item '{item_id}' of type 'function_call' was provided without its required "
+                f"'reasoning' item: '{minted.reasoning_id}'."
+            )
+        else:
+            required = minted.reasoning_id
+            message = f"Item '{item_id}' was provided without its required 'reasoning' item: '{required}'."
+        raise _input_error(message)
+
+    # -- encrypted content -------------------------------------------------------------------------
+    def _seal(self, *, item_id: str, model: str, reasoning: str) -> str:
+        body = canonical_json(
+            {"id": item_id, "model": model, "nonce": secrets.token_hex(8), "reasoning": reasoning}
+        ).encode()
+        mac = hmac.new(self.secret, body, hashlib.sha256).digest()
+        return _BLOB_PREFIX + base64.urlsafe_b64encode(body + mac).decode()
+
+    def _open_blob(self, blob: str) -> dict[str, Any] | None:
+        if not blob.startswith(_BLOB_PREFIX):
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(blob[len(_BLOB_PREFIX) :].encode())
+        except (binascii.Error, ValueError):
+            return None
+        body, mac = raw[:-32], raw[-32:]
+        if len(raw) <= 32 or not hmac.compare_digest(
+            mac, hmac.new(self.secret, body, hashlib.sha256).digest()
+        ):
+            return None
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return None
+        return payload if isinstance(payload, dict) else None
+
+    # -- output ------------------------------------------------------------------------------------
+    def _mint(self, kind: str) -> str:
+        self._counters[kind] += 1
+        return f"{kind}_emu_{self._counters[kind]:03d}"
+
+    def _respond(
+        self, body: dict[str, Any], items: list[dict[str, Any]], action: ModelAction
+    ) -> dict[str, Any]:
+        model: str = body["model"]
+        resp_id = self._mint("resp")
+        requested_reasoning = body.get("reasoning") or {}
+        include = body.get("include") or []
+        output: list[dict[str, Any]] = []
+        reasoning_text = action.reasoning or ""
+        rs_id: str | None = None
+        if requested_reasoning.get("effort") != "none":
+            rs_id = self._mint("rs")
+            summary = [{"type": "summary_text", "text": action.reasoning}] if action.reasoning else []
+            reasoning_item: dict[str, Any] = {"id": rs_id, "type": "reasoning", "summary": summary}
+            if ENCRYPTED_CONTENT_INCLUDE in include:
+                reasoning_item["encrypted_content"] = self._seal(
+                    item_id=rs_id, model=model, reasoning=reasoning_text
+                )
+            reasoning_item["status"] = "completed"
+            output.append(reasoning_item)
+        if action.text is not None:
+            text_part = {"type": "output_text", "text": action.text, "annotations": [], "logprobs": []}
+            output.append(
+                {
+                    "id": self._mint("msg"),
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [text_part],
+                }
+            )
+        for call in action.tool_calls:
+            n = self._mint("fc")
+            output.append(
+                {
+                    "id": n,
+                    "type": "function_call",
+                    "call_id": "call" + n[2:],
+                    "name": call.name,
+                    "arguments": _arguments(call),
+                    "status": "completed",
+                }
+            )
+        incomplete = action.stop == "max_tokens"
+        if incomplete and output:
+            output[-1]["status"] = "incomplete"
+        self._remember(resp_id, output)
+
+        prompt = self._prompt(body, items)
+        namespace = (model, body.get("prompt_cache_key"))
+        earlier = self._prompts.setdefault(namespace, [])
+        input_tokens = count_tokens(prompt.decode())
+        matched = max((shared_tokens(prompt, q) for q in earlier), default=0)
+        earlier.append(prompt)
+        reasoning_tokens = count_tokens(reasoning_text) if rs_id is not None else 0
+        output_tokens = (
+            reasoning_tokens
+            + count_tokens(action.text or "")
+            + sum(count_tokens(c.name + _arguments(c)) for c in action.tool_calls)
+        )
+        store = body.get("store", True) is not False
+        if store:
+            self._chains[resp_id] = copy.deepcopy(items + output)
+            for item in output:
+                self._stored_items[item["id"]] = copy.deepcopy(item)
+        return {
+            "id": resp_id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "incomplete" if incomplete else "completed",
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "model": model,
+            "output": output,
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": body.get("previous_response_id"),
+            "prompt_cache_key": body.get("prompt_cache_key"),
+            "reasoning": {
+                "effort": requested_reasoning.get("effort", "medium"),
+                "summary": requested_reasoning.get("summary"),
+                "context": _effective_context(model, requested_reasoning.get("context")),
+            },
+            "store": store,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools", []),
+            "truncation": body.get("truncation", "disabled"),
+            "metadata": body.get("metadata") or {},
+            "input_transformations": [],
+            "usage": {
+                "input_tokens": input_tokens,
+                "input_tokens_details": {
+                    "cached_tokens": openai_cached_tokens(input_tokens, matched),
+                    "cache_write_tokens": 0,
+                },
+                "output_tokens": output_tokens,
+                "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+                "total_tokens": input_tokens + output_tokens,
+            },
+        }
+
+    def _remember(self, resp_id: str, output: list[dict[str, Any]]) -> None:
+        rs_id: str | None = None
+        for index, item in enumerate(output):
+            if item["type"] == "reasoning":
+                following = output[index + 1] if index + 1 < len(output) else None
+                self._minted[item["id"]] = _Minted(
+                    type="reasoning",
+                    response_id=resp_id,
+                    next_id=following["id"] if following else None,
+                    next_type=following["type"] if following else None,
+                    next_call_id=following.get("call_id") if following else None,
+                )
+                rs_id = item["id"]
+            else:
+                self._minted[item["id"]] = _Minted(type=item["type"], response_id=resp_id, reasoning_id=rs_id)
+
+    @staticmethod
+    def _prompt(body: dict[str, Any], items: list[dict[str, Any]]) -> bytes:
+        segments: list[str] = []
+        if body.get("instructions"):
+            segments.append(canonical_json({"instructions": body["instructions"]}))
+        if body.get("tools"):
+            segments.append(canonical_json({"tools": body["tools"]}))
+        for item in items:
+            segments.append(canonical_json({k: v for k, v in item.items() if k not in ("id", "status")}))
+        return "\n".join(segments).encode()
+
+    # -- streaming (§1.6) --------------------------------------------------------------------------
+    def _events(self, response: dict[str, Any]) -> Iterator[bytes]:
+        sequence = 0
+
+        def event(kind: str, **data: Any) -> bytes:
+            nonlocal sequence
+            payload = {"type": kind, "sequence_number": sequence, **data}
+            sequence += 1
+            return sse_event(kind, payload)
+
+        pending = {
+            **response,
+            "status": "in_progress",
+            "output": [],
+            "usage": None,
+            "incomplete_details": None,
+        }
+        yield event("response.created", response=pending)
+        yield event("response.in_progress", response=pending)
+        for index, item in enumerate(response["output"]):
+            yield from self._item_events(event, index, item)
+        terminal = "response.completed" if response.get("status") == "completed" else "response.incomplete"
+        yield event(terminal, response=response)
+
+    @staticmethod
+    def _item_events(event: Callable[..., bytes], index: int, item: dict[str, Any]) -> Iterator[bytes]:
+        item_id = item.get("id")
+        kind = item.get("type")
+        if kind == "reasoning":
+            added = {**item, "summary": [], "status": "in_progress"}
+            if isinstance(item.get("encrypted_content"), str):
+                blob = item["encrypted_content"]
+                added["encrypted_content"] = blob[: len(blob) // 2]  # "may be incomplete" (§1.2)
+            yield event("response.output_item.added", output_index=index, item=added)
+            for s_index, part in enumerate(item.get("summary", [])):
+                where = {"item_id": item_id, "output_index": index, "summary_index": s_index}
+                yield event(
+                    "response.reasoning_summary_part.added",
+                    **where,
+                    part={"type": "summary_text", "text": ""},
+                )
+                for piece in _chunks(part["text"]):
+                    yield event("response.reasoning_summary_text.delta", **where, delta=piece)
+                yield event("response.reasoning_summary_text.done", **where, text=part["text"])
+                yield event("response.reasoning_summary_part.done", **where, part=part)
+        elif kind == "message":
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "content": [], "status": "in_progress"},
+            )
+            for c_index, part in enumerate(item.get("content", [])):
+                where = {"item_id": item_id, "output_index": index, "content_index": c_index}
+                empty = {**part, "text": ""}
+                yield event("response.content_part.added", **where, part=empty)
+                for piece in _chunks(part.get("text", "")):
+                    yield event("response.output_text.delta", **where, delta=piece, logprobs=[])
+                yield event("response.output_text.done", **where, text=part.get("text", ""), logprobs=[])
+                yield event("response.content_part.done", **where, part=part)
+        elif kind == "function_call":
+            added = {**item, "arguments": "", "status": "in_progress"}
+            yield event("response.output_item.added", output_index=index, item=added)
+            where = {"item_id": item_id, "output_index": index}
+            for piece in _chunks(item["arguments"]):
+                yield event("response.function_call_arguments.delta", **where, delta=piece)
+            yield event(
+                "response.function_call_arguments.done",
+                **where,
+                arguments=item["arguments"],
+                name=item["name"],
+            )
+        else:
+            yield event("response.output_item.added", output_index=index, item=item)
+        yield event("response.output_item.done", output_index=index, item=item)

@@ -1,0 +1,165 @@
+"""The :class:`Renderer` protocol and the values it exchanges.
+
+A renderer turns chat messages into the exact token ids a self-hosted model sees, reads the model's
+completion back into a message, and extends a conversation at the token level without re-tokenizing it.
+
+Invariants (stated as equations, tested as equations):
+  * ``len(r.token_ids) == len(r.message_indices)`` for every :class:`RenderedTokens` ``r`` with tokens;
+  * ``r.text == renderer.decode(r.token_ids)`` (for NFC text);
+  * bridge contract: ``B.token_ids[:len(p) + len(c)] == p + c`` for
+    ``B = renderer.bridge_to_next_turn(p, c, new_messages)``;
+  * parse is a partition, never a strip: ``reasoning + close_tag + after == completion`` whenever the
+    completion contains the close tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+__all__ = [
+    "CARRIED",
+    "STRUCTURE",
+    "Message",
+    "ParsedResponse",
+    "RenderedTokens",
+    "Renderer",
+    "ToolCall",
+]
+
+Message = Mapping[str, Any]
+
+STRUCTURE = -1
+"""``message_indices`` value of template structure: role headers, turn closes, the generation prompt."""
+
+CARRIED = -2
+"""``message_indices`` value of a token a bridge carried over verbatim from the previous prompt/completion."""
+
+
+class RenderedTokens:
+    """A rendered prompt: its text and, with a tokenizer, its token ids and per-token message indices.
+
+    ``message_indices[i]`` is the index (in the rendered message list) of the message whose own text
+    (content, reasoning, tool calls) token ``i`` renders, :data:`STRUCTURE` for template structure (role
+    headers, turn closes, preambles, the generation prompt), :data:`CARRIED` for tokens a bridge carried
+    over verbatim from the previous turn. Token fields are ``None`` for a string-level renderer.
+
+    ``text`` may be computed on first access (a bridge does not decode the history it carries unless
+    asked). Immutable; equal when text, ids and indices are equal.
+    """
+
+    __slots__ = ("_text", "_text_of", "message_indices", "token_ids")
+
+    def __init__(
+        self,
+        text: str | None = None,
+        token_ids: tuple[int, ...] | None = None,
+        message_indices: tuple[int, ...] | None = None,
+        *,
+        text_of: Callable[[], str] | None = None,
+    ) -> None:
+        if (text is None) == (text_of is None):
+            raise TypeError("give exactly one of text and text_of")
+        object.__setattr__(self, "_text", text)
+        object.__setattr__(self, "_text_of", text_of)
+        object.__setattr__(self, "token_ids", token_ids)
+        object.__setattr__(self, "message_indices", message_indices)
+
+    _text: str | None
+    _text_of: Callable[[], str] | None
+    token_ids: tuple[int, ...] | None
+    message_indices: tuple[int, ...] | None
+
+    @property
+    def text(self) -> str:
+        text = self._text
+        if text is None:
+            assert self._text_of is not None
+            text = self._text_of()
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"RenderedTokens is immutable (cannot set {name})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RenderedTokens):
+            return NotImplemented
+        return (self.token_ids, self.message_indices, self.text) == (
+            other.token_ids,
+            other.message_indices,
+            other.text,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.token_ids, self.message_indices))
+
+    def __repr__(self) -> str:
+        return f"RenderedTokens(text={self.text!r}, token_ids={self.token_ids!r})"
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """One tool call, kept twice: tolerant ``arguments`` to execute it, the exact ``raw`` text to continue.
+
+    ``raw`` is the call block exactly as the model wrote it; ``raw_arguments`` the argument text as written
+    (JSON families) and ``raw_parameters`` the ``(name, value)`` pairs as written (XML families), which the
+    history message carries so that a re-render reproduces the model's bytes where the template allows it.
+    ``complete`` is False for a call cut by ``max_tokens`` (its parsed arguments hold what could be read).
+    """
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+    raw: str
+    raw_arguments: str | None = None
+    raw_parameters: tuple[tuple[str, str], ...] = ()
+    complete: bool = True
+
+
+@attrs.frozen(slots=True)
+class ParsedResponse:
+    """A completion read back: ``reasoning`` (None when there was no reasoning block), ``content``, calls.
+
+    ``reasoning`` and ``content`` are slices of the completion (partition on the family's close tag), never
+    stripped. ``finished`` is True when the completion ends with the family's end-of-turn token;
+    ``reasoning_truncated`` when it stopped inside the reasoning block. ``message`` is the assistant
+    message to put in history, in the shape the family's template reads.
+    """
+
+    completion: str
+    reasoning: str | None
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    finished: bool
+    reasoning_truncated: bool
+    message: Mapping[str, Any]
+
+
+@runtime_checkable
+class Renderer(Protocol):
+    """Render messages to tokens, parse completions back, bridge to the next turn without re-tokenizing."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        **template_kwargs: Any,
+    ) -> RenderedTokens: ...
+
+    def parse_response(self, completion: str | Sequence[int]) -> ParsedResponse: ...
+
+    def bridge_to_next_turn(
+        self,
+        prev_prompt_ids: Sequence[int],
+        prev_completion_ids: Sequence[int],
+        new_messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> RenderedTokens | None: ...

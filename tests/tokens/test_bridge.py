@@ -1,0 +1,193 @@
+"""bridge_to_next_turn: ``B[:len(p) + len(c)] == p + c``, whatever the model wrote and wherever it stopped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reasonstate.tokens import CARRIED, STRUCTURE, ChatTemplateRenderer, ToolCallParseError
+from reasonstate.tokens.families import CallSpec, ModelTurn
+from reasonstate.tokens.matrix import TOOLS
+from reasonstate.tokens.vocab import decode_lossy
+
+QUESTION = [{"role": "user", "content": "What is 2+2?"}]
+FOLLOW_UP = [{"role": "user", "content": "And 3+3?"}]
+
+
+def test_bridge_appends_only_the_new_turn_and_the_generation_prompt(qwen: ChatTemplateRenderer) -> None:
+    p = qwen.encode(qwen.render_text(QUESTION))
+    c = qwen.encode("Simple arithmetic.\n</think>\n\n4<|im_end|>")
+    bridged = qwen.bridge_to_next_turn(p, c, FOLLOW_UP)
+    assert bridged is not None and bridged.token_ids is not None
+    assert bridged.token_ids[: len(p) + len(c)] == tuple(p + c)
+    assert qwen.decode(bridged.token_ids[len(p) + len(c) :]) == (
+        "\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
+
+
+def test_bridge_message_indices_mark_carried_new_and_structure_tokens(qwen: ChatTemplateRenderer) -> None:
+    p = qwen.encode(qwen.render_text(QUESTION))
+    c = qwen.encode("Simple.\n</think>\n\n4<|im_end|>")
+    bridged = qwen.bridge_to_next_turn(p, c, FOLLOW_UP)
+    assert bridged is not None and bridged.token_ids is not None and bridged.message_indices is not None
+    n = len(p) + len(c)
+    assert bridged.message_indices[:n] == (CARRIED,) * n
+    owned = [t for t, i in zip(bridged.token_ids, bridged.message_indices, strict=True) if i == 0]
+    assert qwen.decode(owned) == "And 3+3?"
+    assert set(bridged.message_indices[n:]) == {0, STRUCTURE}
+
+
+def test_bridge_closes_a_truncated_completion_with_the_turn_close_token(qwen: ChatTemplateRenderer) -> None:
+    p = qwen.encode(qwen.render_text(QUESTION))
+    c = qwen.encode("Simple arithmetic")  # max_tokens: no </think>, no <|im_end|>
+    bridged = qwen.bridge_to_next_turn(p, c, FOLLOW_UP)
+    assert bridged is not None and bridged.token_ids is not None
+    assert bridged.token_ids[: len(p) + len(c)] == tuple(p + c)
+    assert bridged.token_ids[len(p) + len(c)] == 248046  # <|im_end|>, and no synthesized </think>
+    assert bridged.text.endswith(
+        "Simple arithmetic<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
+
+
+def test_bridge_refuses_assistant_messages(qwen: ChatTemplateRenderer) -> None:
+    p = qwen.encode(qwen.render_text(QUESTION))
+    assistant = {"role": "assistant", "content": "4"}
+    assert qwen.bridge_to_next_turn(p, qwen.encode("4<|im_end|>"), [assistant]) is None
+
+
+def test_bridge_of_tool_results_matches_the_templates_tool_turn(qwen: ChatTemplateRenderer) -> None:
+    messages = [{"role": "user", "content": "Weather in Paris and Rome?"}]
+    prompt = qwen.render_text(messages, list(TOOLS))
+    turn = ModelTurn(
+        reasoning="Two calls.",
+        calls=(CallSpec("get_weather", {"city": "Paris"}), CallSpec("get_weather", {"city": "Rome"})),
+    )
+    completion = qwen.family.write(turn, "open")
+    results = [
+        {"role": "tool", "tool_call_id": "call_0", "content": "Sunny"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Rainy"},
+    ]
+    bridged = qwen.bridge_to_next_turn(qwen.encode(prompt), qwen.encode(completion), results, list(TOOLS))
+    assert bridged is not None
+    assert bridged.text[len(prompt + completion) :] == (
+        "\n<|im_start|>user\n<tool_response>\nSunny\n</tool_response>\n<tool_response>\nRainy\n"
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"
+    )
+
+
+def test_deepseek_bridge_after_truncation_appends_end_of_sentence(deepseek: ChatTemplateRenderer) -> None:
+    prompt = deepseek.render_text(QUESTION, thinking=True)
+    p, c = deepseek.encode(prompt), deepseek.encode("Let me add")
+    bridged = deepseek.bridge_to_next_turn(p, c, FOLLOW_UP, thinking=True)
+    assert bridged is not None and bridged.token_ids is not None
+    assert bridged.token_ids[: len(p) + len(c)] == tuple(p + c)
+    assert (
+        bridged.text[len(prompt) :]
+        == "Let me add<｜end▁of▁sentence｜><｜User｜>And 3+3?<｜Assistant｜><think>"
+    )
+
+
+def test_string_level_bridge_for_glm_reuses_the_stop_header(glm: ChatTemplateRenderer) -> None:
+    prompt = glm.render_text(QUESTION)
+    completion = "\n<think>Add.</think>\n4<|user|>"  # GLM stops on the next role's header
+    bridged = glm.bridge_text(prompt, completion, FOLLOW_UP)
+    assert bridged == prompt + completion + "\nAnd 3+3?<|assistant|>"
+
+
+# -- property: 64 randomized multi-turn rollouts per model ----------------------------------------------
+
+_ALPHABET = st.sampled_from([*"abcxyz .,:;!?{}\"'\t\n", "é", "中文", "🙂", "  ", "\n\n", "1.5", "true"])
+_TEXT = st.lists(_ALPHABET, max_size=12).map("".join)
+_CALL = st.builds(
+    lambda name, city, days: CallSpec(name, {"city": city, "days": days}),
+    st.sampled_from(["get_weather", "search_flights"]),
+    _TEXT,
+    st.integers(0, 9),
+)
+_TURN = st.builds(
+    ModelTurn,
+    reasoning=st.one_of(st.none(), _TEXT),
+    content=_TEXT,
+    calls=st.lists(_CALL, max_size=2).map(tuple),
+    finished=st.booleans(),
+)
+
+
+def _rollout(renderer: ChatTemplateRenderer, data: st.DataObject, **kwargs: Any) -> None:
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": data.draw(_TEXT)},
+    ]
+    tools = list(TOOLS)
+    prompt_text = renderer.render_text(messages, tools, True, **kwargs)
+    p = renderer.encode(prompt_text)
+    for _ in range(data.draw(st.integers(1, 4), label="turns")):
+        turn = data.draw(_TURN, label="turn")
+        state = renderer.family.prompt_state(_tail(renderer, p))
+        c = renderer.encode(renderer.family.write(turn, state))
+        if not turn.finished:  # max_tokens lands on any token, even inside a multi-byte character
+            c = c[: data.draw(st.integers(0, len(c)), label="cut")]
+        new_messages = _next_messages(renderer, p, c, turn, data)
+        bridged = renderer.bridge_to_next_turn(p, c, new_messages, tools, **kwargs)
+        assert bridged is not None and bridged.token_ids is not None and bridged.message_indices is not None
+        assert bridged.token_ids[: len(p) + len(c)] == tuple(p + c)
+        assert len(bridged.message_indices) == len(bridged.token_ids)
+        appended = bridged.token_ids[len(p) + len(c) :]
+        assert appended, "a bridge always appends at least the new turn"
+        p = list(bridged.token_ids)
+
+
+def _tail(renderer: ChatTemplateRenderer, ids: list[int]) -> str:
+    assert renderer.tokenizer is not None
+    return decode_lossy(renderer.tokenizer, ids[-8:])
+
+
+def _next_messages(
+    renderer: ChatTemplateRenderer, p: list[int], c: list[int], turn: ModelTurn, data: st.DataObject
+) -> list[dict[str, Any]]:
+    if turn.finished and turn.calls:
+        try:
+            parsed = renderer.parse_response(c, prompt=_tail(renderer, p))
+        except ToolCallParseError:
+            parsed = None
+        if parsed is not None and parsed.tool_calls:
+            return [
+                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": data.draw(_TEXT)}
+                for call in parsed.tool_calls
+            ]
+    return [{"role": "user", "content": data.draw(_TEXT)}]
+
+
+@settings(max_examples=64, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_bridge_keeps_the_exact_prefix_over_random_rollouts_qwen(
+    qwen: ChatTemplateRenderer, data: st.DataObject
+) -> None:
+    _rollout(qwen, data)
+
+
+@settings(max_examples=64, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_bridge_keeps_the_exact_prefix_over_random_rollouts_deepseek_v4(
+    deepseek: ChatTemplateRenderer, data: st.DataObject
+) -> None:
+    _rollout(deepseek, data, thinking=True)
+
+
+@pytest.mark.parametrize("flags", [{}, {"preserve_thinking": True}])
+def test_rerender_path_breaks_where_the_bridge_does_not(
+    qwen: ChatTemplateRenderer, flags: dict[str, Any]
+) -> None:
+    # the same exchange both ways: re-render after the parsed message vs bridge
+    prompt = qwen.render_text(QUESTION, **flags)
+    completion = "Simple arithmetic.\n\n\n</think>\n\n4<|im_end|>"
+    parsed = qwen.parse_response(completion, prompt=prompt)
+    rerendered = qwen.encode(qwen.render_text([*QUESTION, parsed.message, *FOLLOW_UP], **flags))
+    p, c = qwen.encode(prompt), qwen.encode(completion)
+    bridged = qwen.bridge_to_next_turn(p, c, FOLLOW_UP, **flags)
+    assert bridged is not None and bridged.token_ids is not None
+    assert rerendered[: len(p) + len(c)] != p + c
+    assert list(bridged.token_ids[: len(p) + len(c)]) == p + c
