@@ -445,7 +445,7 @@ def test_illegal_transitions_raise_and_change_nothing(emulator: AnthropicEmulato
     with pytest.raises(rs.IllegalTransition, match="tool results are pending"):
         session.send("another question")
     with pytest.raises(rs.IllegalTransition):
-        session.switch_model("claude-opus-4-5")
+        session.switch_model("claude-opus-4-7")
     assert _layers(session) == before
     assert isinstance(rs.IllegalTransition("x"), rs.ReasonStateError)
 
@@ -482,10 +482,10 @@ def test_thinking_from_another_model_is_never_sent_and_the_withholding_is_traced
     emulator.script.extend([*three_step_chain(), answer(1)])
     session = make_session(emulator)
     run_chain(session)
-    session.switch_model("claude-opus-4-5")
+    session.switch_model("claude-opus-4-7")
     session.send("And tomorrow?")
     sent = body(emulator, 3)
-    assert sent["model"] == "claude-opus-4-5"
+    assert sent["model"] == "claude-opus-4-7"
     types = [b["type"] for m in sent["messages"] if m["role"] == "assistant" for b in m["content"]]
     assert "thinking" not in types and "redacted_thinking" not in types
     withheld = session.trace.of_kind(EventKind.CONTINUATION_WITHHELD)[0].data

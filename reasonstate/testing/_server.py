@@ -253,10 +253,13 @@ class EmulatorServer:
         except Exception as exc:  # an emulator bug must be visible to the test, not hang it
             self._send_json(h, JSONResponse(500, {"error": {"message": f"emulator error: {exc!r}"}}))
             raise
-        if isinstance(response, StreamResponse):
-            self._send_stream(h, response, truncate_after)
-        else:
-            self._send_json(h, response)
+        try:
+            if isinstance(response, StreamResponse):
+                self._send_stream(h, response, truncate_after)
+            else:
+                self._send_json(h, response)
+        except (BrokenPipeError, ConnectionResetError):
+            h.close_connection = True  # the client gave up (e.g. its timeout fired): nothing to answer
 
     @staticmethod
     def _send_json(h: BaseHTTPRequestHandler, response: JSONResponse) -> None:
