@@ -14,6 +14,9 @@ from reasonstate.state import EventKind, OpaquePart, ReasoningPart
 from reasonstate.testing import Fault, ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from tests.conftest import (
+    CLOCK as CLOCK_TOOL,
+)
+from tests.conftest import (
     MODEL,
     answer,
     body,
@@ -22,6 +25,9 @@ from tests.conftest import (
     run_chain,
     strip_cache_control,
     three_step_chain,
+)
+from tests.conftest import (
+    WEATHER as WEATHER_TOOL,
 )
 
 
@@ -567,3 +573,72 @@ def test_tool_calls_carry_arguments_parsed_and_raw(emulator: AnthropicEmulator) 
     reply = session.send("Zürich?")
     assert reply.tool_calls[0].arguments == {"city": "Zürich", "units": "C"}
     assert reply.tool_calls[0].raw_arguments == '{"city":"Zürich","units":"C"}'
+
+
+def test_streamed_usage_reports_cache_reads_like_non_streamed(emulator: AnthropicEmulator) -> None:
+    # BerriAI/litellm#11789: streamed Anthropic cache reads were billed as regular input
+    emulator.script.extend([*three_step_chain(), answer(1)])
+    session = make_session(emulator, stream=True, policy=Drop())
+    run_chain(session)
+    session.send("more")
+    reads = [r.usage.cache_read for r in session.execution]
+    assert reads == [r.predicted_cache_read for r in session.execution]
+    assert all(r > 0 for r in reads[1:])
+    assert all(
+        r.usage.uncached_input + r.usage.cache_read + r.usage.cache_write == r.usage.prompt_tokens
+        for r in session.execution
+    )
+
+
+def test_signature_only_thinking_blocks_are_replayed_not_dropped(emulator: AnthropicEmulator) -> None:
+    # openai/openai-agents-python PR #4155, BerriAI/litellm PR #38809: display "omitted" gives thinking ""
+    emulator.script.extend(three_step_chain())
+    session = make_session(
+        emulator, thinking={"type": "enabled", "budget_tokens": 2048, "display": "omitted"}
+    )
+    run_chain(session)
+    first = json.loads(session.history.turns[0].steps[0].continuation[0].payload)
+    assert first["thinking"] == "" and first["signature"]
+    assert session.history.turns[0].steps[0].continuation[0].payload in emulator.requests[1].body
+
+
+def test_changing_the_prefix_is_a_traced_event_and_explains_the_cache_break(
+    emulator: AnthropicEmulator,
+) -> None:
+    emulator.script.extend([answer(0), answer(1)])
+    session = make_session(emulator)
+    session.send("first")
+    old = session.prefix.fingerprint
+    session.change_prefix(system="A new system prompt.")
+    assert session.prefix.fingerprint != old
+    session.send("second")
+    changed = session.trace.of_kind(EventKind.PREFIX_CHANGED)[0].data
+    assert changed["old"] == old and changed["new"] == session.prefix.fingerprint
+    brk = session.trace.of_kind(EventKind.CACHE_BREAK)[0].data
+    assert brk["unit"] == 2 and brk["why"].startswith("prefix.changed")
+    assert session.execution[-1].usage.cache_read == 0
+
+
+def test_prefix_bytes_do_not_depend_on_declaration_order() -> None:
+    a = rs.Prefix(system="s", tools=(WEATHER_TOOL, CLOCK_TOOL))
+    b = rs.Prefix(system="s", tools=(CLOCK_TOOL, WEATHER_TOOL))
+    assert a.canonical_bytes == b.canonical_bytes and a.fingerprint == b.fingerprint
+    assert a.fingerprint == "sha256:" + __import__("hashlib").sha256(a.canonical_bytes).hexdigest()
+
+
+def test_deepseek_style_rules_clamp_a_policy_and_the_clamp_is_traced() -> None:
+    from reasonstate.adapters import ProtocolRules
+    from reasonstate.state import Step, ToolCallPart, Turn, TurnView, Usage
+
+    rules = ProtocolRules(vendor="deepseek", api="chat", tool_steps_keep_reasoning=True)
+    tool_step = Step(
+        parts=(ReasoningPart("r"), ToolCallPart("c1", "f", {}, "{}")),
+        continuation=(),
+        stop_reason="tool_calls",
+        usage=Usage(),
+        model="m",
+    )
+    final = Step(parts=(ReasoningPart("r2"),), continuation=(), stop_reason="stop", usage=Usage(), model="m")
+    view, reasons = rules.clamp(Turn(0, "u", (tool_step, final)), TurnView((False, False), "drop"))
+    assert view.keep_reasoning == (True, True)
+    assert len(reasons) == 2 and "tool-calling steps keep their reasoning" in reasons[0]
