@@ -189,6 +189,10 @@ def main(argv: Sequence[str] = ()) -> int:
     except ImportError:  # the `tokens` extra is not installed
         print("\n(PRR section skipped: pip install 'reasonstate[tokens]')")
     else:
+        from reasonstate.tokens.session_demo import token_demo_section
+
         print()
         print(demo_section())
+        print()
+        print(token_demo_section())
     return 0

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 __all__ = ["Prefix", "Tool", "canonical_json"]
+
+
+_CLOCK = re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b")
 
 
 def canonical_json(value: Any) -> str:
@@ -86,6 +90,12 @@ class Prefix:
     @property
     def fingerprint(self) -> str:
         return "sha256:" + hashlib.sha256(self.canonical_bytes).hexdigest()
+
+    def volatile_spans(self) -> list[str]:
+        """Clock times with seconds in the system prompt: they change every request across sessions
+        and bust the prefix cache (dimagi/open-chat-studio#3625, earendil-works/pi#1873). Put the date
+        in the prefix and the exact time in the newest user message instead."""
+        return _CLOCK.findall(self.system)
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -29,7 +29,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -144,6 +144,9 @@ def _serialize_result(call_id: str, value: Any) -> ToolResultPart:
     return ToolResultPart(call_id=call_id, content=text, is_error=is_error)
 
 
+_S = TypeVar("_S", bound="_Core")
+
+
 class _Core:
     """Everything but the I/O: state, transitions, encode/decode bookkeeping, policies, snapshots."""
 
@@ -157,11 +160,15 @@ class _Core:
         few_shots: Sequence[tuple[str, str]] = (),
         policy: Policy | None = None,
         adapter: Adapter | None = None,
+        dialect: str | None = None,
+        api: str | None = None,
         stream: bool = False,
         **request_options: Any,
     ) -> None:
         self._client = client
-        self._adapter: Adapter = adapter if adapter is not None else adapter_for(client)
+        self._adapter: Adapter = (
+            adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
+        )
         self._model = model
         self._prefix = Prefix(system=system, tools=tuple(tools), few_shots=tuple(few_shots))
         self._policy: Policy = Keep() if policy is None else policy
@@ -171,6 +178,14 @@ class _Core:
         self._history = History()
         self._trace = Trace()
         self._records: tuple[ExecutionRecord, ...] = ()
+        volatile = self._prefix.volatile_spans()
+        if volatile:
+            self._trace = self._trace.appended(
+                EventKind.PREFIX_VOLATILE,
+                spans=volatile,
+                advice="a clock time in the system prompt changes every session and busts the prefix "
+                "cache; keep the date in the prefix and the time in the newest user message",
+            )
 
     # -- the four layers -------------------------------------------------------------------------------
     @property
@@ -288,6 +303,7 @@ class _Core:
             stop_reason=decoded.stop_reason,
             usage=decoded.usage,
             model=decoded.model,
+            response_id=decoded.response_id,
         )
         turn = attrs.evolve(turn, steps=(*turn.steps, step))
         history = history.with_last_turn(turn)
@@ -307,6 +323,8 @@ class _Core:
             usage=decoded.usage,
             duration_s=duration,
             model=self._model,
+            prompt_ids=decoded.prompt_ids,
+            completion_ids=decoded.completion_ids,
         )
         trace = self._trace
         if len(turn.steps) == 1:
@@ -317,6 +335,8 @@ class _Core:
                 turn=turn.index,
                 call_ids=[r.call_id for r in attempt.results_given],
             )
+        for kind, data in request.events:
+            trace = trace.appended(kind, **data)
         if request.withheld:
             trace = trace.appended(
                 EventKind.CONTINUATION_WITHHELD,
@@ -348,6 +368,8 @@ class _Core:
             duration_s=round(duration, 6),
             response_id=decoded.response_id,
         )
+        for kind, data in decoded.events:
+            trace = trace.appended(kind, **data)
         if step.reasoning_text or any(c.kind.endswith("thinking") for c in step.continuation):
             trace = trace.appended(
                 EventKind.REASONING,
@@ -417,9 +439,7 @@ class _Core:
         trace = trace.appended(EventKind.TURN_CLOSED, turn=closed.index, steps=len(closed.steps))
         return history, trace
 
-    def _predict_effect(
-        self, history: History, changed: Any, record: ExecutionRecord
-    ) -> dict[str, Any]:
+    def _predict_effect(self, history: History, changed: Any, record: ExecutionRecord) -> dict[str, Any]:
         """Where the next request will diverge from this one, and what that costs in cache reads."""
         keep_read = record.usage.prompt_tokens
         if all(v is not None and v.keeps_all for v in (history.turns[i].view for i in changed)):
@@ -551,6 +571,34 @@ class _Core:
         self._trace = Trace(
             tuple(TraceEvent(seq=e["seq"], kind=e["kind"], data=e["data"], at=e["at"]) for e in snap.trace)
         ).appended(EventKind.RESTORED, turns=len(self._history), requests=len(self._records))
+        self._adapter.restored()
+
+    @classmethod
+    def restore(
+        cls: type[_S],
+        snapshot: SessionSnapshot,
+        client: Any,
+        *,
+        tools: Sequence[Tool] | None = None,
+        policy: Policy | None = None,
+        adapter: Adapter | None = None,
+    ) -> _S:
+        """Continue a snapshot on ``client``; the next request is byte-identical to the original's.
+
+        ``tools`` re-attaches handlers by name (handlers are code, not data); ``policy`` is needed when
+        the snapshot's policy cannot be rebuilt (``Compress``).
+        """
+        routing: dict[str, Any] = {}
+        if adapter is None and snapshot.api == "chat":
+            routing["dialect"] = snapshot.vendor  # chat adapters are named after their dialect
+        session = cls(client, adapter=adapter, **routing, **cls._restore_args(snapshot, tools, policy))
+        if (session._adapter.vendor, session._adapter.api) != (snapshot.vendor, snapshot.api):
+            raise IllegalTransition(
+                f"snapshot is from {snapshot.vendor}/{snapshot.api}; this client gives "
+                f"{session._adapter.vendor}/{session._adapter.api} (pass adapter=)"
+            )
+        session._restore_from(snapshot)
+        return session
 
     @classmethod
     def _restore_args(
@@ -583,13 +631,17 @@ def _record_to_dict(r: ExecutionRecord) -> dict[str, Any]:
     data["usage"] = attrs.asdict(r.usage)
     data["blocks"] = list(r.blocks)
     data["breakpoints"] = list(r.breakpoints)
+    for key in ("prompt_ids", "completion_ids"):
+        data[key] = list(data[key]) if data[key] is not None else None
     return data
 
 
 def _record_from_dict(d: Mapping[str, Any]) -> ExecutionRecord:
+    ids = {k: tuple(d[k]) if d.get(k) is not None else None for k in ("prompt_ids", "completion_ids")}
     return ExecutionRecord(
         **{
             **d,
+            **ids,
             "usage": Usage(**d["usage"]),
             "blocks": tuple(d["blocks"]),
             "breakpoints": tuple(d["breakpoints"]),
@@ -631,25 +683,6 @@ class Session(_Core):
             self._failed(request, exc)
             raise
 
-    @classmethod
-    def restore(
-        cls,
-        snapshot: SessionSnapshot,
-        client: Any,
-        *,
-        tools: Sequence[Tool] | None = None,
-        policy: Policy | None = None,
-        adapter: Adapter | None = None,
-    ) -> Session:
-        """Continue a snapshot on ``client``; the next request is byte-identical to the original's.
-
-        ``tools`` re-attaches handlers by name (handlers are code, not data); ``policy`` is needed when
-        the snapshot's policy cannot be rebuilt (``Compress``).
-        """
-        session = cls(client, adapter=adapter, **cls._restore_args(snapshot, tools, policy))
-        session._restore_from(snapshot)
-        return session
-
 
 class AsyncSession(_Core):
     """The asyncio twin of :class:`Session` for async clients (``anthropic.AsyncAnthropic``, ...)."""
@@ -677,20 +710,6 @@ class AsyncSession(_Core):
         except ReasonStateError as exc:
             self._failed(request, exc)
             raise
-
-    @classmethod
-    def restore(
-        cls,
-        snapshot: SessionSnapshot,
-        client: Any,
-        *,
-        tools: Sequence[Tool] | None = None,
-        policy: Policy | None = None,
-        adapter: Adapter | None = None,
-    ) -> AsyncSession:
-        session = cls(client, adapter=adapter, **cls._restore_args(snapshot, tools, policy))
-        session._restore_from(snapshot)
-        return session
 
 
 def _dispatch(prefix: Prefix, calls: Sequence[ToolCall]) -> dict[str, Any]:
@@ -726,4 +745,3 @@ def _dispatch(prefix: Prefix, calls: Sequence[ToolCall]) -> dict[str, Any]:
         results[call.id] = run_one(call)
     flush()
     return results
-

@@ -131,6 +131,7 @@ def history_to_snapshot(history: History) -> list[dict[str, Any]]:
                         "reasoning": s.usage.reasoning,
                     },
                     "model": s.model,
+                    "response_id": s.response_id,
                     "tool_results": [
                         {"call_id": r.call_id, "content": r.content, "is_error": r.is_error}
                         for r in s.tool_results
@@ -163,6 +164,7 @@ def history_from_snapshot(turns: list[dict[str, Any]]) -> History:
                         stop_reason=s["stop_reason"],
                         usage=Usage(**s["usage"]),
                         model=s["model"],
+                        response_id=s.get("response_id"),
                         tool_results=tuple(ToolResultPart(**r) for r in s["tool_results"]),
                     )
                     for s in t["steps"]

@@ -29,9 +29,11 @@ THINK = "User wants weather; call the tool."
 
 
 def _tokens(*parts: Any) -> int:
-    """The documented rendering: canonical JSON per segment, joined by newlines, 4 bytes per token."""
-    text = "\n".join(json.dumps(p, ensure_ascii=False, separators=(",", ":"), sort_keys=True) for p in parts)
-    return math.ceil(len(text.encode()) / 4)
+    """The documented rendering: canonical JSON per segment, each tokenized on its own, 4 bytes per token."""
+    return sum(
+        math.ceil(len(json.dumps(p, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()) / 4)
+        for p in parts
+    )
 
 
 def _message(error: openai.APIStatusError) -> str:
@@ -194,11 +196,12 @@ def test_deepseek_continuation_hits_the_persisted_input_plus_output(
         46,
         {"prompt_cache_hit_tokens": 0, "prompt_cache_miss_tokens": 46},
     )
-    # unit persisted at the end of request 1's output: tools + user + the assistant message (A+B)
+    # unit persisted at the end of request 1's output: tools + user + the assistant message (A+B);
+    # segments of 136, 45 and 210 bytes -> 34 + 12 + 53 tokens, i.e. request 1's prompt + completion tokens
     hit = _tokens({"tools": TOOLS}, USER, messages[1])
-    assert hit == 99  # 393 bytes
-    assert r2.usage.prompt_tokens == _tokens({"tools": TOOLS}, *messages) == 116  # 463 bytes
-    assert r2.usage.model_extra == {"prompt_cache_hit_tokens": 99, "prompt_cache_miss_tokens": 17}
+    assert hit == 99 == r1.usage.prompt_tokens + r1.usage.completion_tokens
+    assert r2.usage.prompt_tokens == _tokens({"tools": TOOLS}, *messages) == 117  # + the 69-byte tool result
+    assert r2.usage.model_extra == {"prompt_cache_hit_tokens": 99, "prompt_cache_miss_tokens": 18}
     assert r2.usage.prompt_tokens_details is not None and r2.usage.prompt_tokens_details.cached_tokens == 99
 
 
@@ -307,8 +310,8 @@ def test_openai_cached_tokens_follow_the_1024_plus_128k_rule(
             model="gpt-5.5", messages=[system, {"role": "user", "content": question}]
         )
         usages.append(r.usage)
-    # '{"content":"' + 4600 x + '","role":"system"}' = 4630 bytes, "\n", '{"content":"' shared: 4643 bytes
-    # -> 1160 shared tokens -> 1024 + 128 = 1152; the prompt is (4630 + 1 + 43) / 4 -> 1169 tokens
+    # '{"content":"' + 4600 x + '","role":"system"}' = 4630 bytes -> 1158 tokens shared (whole segments
+    # only) -> 1024 + 128 = 1152; the prompt is 1158 + ceil(42 / 4) = 1169 tokens
     assert [(u.prompt_tokens, u.prompt_tokens_details.cached_tokens) for u in usages] == [
         (1169, 0),
         (1169, 1152),
@@ -370,10 +373,11 @@ def test_vllm_cached_tokens_count_full_16_token_blocks() -> None:
         for _ in range(2):
             r = client.chat.completions.create(model="qwen3", messages=[system, USER])
             usages.append(r.usage)
-        # identical 276-byte prompts: 69 tokens shared; the last token is always computed -> 68 -> 4 blocks
+        # identical prompts of 230 + 45 bytes: 58 + 12 = 70 tokens shared; the last token is always
+        # computed -> 69 -> 4 blocks
         assert [(u.prompt_tokens, u.prompt_tokens_details.cached_tokens) for u in usages] == [
-            (69, 0),
-            (69, 64),
+            (70, 0),
+            (70, 64),
         ]
 
 

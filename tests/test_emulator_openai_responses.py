@@ -385,6 +385,22 @@ def test_previous_response_id_of_unstored_response_is_404(
     assert (info.value.param, info.value.code) == ("previous_response_id", "previous_response_not_found")
 
 
+def test_expired_previous_response_is_404(emu: OpenAIResponsesEmulator, client: openai.OpenAI) -> None:
+    emu.script.extend([ModelAction.call(WEATHER, reasoning="r")])
+    r = client.responses.create(model=MODEL, input="Weather in Paris?", tools=TOOLS)
+    emu.expire(r.id)
+    assert emu.stored_response_ids() == []
+    with pytest.raises(openai.NotFoundError) as info:
+        client.responses.create(model=MODEL, previous_response_id=r.id, input=[_output("call_emu_001")])
+    assert info.value.code == "previous_response_not_found"
+
+
+def test_hosted_tool_items_are_accepted_as_input(emu: OpenAIResponsesEmulator, client: openai.OpenAI) -> None:
+    emu.script.extend([ModelAction.answer("ok")])
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search"}}
+    assert client.responses.create(model=MODEL, input=[USER, search]).output_text == "ok"
+
+
 def test_rejected_request_consumes_no_action_and_is_not_stored(
     emu: OpenAIResponsesEmulator, client: openai.OpenAI
 ) -> None:
@@ -397,9 +413,10 @@ def test_rejected_request_consumes_no_action_and_is_not_stored(
 
 # -- prompt cache (§1.5) ------------------------------------------------------------------------------------
 
-# instructions render as '{"instructions":"' + 4600 x + '"}' = 4619 bytes, then "\n", then the user item
-# '{"content":"second question","role":"user"}' (43 bytes): 4663 bytes -> 1166 tokens. The two prompts share
-# 4619 + 1 + len('{"content":"') = 4632 bytes -> 1158 tokens -> largest 1024 + 128k <= 1158 is 1152.
+# instructions render as '{"instructions":"' + 4600 x + '"}' = 4619 bytes -> 1155 tokens (its own run), then
+# the user item '{"content":"second question","role":"user"}' (43 bytes) -> 11 tokens: 1166 tokens. The two
+# prompts share the instructions item (1155) + len('{"content":"') // 4 = 3 tokens of the user item = 1158
+# tokens -> largest 1024 + 128k <= 1158 is 1152.
 LONG = "x" * 4600
 
 
@@ -425,7 +442,7 @@ def test_prompt_under_1024_tokens_reports_no_cache(
     emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b")])
     client.responses.create(model=MODEL, instructions="x" * 4000, input="q")
     r = client.responses.create(model=MODEL, instructions="x" * 4000, input="q")
-    assert r.usage is not None and r.usage.input_tokens == 1013  # (4019 + 1 + 29) bytes / 4, rounded up
+    assert r.usage is not None and r.usage.input_tokens == 1013  # ceil(4019/4) + ceil(29/4)
     assert r.usage.input_tokens_details.cached_tokens == 0
 
 
@@ -443,6 +460,23 @@ def test_identical_prompt_hits_up_to_the_last_128_boundary(
     _ask(emu, client, "second question")
     again = _ask(emu, client, "second question")
     assert again.input_tokens_details.cached_tokens == 1152  # 1166 shared -> 1024 + 128
+
+
+def test_a_request_extending_an_earlier_one_shares_exactly_its_input_tokens(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    emu.script.extend([ModelAction.answer("ok"), ModelAction.answer("ok")])
+    instructions = "x" * 4555  # rendered: 4574 bytes -> 1144 tokens
+    first = client.responses.create(model=MODEL, instructions=instructions, input="q?")
+    assistant = {"role": "assistant", "content": "ok"}
+    items = [{"role": "user", "content": "q?"}, assistant, {"role": "user", "content": "more"}]
+    second = client.responses.create(model=MODEL, instructions=instructions, input=items)
+    assert first.usage is not None and second.usage is not None
+    # + '{"content":"q?","role":"user"}' (30 bytes, 8 tokens) = 1152; every one of them is reused, so
+    # the hit is exactly 1152 (byte-level sharing across items would have given 1151 -> 1024)
+    assert first.usage.input_tokens == 1152
+    assert second.usage.input_tokens == 1152 + 9 + 8
+    assert second.usage.input_tokens_details.cached_tokens == 1152
 
 
 # -- streaming (§1.6) ---------------------------------------------------------------------------------------

@@ -642,3 +642,13 @@ def test_deepseek_style_rules_clamp_a_policy_and_the_clamp_is_traced() -> None:
     view, reasons = rules.clamp(Turn(0, "u", (tool_step, final)), TurnView((False, False), "drop"))
     assert view.keep_reasoning == (True, True)
     assert len(reasons) == 2 and "tool-calling steps keep their reasoning" in reasons[0]
+
+
+def test_a_clock_time_in_the_system_prompt_is_flagged(emulator: AnthropicEmulator) -> None:
+    # dimagi/open-chat-studio#3625, HKUDS/nanobot#226: second-precision time in the prefix
+    session = make_session(emulator, system="Now is 2026-11-29 14:03:59 UTC. Be brief.")
+    event = session.trace.of_kind(EventKind.PREFIX_VOLATILE)[0]
+    assert event.data["spans"] == ["14:03:59"]
+    assert (
+        make_session(emulator, system="Today is 2026-11-29.").trace.of_kind(EventKind.PREFIX_VOLATILE) == []
+    )

@@ -13,12 +13,27 @@ from reasonstate.adapters.base import Adapter, DecodedStep, ProtocolRules, Vendo
 __all__ = ["Adapter", "AnthropicAdapter", "DecodedStep", "ProtocolRules", "VendorRequest", "adapter_for"]
 
 
-def adapter_for(client: Any) -> Adapter:
-    """The adapter for a vendor client, chosen from its type (without importing the vendor SDK)."""
-    for cls in type(client).__mro__:
-        module = cls.__module__.split(".")[0]
-        if module == "anthropic":
-            return AnthropicAdapter()
+def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = None) -> Adapter:
+    """The adapter for a vendor client, chosen from its type (without importing the vendor SDK).
+
+    ``anthropic.Anthropic`` → Messages. ``openai.OpenAI`` → Responses by default; ``api="chat"`` or a
+    ``dialect`` (``"openai"``, ``"deepseek"``, ``"vllm"``, ``"sglang"``) → Chat Completions.
+    """
+    modules = {cls.__module__.split(".")[0] for cls in type(client).__mro__}
+    if "anthropic" in modules:
+        if dialect is not None or api not in (None, "messages"):
+            raise ValueError("the Anthropic client speaks the Messages API only")
+        return AnthropicAdapter()
+    if "openai" in modules:
+        if dialect is not None or api == "chat":
+            from reasonstate.adapters.openai_chat import OpenAIChatAdapter
+
+            return OpenAIChatAdapter(dialect=dialect or "openai")
+        if api not in (None, "responses"):
+            raise ValueError(f"unknown api {api!r} for an OpenAI client; use 'responses' or 'chat'")
+        from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter
+
+        return OpenAIResponsesAdapter()
     raise TypeError(
         f"no adapter for client type {type(client).__module__}.{type(client).__qualname__}; pass adapter="
     )

@@ -18,10 +18,11 @@ Rules encoded here, each from protocols.md §4.3/§4.4:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import json
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -326,12 +327,13 @@ class AnthropicAdapter:
             response_id=response.get("id") if isinstance(response.get("id"), str) else None,
         )
 
+    def restored(self) -> None:
+        """Nothing server-side to lose: every request carries the whole conversation."""
+
     # -- I/O -----------------------------------------------------------------------------------------------
     def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
         """One ``messages`` call: the response JSON object exactly as received, and the bytes sent."""
-        import anthropic
-
-        try:
+        with _vendor_errors(stream):
             if stream:
                 with client.messages.stream(**request.kwargs) as events:
                     stopped = False
@@ -343,23 +345,10 @@ class AnthropicAdapter:
                     return CallResult(final, events.response.request.content)
             raw = client.messages.with_raw_response.create(**request.kwargs)
             return CallResult(_parse_body(raw.http_response.content), raw.http_response.request.content)
-        except anthropic.APIStatusError as exc:
-            raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
-        except anthropic.APIError as exc:
-            cls = StreamInterrupted if stream else VendorError
-            raise cls(f"Anthropic call failed: {type(exc).__name__}: {exc}") from exc
-        except (VendorError, MalformedResponse):
-            raise
-        except Exception as exc:  # transport errors escaping the SDK mid-stream (httpx2 protocol errors)
-            if stream:
-                raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
-            raise
 
     async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
         """The async twin of :meth:`call`."""
-        import anthropic
-
-        try:
+        with _vendor_errors(stream):
             if stream:
                 async with client.messages.stream(**request.kwargs) as events:
                     stopped = False
@@ -371,17 +360,26 @@ class AnthropicAdapter:
                     return CallResult(final, events.response.request.content)
             raw = await client.messages.with_raw_response.create(**request.kwargs)
             return CallResult(_parse_body(raw.http_response.content), raw.http_response.request.content)
-        except anthropic.APIStatusError as exc:
-            raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
-        except anthropic.APIError as exc:
-            cls = StreamInterrupted if stream else VendorError
-            raise cls(f"Anthropic call failed: {type(exc).__name__}: {exc}") from exc
-        except (VendorError, MalformedResponse):
-            raise
-        except Exception as exc:
-            if stream:
-                raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
-            raise
+
+
+@contextlib.contextmanager
+def _vendor_errors(stream: bool) -> Iterator[None]:
+    """SDK and transport failures as :class:`VendorError` subclasses, the SDK's exception as the cause."""
+    import anthropic
+
+    try:
+        yield
+    except anthropic.APIStatusError as exc:
+        raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
+    except anthropic.APIError as exc:
+        cls = StreamInterrupted if stream else VendorError
+        raise cls(f"Anthropic call failed: {type(exc).__name__}: {exc}") from exc
+    except (VendorError, MalformedResponse):
+        raise
+    except Exception as exc:  # transport errors escaping the SDK mid-stream (httpx2 protocol errors)
+        if stream:
+            raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
+        raise
 
 
 def _text_block(text: str) -> tuple[list[dict[str, Any]], list[str]]:

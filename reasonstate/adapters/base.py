@@ -88,6 +88,9 @@ class VendorRequest:
     units: tuple[str, ...]
     breakpoints: tuple[int, ...] = ()
     withheld: tuple[Continuation, ...] = ()
+    #: (event kind, data) pairs the session adds to the trace when the request succeeds, e.g. a
+    #: stateful chain that fell back to a full replay
+    events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 def request_digest(kwargs: Mapping[str, Any], body: bytes | None = None) -> tuple[str, int]:
@@ -115,6 +118,12 @@ class DecodedStep:
     usage: Usage
     model: str
     response_id: str | None = None
+    #: token-in, token-out adapters: the prompt sent and the completion sampled, as token ids
+    prompt_ids: tuple[int, ...] | None = None
+    completion_ids: tuple[int, ...] | None = None
+    #: (event kind, data) pairs the session adds to the trace after the response event, e.g. the
+    #: reasoning inputs a vendor reports it withheld (OpenAI ``input_transformations``)
+    events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 class Adapter(Protocol):
@@ -138,6 +147,10 @@ class Adapter(Protocol):
     def predict_cache_read(
         self, request: VendorRequest, records: Sequence[ExecutionRecord]
     ) -> int | None: ...
+
+    def restored(self) -> None:
+        """The session was restored from a snapshot: server-side state (response chains) may be gone."""
+        ...
 
     def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult: ...
 

@@ -54,3 +54,6 @@ class ExecutionRecord:
     usage: Usage
     duration_s: float
     model: str
+    #: self-hosted models (token-in, token-out): the exact prompt and completion token ids
+    prompt_ids: tuple[int, ...] | None = None
+    completion_ids: tuple[int, ...] | None = None

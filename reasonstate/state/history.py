@@ -92,6 +92,7 @@ class Step:
     usage: Usage
     model: str
     tool_results: tuple[ToolResultPart, ...] = ()
+    response_id: str | None = None
 
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:

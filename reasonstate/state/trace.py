@@ -31,6 +31,7 @@ class EventKind:
     POLICY_CLAMPED = "policy.clamped"
     CACHE_BREAK = "cache.break"
     PREFIX_CHANGED = "prefix.changed"
+    PREFIX_VOLATILE = "prefix.volatile"
     CONTINUATION_WITHHELD = "continuation.withheld"
     MODEL_CHANGED = "model.changed"
     RESTORED = "session.restored"

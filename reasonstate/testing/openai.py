@@ -15,6 +15,11 @@ Token arithmetic (used by both emulators, stated once here):
   * two prompts share their first ``t`` tokens iff those byte slices are equal, so
     ``shared_tokens(P, Q) = lcp // 4``, or ``ceil(lcp / 4)`` when ``P == Q`` (``lcp`` is the length of
     their common byte prefix): :func:`shared_tokens`;
+  * item-aligned variant (the Responses emulator): the prompt is a sequence of rendered items, each its
+    own token run (``count_tokens(item)``; token ``i`` of an item is its byte slice ``[4i:4i+4]``), so
+    ``prompt_tokens = Σ count_tokens(item)`` and two prompts share every token of their common leading
+    items plus ``lcp // 4`` tokens of the first item where they differ: :func:`shared_item_tokens`. A
+    prompt that extends an earlier one therefore shares exactly that earlier prompt's token count;
   * OpenAI's rule (protocols.md §1.5): nothing is cached below 1024 prompt tokens, and hits come in
     128-token increments above 1024: :func:`openai_cached_tokens`.
 """
@@ -25,7 +30,7 @@ import json
 import math
 import secrets
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from reasonstate.testing._server import EmulatorServer, Fault, JSONResponse, RecordedRequest, Route
@@ -40,6 +45,7 @@ __all__ = [
     "canonical_json",
     "openai_cached_tokens",
     "openai_error",
+    "shared_item_tokens",
     "shared_tokens",
 ]
 
@@ -81,6 +87,25 @@ def shared_tokens(prompt: bytes, earlier: bytes) -> int:
     if lo == len(prompt) == len(earlier):
         return math.ceil(lo / 4)
     return lo // 4
+
+
+def shared_item_tokens(prompt: Sequence[bytes], earlier: Sequence[bytes]) -> int:
+    """How many leading tokens two item-aligned prompts share (see the module doc).
+
+    Every token of the common leading items, plus ``lcp // 4`` tokens of the first pair of items that
+    differ (each item's tokens start at its own first byte, so a partial match never crosses an item).
+    """
+    shared = 0
+    for mine, theirs in zip(prompt, earlier, strict=False):
+        if mine == theirs:
+            shared += math.ceil(len(mine) / 4)
+            continue
+        lcp = 0
+        limit = min(len(mine), len(theirs))
+        while lcp < limit and mine[lcp] == theirs[lcp]:
+            lcp += 1
+        return shared + lcp // 4
+    return shared
 
 
 def openai_cached_tokens(prompt_tokens: int, matched_tokens: int) -> int:

@@ -42,36 +42,47 @@ Rules enforced (a rejected request consumes no script action and does not feed t
   and will not be included in the context for inference. Please remove the reasoning_content from your
   message to reduce network traffic.`` (Euyug/Mirai-Gpt-Plugin#4).
 
-**Prompt rendering.** The prompt is a list of segments: ``canonical_json({"tools": tools})`` when tools are
-given, then one per message: ``canonical_json`` of the message without null-valued keys and with the
-reasoning fields the server would not render removed — openai: ``reasoning`` and ``reasoning_content``;
-deepseek: ``reasoning``, and ``reasoning_content`` except on assistant messages with ``tool_calls``
-(§3.3: otherwise it is ignored); vllm: ``reasoning_content`` (the input side reads only ``reasoning``,
-vllm-project/vllm#38488); sglang: nothing. ``P = "\\n".join(segments)``; ``prompt_tokens =
-count_tokens(P)`` and token sharing is byte-level as defined in :mod:`reasonstate.testing.openai`.
+**Prompt rendering (item-aligned).** The prompt is a list of segments: ``canonical_json({"tools": tools})``
+when tools are given, then one per message: ``canonical_json`` of the message without null-valued keys and
+with the reasoning fields the server would not render removed — openai: ``reasoning`` and
+``reasoning_content``; deepseek: ``reasoning``, and ``reasoning_content`` except on assistant messages with
+``tool_calls`` (§3.3: otherwise it is ignored); vllm: ``reasoning_content`` (the input side reads only
+``reasoning``, vllm-project/vllm#38488); sglang: nothing. Each segment is tokenized on its own (chat
+templates put special tokens at every message boundary): ``prompt_tokens = Σ count_tokens(segment)``.
+Caches share whole segments only: two prompts share the tokens of their longest common run of leading
+segments. (A client can therefore know every cache figure exactly from the usage it was shown, whenever
+the shared run ends where an earlier request or output ended; see below.)
 
-**Cache figures.** openai: ``openai_cached_tokens(prompt_tokens, max shared_tokens)`` over earlier
-successful requests with the same model and ``prompt_cache_key``. vllm/sglang: ``16 * (m // 16)`` with
-``m = min(max shared_tokens, prompt_tokens - 1)`` over earlier requests of the same model (the last prompt
-token is always computed; generated tokens are not cached). deepseek (§3.4, at message granularity): a
-*unit* is a segment prefix ``S[:j]``; after each successful request the server persists the whole input
-``S``, the input plus the rendered output message (what a client appends to continue), and ``S[:L]``
-for the longest common segment prefix ``L > 0`` with every earlier request of the model. The hit is
-``count_tokens("\\n".join(S[:j]))`` for the longest persisted unit that is a prefix of the request; the
-fixed-interval units of very long inputs and the old 64-token minimum are not emulated.
+**Output as generated.** ``G`` is the completion message without null values and with only the reasoning
+field the dialect renders on input (deepseek, sglang: ``reasoning_content``; vllm: ``reasoning``; openai:
+none, its reasoning stays hidden). ``completion_tokens = count_tokens(canonical_json(G))`` plus, for openai,
+the hidden reasoning tokens: the tokens the model generated are the tokens its message occupies when a
+client replays it verbatim.
+
+**Cache figures.** ``shared`` = the largest number of tokens shared (as above) with an earlier successful
+request of the same model (openai: and the same ``prompt_cache_key``). openai:
+``openai_cached_tokens(prompt_tokens, shared)``. vllm/sglang: ``16 * (m // 16)`` with
+``m = min(shared, prompt_tokens - 1)`` (the last prompt token is always computed; generated tokens are not
+cached). deepseek (§3.4, at message granularity): a *unit* is a segment prefix ``S[:j]``; after each
+successful request the server persists the whole input ``S``, the input plus the output as generated
+(``S + [canonical_json(G)]``, of ``prompt_tokens + completion_tokens`` tokens — so a later request hits it
+only if it replays the message as generated: a tool-call message with its ``reasoning_content``, not a
+plain answer whose reasoning is ignored on input), and ``S[:L]`` for the longest common segment prefix
+``L > 0`` with every earlier request of the model. The hit is the token count of the longest persisted unit
+that is a prefix of the request; the fixed-interval units of very long inputs and the old 64-token minimum
+are not emulated.
 
 **Output.** ``choices[0].message``: ``role``, ``content`` (the text; null without text, ``""`` for
 deepseek), the dialect's reasoning field(s), ``tool_calls`` (ids ``call_NNN``; ``arguments`` =
 ``raw_arguments`` or compact JSON). ``finish_reason``: ``length`` for ``stop="max_tokens"``, else
 ``tool_calls`` when there are calls, else ``stop``. Usage: ``reasoning_tokens = count_tokens(reasoning)``
-(0 when deepseek thinking is off), ``completion_tokens = reasoning_tokens + count_tokens(text) +
-Σ count_tokens(name + arguments)``.
+(0 when deepseek thinking is off), ``completion_tokens`` as above.
 
-**Streaming.** ``data: {chunk}\\n\\n`` … ``data: [DONE]``: a role chunk, reasoning deltas
-(``reasoning_content``; ``reasoning`` for vllm), content deltas, one opening chunk per tool call (index,
-id, name) then its argument deltas, a chunk with ``finish_reason``, and, with
-``stream_options.include_usage``, a last chunk with ``choices: []`` and the usage (earlier chunks then carry
-``usage: null``).
+**Streaming.** ``data: {chunk}\\n\\n`` … ``data: [DONE]``: a role chunk (``content: ""``, or null when
+the message content is null), reasoning deltas (``reasoning_content``; ``reasoning`` for vllm), content
+deltas, one opening chunk per tool call (index, id, name) then its argument deltas, a chunk with
+``finish_reason``, and, with ``stream_options.include_usage``, a last chunk with ``choices: []`` and the
+usage (earlier chunks then carry ``usage: null``).
 """
 
 from __future__ import annotations
@@ -88,7 +99,6 @@ from reasonstate.testing.openai import (
     canonical_json,
     openai_cached_tokens,
     openai_error,
-    shared_tokens,
 )
 from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_tokens
 
@@ -126,6 +136,21 @@ def _arguments(call: ToolCallSpec) -> str:
     return json.dumps(dict(call.arguments), ensure_ascii=False, separators=(",", ":"))
 
 
+def _tokens(segments: tuple[str, ...]) -> int:
+    """Item-aligned token count: each segment is tokenized on its own."""
+    return sum(count_tokens(s) for s in segments)
+
+
+def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    """The length of the longest common run of leading segments."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _chunks(text: str) -> list[str]:
     return [text[i : i + _CHUNK] for i in range(0, len(text), _CHUNK)]
 
@@ -158,9 +183,9 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         self._completions = 0
         self._calls = 0
         self._issued_reasoning: dict[str, str] = {}  # tool call id -> reasoning issued with it
-        self._prompts: dict[tuple[str, str | None], list[bytes]] = {}
-        self._history: dict[str, list[list[str]]] = {}  # deepseek: segment lists of earlier requests
-        self._units: dict[str, set[str]] = {}  # deepseek: persisted prefix units (joined text)
+        self._prompts: dict[tuple[str, str | None], list[tuple[str, ...]]] = {}
+        self._history: dict[str, list[tuple[str, ...]]] = {}  # deepseek: segments of earlier requests
+        self._units: dict[str, set[tuple[str, ...]]] = {}  # deepseek: persisted prefix units (segments)
 
     def _routes(self) -> list[Route]:
         return [
@@ -287,34 +312,41 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         segments = [canonical_json({"tools": body["tools"]})] if body.get("tools") else []
         return segments + [self._rendered(m) for m in messages]
 
-    def _cache(self, body: dict[str, Any], segments: list[str], output: dict[str, Any]) -> tuple[int, int]:
+    def _generated(self, message: dict[str, Any]) -> str:
+        """``canonical_json(G)``: the output message as generated (see the module docstring)."""
+        shown = {k: v for k, v in message.items() if v is not None}
+        hidden = {
+            "openai": ("reasoning", "reasoning_content"),
+            "deepseek": ("reasoning",),
+            "vllm": ("reasoning_content",),
+            "sglang": (),
+        }[self.dialect]
+        return canonical_json({k: v for k, v in shown.items() if k not in hidden})
+
+    def _cache(self, body: dict[str, Any], segments: list[str], generated: str) -> tuple[int, int]:
         """``(prompt_tokens, cached_tokens)`` for this request; records it for later requests."""
         model: str = body["model"]
-        text = "\n".join(segments)
-        prompt = text.encode()
-        prompt_tokens = count_tokens(text)
+        prompt = tuple(segments)
+        prompt_tokens = _tokens(prompt)
         if self.dialect == "deepseek":
             units = self._units.setdefault(model, set())
             history = self._history.setdefault(model, [])
             hit = 0
-            for j in range(len(segments), 0, -1):
-                prefix = "\n".join(segments[:j])
-                if prefix in units:
-                    hit = count_tokens(prefix)
+            for j in range(len(prompt), 0, -1):
+                if prompt[:j] in units:
+                    hit = _tokens(prompt[:j])
                     break
             for earlier in history:
-                common = 0
-                while common < min(len(earlier), len(segments)) and earlier[common] == segments[common]:
-                    common += 1
+                common = _common(prompt, earlier)
                 if common:
-                    units.add("\n".join(segments[:common]))
-            units.add(text)
-            units.add("\n".join([*segments, self._rendered(output)]))
-            history.append(list(segments))
+                    units.add(prompt[:common])
+            units.add(prompt)
+            units.add((*prompt, generated))
+            history.append(prompt)
             return prompt_tokens, hit
         namespace = (model, body.get("prompt_cache_key") if self.dialect == "openai" else None)
         earlier_prompts = self._prompts.setdefault(namespace, [])
-        matched = max((shared_tokens(prompt, q) for q in earlier_prompts), default=0)
+        matched = max((_tokens(prompt[: _common(prompt, q)]) for q in earlier_prompts), default=0)
         earlier_prompts.append(prompt)
         if self.dialect == "openai":
             return prompt_tokens, openai_cached_tokens(prompt_tokens, matched)
@@ -356,15 +388,14 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         if action.stop == "max_tokens":
             finish_reason = "length"
 
-        prompt_tokens, cached = self._cache(body, self._segments(body, messages), message)
+        generated = self._generated(message)
+        prompt_tokens, cached = self._cache(body, self._segments(body, messages), generated)
         reasoning_tokens = (
             count_tokens(action.reasoning or "") if (self.dialect != "deepseek" or thinking) else 0
         )
-        completion_tokens = (
-            reasoning_tokens
-            + count_tokens(action.text or "")
-            + sum(count_tokens(c.name + _arguments(c)) for c in action.tool_calls)
-        )
+        completion_tokens = count_tokens(generated)
+        if self.dialect == "openai":  # the reasoning was generated but is not part of the message
+            completion_tokens += reasoning_tokens
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -403,7 +434,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             }
             return sse_event(None, body)
 
-        yield chunk({"role": "assistant", "content": ""})
+        yield chunk({"role": "assistant", "content": "" if isinstance(message.get("content"), str) else None})
         stream_field = "reasoning" if self.dialect == "vllm" else "reasoning_content"
         reasoning = message.get(stream_field)
         if isinstance(reasoning, str):

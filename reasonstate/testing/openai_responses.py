@@ -30,19 +30,27 @@ What it enforces (each rule cites its section; error texts are the ones observed
   included) plus its output; ``previous_response_id`` prepends that chain, and is 404
   ``Previous response with id 'resp_…' not found.`` when unknown or created with ``store=false``.
 * Unknown input item types → 400 ``code: invalid_value``.
+* :meth:`OpenAIResponsesEmulator.expire` forgets stored responses (the retention period ran out), so a
+  later ``previous_response_id`` naming one gets the 404 above.
 
 Checks run item by item in input order (the first violation wins); the "no tool output" check runs last.
 A rejected request consumes no script action, is not stored and does not feed the cache.
 
-**Prompt and cache** (§1.5). The prompt text ``P`` is the ``"\\n"``-join of these segments, in order:
+**Prompt and cache** (§1.5). The prompt ``P`` is a sequence of rendered segments, in order:
 ``canonical_json({"instructions": …})`` if instructions are given, ``canonical_json({"tools": …})`` if the
 tool list is non-empty, then every (chain-expanded, reference-resolved) input item as
 ``canonical_json(item without its "id" and "status" keys)`` — ids and status are metadata the model never
 reads, so an id-less replay renders like a full one. A string ``input`` is the item
-``{"content": input, "role": "user"}``. ``input_tokens = count_tokens(P)``. The cache is token-level:
-``cached_tokens = openai_cached_tokens(input_tokens, max shared_tokens(P, Q))`` over the prompts ``Q`` of
-earlier successful requests with the same ``model`` and the same ``prompt_cache_key`` (absent is its own
-key) — see :mod:`reasonstate.testing.openai`. ``cache_write_tokens`` is always 0.
+``{"content": input, "role": "user"}``. Tokens are item-aligned (each segment is its own token run, as
+real chat formats delimit items with special tokens): ``input_tokens = Σ count_tokens(segment)``. The
+cache is token-level: ``cached_tokens = openai_cached_tokens(input_tokens, max shared_item_tokens(P, Q))``
+over the prompts ``Q`` of earlier successful requests with the same ``model`` and the same
+``prompt_cache_key`` (absent is its own key) — see :mod:`reasonstate.testing.openai`. So a request that
+extends an earlier one shares exactly that request's ``input_tokens``. ``cache_write_tokens`` is always 0.
+
+**Hosted-tool items** (web search, file search, code interpreter, MCP, … — the other members of the SDK's
+``ResponseInputItemParam`` union) are accepted as input items and rendered like any other item; they take
+no part in the pairing rules.
 
 **Output** from the :class:`ModelAction`: a ``reasoning`` item (omitted when ``reasoning.effort`` is
 ``"none"``; ``summary`` holds one ``summary_text`` when the action has reasoning text; ``encrypted_content``
@@ -66,6 +74,7 @@ import copy
 import hashlib
 import hmac
 import json
+import math
 import re
 import secrets
 import time
@@ -82,7 +91,7 @@ from reasonstate.testing.openai import (
     canonical_json,
     openai_cached_tokens,
     openai_error,
-    shared_tokens,
+    shared_item_tokens,
 )
 from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_tokens
 
@@ -91,6 +100,23 @@ __all__ = ["ENCRYPTED_CONTENT_INCLUDE", "OpenAIResponsesEmulator"]
 ENCRYPTED_CONTENT_INCLUDE = "reasoning.encrypted_content"
 _BLOB_PREFIX = "gAAAAAB"  # what real blobs start with (Fernet tokens); purely cosmetic here
 _INPUT_TYPES = ("message", "reasoning", "function_call", "function_call_output", "item_reference")
+# the SDK's other ``ResponseInputItemParam`` members that a response can also output (hosted tools)
+_HOSTED_TYPES = (
+    "web_search_call",
+    "file_search_call",
+    "computer_call",
+    "code_interpreter_call",
+    "image_generation_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "custom_tool_call",
+    "tool_search_call",
+    "compaction",
+)
 _CHUNK = 8  # characters per streamed delta
 
 
@@ -178,7 +204,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         self._minted: dict[str, _Minted] = {}
         self._stored_items: dict[str, dict[str, Any]] = {}
         self._chains: dict[str, list[dict[str, Any]]] = {}
-        self._prompts: dict[tuple[str, str | None], list[bytes]] = {}
+        self._prompts: dict[tuple[str, str | None], list[list[bytes]]] = {}
 
     def _routes(self) -> list[Route]:
         return [Route("POST", r"/v1/responses", self._handle)]
@@ -188,6 +214,12 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         """Forget every earlier prompt: the next request of any model reports ``cached_tokens == 0``."""
         with self._lock:
             self._prompts.clear()
+
+    def expire(self, *response_ids: str) -> None:
+        """Forget stored responses (all when none are named), as when their retention period ends."""
+        with self._lock:
+            for resp_id in response_ids or tuple(self._chains):
+                self._chains.pop(resp_id, None)
 
     def stored_response_ids(self) -> list[str]:
         """Ids of the responses created with ``store=true``, oldest first."""
@@ -250,6 +282,8 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
 
     def _resolve(self, index: int, item: dict[str, Any]) -> dict[str, Any]:
         kind = _item_type(item)
+        if kind in _HOSTED_TYPES:
+            return item
         if kind not in _INPUT_TYPES:
             supported = ", ".join(f"'{t}'" for t in _INPUT_TYPES)
             message = f"Invalid value: '{kind}'. Supported values are: {supported}."
@@ -432,8 +466,8 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         prompt = self._prompt(body, items)
         namespace = (model, body.get("prompt_cache_key"))
         earlier = self._prompts.setdefault(namespace, [])
-        input_tokens = count_tokens(prompt.decode())
-        matched = max((shared_tokens(prompt, q) for q in earlier), default=0)
+        input_tokens = sum(math.ceil(len(segment) / 4) for segment in prompt)
+        matched = max((shared_item_tokens(prompt, q) for q in earlier), default=0)
         earlier.append(prompt)
         reasoning_tokens = count_tokens(reasoning_text) if rs_id is not None else 0
         output_tokens = (
@@ -501,7 +535,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
                 self._minted[item["id"]] = _Minted(type=item["type"], response_id=resp_id, reasoning_id=rs_id)
 
     @staticmethod
-    def _prompt(body: dict[str, Any], items: list[dict[str, Any]]) -> bytes:
+    def _prompt(body: dict[str, Any], items: list[dict[str, Any]]) -> list[bytes]:
         segments: list[str] = []
         if body.get("instructions"):
             segments.append(canonical_json({"instructions": body["instructions"]}))
@@ -509,7 +543,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             segments.append(canonical_json({"tools": body["tools"]}))
         for item in items:
             segments.append(canonical_json({k: v for k, v in item.items() if k not in ("id", "status")}))
-        return "\n".join(segments).encode()
+        return [segment.encode() for segment in segments]
 
     # -- streaming (§1.6) --------------------------------------------------------------------------
     def _events(self, response: dict[str, Any]) -> Iterator[bytes]:

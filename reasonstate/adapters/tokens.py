@@ -1,0 +1,549 @@
+"""Token-in, token-out adapter for self-hosted models (vLLM, SGLang): ``POST /v1/completions`` with token ids.
+
+The session never re-tokenizes what the model sampled. Every step keeps its prompt ids ``p`` and completion
+ids ``c`` in the execution layer (``ExecutionRecord.prompt_ids`` / ``completion_ids``), and the next prompt
+``B`` extends them with only the new messages (tool results or the next user message)::
+
+    B = renderer.bridge_to_next_turn(p, c, new_messages, tools)
+    B[:len(p) + len(c)] == p + c                                   (the bridge contract, PRR by construction)
+
+The bridge is used exactly when the canonical history still *is* what the previous request sent plus the
+step sampled for it. That is checked on logical units (one digest per message, kept in
+``ExecutionRecord.blocks``)::
+
+    units[:len(prev.blocks)] == prev.blocks  and  units[len(prev.blocks)] == sampled_unit(prev step)
+
+Otherwise (first request, a policy dropped or summarized reasoning that was sampled, the prefix or the model
+changed, a record without token ids) the prompt is a full render of the canonical history with the chat
+template and the request carries a ``cache.break`` trace event saying why (``path == "full_render"``,
+``reason``, ``shared_tokens``). When the rewritten part lies before the previous step the session also
+records its own unit-level ``cache.break`` (``unit``, ``why``) for the same request.
+
+Policies: the adapter does not clamp them. A policy that drops reasoning the model sampled is honoured; the
+price is one full render (a traced cache break) at the next turn, after which the bridge resumes on the new
+prompt. Inside a tool chain no policy runs, so the chain is always bridged.
+
+Prefix-cache prediction (``predict_cache_read``) follows vLLM's automatic prefix caching, as
+:mod:`reasonstate.testing.completions` documents it: a finished request leaves the full ``block_size``
+blocks of ``(p + c)[:-1]`` in the cache, and a new prompt ``q`` hits the longest run of whole blocks of
+``q[:-1]`` that some earlier sequence shares::
+
+    cached(q) == max over earlier (p, c) of  lcp(q[:-1], (p + c)[:-1]) // block_size * block_size
+
+SGLang's RadixAttention caches per token (``page_size`` 1): the ``sglang`` dialect defaults to
+``block_size=1`` [UNCONFIRMED: SGLang reports ``cached_tokens`` only with ``--enable-cache-report``, and
+returning completion token ids from ``/v1/completions`` needs a build that supports ``return_token_ids``].
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
+from reasonstate.errors import (
+    ContinuationMismatch,
+    MalformedResponse,
+    ProtocolViolation,
+    VendorError,
+)
+from reasonstate.prefix import Prefix, canonical_json
+from reasonstate.state import (
+    Continuation,
+    EventKind,
+    ExecutionRecord,
+    History,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    Step,
+    TextPart,
+    ToolCallPart,
+    Usage,
+    digest_of,
+)
+from reasonstate.tokens.errors import InvalidUTF8, TokensError
+from reasonstate.tokens.protocol import Message, ParsedResponse, Renderer
+from reasonstate.tokens.renderer import ChatTemplateRenderer, common_prefix_len
+
+__all__ = ["BLOCK_SIZES", "CompletionExchange", "TokenAdapter"]
+
+API = "completions"
+KIND = "completion"
+BLOCK_SIZES: Mapping[str, int] = {"vllm": 16, "sglang": 1}
+"""Prefix-cache granularity per dialect: vLLM's default KV block size, SGLang's default page size."""
+
+#: how many earlier requests the cache predictor considers (an engine's cache lives minutes, not sessions)
+_RECENT = 64
+
+Dialect = Literal["vllm", "sglang"]
+
+
+@attrs.frozen(slots=True)
+class CompletionExchange:
+    """What :meth:`TokenAdapter.call` hands to :meth:`TokenAdapter.decode`: the prompt ids sent, the body
+    received (the response JSON exactly as parsed)."""
+
+    prompt_ids: tuple[int, ...]
+    body: Any
+
+
+@attrs.frozen(slots=True)
+class _Plan:
+    """The next prompt: bridged (``why`` is None) or a full render (``why`` says why)."""
+
+    prompt_ids: tuple[int, ...]
+    why: str | None
+
+
+class TokenAdapter:
+    """``/v1/completions`` with token-id prompts, for a self-hosted model whose chat template is ``renderer``.
+
+    ``rs.Session(openai.OpenAI(base_url=...), model="qwen3.6", adapter=TokenAdapter(renderer), tools=[...])``.
+    ``model_name`` is the served model name sent to the server (default: the session's model);
+    ``block_size`` the engine's prefix-cache granularity (default per dialect, :data:`BLOCK_SIZES`);
+    ``sampling`` are extra request fields (``temperature``, ``top_p``, ...), overridden by session options.
+    """
+
+    api = API
+
+    def __init__(
+        self,
+        renderer: Renderer,
+        *,
+        model_name: str | None = None,
+        dialect: Dialect = "vllm",
+        block_size: int | None = None,
+        **sampling: Any,
+    ) -> None:
+        if dialect not in BLOCK_SIZES:
+            raise ValueError(f"unknown dialect {dialect!r}; use 'vllm' or 'sglang'")
+        self.renderer = renderer
+        self.model_name = model_name
+        self.dialect: Dialect = dialect
+        self.vendor: str = dialect
+        self.block_size = block_size if block_size is not None else BLOCK_SIZES[dialect]
+        if self.block_size < 1:
+            raise ValueError("block_size must be at least 1")
+        self.sampling: dict[str, Any] = dict(sampling)
+        self.rules = ProtocolRules(vendor=dialect, api=API)
+        # completion continuation digest -> the assistant message its text parses to (full renders only)
+        self._parsed: dict[str, Mapping[str, Any]] = {}
+        # the declared tools, so XML parameters are read with their declared types (set by encode)
+        self._parse_tools: list[dict[str, Any]] | None = None
+
+    # -- encode ------------------------------------------------------------------------------------------
+    def encode(
+        self,
+        prefix: Prefix,
+        history: History,
+        model: str,
+        options: Mapping[str, Any],
+        records: Sequence[ExecutionRecord],
+    ) -> VendorRequest:
+        """The ``completions.create`` kwargs: ``prompt`` is the bridged prompt when the history allows it,
+        else the full render of the canonical history (with a ``cache.break`` event)."""
+        tools = _tools(prefix)
+        self._parse_tools = tools or None
+        messages, units, steps = self._messages(prefix, history, tools)
+        plan = self._plan(prefix, history, model, records, messages, units, steps, tools)
+        events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+        if plan.why is not None and records:
+            events = (
+                (
+                    EventKind.CACHE_BREAK,
+                    {
+                        "index": len(records),
+                        "path": "full_render",
+                        "reason": plan.why,
+                        "prompt_tokens": len(plan.prompt_ids),
+                        "shared_tokens": self._shared_tokens(plan.prompt_ids, records),
+                    },
+                ),
+            )
+        kwargs: dict[str, Any] = {"model": self.model_name or model, "prompt": list(plan.prompt_ids)}
+        extra: dict[str, Any] = {}
+        for key, value in {**self.sampling, **options}.items():
+            if key == "extra_body" and isinstance(value, Mapping):
+                extra.update(value)
+            else:
+                kwargs[key] = value
+        # vLLM: ``return_token_ids`` adds choices[0].token_ids / prompt_token_ids (CompletionRequest)
+        extra["return_token_ids"] = True
+        if self.dialect == "sglang":
+            extra.setdefault("no_stop_trim", True)  # keep the stop token in the output [UNCONFIRMED]
+        kwargs["extra_body"] = extra
+        return VendorRequest(kwargs=kwargs, units=tuple(units), events=events)
+
+    def _messages(
+        self, prefix: Prefix, history: History, tools: list[dict[str, Any]]
+    ) -> tuple[list[Message], list[str], dict[tuple[int, int], int]]:
+        """Chat messages of the canonical history (system first), one unit per prefix head and message,
+        and the unit index of each step ``(turn, step)``. ``units[0]`` is the head (system + tools);
+        ``units[k]`` belongs to ``messages[k - 1 + has_system]``."""
+        messages: list[Message] = []
+        if prefix.system:
+            messages.append({"role": "system", "content": prefix.system})
+        head = len(messages)
+        units = [_digest({"system": prefix.system, "tools": tools})]
+        steps: dict[tuple[int, int], int] = {}
+
+        def add(message: Message, unit: Any) -> None:
+            messages.append(message)
+            units.append(_digest(unit))
+
+        for user, answer in prefix.few_shots:
+            add({"role": "user", "content": user}, {"role": "user", "content": user})
+            add({"role": "assistant", "content": answer}, {"role": "assistant", "content": answer})
+        for t, turn in enumerate(history.turns):
+            add({"role": "user", "content": turn.user}, {"role": "user", "content": turn.user})
+            for s, step in enumerate(turn.steps):
+                keep = turn.view is None or turn.view.keep_reasoning[s]
+                last = s == len(turn.steps) - 1
+                summary = turn.view.summary if turn.view is not None and last else None
+                steps[(t, s)] = len(messages)
+                add(self._assistant(step, keep, summary), _step_unit(step, keep, summary))
+                names = {c.id: c.name for c in step.tool_calls}
+                for r in step.tool_results:
+                    tool: dict[str, Any] = {"role": "tool", "tool_call_id": r.call_id, "content": r.content}
+                    if r.call_id in names:
+                        tool["name"] = names[r.call_id]
+                    add(tool, {**tool, "is_error": r.is_error})
+        assert len(units) == len(messages) - head + 1
+        return messages, units, {k: v - head + 1 for k, v in steps.items()}
+
+    def _assistant(self, step: Step, keep: bool, summary: str | None) -> Message:
+        """The assistant message a full render uses: the sampled text parsed by the renderer, with the
+        reasoning removed when the view drops it and the summary (Compress) put before the answer."""
+        completion = _completion(step)
+        if completion is None:  # a step this adapter did not sample: its canonical text only
+            message: dict[str, Any] = {"role": "assistant", "content": step.text}
+        else:
+            parsed = self._parsed.get(completion.digest)
+            if parsed is None:
+                parsed = self._parse(str(completion.shared_value()["text"])).message
+                self._parsed[completion.digest] = parsed
+            message = dict(parsed)
+        if not keep:
+            message.pop("reasoning_content", None)
+        if summary is not None:
+            note = f"(Summary of my earlier reasoning: {summary})"
+            content = str(message.get("content") or "")
+            message["content"] = f"{note}\n\n{content}" if content else note
+        return message
+
+    def _plan(
+        self,
+        prefix: Prefix,
+        history: History,
+        model: str,
+        records: Sequence[ExecutionRecord],
+        messages: Sequence[Message],
+        units: Sequence[str],
+        steps: Mapping[tuple[int, int], int],
+        tools: list[dict[str, Any]],
+    ) -> _Plan:
+        why = self._refusal(prefix, history, model, records, units, steps)
+        if why is None:
+            prev = records[-1]
+            assert prev.prompt_ids is not None and prev.completion_ids is not None
+            first_new = len(prev.blocks) + 1  # unit index of the first message after the sampled step
+            head = len(messages) - len(units) + 1
+            new = list(messages[first_new - 1 + head :])
+            bridged = self.renderer.bridge_to_next_turn(
+                prev.prompt_ids, prev.completion_ids, new, tools or None
+            )
+            if bridged is not None and bridged.token_ids is not None:
+                return _Plan(bridged.token_ids, None)
+            why = "the renderer refused to bridge the new messages"
+        rendered = self.renderer.render(messages, tools or None, True)
+        if rendered.token_ids is None:
+            raise ProtocolViolation("the token adapter needs a renderer with a tokenizer")
+        return _Plan(rendered.token_ids, why or "first request")
+
+    @staticmethod
+    def _refusal(
+        prefix: Prefix,
+        history: History,
+        model: str,
+        records: Sequence[ExecutionRecord],
+        units: Sequence[str],
+        steps: Mapping[tuple[int, int], int],
+    ) -> str | None:
+        """Why the previous prompt + completion is not a prefix of the next prompt, or None when it is."""
+        if not records:
+            return "first request"
+        prev = records[-1]
+        if prev.prompt_ids is None or prev.completion_ids is None:
+            return "the previous request has no token ids"
+        if prev.model != model:
+            return f"model changed ({prev.model} -> {model})"
+        if prev.prefix_fingerprint != prefix.fingerprint:
+            return "the prefix (system, tools or few-shots) changed"
+        if prev.turn >= len(history.turns) or prev.step >= len(history.turns[prev.turn].steps):
+            return "the history no longer holds the previous step"
+        step = history.turns[prev.turn].steps[prev.step]
+        completion = _completion(step)
+        if completion is None:
+            return "the previous step has no sampled completion"
+        if tuple(completion.shared_value()["token_ids"]) != prev.completion_ids:
+            raise ContinuationMismatch("the completion ids in the execution record differ from the payload")
+        n = len(prev.blocks)
+        if tuple(units[:n]) != prev.blocks:
+            d = next((i for i, (a, b) in enumerate(zip(units, prev.blocks, strict=False)) if a != b), n)
+            return f"history before the previous step changed at unit {d} (a policy or compaction)"
+        at = steps.get((prev.turn, prev.step))
+        if at != n or units[n] != _digest(_step_unit(step, True, None)):
+            return "the view of the previous step differs from what was sampled (reasoning dropped)"
+        return None
+
+    # -- cache prediction --------------------------------------------------------------------------------
+    @staticmethod
+    def _shared_tokens(prompt: Sequence[int], records: Sequence[ExecutionRecord]) -> int:
+        """``max over earlier (p, c) of lcp(q[:-1], (p + c)[:-1])``: the prompt tokens whose KV exists."""
+        best = 0
+        query = list(prompt[: len(prompt) - 1])
+        for r in records[-_RECENT:]:
+            if r.prompt_ids is None or r.completion_ids is None:
+                continue
+            seq = [*r.prompt_ids, *r.completion_ids]
+            best = max(best, common_prefix_len(query, seq[: len(seq) - 1]))
+        return best
+
+    def predict_cache_read(self, request: VendorRequest, records: Sequence[ExecutionRecord]) -> int | None:
+        """``max over earlier (p, c) of lcp(q[:-1], (p + c)[:-1]) // block_size * block_size``."""
+        shared = self._shared_tokens(request.kwargs["prompt"], records)
+        return shared // self.block_size * self.block_size
+
+    # -- decode ------------------------------------------------------------------------------------------
+    def decode(self, response: Any, model: str) -> DecodedStep:
+        """Split a completion into reasoning (exact), text, tool calls (tolerant arguments, raw text) and a
+        ``completion`` continuation holding the exact ids: ``payload.token_ids == completion_ids``."""
+        sent: tuple[int, ...] | None = None
+        body = response
+        if isinstance(response, CompletionExchange):
+            sent, body = response.prompt_ids, response.body
+        if not isinstance(body, Mapping):
+            raise MalformedResponse("completion response is not a JSON object")
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            raise MalformedResponse("completion response has no choices")
+        choice = choices[0]
+        ids = _ids(choice.get("token_ids"))
+        if ids is None:
+            raise MalformedResponse(
+                "completion response has no choices[0].token_ids (the server must return token ids: "
+                "vLLM return_token_ids)"
+            )
+        echoed = _ids(choice.get("prompt_token_ids"))
+        if sent is not None and echoed is not None and echoed != sent:
+            raise MalformedResponse("the server saw a different prompt than the token ids sent")
+        prompt_ids = sent if sent is not None else echoed
+        if prompt_ids is None:
+            raise MalformedResponse("no prompt token ids: neither sent nor echoed by the server")
+        finish = choice.get("finish_reason")
+        finish = finish if isinstance(finish, str) else "unknown"
+        text = self._text(ids, truncated=finish == "length")
+        parsed = self._parse(text)
+        got_model = body.get("model")
+        produced_by = got_model if isinstance(got_model, str) and got_model else model
+        payload = Continuation.capture(
+            vendor=self.vendor,
+            api=API,
+            model=produced_by,
+            kind=KIND,
+            value={"token_ids": list(ids), "text": text, "finish_reason": finish},
+        )
+        return DecodedStep(
+            parts=_parts(parsed),
+            continuation=(payload,),
+            stop_reason=finish,
+            usage=self._usage(body.get("usage"), ids, parsed),
+            model=produced_by,
+            response_id=body.get("id") if isinstance(body.get("id"), str) else None,
+            prompt_ids=prompt_ids,
+            completion_ids=ids,
+        )
+
+    def _text(self, ids: Sequence[int], *, truncated: bool) -> str:
+        """The completion's exact text. A completion cut by ``max_tokens`` may end inside a character:
+        those trailing tokens are held back from the text (kept in the ids), like vLLM's detokenizer.
+        Anywhere else, bytes that are not UTF-8 are a :class:`MalformedResponse`."""
+        try:
+            return self.renderer.decode(ids)
+        except InvalidUTF8 as exc:
+            if truncated:
+                held = self._held_back(ids)
+                if held is not None:
+                    return held
+            raise MalformedResponse(f"completion is not valid UTF-8: {exc}") from exc
+
+    def _held_back(self, ids: Sequence[int]) -> str | None:
+        """The text of ``ids`` without an incomplete character at its end; None when bytes before it are
+        not UTF-8. Byte-exact with a token-level renderer, else whole tokens are held back."""
+        if isinstance(self.renderer, ChatTemplateRenderer) and self.renderer.tokenizer is not None:
+            tok = self.renderer.tokenizer
+            data = b"".join(tok.token_bytes(i) for i in ids)
+            try:
+                return codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+            except UnicodeDecodeError:
+                return None
+        for end in range(len(ids) - 1, max(-1, len(ids) - 4), -1):
+            try:
+                return self.renderer.decode(ids[:end])
+            except InvalidUTF8:
+                continue
+        return None
+
+    def _parse(self, text: str) -> ParsedResponse:
+        try:
+            if isinstance(self.renderer, ChatTemplateRenderer):
+                return self.renderer.parse_response(text, tools=self._parse_tools)
+            return self.renderer.parse_response(text)
+        except TokensError as exc:
+            raise MalformedResponse(f"completion cannot be parsed: {type(exc).__name__}: {exc}") from exc
+
+    def _usage(self, raw: Any, ids: Sequence[int], parsed: ParsedResponse) -> Usage:
+        prompt = completion = cached = 0
+        if isinstance(raw, Mapping):
+            prompt, completion = _int(raw.get("prompt_tokens")), _int(raw.get("completion_tokens"))
+            details = raw.get("prompt_tokens_details")
+            cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+        return Usage(
+            uncached_input=prompt - cached,
+            cache_read=cached,
+            output=completion or len(ids),
+            reasoning=self._reasoning_tokens(ids, parsed),
+        )
+
+    def _reasoning_tokens(self, ids: Sequence[int], parsed: ParsedResponse) -> int | None:
+        """Exact when the reasoning close tag is one special token: the tokens before it."""
+        if parsed.reasoning is None:
+            return None
+        if parsed.reasoning_truncated:
+            return len(ids)
+        if isinstance(self.renderer, ChatTemplateRenderer) and self.renderer.tokenizer is not None:
+            close = self.renderer.tokenizer.special_id(self.renderer.family.think_close)
+            if close is not None and close in ids:
+                return list(ids).index(close)
+        return None
+
+    def restored(self) -> None:
+        """Nothing server-side to lose: the execution records carry every prompt and completion id."""
+        self._parsed.clear()
+
+    # -- I/O -----------------------------------------------------------------------------------------------
+    def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
+        """One ``completions.create``; the body as received and the bytes the SDK sent."""
+        import openai
+
+        _no_stream(stream)
+        try:
+            raw = client.completions.with_raw_response.create(**request.kwargs)
+        except openai.APIStatusError as exc:
+            raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
+        except openai.APIError as exc:
+            raise VendorError(f"completions call failed: {type(exc).__name__}: {exc}") from exc
+        return self._result(request, raw.http_response.content, raw.http_response.request.content)
+
+    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
+        """The async twin of :meth:`call`."""
+        import openai
+
+        _no_stream(stream)
+        try:
+            raw = await client.completions.with_raw_response.create(**request.kwargs)
+        except openai.APIStatusError as exc:
+            raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
+        except openai.APIError as exc:
+            raise VendorError(f"completions call failed: {type(exc).__name__}: {exc}") from exc
+        return self._result(request, raw.http_response.content, raw.http_response.request.content)
+
+    @staticmethod
+    def _result(request: VendorRequest, content: bytes, sent: bytes | None) -> CallResult:
+        try:
+            body = json.loads(content)
+        except ValueError as exc:
+            raise MalformedResponse(f"completion response is not JSON: {content[:80]!r}") from exc
+        prompt = tuple(int(i) for i in request.kwargs["prompt"])
+        return CallResult(CompletionExchange(prompt_ids=prompt, body=body), sent)
+
+
+def _no_stream(stream: bool) -> None:
+    if stream:
+        raise ProtocolViolation("TokenAdapter does not stream; create the session with stream=False")
+
+
+def _tools(prefix: Prefix) -> list[dict[str, Any]]:
+    """Tools in the OpenAI function shape chat templates read, in the prefix's canonical (sorted) order."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)},
+        }
+        for t in prefix.tools
+    ]
+
+
+def _digest(value: Any) -> str:
+    return digest_of(canonical_json(value).encode())
+
+
+def _completion(step: Step) -> Continuation | None:
+    return next((c for c in step.continuation if c.kind == KIND and c.api == API), None)
+
+
+def _step_unit(step: Step, keep: bool, summary: str | None) -> dict[str, Any]:
+    """What a step contributes to a prompt: its sampled completion and how the view shows it. A step
+    without reasoning looks the same kept or dropped."""
+    completion = _completion(step)
+    has_reasoning = any(isinstance(p, ReasoningPart) for p in step.parts)
+    return {
+        "role": "assistant",
+        "completion": completion.digest if completion is not None else step.text,
+        "reasoning": keep or not has_reasoning,
+        "summary": summary,
+    }
+
+
+def _parts(parsed: ParsedResponse) -> tuple[Part, ...]:
+    parts: list[Part] = []
+    if parsed.reasoning is not None:
+        parts.append(ReasoningPart(text=parsed.reasoning, continuation=0))
+    # the newlines framing the answer are template syntax; the exact bytes live in the continuation
+    text = parsed.content.strip()
+    if text:
+        parts.append(TextPart(text=text, continuation=0))
+    for call in parsed.tool_calls:
+        if not call.complete:  # cut by max_tokens: not executable, kept verbatim in the completion ids
+            parts.append(OpaquePart(type="truncated_tool_call", continuation=0))
+            continue
+        raw = call.raw_arguments if call.raw_arguments is not None else call.raw
+        parts.append(
+            ToolCallPart(
+                id=call.id, name=call.name, arguments=dict(call.arguments), raw_arguments=raw, continuation=0
+            )
+        )
+    return tuple(parts)
+
+
+def _ids(value: Any) -> tuple[int, ...] | None:
+    if not isinstance(value, list) or not all(isinstance(i, int) and i >= 0 for i in value):
+        return None
+    return tuple(value)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _status_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
+        err = body["error"]
+        return f"completions {exc.status_code} {err.get('type')}: {err.get('message')}"
+    return f"completions {exc.status_code}: {exc}"
