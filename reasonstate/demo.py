@@ -2,20 +2,24 @@
 
 The job: 12 user turns of a travel-desk agent; every third turn runs a tool chain (two parallel weather
 calls, then a long itinerary lookup), the others are plain follow-ups. Reasoning is long and answers short,
-as with real reasoning models. By default it runs against the embedded Anthropic emulator (no API key);
-``--live`` runs the same turns against the real API when ANTHROPIC_API_KEY is set.
+as with real reasoning models. By default it runs on the embedded emulators (Anthropic Messages,
+OpenAI Responses stateless and stateful, DeepSeek chat; no API key), then shows the token-level PRR
+matrix and a token-in/token-out session; ``--live`` runs the same turns against each real API whose key is set (ANTHROPIC_API_KEY,
+OPENAI_API_KEY, DEEPSEEK_API_KEY).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 import reasonstate as rs
 from reasonstate.policies import Drop, Keep, KeepLast, Policy
 
-__all__ = ["main", "run_anthropic"]
+__all__ = ["VENDORS", "main", "run_job"]
 
 TURNS = 12
 MODEL = "claude-sonnet-4-6"
@@ -97,7 +101,7 @@ def scripted_actions() -> list[Any]:
     return actions
 
 
-def run_anthropic(client: Any, policy: Policy, model: str, **options: Any) -> rs.Session:
+def run_job(client: Any, policy: Policy, model: str, **options: Any) -> rs.Session:
     session = rs.Session(client, model=model, system=SYSTEM, tools=TOOLS, policy=policy, **options)
     for q in questions():
         session.run(q)
@@ -107,13 +111,15 @@ def run_anthropic(client: Any, policy: Policy, model: str, **options: Any) -> rs
 def _row(name: str, session: rs.Session) -> list[str]:
     r = session.report()
     predicted = sum(x.predicted_cache_read or 0 for x in session.execution)
+    unknown = r.requests - r.predicted_total
     return [
         name,
         str(r.requests),
+        f"{sum(x.request_bytes for x in session.execution) / 1024:,.0f}",
         f"{r.prompt_tokens:,}",
         f"{r.cache_read_share:.1%}",
         f"{r.cache_read:,}",
-        f"{predicted:,}",
+        f"{predicted:,}" + (f" (+{unknown} n/a)" if unknown else ""),
         f"{r.predicted_matches}/{r.predicted_total}",
         f"{r.active_context_tokens:,}",
         str(r.protocol_errors),
@@ -123,6 +129,7 @@ def _row(name: str, session: rs.Session) -> list[str]:
 HEADER = [
     "policy",
     "requests",
+    "sent KB",
     "input tokens",
     "cache-read share",
     "cache reads (vendor)",
@@ -151,39 +158,132 @@ POLICIES: list[tuple[str, Callable[[], Policy]]] = [
 ]
 
 
-def anthropic_section(live: bool) -> str:
+@attrs.frozen
+class Vendor:
+    """One API the demo runs the job on: how to build the emulator, the live client, the options."""
+
+    title: str
+    key_env: str
+    model: str
+    live_model: str
+    options: Mapping[str, Any]
+    emulator: Callable[[list[Any]], Any]
+    live_client: Callable[[], Any]
+    session_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+def _anthropic_emulator(actions: list[Any]) -> Any:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    return AnthropicEmulator(actions)
+
+
+def _responses_emulator(actions: list[Any]) -> Any:
+    from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+
+    return OpenAIResponsesEmulator(actions)
+
+
+def _deepseek_emulator(actions: list[Any]) -> Any:
+    from reasonstate.testing.openai_chat import OpenAIChatEmulator
+
+    return OpenAIChatEmulator(actions, dialect="deepseek")
+
+
+def _anthropic_live() -> Any:
+    import anthropic
+
+    return anthropic.Anthropic()
+
+
+def _openai_live() -> Any:
+    import openai
+
+    return openai.OpenAI()
+
+
+def _deepseek_live() -> Any:
+    import openai
+
+    return openai.OpenAI(base_url="https://api.deepseek.com", api_key=os.environ["DEEPSEEK_API_KEY"])
+
+
+VENDORS = [
+    Vendor(
+        "Anthropic Messages",
+        "ANTHROPIC_API_KEY",
+        MODEL,
+        LIVE_MODEL,
+        {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}},
+        _anthropic_emulator,
+        _anthropic_live,
+    ),
+    Vendor(
+        "OpenAI Responses, stateless (store=False, encrypted reasoning replayed)",
+        "OPENAI_API_KEY",
+        "gpt-5.5",
+        os.environ.get("REASONSTATE_DEMO_OPENAI_MODEL", "gpt-5.5"),
+        {"store": False, "reasoning": {"effort": "medium", "summary": "auto"}},
+        _responses_emulator,
+        _openai_live,
+    ),
+    Vendor(
+        "OpenAI Responses, stateful (store=True, previous_response_id)",
+        "OPENAI_API_KEY",
+        "gpt-5.5",
+        os.environ.get("REASONSTATE_DEMO_OPENAI_MODEL", "gpt-5.5"),
+        {"store": True, "reasoning": {"effort": "medium", "summary": "auto"}},
+        _responses_emulator,
+        _openai_live,
+    ),
+    Vendor(
+        "DeepSeek chat completions (thinking mode, reasoning_content)",
+        "DEEPSEEK_API_KEY",
+        "deepseek-v4-pro",
+        os.environ.get("REASONSTATE_DEMO_DEEPSEEK_MODEL", "deepseek-v4-pro"),
+        {"reasoning_effort": "high"},
+        _deepseek_emulator,
+        _deepseek_live,
+        {"dialect": "deepseek"},
+    ),
+]
+
+
+def vendor_section(vendor: Vendor, live: bool) -> str:
     rows = []
-    thinking = {"type": "enabled", "budget_tokens": 2048}
     for name, make in POLICIES:
         if live:
-            import anthropic
-
-            session = run_anthropic(
-                anthropic.Anthropic(), make(), LIVE_MODEL, max_tokens=4096, thinking=thinking
+            session = run_job(
+                vendor.live_client(), make(), vendor.live_model, **vendor.session_kwargs, **vendor.options
             )
         else:
-            from reasonstate.testing.anthropic import AnthropicEmulator
-
-            with AnthropicEmulator(scripted_actions()) as emulator:
+            with vendor.emulator(scripted_actions()) as emulator:
                 client = emulator.client()
-                session = run_anthropic(client, make(), MODEL, max_tokens=4096, thinking=thinking)
+                session = run_job(client, make(), vendor.model, **vendor.session_kwargs, **vendor.options)
                 client.close()
         rows.append(_row(name, session))
-    where = "the real Anthropic API" if live else "the Anthropic Messages emulator (127.0.0.1)"
-    return f"Anthropic Messages — {TURNS} user turns, tool chains with parallel calls, on {where}\n" + table(
-        rows
-    )
+    where = "the real API" if live else "its emulator (127.0.0.1)"
+    return f"{vendor.title} — {TURNS} user turns, tool chains with parallel calls, on {where}\n" + table(rows)
 
 
 def main(argv: Sequence[str] = ()) -> int:
     live = "--live" in argv
-    if live and not os.environ.get("ANTHROPIC_API_KEY"):
-        print("--live needs ANTHROPIC_API_KEY")
+    ran = 0
+    for vendor in VENDORS:
+        if live and not os.environ.get(vendor.key_env):
+            print(f"{vendor.title}: skipped (--live needs {vendor.key_env})\n")
+            continue
+        print(vendor_section(vendor, live))
+        print()
+        ran += 1
+    if live and not ran:
         return 2
-    print(anthropic_section(live))
-    print()
     print("cache reads (vendor) is what the server reported; (SDK predicted) what reasonstate expected")
-    print("before sending. 'exact' counts requests where the two agree. Protocol errors must be 0.")
+    print("before sending; 'exact' counts the requests where the two agree, out of those it could")
+    print("predict (n/a: the prefix diverged inside an item, so the token count is not knowable).")
+    print("sent KB is the request bytes on the wire. Protocol errors must be 0.")
+    if live:
+        return 0
     try:
         from reasonstate.tokens.matrix import demo_section
     except ImportError:  # the `tokens` extra is not installed
