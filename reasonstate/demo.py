@@ -4,8 +4,8 @@ The job: 12 user turns of a travel-desk agent; every third turn runs a tool chai
 calls, then a long itinerary lookup), the others are plain follow-ups. Reasoning is long and answers short,
 as with real reasoning models. By default it runs on the embedded emulators (Anthropic Messages,
 OpenAI Responses stateless and stateful, DeepSeek chat; no API key), then shows the token-level PRR
-matrix and a token-in/token-out session; ``--live`` runs the same turns against each real API whose key is set (ANTHROPIC_API_KEY,
-OPENAI_API_KEY, DEEPSEEK_API_KEY).
+matrix and a token-in/token-out session; ``--live`` runs the same turns against each real API whose
+key is set (ANTHROPIC_API_KEY, OPENAI_API_KEY, DEEPSEEK_API_KEY).
 """
 
 from __future__ import annotations
