@@ -24,6 +24,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/overhead_openai.py
 	$(BIN)/python benchmarks/bridge.py
 
 clean:
