@@ -1,0 +1,35 @@
+"""The README's quickstart runs as written: the real anthropic client, pointed at the emulator by the
+SDK's own environment variables."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from reasonstate.testing import ModelAction, ToolCallSpec
+from reasonstate.testing.anthropic import AnthropicEmulator
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_readme_quickstart_runs_against_the_emulator(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = re.search(r"## Quickstart\n\n```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    actions = [
+        ModelAction(
+            reasoning="Check both cities.", tool_calls=(ToolCallSpec("get_weather", {"city": "Paris"}),)
+        ),
+        ModelAction(reasoning="Compare.", text="Rome is warmer."),
+    ]
+    with AnthropicEmulator(actions) as emulator:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        exec(compile(code.group(1), str(README), "exec"), {})
+        assert len(emulator.requests) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "Rome is warmer."
+    assert out[1].startswith("2 requests")
