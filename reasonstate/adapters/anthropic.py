@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
+from reasonstate.adapters.wire import int_field, parse_json_body, status_message, unit_digest
 from reasonstate.cache.guard import RECENT, divergence, predict_breakpoint_cache
 from reasonstate.errors import ContinuationMismatch, MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix
@@ -64,14 +65,6 @@ def min_cacheable_tokens(model: str) -> int:
     if "haiku-3" in m:
         return 2048
     return 1024
-
-
-def _compact(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _unit(block: Mapping[str, Any]) -> str:
-    return digest_of(_compact(block))
 
 
 _PAYLOAD = operator.attrgetter("payload")
@@ -133,7 +126,7 @@ class AnthropicAdapter:
         ]
         system: list[dict[str, Any]] = [{"type": "text", "text": prefix.system}] if prefix.system else []
         messages: list[dict[str, Any]] = []
-        units: list[str] = [_unit(t) for t in tools] + [_unit(b) for b in system]
+        units: list[str] = [unit_digest(t) for t in tools] + [unit_digest(b) for b in system]
         n_head = len(units)
         # unit index of each message's first block: locating a unit is a bisect, not a table per block
         starts: list[int] = []
@@ -232,7 +225,7 @@ class AnthropicAdapter:
         if summary is not None:
             note: dict[str, Any] = {"type": "text", "text": f"(Summary of my earlier reasoning: {summary})"}
             blocks.append(note)
-            digests.append(_unit(note))
+            digests.append(unit_digest(note))
         for c in step.continuation:
             reasoning = c.kind in _REASONING_KINDS
             if reasoning and not keep_reasoning:
@@ -344,7 +337,10 @@ class AnthropicAdapter:
                     final = _message_dict(events.get_final_message())
                     return CallResult(final, events.response.request.content)
             raw = client.messages.with_raw_response.create(**request.kwargs)
-            return CallResult(_parse_body(raw.http_response.content), raw.http_response.request.content)
+            return CallResult(
+                parse_json_body(raw.http_response.content, "Anthropic response"),
+                raw.http_response.request.content,
+            )
 
     async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
         """The async twin of :meth:`call`."""
@@ -359,7 +355,10 @@ class AnthropicAdapter:
                     final = _message_dict(await events.get_final_message())
                     return CallResult(final, events.response.request.content)
             raw = await client.messages.with_raw_response.create(**request.kwargs)
-            return CallResult(_parse_body(raw.http_response.content), raw.http_response.request.content)
+            return CallResult(
+                parse_json_body(raw.http_response.content, "Anthropic response"),
+                raw.http_response.request.content,
+            )
 
 
 @contextlib.contextmanager
@@ -370,7 +369,7 @@ def _vendor_errors(stream: bool) -> Iterator[None]:
     try:
         yield
     except anthropic.APIStatusError as exc:
-        raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
+        raise VendorError(status_message("Anthropic", exc), status=exc.status_code, body=exc.body) from exc
     except anthropic.APIError as exc:
         cls = StreamInterrupted if stream else VendorError
         raise cls(f"Anthropic call failed: {type(exc).__name__}: {exc}") from exc
@@ -392,7 +391,7 @@ def _text_block(text: str) -> tuple[list[dict[str, Any]], list[str]]:
 @functools.lru_cache(maxsize=1 << 16)
 def _text_unit(text: str) -> tuple[dict[str, Any], str]:
     block = {"type": "text", "text": text}
-    return block, _unit(block)
+    return block, unit_digest(block)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -400,7 +399,7 @@ def _tool_result(call_id: str, content: str, is_error: bool) -> tuple[dict[str, 
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": content}
     if is_error:
         block["is_error"] = True
-    return block, _unit(block)
+    return block, unit_digest(block)
 
 
 def _part(kind: str, block: Mapping[str, Any], i: int) -> Part:
@@ -426,29 +425,18 @@ def _part(kind: str, block: Mapping[str, Any], i: int) -> Part:
     return OpaquePart(type=kind, continuation=i)
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) else 0
-
-
 def _usage(raw: Any) -> Usage:
     if not isinstance(raw, Mapping):
         return Usage()
     details = raw.get("output_tokens_details")
     thinking = details.get("thinking_tokens") if isinstance(details, Mapping) else None
     return Usage(
-        uncached_input=_int(raw.get("input_tokens")),
-        cache_read=_int(raw.get("cache_read_input_tokens")),
-        cache_write=_int(raw.get("cache_creation_input_tokens")),
-        output=_int(raw.get("output_tokens")),
+        uncached_input=int_field(raw.get("input_tokens")),
+        cache_read=int_field(raw.get("cache_read_input_tokens")),
+        cache_write=int_field(raw.get("cache_creation_input_tokens")),
+        output=int_field(raw.get("output_tokens")),
         reasoning=thinking if isinstance(thinking, int) else None,
     )
-
-
-def _parse_body(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError as exc:
-        raise MalformedResponse(f"Anthropic response is not JSON: {body[:80]!r}") from exc
 
 
 #: the key order of each known block type in a non-streamed response (protocols.md §4.6)
@@ -476,11 +464,3 @@ def _message_dict(message: Any) -> dict[str, Any]:
         content.append(block)
     data["content"] = content
     return data
-
-
-def _status_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
-        err = body["error"]
-        return f"Anthropic {exc.status_code} {err.get('type')}: {err.get('message')}"
-    return f"Anthropic {exc.status_code}: {exc}"

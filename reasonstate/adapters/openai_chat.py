@@ -39,6 +39,7 @@ from typing import Any, Literal
 import attrs
 
 from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
+from reasonstate.adapters.wire import int_field, parse_json_body, status_message
 from reasonstate.cache.guard import RECENT
 from reasonstate.errors import (
     ContinuationMismatch,
@@ -391,7 +392,10 @@ class OpenAIChatAdapter:
             create = client.chat.completions.with_raw_response.create
             if not stream:
                 raw = create(**request.kwargs)
-                return CallResult(_parse_body(raw.http_response.content), raw.http_response.request.content)
+                return CallResult(
+                    parse_json_body(raw.http_response.content, "chat completion"),
+                    raw.http_response.request.content,
+                )
             raw = create(**_streaming(request.kwargs))
             http = raw.http_response
             try:
@@ -400,7 +404,7 @@ class OpenAIChatAdapter:
                 http.close()
         except openai.APIStatusError as exc:
             raise VendorError(
-                _status_message(self.vendor, exc), status=exc.status_code, body=exc.body
+                status_message(f"{self.vendor} chat", exc), status=exc.status_code, body=exc.body
             ) from exc
         except openai.APIError as exc:
             raise _transport_error(self.vendor, exc, stream) from exc
@@ -419,7 +423,10 @@ class OpenAIChatAdapter:
             create = client.chat.completions.with_raw_response.create
             if not stream:
                 raw = await create(**request.kwargs)
-                return CallResult(_parse_body(raw.http_response.content), raw.http_response.request.content)
+                return CallResult(
+                    parse_json_body(raw.http_response.content, "chat completion"),
+                    raw.http_response.request.content,
+                )
             raw = await create(**_streaming(request.kwargs))
             http = raw.http_response
             try:
@@ -429,7 +436,7 @@ class OpenAIChatAdapter:
                 await http.aclose()
         except openai.APIStatusError as exc:
             raise VendorError(
-                _status_message(self.vendor, exc), status=exc.status_code, body=exc.body
+                status_message(f"{self.vendor} chat", exc), status=exc.status_code, body=exc.body
             ) from exc
         except openai.APIError as exc:
             raise _transport_error(self.vendor, exc, stream) from exc
@@ -460,15 +467,11 @@ def _common(a: Sequence[str], b: Sequence[str]) -> int:
     return n
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) else 0
-
-
 def _usage(raw: Any, dialect: str) -> Usage:
     """Normalized usage. DeepSeek: hit → cache_read, miss → uncached_input (§3.4); else cached_tokens."""
     if not isinstance(raw, Mapping):
         return Usage()
-    prompt, output = _int(raw.get("prompt_tokens")), _int(raw.get("completion_tokens"))
+    prompt, output = int_field(raw.get("prompt_tokens")), int_field(raw.get("completion_tokens"))
     out_details = raw.get("completion_tokens_details")
     reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, Mapping) else None
     reasoning = reasoning if isinstance(reasoning, int) else None
@@ -478,7 +481,7 @@ def _usage(raw: Any, dialect: str) -> Usage:
         return Usage(uncached_input=uncached, cache_read=hit, output=output, reasoning=reasoning)
     in_details = raw.get("prompt_tokens_details")
     details = in_details if isinstance(in_details, Mapping) else {}
-    cached, written = _int(details.get("cached_tokens")), _int(details.get("cache_write_tokens"))
+    cached, written = int_field(details.get("cached_tokens")), int_field(details.get("cache_write_tokens"))
     return Usage(
         uncached_input=max(prompt - cached - written, 0),
         cache_read=cached,
@@ -486,13 +489,6 @@ def _usage(raw: Any, dialect: str) -> Usage:
         output=output,
         reasoning=reasoning,
     )
-
-
-def _parse_body(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError as exc:
-        raise MalformedResponse(f"chat completion is not JSON: {body[:80]!r}") from exc
 
 
 def _streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -588,7 +584,7 @@ def _add_call_deltas(calls: dict[int, dict[str, Any]], deltas: Any) -> None:
         if not isinstance(delta, Mapping):
             raise MalformedResponse("a tool_calls delta is not an object")
         call = calls.setdefault(
-            _int(delta.get("index")),
+            int_field(delta.get("index")),
             {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
         )
         if isinstance(delta.get("id"), str):
@@ -599,15 +595,6 @@ def _add_call_deltas(calls: dict[int, dict[str, Any]], deltas: Any) -> None:
         for key in ("name", "arguments"):
             if isinstance(function.get(key), str):
                 call["function"][key] += function[key]
-
-
-def _status_message(vendor: str, exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
-        body = body["error"]
-    if isinstance(body, Mapping) and "message" in body:
-        return f"{vendor} chat {exc.status_code} {body.get('type')}: {body.get('message')}"
-    return f"{vendor} chat {exc.status_code}: {exc}"
 
 
 def _transport_error(vendor: str, exc: Exception, stream: bool) -> VendorError:

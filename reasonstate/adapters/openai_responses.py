@@ -63,6 +63,7 @@ from typing import Any
 import attrs
 
 from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
+from reasonstate.adapters.wire import int_field, parse_json_body, status_message, unit_digest
 from reasonstate.cache.guard import RECENT, divergence
 from reasonstate.errors import (
     ContinuationMismatch,
@@ -150,14 +151,6 @@ class ResponsesRules(ProtocolRules):
         return attrs.evolve(view, keep_reasoning=tuple(keep)), (*reasons, *extra)
 
 
-def _compact(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _unit(value: Any) -> str:
-    return digest_of(_compact(value))
-
-
 @attrs.frozen(slots=True)
 class _Item:
     """One input item: the JSON value sent (shared, read-only) and its unit digest."""
@@ -227,11 +220,11 @@ class OpenAIResponsesAdapter:
             if self._strict is not None:
                 tool["strict"] = self._strict
             tools.append(tool)
-        units: list[str] = [_unit({"model": model, "prompt_cache_key": cache_key})]
+        units: list[str] = [unit_digest({"model": model, "prompt_cache_key": cache_key})]
         if prefix.system:
-            units.append(_unit({"instructions": prefix.system}))
+            units.append(unit_digest({"instructions": prefix.system}))
         if tools:
-            units.append(_unit({"tools": tools}))
+            units.append(unit_digest({"tools": tools}))
         n_head = len(units)
         items: list[_Item] = []
         for user, answer in prefix.few_shots:
@@ -432,7 +425,9 @@ class OpenAIResponsesAdapter:
             else:
                 raw = client.responses.with_raw_response.create(**kwargs)
                 body = raw.http_response.content
-                result = CallResult(_parse_body(body), raw.http_response.request.content)
+                result = CallResult(
+                    parse_json_body(body, "OpenAI response"), raw.http_response.request.content
+                )
         except openai.APIStatusError as exc:
             raise self._status_error(exc, kwargs) from exc
         except openai.APIError as exc:
@@ -467,7 +462,9 @@ class OpenAIResponsesAdapter:
             else:
                 raw = await client.responses.with_raw_response.create(**kwargs)
                 body = raw.http_response.content
-                result = CallResult(_parse_body(body), raw.http_response.request.content)
+                result = CallResult(
+                    parse_json_body(body, "OpenAI response"), raw.http_response.request.content
+                )
         except openai.APIStatusError as exc:
             raise self._status_error(exc, kwargs) from exc
         except openai.APIError as exc:
@@ -492,7 +489,7 @@ class OpenAIResponsesAdapter:
 
     def _status_error(self, exc: Any, kwargs: Mapping[str, Any]) -> VendorError:
         body = getattr(exc, "body", None)
-        message = _status_message(exc)
+        message = status_message("OpenAI", exc)
         previous = kwargs.get("previous_response_id")
         code, param = getattr(exc, "code", None), getattr(exc, "param", None)
         gone = code == "previous_response_not_found" or param == "previous_response_id"
@@ -509,7 +506,7 @@ class OpenAIResponsesAdapter:
 
 def _message_item(role: str, text: str) -> _Item:
     value = {"role": role, "content": text}
-    return _Item(value, _unit(value))
+    return _Item(value, unit_digest(value))
 
 
 def _last_step(history: History) -> Step | None:
@@ -537,7 +534,7 @@ def _encode_turn(turn: Turn, model: str, *, by_reference: bool) -> _TurnEncoding
         items.extend(_step_items(step, keep, model, by_reference, replayed, withheld))
         for r in step.tool_results:
             value = {"type": "function_call_output", "call_id": r.call_id, "output": r.content}
-            items.append(_Item(value, _unit(value)))
+            items.append(_Item(value, unit_digest(value)))
     seal = digest_of(b"".join(c.payload for c in replayed))
     return _TurnEncoding(turn, model, by_reference, tuple(items), tuple(replayed), tuple(withheld), seal)
 
@@ -572,7 +569,7 @@ def _step_items(
         replayed.append(c)  # the source of what is sent, verified with the turn's seal
         if reasoning_absent and strip is not None:
             idless = {key: v for key, v in value.items() if key not in strip}
-            yield _Item(idless, _unit(idless))
+            yield _Item(idless, unit_digest(idless))
             continue
         yield _Item(value, c.digest)
 
@@ -620,10 +617,6 @@ def _part(kind: str, item: Mapping[str, Any], i: int) -> Part:
     return OpaquePart(type=kind, continuation=i)
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) else 0
-
-
 def _usage(raw: Any) -> Usage:
     """``input_tokens`` includes cached (and cache-written) tokens; Usage keeps them disjoint (§1.5)."""
     if not isinstance(raw, Mapping):
@@ -632,22 +625,15 @@ def _usage(raw: Any) -> Usage:
     details = details if isinstance(details, Mapping) else {}
     out_details = raw.get("output_tokens_details")
     reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, Mapping) else None
-    cached = _int(details.get("cached_tokens"))
-    written = _int(details.get("cache_write_tokens"))
+    cached = int_field(details.get("cached_tokens"))
+    written = int_field(details.get("cache_write_tokens"))
     return Usage(
-        uncached_input=max(0, _int(raw.get("input_tokens")) - cached - written),
+        uncached_input=max(0, int_field(raw.get("input_tokens")) - cached - written),
         cache_read=cached,
         cache_write=written,
-        output=_int(raw.get("output_tokens")),
+        output=int_field(raw.get("output_tokens")),
         reasoning=reasoning if isinstance(reasoning, int) else None,
     )
-
-
-def _parse_body(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError as exc:
-        raise MalformedResponse(f"OpenAI response is not JSON: {body[:80]!r}") from exc
 
 
 class _SSEReader:
@@ -711,10 +697,3 @@ def _final_response(lines: Iterable[str]) -> dict[str, Any]:
     for line in lines:
         reader.feed(line)
     return reader.finish()
-
-
-def _status_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, Mapping) and isinstance(body.get("message"), str):
-        return f"OpenAI {exc.status_code} {body.get('type')}: {body['message']}"
-    return f"OpenAI {exc.status_code}: {exc}"

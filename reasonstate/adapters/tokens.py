@@ -45,6 +45,7 @@ from typing import Any, Literal
 import attrs
 
 from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
+from reasonstate.adapters.wire import int_field, status_message
 from reasonstate.errors import (
     ContinuationMismatch,
     MalformedResponse,
@@ -410,9 +411,9 @@ class TokenAdapter:
     def _usage(self, raw: Any, ids: Sequence[int], parsed: ParsedResponse) -> Usage:
         prompt = completion = cached = 0
         if isinstance(raw, Mapping):
-            prompt, completion = _int(raw.get("prompt_tokens")), _int(raw.get("completion_tokens"))
+            prompt, completion = int_field(raw.get("prompt_tokens")), int_field(raw.get("completion_tokens"))
             details = raw.get("prompt_tokens_details")
-            cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+            cached = int_field(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
         return Usage(
             uncached_input=prompt - cached,
             cache_read=cached,
@@ -445,7 +446,9 @@ class TokenAdapter:
         try:
             raw = client.completions.with_raw_response.create(**request.kwargs)
         except openai.APIStatusError as exc:
-            raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
+            raise VendorError(
+                status_message("completions", exc), status=exc.status_code, body=exc.body
+            ) from exc
         except openai.APIError as exc:
             raise VendorError(f"completions call failed: {type(exc).__name__}: {exc}") from exc
         return self._result(request, raw.http_response.content, raw.http_response.request.content)
@@ -458,7 +461,9 @@ class TokenAdapter:
         try:
             raw = await client.completions.with_raw_response.create(**request.kwargs)
         except openai.APIStatusError as exc:
-            raise VendorError(_status_message(exc), status=exc.status_code, body=exc.body) from exc
+            raise VendorError(
+                status_message("completions", exc), status=exc.status_code, body=exc.body
+            ) from exc
         except openai.APIError as exc:
             raise VendorError(f"completions call failed: {type(exc).__name__}: {exc}") from exc
         return self._result(request, raw.http_response.content, raw.http_response.request.content)
@@ -535,15 +540,3 @@ def _ids(value: Any) -> tuple[int, ...] | None:
     if not isinstance(value, list) or not all(isinstance(i, int) and i >= 0 for i in value):
         return None
     return tuple(value)
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) else 0
-
-
-def _status_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
-        err = body["error"]
-        return f"completions {exc.status_code} {err.get('type')}: {err.get('message')}"
-    return f"completions {exc.status_code}: {exc}"
