@@ -1,10 +1,10 @@
 """reasonstate: reasoning-state continuity and prefix-cache discipline for multi-turn agents.
 
-    import reasonstate as rs
-    session = rs.Session(client, model="...", system="...", tools=[rs.Tool(...)], policy=Drop())
-    reply = session.send("user text")
-    while reply.tool_calls:
-        reply = session.send_tool_results({c.id: run(c) for c in reply.tool_calls})
+import reasonstate as rs
+session = rs.Session(client, model="...", system="...", tools=[rs.Tool(...)], policy=Drop())
+reply = session.send("user text")
+while reply.tool_calls:
+    reply = session.send_tool_results({c.id: run(c) for c in reply.tool_calls})
 """
 
 from reasonstate.errors import (

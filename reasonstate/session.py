@@ -413,6 +413,18 @@ class _Core:
         turn = history.turns[-1]
         views = dict(self._policy.decide(history, turn.index))
         views.setdefault(turn.index, TurnView(tuple(True for _ in turn.steps), policy=self._policy.name))
+        if not self._adapter.rules.may_rewrite_past(self._model):
+            for index in sorted(i for i in views if i != turn.index):
+                del views[index]
+                trace = trace.appended(
+                    EventKind.POLICY_CLAMPED,
+                    turn=index,
+                    policy=self._policy.name,
+                    reasons=[
+                        f"{self._model}: history must stay append-only (later reasoning is bound to "
+                        "the prefix it was produced on), so an earlier turn's view cannot change"
+                    ],
+                )
         for index in sorted(views):
             target = history.turns[index]
             view, reasons = self._adapter.rules.clamp(target, views[index])

@@ -652,3 +652,19 @@ def test_a_clock_time_in_the_system_prompt_is_flagged(emulator: AnthropicEmulato
     assert (
         make_session(emulator, system="Today is 2026-11-29.").trace.of_kind(EventKind.PREFIX_VOLATILE) == []
     )
+
+
+def test_keep_last_cannot_rewrite_the_past_on_preserved_thinking_models(emulator: AnthropicEmulator) -> None:
+    # protocols.md §4.3 preserved thinking: a block is invalid once anything before it changed
+    emulator.script.extend([answer(0), answer(1), answer(2)])
+    session = make_session(emulator, policy=KeepLast(1))
+    session.switch_model("claude-opus-5-5")
+    for i in range(3):
+        session.send(f"q{i}")
+    assert [t.view.keep_reasoning for t in session.history.turns if t.view] == [(True,), (True,), (True,)]
+    clamped = session.trace.of_kind(EventKind.POLICY_CLAMPED)
+    assert [e.data["turn"] for e in clamped] == [0, 1]
+    assert "append-only" in clamped[0].data["reasons"][0]
+    for i in range(1, 3):
+        before = strip_cache_control(body(emulator, i - 1)["messages"])
+        assert strip_cache_control(body(emulator, i)["messages"])[: len(before)] == before

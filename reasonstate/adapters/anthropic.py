@@ -55,6 +55,7 @@ _REASONING_KINDS = frozenset({"thinking", "redacted_thinking"})
 _UNBOUND_KINDS = frozenset({"text", "tool_use"})
 _EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 _DEFAULT_MAX_TOKENS = 4096
+PRESERVED_THINKING_MODELS = ("fable-5", "opus-5-5", "sonnet-5-5", "haiku-5-5")
 
 
 def min_cacheable_tokens(model: str) -> int:
@@ -105,6 +106,9 @@ class AnthropicAdapter:
             max_cache_breakpoints=4,
             cache_lookback_units=lookback_units,
             min_cacheable_tokens=min_cacheable or 1024,
+            # preserved thinking: each block is checked against the exact system/tools/messages before it
+            # (Fable 5.x, Opus 5.5; Sonnet/Haiku 5.5 blocks are account-bound too) - protocols.md §4.3
+            append_only_models=PRESERVED_THINKING_MODELS,
         )
 
     def min_tokens(self, model: str) -> int:

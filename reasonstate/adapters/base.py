@@ -39,6 +39,8 @@ class ProtocolRules:
       message may not be empty).
     * ``max_cache_breakpoints`` / ``cache_lookback_units`` / ``min_cacheable_tokens``: explicit prefix
       caching (Anthropic, protocols.md §4.4); 0 breakpoints means automatic caching.
+    * ``append_only_models``: models whose replayed reasoning must sit on an unchanged prefix; for them
+      only the closing turn's view is decided and earlier views are never rewritten.
     """
 
     vendor: str
@@ -48,6 +50,13 @@ class ProtocolRules:
     max_cache_breakpoints: int = 0
     cache_lookback_units: int | None = None
     min_cacheable_tokens: int = 0
+    #: model-name fragments whose reasoning is bound to the exact prefix it was produced on, so a closed
+    #: turn's view can never be rewritten later (Anthropic preserved thinking, protocols.md §4.3)
+    append_only_models: tuple[str, ...] = ()
+
+    def may_rewrite_past(self, model: str) -> bool:
+        """Whether a policy may change an earlier closed turn's view (``KeepLast`` compaction)."""
+        return not any(fragment in model for fragment in self.append_only_models)
 
     def clamp(self, turn: Turn, view: TurnView) -> tuple[TurnView, tuple[str, ...]]:
         """The closest view to ``view`` that the vendor accepts, and why each change was made."""
