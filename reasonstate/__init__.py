@@ -10,6 +10,7 @@ while reply.tool_calls:
 from reasonstate.errors import (
     ContinuationMismatch,
     IllegalTransition,
+    InvalidOption,
     MalformedResponse,
     PolicyConflict,
     ProtocolViolation,
@@ -26,6 +27,7 @@ __all__ = [
     "AsyncSession",
     "ContinuationMismatch",
     "IllegalTransition",
+    "InvalidOption",
     "MalformedResponse",
     "PolicyConflict",
     "Prefix",

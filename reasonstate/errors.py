@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "ContinuationMismatch",
     "IllegalTransition",
+    "InvalidOption",
     "MalformedResponse",
     "PolicyConflict",
     "ProtocolViolation",
@@ -21,6 +22,10 @@ __all__ = [
 
 class ReasonStateError(Exception):
     """Base of every error reasonstate raises."""
+
+
+class InvalidOption(ReasonStateError, ValueError):
+    """A session option the SDK owns (``messages``, ``tools``, ...) or cannot use, given at construction."""
 
 
 class IllegalTransition(ReasonStateError):

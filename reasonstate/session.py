@@ -36,7 +36,13 @@ import attrs
 from reasonstate.adapters import Adapter, adapter_for
 from reasonstate.adapters.base import CallResult, DecodedStep, VendorRequest, request_digest
 from reasonstate.cache.guard import divergence
-from reasonstate.errors import IllegalTransition, ReasonStateError, ToolResultError, VendorError
+from reasonstate.errors import (
+    IllegalTransition,
+    InvalidOption,
+    ReasonStateError,
+    ToolResultError,
+    VendorError,
+)
 from reasonstate.policies import Keep, Policy, answer_tokens, policy_from_spec, reasoning_tokens
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.snapshot import SessionSnapshot, history_from_snapshot, history_to_snapshot
@@ -146,6 +152,9 @@ def _serialize_result(call_id: str, value: Any) -> ToolResultPart:
 
 _S = TypeVar("_S", bound="_Core")
 
+#: request fields the session builds itself; passing them as options would bypass the state machine
+_SDK_OWNED = frozenset({"messages", "input", "prompt", "instructions", "previous_response_id", "model"})
+
 
 class _Core:
     """Everything but the I/O: state, transitions, encode/decode bookkeeping, policies, snapshots."""
@@ -165,6 +174,12 @@ class _Core:
         stream: bool = False,
         **request_options: Any,
     ) -> None:
+        owned = sorted(_SDK_OWNED.intersection(request_options))
+        if owned:
+            raise InvalidOption(
+                f"{owned} are built by the session from its state; pass system=, tools=, few_shots= "
+                "and the turns through send()"
+            )
         self._client = client
         self._adapter: Adapter = (
             adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)

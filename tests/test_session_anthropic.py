@@ -668,3 +668,9 @@ def test_keep_last_cannot_rewrite_the_past_on_preserved_thinking_models(emulator
     for i in range(1, 3):
         before = strip_cache_control(body(emulator, i - 1)["messages"])
         assert strip_cache_control(body(emulator, i)["messages"])[: len(before)] == before
+
+
+def test_request_fields_the_session_owns_cannot_be_passed_as_options(emulator: AnthropicEmulator) -> None:
+    with pytest.raises(rs.InvalidOption, match="built by the session"):
+        make_session(emulator, messages=[{"role": "user", "content": "smuggled"}])
+    assert issubclass(rs.InvalidOption, ValueError)

@@ -15,7 +15,7 @@ def test_import_without_the_tokens_extra() -> None:
             *(f"sys.modules[{name!r}] = None" for name in BLOCKED),
             "import reasonstate, reasonstate.tokens, reasonstate.testing.completions",
             "from reasonstate.tokens import TokenizerNotFound, load_tokenizer",
-            "exec('try:\\n load_tokenizer(\"qwen3.6\")\\nexcept TokenizerNotFound:\\n print(\"typed\")')",
+            'exec(\'try:\\n load_tokenizer("qwen3.6")\\nexcept TokenizerNotFound:\\n print("typed")\')',
         ]
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
