@@ -837,3 +837,17 @@ def test_async_plugin_fixture(anthropic_emulator: AnthropicEmulator, async_anthr
             )
 
     assert asyncio.run(run()).content[0].text == "hello"
+
+
+def test_cache_control_on_a_thinking_block_is_rejected(
+    emu: AnthropicEmulator, client: anthropic.Anthropic
+) -> None:
+    # inspect_ai PR #3967, LeenHawk/gproxy#67: thinking blocks cannot be cache breakpoints
+    _, messages = first_turn(client, emu)
+    assistant = dict(messages[1])
+    content = [dict(b) for b in assistant["content"]]
+    content[0]["cache_control"] = {"type": "ephemeral"}
+    messages[1] = {**assistant, "content": content}
+    assert message_of(bad_request(client, messages)) == (
+        "messages.1.content.0.thinking.cache_control: Extra inputs are not permitted"
+    )

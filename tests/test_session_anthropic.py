@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import anthropic
+import attrs
 import pytest
 
 import reasonstate as rs
@@ -18,6 +19,7 @@ from tests.conftest import (
 )
 from tests.conftest import (
     MODEL,
+    THINKING,
     answer,
     body,
     call,
@@ -674,3 +676,27 @@ def test_request_fields_the_session_owns_cannot_be_passed_as_options(emulator: A
     with pytest.raises(rs.InvalidOption, match="built by the session"):
         make_session(emulator, messages=[{"role": "user", "content": "smuggled"}])
     assert issubclass(rs.InvalidOption, ValueError)
+
+
+def test_a_breakpoint_that_would_land_on_a_thinking_block_moves_back(emulator: AnthropicEmulator) -> None:
+    # the vendor refuses cache_control on thinking blocks (inspect_ai PR #3967)
+    from reasonstate.adapters import AnthropicAdapter
+
+    emulator.script.extend([*three_step_chain()])
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    adapter = AnthropicAdapter()
+    results = {c.id: "ok" for c in reply.tool_calls}
+    request = session.next_request(results=results)
+    # units: 2 tools, 1 system, 1 user (3), thinking (4), redacted_thinking (5), tool_use (6, 7), ...
+    # an earlier request that diverged right after the redacted block would mark it (breakpoint 6)
+    earlier = attrs.evolve(session.execution[-1], blocks=(*request.units[:6], "sha256:other"))
+    attempt = session._begin_tools(results)
+    moved = adapter.encode(
+        session.prefix, attempt.history, MODEL, {"max_tokens": 4096, "thinking": THINKING}, [earlier]
+    )
+    assert moved.breakpoints == (3, 4, 10)  # moved back past both reasoning blocks to the user message
+    marked = [b for m in moved.kwargs["messages"] for b in m["content"] if "cache_control" in b]
+    assert all(b["type"] not in ("thinking", "redacted_thinking") for b in marked)
+    client = emulator.client()
+    client.messages.create(**moved.kwargs)  # the strict emulator accepts it
