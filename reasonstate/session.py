@@ -69,6 +69,15 @@ class TurnState(enum.Enum):
     CLOSED = "closed"
 
 
+#: the calls each state allows; anything else is an IllegalTransition (h11-style: the rules are data)
+_ALLOWED: dict[TurnState, frozenset[str]] = {
+    TurnState.IDLE: frozenset({"send", "change_prefix", "switch_model", "snapshot", "close"}),
+    TurnState.AWAITING_MODEL: frozenset(),
+    TurnState.AWAITING_TOOL_RESULTS: frozenset({"send_tool_results", "snapshot", "close"}),
+    TurnState.CLOSED: frozenset({"snapshot"}),
+}
+
+
 @attrs.frozen(slots=True)
 class ToolCall:
     """A tool call the model made: ``arguments`` parsed, ``raw_arguments`` exactly as received."""
@@ -248,20 +257,33 @@ class _Core:
         return tuple(ToolCall(c.id, c.name, c.arguments, c.raw_arguments) for c in turn.steps[-1].tool_calls)
 
     # -- transitions -------------------------------------------------------------------------------------
-    def _begin_user(self, text: str) -> _Attempt:
-        if self._state is TurnState.AWAITING_TOOL_RESULTS:
+    def _require(self, action: str) -> None:
+        """Raise :class:`IllegalTransition` unless ``action`` is legal in the current state."""
+        if action in _ALLOWED[self._state]:
+            return
+        state = self._state
+        if state is TurnState.AWAITING_TOOL_RESULTS and action == "send":
             ids = [c.id for c in self.pending_calls]
-            raise IllegalTransition(f"tool results are pending for {ids}; send them before a user message")
-        self._require_open()
+            why = f"tool results are pending for {ids}; send them before a user message"
+        elif state is TurnState.IDLE and action == "send_tool_results":
+            why = "no tool calls are pending"
+        elif state is TurnState.AWAITING_MODEL:
+            why = f"{action}: a model call is in flight (one call at a time per session)"
+        elif state is TurnState.CLOSED:
+            why = f"{action}: the session is closed"
+        else:
+            why = f"{action} is only allowed between turns, not inside a tool chain"
+        raise IllegalTransition(why)
+
+    def _begin_user(self, text: str) -> _Attempt:
+        self._require("send")
         if not isinstance(text, str) or not text:
             raise IllegalTransition("a user message must be a non-empty string")
         turn = Turn(index=len(self._history), user=text)
         return _Attempt(history=self._history.with_turn(turn))
 
     def _begin_tools(self, results: Mapping[str, Any]) -> _Attempt:
-        self._require_open()
-        if self._state is not TurnState.AWAITING_TOOL_RESULTS:
-            raise IllegalTransition("no tool calls are pending")
+        self._require("send_tool_results")
         turn = self._history.open_turn
         assert turn is not None
         step = turn.steps[-1]
@@ -278,10 +300,6 @@ class _Core:
         steps = (*turn.steps[:-1], attrs.evolve(step, tool_results=parts))
         history = self._history.with_last_turn(attrs.evolve(turn, steps=steps))
         return _Attempt(history=history, results_given=parts)
-
-    def _require_open(self) -> None:
-        if self._state is TurnState.CLOSED:
-            raise IllegalTransition("the session is closed")
 
     def _prepare(self, attempt: _Attempt) -> tuple[VendorRequest, int | None]:
         request = self._adapter.encode(
@@ -502,8 +520,7 @@ class _Core:
         few_shots: Sequence[tuple[str, str]] | None = None,
     ) -> Prefix:
         """Replace parts of the stable prefix (IDLE only). Traced: every later request re-prefills."""
-        if self._state is not TurnState.IDLE:
-            raise IllegalTransition("the prefix can only change between turns")
+        self._require("change_prefix")
         new = Prefix(
             system=self._prefix.system if system is None else system,
             tools=self._prefix.tools if tools is None else tuple(tools),
@@ -525,8 +542,7 @@ class _Core:
         Reasoning payloads bound to the old model are withheld from then on (never sent to another model:
         anomalyco/opencode#25005); the trace records the switch and each withholding.
         """
-        if self._state is not TurnState.IDLE:
-            raise IllegalTransition("the model can only change between turns, not inside a tool chain")
+        self._require("switch_model")
         if model != self._model:
             self._trace = self._trace.appended(
                 EventKind.MODEL_CHANGED,
@@ -537,7 +553,8 @@ class _Core:
             self._model = model
 
     def close(self) -> None:
-        """No further calls; the four layers stay readable."""
+        """No further calls; the four layers stay readable (and a snapshot can still be taken)."""
+        self._require("close")
         self._state = TurnState.CLOSED
 
     # -- reporting and snapshots -----------------------------------------------------------------------
@@ -572,6 +589,7 @@ class _Core:
 
     def snapshot(self) -> SessionSnapshot:
         """Everything needed to continue elsewhere with a byte-identical next request."""
+        self._require("snapshot")
         return SessionSnapshot(
             vendor=self._adapter.vendor,
             api=self._adapter.api,
@@ -702,12 +720,17 @@ class Session(_Core):
 
     def _call(self, attempt: _Attempt) -> Reply:
         request, predicted = self._prepare(attempt)
-        started = time.perf_counter()
+        started, previous = time.perf_counter(), self._state
+        self._state = TurnState.AWAITING_MODEL
         try:
             raw = self._adapter.call(self._client, request, self._stream)
             return self._commit(attempt, request, predicted, raw, started)
         except ReasonStateError as exc:
+            self._state = previous
             self._failed(request, exc)
+            raise
+        except BaseException:  # cancelled (asyncio) or interrupted: nothing was committed
+            self._state = previous
             raise
 
 
@@ -730,12 +753,17 @@ class AsyncSession(_Core):
 
     async def _call(self, attempt: _Attempt) -> Reply:
         request, predicted = self._prepare(attempt)
-        started = time.perf_counter()
+        started, previous = time.perf_counter(), self._state
+        self._state = TurnState.AWAITING_MODEL
         try:
             raw = await self._adapter.acall(self._client, request, self._stream)
             return self._commit(attempt, request, predicted, raw, started)
         except ReasonStateError as exc:
+            self._state = previous
             self._failed(request, exc)
+            raise
+        except BaseException:  # cancelled (asyncio) or interrupted: nothing was committed
+            self._state = previous
             raise
 
 

@@ -700,3 +700,64 @@ def test_a_breakpoint_that_would_land_on_a_thinking_block_moves_back(emulator: A
     assert all(b["type"] not in ("thinking", "redacted_thinking") for b in marked)
     client = emulator.client()
     client.messages.create(**moved.kwargs)  # the strict emulator accepts it
+
+
+def test_one_call_at_a_time_a_concurrent_send_is_refused(emulator: AnthropicEmulator) -> None:
+    import asyncio
+
+    emulator.script.extend([answer(0), answer(1)])
+    emulator.inject(Fault.delay(0.4))
+
+    async def main() -> tuple[rs.AsyncSession, BaseException | None]:
+        client = emulator.async_client()
+        session = rs.AsyncSession(client, model=MODEL, max_tokens=4096, thinking=THINKING)
+        first = asyncio.create_task(session.send("first"))
+        await asyncio.sleep(0.1)
+        assert session.state is rs.TurnState.AWAITING_MODEL
+        try:
+            await session.send("second")
+            refused = None
+        except rs.IllegalTransition as exc:
+            refused = exc
+        await first
+        await client.close()
+        return session, refused
+
+    session, refused = asyncio.run(main())
+    assert refused is not None and "a model call is in flight" in str(refused)
+    assert [t.user for t in session.history.turns] == ["first"]
+    assert len(emulator.requests) == 1
+
+
+def test_a_cancelled_call_changes_nothing(emulator: AnthropicEmulator) -> None:
+    import asyncio
+
+    emulator.script.extend([answer(0), answer(1)])
+    emulator.inject(Fault.delay(0.5))
+
+    async def main() -> rs.AsyncSession:
+        client = emulator.async_client()
+        session = rs.AsyncSession(client, model=MODEL, max_tokens=4096, thinking=THINKING)
+        task = asyncio.create_task(session.send("first"))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert session.state is rs.TurnState.IDLE and len(session.history) == 0 and session.execution == ()
+        await session.send("first")
+        await client.close()
+        return session
+
+    session = asyncio.run(main())
+    assert emulator.requests[0].body == emulator.requests[1].body
+    assert len(session.history) == 1
+
+
+def test_a_closed_session_refuses_calls_but_can_still_be_snapshotted(emulator: AnthropicEmulator) -> None:
+    emulator.script.extend([answer(0)])
+    session = make_session(emulator)
+    session.send("q")
+    session.close()
+    with pytest.raises(rs.IllegalTransition, match="the session is closed"):
+        session.send("again")
+    assert session.snapshot().state == "closed"

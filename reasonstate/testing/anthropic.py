@@ -746,7 +746,8 @@ def _check_messages(value: Any) -> list[dict[str, Any]]:
                 )
             if kind in _REASONING_TYPES and "cache_control" in block:
                 # thinking blocks cannot be cache breakpoints (inspect_ai PR #3967, LeenHawk/gproxy#67)
-                raise _Reject(f"messages.{n}.content.{m}.{kind}.cache_control: Extra inputs are not permitted")
+                path = f"messages.{n}.content.{m}.{kind}.cache_control"
+                raise _Reject(f"{path}: Extra inputs are not permitted")
             if kind == "text" and not isinstance(block.get("text"), str):
                 raise _Reject(f"messages.{n}.content.{m}.text.text: Field required")
             if kind == "text" and block["text"] == "":
