@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/reasonstate demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check reasonstate tests benchmarks
+	$(BIN)/ruff check reasonstate tests benchmarks examples
 	$(BIN)/mypy --strict reasonstate
 
 test: lint
