@@ -119,6 +119,8 @@ class Family:
     """Template kwargs worth testing for prefix stability (each matrix row is run under each)."""
     xml_arguments: ClassVar[bool] = False
     parallel_calls: ClassVar[bool] = True
+    reasoning_key: ClassVar[str] = "reasoning_content"
+    """The assistant-message field the family's template reads past reasoning from."""
 
     def closes_in_render(self) -> tuple[str, ...]:
         return self.rendered_close if self.rendered_close is not None else self.turn_close
@@ -180,7 +182,7 @@ class Family:
         """The assistant message the family's template reads back; raw argument text where it can."""
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if reasoning is not None:
-            message["reasoning_content"] = reasoning
+            message[self.reasoning_key] = reasoning
         if calls:
             message["tool_calls"] = [
                 {

@@ -31,6 +31,7 @@ class Harmony(Family):
     rendered_close = ("<|end|>", "<|call|>", "<|return|>")
     truncation_close = "<|end|>"
     parallel_calls = False
+    reasoning_key = "thinking"
 
     def parse(
         self, completion: str, state: PromptState, tools: Sequence[Mapping[str, Any]] | None = None
@@ -77,23 +78,6 @@ class Harmony(Family):
             reasoning_truncated=truncated,
             message=message,
         )
-
-    def history_message(
-        self, reasoning: str | None, content: str, calls: Sequence[ToolCall]
-    ) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if reasoning is not None:
-            message["thinking"] = reasoning
-        if calls:
-            message["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": self.history_arguments(c)},
-                }
-                for c in calls
-            ]
-        return message
 
     def history_arguments(self, call: ToolCall) -> Any:
         return dict(call.arguments)
