@@ -18,19 +18,18 @@ Rules encoded here, each from protocols.md §4.3/§4.4:
 from __future__ import annotations
 
 import bisect
-import contextlib
 import functools
 import json
 import operator
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
-from reasonstate.adapters.wire import int_field, parse_json_body, status_message, unit_digest
+from reasonstate.adapters.wire import int_field, parse_json_body, translated_errors, unit_digest
 from reasonstate.cache.guard import RECENT, divergence, predict_breakpoint_cache
-from reasonstate.errors import ContinuationMismatch, MalformedResponse, StreamInterrupted, VendorError
+from reasonstate.errors import ContinuationMismatch, MalformedResponse, StreamInterrupted
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -330,7 +329,9 @@ class AnthropicAdapter:
     # -- I/O -----------------------------------------------------------------------------------------------
     def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
         """One ``messages`` call: the response JSON object exactly as received, and the bytes sent."""
-        with _vendor_errors(stream):
+        import anthropic
+
+        with translated_errors(anthropic, "Anthropic", stream):
             if stream:
                 with client.messages.stream(**request.kwargs) as events:
                     stopped = False
@@ -348,7 +349,9 @@ class AnthropicAdapter:
 
     async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
         """The async twin of :meth:`call`."""
-        with _vendor_errors(stream):
+        import anthropic
+
+        with translated_errors(anthropic, "Anthropic", stream):
             if stream:
                 async with client.messages.stream(**request.kwargs) as events:
                     stopped = False
@@ -363,26 +366,6 @@ class AnthropicAdapter:
                 parse_json_body(raw.http_response.content, "Anthropic response"),
                 raw.http_response.request.content,
             )
-
-
-@contextlib.contextmanager
-def _vendor_errors(stream: bool) -> Iterator[None]:
-    """SDK and transport failures as :class:`VendorError` subclasses, the SDK's exception as the cause."""
-    import anthropic
-
-    try:
-        yield
-    except anthropic.APIStatusError as exc:
-        raise VendorError(status_message("Anthropic", exc), status=exc.status_code, body=exc.body) from exc
-    except anthropic.APIError as exc:
-        cls = StreamInterrupted if stream else VendorError
-        raise cls(f"Anthropic call failed: {type(exc).__name__}: {exc}") from exc
-    except (VendorError, MalformedResponse):
-        raise
-    except Exception as exc:  # transport errors escaping the SDK mid-stream (httpx2 protocol errors)
-        if stream:
-            raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
-        raise
 
 
 def _text_block(text: str) -> tuple[list[dict[str, Any]], list[str]]:

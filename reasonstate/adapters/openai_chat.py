@@ -39,12 +39,11 @@ from typing import Any, Literal
 import attrs
 
 from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
-from reasonstate.adapters.wire import int_field, parse_json_body, status_message
+from reasonstate.adapters.wire import int_field, parse_json_body, translated_errors
 from reasonstate.cache.guard import RECENT
 from reasonstate.errors import (
     ContinuationMismatch,
     MalformedResponse,
-    ReasonStateError,
     StreamInterrupted,
     VendorError,
 )
@@ -388,7 +387,7 @@ class OpenAIChatAdapter:
         """One ``chat.completions`` call: the completion JSON as received (or assembled), the bytes sent."""
         import openai
 
-        try:
+        with translated_errors(openai, f"{self.vendor} chat", stream):
             create = client.chat.completions.with_raw_response.create
             if not stream:
                 raw = create(**request.kwargs)
@@ -402,24 +401,12 @@ class OpenAIChatAdapter:
                 return CallResult(_assemble(http.iter_lines()), http.request.content)
             finally:
                 http.close()
-        except openai.APIStatusError as exc:
-            raise VendorError(
-                status_message(f"{self.vendor} chat", exc), status=exc.status_code, body=exc.body
-            ) from exc
-        except openai.APIError as exc:
-            raise _transport_error(self.vendor, exc, stream) from exc
-        except ReasonStateError:
-            raise
-        except Exception as exc:  # transport errors escaping the SDK mid-stream (httpx2 protocol errors)
-            if stream:
-                raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
-            raise
 
     async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
         """The async twin of :meth:`call`."""
         import openai
 
-        try:
+        with translated_errors(openai, f"{self.vendor} chat", stream):
             create = client.chat.completions.with_raw_response.create
             if not stream:
                 raw = await create(**request.kwargs)
@@ -434,18 +421,6 @@ class OpenAIChatAdapter:
                 return CallResult(_assemble(lines), http.request.content)
             finally:
                 await http.aclose()
-        except openai.APIStatusError as exc:
-            raise VendorError(
-                status_message(f"{self.vendor} chat", exc), status=exc.status_code, body=exc.body
-            ) from exc
-        except openai.APIError as exc:
-            raise _transport_error(self.vendor, exc, stream) from exc
-        except ReasonStateError:
-            raise
-        except Exception as exc:
-            if stream:
-                raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
-            raise
 
 
 def _message_payload(step: Step) -> tuple[Continuation, Mapping[str, Any]]:
@@ -595,8 +570,3 @@ def _add_call_deltas(calls: dict[int, dict[str, Any]], deltas: Any) -> None:
         for key in ("name", "arguments"):
             if isinstance(function.get(key), str):
                 call["function"][key] += function[key]
-
-
-def _transport_error(vendor: str, exc: Exception, stream: bool) -> VendorError:
-    cls = StreamInterrupted if stream else VendorError
-    return cls(f"{vendor} chat call failed: {type(exc).__name__}: {exc}")

@@ -56,6 +56,7 @@ tokens (then ``0``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -63,12 +64,17 @@ from typing import Any
 import attrs
 
 from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
-from reasonstate.adapters.wire import int_field, parse_json_body, status_message, unit_digest
+from reasonstate.adapters.wire import (
+    int_field,
+    parse_json_body,
+    status_message,
+    translated_errors,
+    unit_digest,
+)
 from reasonstate.cache.guard import RECENT, divergence
 from reasonstate.errors import (
     ContinuationMismatch,
     MalformedResponse,
-    ReasonStateError,
     StreamInterrupted,
     VendorError,
 )
@@ -413,7 +419,8 @@ class OpenAIResponsesAdapter:
         import openai
 
         kwargs = dict(request.kwargs)
-        try:
+        status_error = functools.partial(self._status_error, kwargs=kwargs)
+        with translated_errors(openai, "OpenAI", stream, status_error):
             if stream:
                 raw = client.responses.with_raw_response.create(**kwargs, stream=True)
                 http = raw.http_response
@@ -428,17 +435,6 @@ class OpenAIResponsesAdapter:
                 result = CallResult(
                     parse_json_body(body, "OpenAI response"), raw.http_response.request.content
                 )
-        except openai.APIStatusError as exc:
-            raise self._status_error(exc, kwargs) from exc
-        except openai.APIError as exc:
-            cls = StreamInterrupted if stream else VendorError
-            raise cls(f"OpenAI call failed: {type(exc).__name__}: {exc}") from exc
-        except ReasonStateError:
-            raise
-        except Exception as exc:  # transport errors escaping the SDK mid-stream (httpx2 protocol errors)
-            if stream:
-                raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
-            raise
         self._note_stored(kwargs, result.response)
         return result
 
@@ -447,7 +443,8 @@ class OpenAIResponsesAdapter:
         import openai
 
         kwargs = dict(request.kwargs)
-        try:
+        status_error = functools.partial(self._status_error, kwargs=kwargs)
+        with translated_errors(openai, "OpenAI", stream, status_error):
             if stream:
                 raw = await client.responses.with_raw_response.create(**kwargs, stream=True)
                 http = raw.http_response
@@ -465,17 +462,6 @@ class OpenAIResponsesAdapter:
                 result = CallResult(
                     parse_json_body(body, "OpenAI response"), raw.http_response.request.content
                 )
-        except openai.APIStatusError as exc:
-            raise self._status_error(exc, kwargs) from exc
-        except openai.APIError as exc:
-            cls = StreamInterrupted if stream else VendorError
-            raise cls(f"OpenAI call failed: {type(exc).__name__}: {exc}") from exc
-        except ReasonStateError:
-            raise
-        except Exception as exc:
-            if stream:
-                raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
-            raise
         self._note_stored(kwargs, result.response)
         return result
 

@@ -45,12 +45,11 @@ from typing import Any, Literal
 import attrs
 
 from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
-from reasonstate.adapters.wire import int_field, status_message
+from reasonstate.adapters.wire import int_field, translated_errors
 from reasonstate.errors import (
     ContinuationMismatch,
     MalformedResponse,
     ProtocolViolation,
-    VendorError,
 )
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import (
@@ -443,14 +442,8 @@ class TokenAdapter:
         import openai
 
         _no_stream(stream)
-        try:
+        with translated_errors(openai, "completions", stream=False):
             raw = client.completions.with_raw_response.create(**request.kwargs)
-        except openai.APIStatusError as exc:
-            raise VendorError(
-                status_message("completions", exc), status=exc.status_code, body=exc.body
-            ) from exc
-        except openai.APIError as exc:
-            raise VendorError(f"completions call failed: {type(exc).__name__}: {exc}") from exc
         return self._result(request, raw.http_response.content, raw.http_response.request.content)
 
     async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
@@ -458,14 +451,8 @@ class TokenAdapter:
         import openai
 
         _no_stream(stream)
-        try:
+        with translated_errors(openai, "completions", stream=False):
             raw = await client.completions.with_raw_response.create(**request.kwargs)
-        except openai.APIStatusError as exc:
-            raise VendorError(
-                status_message("completions", exc), status=exc.status_code, body=exc.body
-            ) from exc
-        except openai.APIError as exc:
-            raise VendorError(f"completions call failed: {type(exc).__name__}: {exc}") from exc
         return self._result(request, raw.http_response.content, raw.http_response.request.content)
 
     @staticmethod

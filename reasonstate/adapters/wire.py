@@ -1,15 +1,23 @@
-"""The JSON wire every adapter shares: compact bytes, prefix-unit digests, body parsing, error texts."""
+"""The JSON wire every adapter shares: compact bytes, prefix-unit digests, body parsing, vendor errors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from reasonstate.errors import MalformedResponse
+from reasonstate.errors import MalformedResponse, ReasonStateError, StreamInterrupted, VendorError
 from reasonstate.state import digest_of
 
-__all__ = ["compact", "int_field", "parse_json_body", "status_message", "unit_digest"]
+__all__ = [
+    "compact",
+    "int_field",
+    "parse_json_body",
+    "status_message",
+    "translated_errors",
+    "unit_digest",
+]
 
 
 def compact(value: Any) -> bytes:
@@ -47,3 +55,35 @@ def status_message(label: str, exc: Any) -> str:
     if isinstance(body, Mapping) and "message" in body:
         return f"{label} {exc.status_code} {body.get('type')}: {body.get('message')}"
     return f"{label} {exc.status_code}: {exc}"
+
+
+@contextlib.contextmanager
+def translated_errors(
+    sdk: Any,
+    label: str,
+    stream: bool,
+    status_error: Callable[[Any], VendorError] | None = None,
+) -> Iterator[None]:
+    """Vendor SDK and transport failures as :class:`VendorError` subclasses, the SDK's own exception as
+    ``__cause__``; reasonstate's errors pass through.
+
+    ``sdk`` is the vendor module (``anthropic``, ``openai``): its ``APIStatusError`` becomes a
+    ``VendorError`` with the status and body (or whatever ``status_error`` builds), any other ``APIError``
+    a ``VendorError`` — a ``StreamInterrupted`` while streaming, as is any transport error that escapes
+    the SDK mid-stream (httpx2 protocol errors).
+    """
+    try:
+        yield
+    except sdk.APIStatusError as exc:
+        if status_error is not None:
+            raise status_error(exc) from exc
+        raise VendorError(status_message(label, exc), status=exc.status_code, body=exc.body) from exc
+    except sdk.APIError as exc:
+        cls = StreamInterrupted if stream else VendorError
+        raise cls(f"{label} call failed: {type(exc).__name__}: {exc}") from exc
+    except ReasonStateError:
+        raise
+    except Exception as exc:
+        if stream:
+            raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
+        raise
