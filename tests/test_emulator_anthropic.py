@@ -851,3 +851,186 @@ def test_cache_control_on_a_thinking_block_is_rejected(
     assert message_of(bad_request(client, messages)) == (
         "messages.1.content.0.thinking.cache_control: Extra inputs are not permitted"
     )
+
+
+# -- model aliases ---------------------------------------------------------------------------------------
+ALIAS = "claude-sonnet-4-5"
+DATED = "claude-sonnet-4-5-20250929"
+HI: list[Any] = [{"role": "user", "content": "Hi"}]
+
+
+# the SDK warns that some of these models are deprecated; that is not what these tests are about
+deprecated_models_ok = pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
+
+
+def _create(client: anthropic.Anthropic, model: str, messages: list[Any], **kw: Any) -> Any:
+    """``messages.create`` with tools and thinking on: a ``Message`` (a stream with ``stream=True``)."""
+    kw.setdefault("thinking", THINKING)
+    return client.messages.create(model=model, max_tokens=4096, tools=TOOLS, messages=messages, **kw)
+
+
+def _tool_step(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, model: str, *, reasoning: str | None = "Call it."
+) -> tuple[anthropic.types.Message, list[Any]]:
+    """One tool call produced under ``model`` (thinking + redacted thinking); the follow-up messages."""
+    action = ModelAction(
+        reasoning=reasoning, redacted=True, text="Checking.", tool_calls=(ToolCallSpec("get_weather", {}),)
+    )
+    emu.script.extend([action])
+    resp = _create(client, model, [{"role": "user", "content": "Weather in Paris?"}])
+    tool_id = next(b.id for b in resp.content if b.type == "tool_use")
+    messages: list[Any] = [
+        {"role": "user", "content": "Weather in Paris?"},
+        resp.to_param(),
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": "18C"}]},
+    ]
+    return resp, messages
+
+
+def test_the_alias_table_holds_the_documented_aliases_and_cites_its_source() -> None:
+    from reasonstate.testing import anthropic as module
+
+    assert module.DOCS_MODELS_OVERVIEW == "https://docs.anthropic.com/en/docs/about-claude/models/overview"
+    assert module.__doc__ is not None and module.DOCS_MODELS_OVERVIEW in module.__doc__
+    assert {
+        "claude-sonnet-4-5": "claude-sonnet-4-5-20250929",
+        "claude-opus-4-1": "claude-opus-4-1-20250805",
+        "claude-haiku-4-5": "claude-haiku-4-5-20251001",
+    }.items() <= module.MODEL_ALIASES.items()
+
+
+@deprecated_models_ok
+@pytest.mark.parametrize(
+    ("alias", "dated"),
+    [
+        ("claude-sonnet-4-5", "claude-sonnet-4-5-20250929"),
+        ("claude-opus-4-1", "claude-opus-4-1-20250805"),
+        ("claude-haiku-4-5", "claude-haiku-4-5-20251001"),
+    ],
+)
+def test_an_alias_is_answered_with_its_dated_id(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, alias: str, dated: str
+) -> None:
+    emu.script.extend([ModelAction.answer("Hello.")])
+    raw = client.messages.with_raw_response.create(model=alias, max_tokens=100, messages=HI)
+    assert raw.http_response.json()["model"] == dated
+    assert raw.parse().model == dated
+    assert emu.requests[-1].json()["model"] == alias  # the SDK sent the alias
+
+
+@deprecated_models_ok
+def test_a_streamed_answer_to_an_alias_names_the_dated_id_in_message_start(
+    emu: AnthropicEmulator, client: anthropic.Anthropic
+) -> None:
+    emu.script.extend([call_weather(), call_weather()])
+    events = list(_create(client, ALIAS, HI, stream=True))
+    start = events[0]
+    assert start.type == "message_start" and start.message.model == DATED
+    with client.messages.stream(
+        model=ALIAS, max_tokens=4096, thinking=THINKING, tools=TOOLS, messages=HI
+    ) as s:
+        assert s.get_final_message().model == DATED
+
+
+@deprecated_models_ok
+@pytest.mark.parametrize(
+    "name", [DATED, "claude-sonnet-4-6", "claude-opus-4-20250514", "claude-house-fine-tune"]
+)
+def test_a_dated_id_or_an_unknown_name_is_echoed_unchanged(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, name: str
+) -> None:
+    emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b")])
+    raw = client.messages.with_raw_response.create(model=name, max_tokens=100, messages=HI)
+    assert raw.http_response.json()["model"] == name
+    events = list(client.messages.create(model=name, max_tokens=100, messages=HI, stream=True))
+    assert events[0].type == "message_start" and events[0].message.model == name
+
+
+@deprecated_models_ok
+def test_the_constructor_adds_and_overrides_aliases() -> None:
+    extra = {"claude-house": "claude-sonnet-4-6", "claude-sonnet-4-5": "claude-sonnet-4-5"}
+    with AnthropicEmulator(aliases=extra) as emu, emu.client() as client:
+        emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b"), ModelAction.answer("c")])
+        models = [
+            client.messages.create(model=m, max_tokens=100, messages=HI).model
+            for m in ("claude-house", "claude-sonnet-4-5", "claude-opus-4-1")
+        ]
+    assert models == ["claude-sonnet-4-6", "claude-sonnet-4-5", "claude-opus-4-1-20250805"]
+    assert emu.resolve_model("claude-house") == "claude-sonnet-4-6"
+
+
+@deprecated_models_ok
+@pytest.mark.parametrize(
+    ("produced", "replayed"), [(ALIAS, ALIAS), (ALIAS, DATED), (DATED, ALIAS), (DATED, DATED)]
+)
+@pytest.mark.parametrize("reasoning", ["Call it.", None], ids=["thinking", "redacted_only"])
+def test_thinking_produced_under_an_alias_or_its_dated_id_verifies_under_either(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, produced: str, replayed: str, reasoning: str | None
+) -> None:
+    resp, messages = _tool_step(emu, client, produced, reasoning=reasoning)
+    assert resp.model == DATED
+    emu.script.extend([ModelAction.answer("It is 18C.", reasoning="Report it.")])
+    final = _create(client, replayed, messages)
+    assert (final.stop_reason, final.model) == ("end_turn", DATED)
+    sent = emu.requests[-1].json()["messages"][1]["content"]
+    expected = ["thinking"] * (reasoning is not None) + ["redacted_thinking", "text", "tool_use"]
+    assert [b["type"] for b in sent] == expected
+    # a later turn still verifies every earlier block under the other name
+    messages += [final.to_param(), {"role": "user", "content": "And tomorrow?"}]
+    emu.script.extend([ModelAction.answer("Also 18C.", reasoning="Same.")])
+    assert _create(client, produced, messages).model == DATED
+
+
+@deprecated_models_ok
+@pytest.mark.parametrize(
+    "other", ["claude-opus-4-1", "claude-opus-4-1-20250805", "claude-sonnet-4-6", "claude-sonnet-4-20250514"]
+)
+@pytest.mark.parametrize(
+    ("reasoning", "message"),
+    [
+        ("Call it.", "messages.1.content.0: Invalid `signature` in `thinking` block"),
+        (None, "messages.1.content.0: Invalid `data` in `redacted_thinking` block"),
+    ],
+    ids=["thinking", "redacted_only"],
+)
+def test_thinking_produced_under_an_alias_still_fails_under_another_model(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, other: str, reasoning: str | None, message: str
+) -> None:
+    _, messages = _tool_step(emu, client, ALIAS, reasoning=reasoning)
+    with pytest.raises(anthropic.BadRequestError) as info:
+        _create(client, other, messages)
+    err = info.value
+    assert err.status_code == 400
+    assert err.body == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": message},
+        "request_id": err.request_id,
+    }
+    assert err.request_id is not None and err.request_id.startswith("req_emu_")
+    assert emu.script.taken == 1  # the rejected request consumed nothing
+
+
+def test_the_signature_helpers_treat_an_alias_and_its_dated_id_as_one_model(emu: AnthropicEmulator) -> None:
+    signature = emu.sign_thinking(ALIAS, "t")
+    assert emu.verify_thinking(DATED, "t", signature) and emu.verify_thinking(ALIAS, "t", signature)
+    assert not emu.verify_thinking("claude-opus-4-1", "t", signature)
+    data = emu.issue_redacted(DATED)
+    assert emu.verify_redacted(ALIAS, data) and not emu.verify_redacted("claude-sonnet-4-6", data)
+
+
+@deprecated_models_ok
+@pytest.mark.parametrize(("first", "second"), [(ALIAS, DATED), (DATED, ALIAS)])
+def test_an_alias_and_its_dated_id_share_the_prompt_cache(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, first: str, second: str
+) -> None:
+    system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b"), ModelAction.answer("c")])
+
+    def ask(model: str) -> tuple[int, int]:
+        r = client.messages.create(model=model, max_tokens=100, system=system, messages=HI)
+        return r.usage.cache_creation_input_tokens or 0, r.usage.cache_read_input_tokens or 0
+
+    written = tokens(system[0])
+    assert ask(first) == (written, 0)
+    assert ask(second) == (0, written)
+    assert ask("claude-opus-4-1") == (written, 0)  # another model has a cache of its own

@@ -511,3 +511,85 @@ def test_clear_cache_forgets_persisted_units(deepseek: tuple[OpenAIChatEmulator,
     r = client.chat.completions.create(model="deepseek-v4-pro", messages=[USER])
     assert r.usage is not None and r.usage.model_extra is not None
     assert r.usage.model_extra["prompt_cache_hit_tokens"] == 0
+
+
+# -- model aliases (https://platform.openai.com/docs/models/gpt-5) -----------------------------------------
+
+
+def test_the_alias_table_is_openais_and_cites_its_source() -> None:
+    from reasonstate.testing import openai as family
+    from reasonstate.testing import openai_chat as module
+
+    assert module.MODEL_ALIASES is family.MODEL_ALIASES
+    assert module.MODEL_ALIASES["gpt-5"] == "gpt-5-2025-08-07"
+    assert module.__doc__ is not None and "https://platform.openai.com/docs/models/gpt-5" in module.__doc__
+
+
+@pytest.mark.parametrize(
+    ("alias", "dated"), [("gpt-5", "gpt-5-2025-08-07"), ("gpt-5-mini", "gpt-5-mini-2025-08-07")]
+)
+def test_openai_dialect_answers_an_alias_with_its_dated_id(
+    chat: tuple[OpenAIChatEmulator, openai.OpenAI], alias: str, dated: str
+) -> None:
+    emu, client = chat
+    emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b")])
+    raw = client.chat.completions.with_raw_response.create(model=alias, messages=[USER])
+    assert raw.http_response.json()["model"] == dated
+    assert raw.parse().model == dated
+    chunks = list(
+        client.chat.completions.create(
+            model=alias, messages=[USER], stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert {c.model for c in chunks} == {dated}
+
+
+@pytest.mark.parametrize("name", ["gpt-5-2025-08-07", "gpt-5.5", "ft:gpt-5:acme::abc123"])
+def test_openai_dialect_echoes_a_dated_id_or_an_unknown_name_unchanged(
+    chat: tuple[OpenAIChatEmulator, openai.OpenAI], name: str
+) -> None:
+    emu, client = chat
+    emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b")])
+    assert client.chat.completions.create(model=name, messages=[USER]).model == name
+    assert {c.model for c in client.chat.completions.create(model=name, messages=[USER], stream=True)} == {
+        name
+    }
+
+
+def test_other_dialects_have_no_default_aliases_but_take_the_constructors() -> None:
+    extra = {"deepseek-latest": "deepseek-v4-pro"}
+    with _emulator("deepseek", *[ModelAction.answer("a")] * 3, aliases=extra) as emu, emu.client() as client:
+        models = [
+            client.chat.completions.create(model=m, messages=[USER]).model
+            for m in ("gpt-5", "deepseek-latest", "deepseek-v4-pro")
+        ]
+    assert models == ["gpt-5", "deepseek-v4-pro", "deepseek-v4-pro"]
+
+
+def test_openai_dialect_alias_and_dated_id_share_the_prompt_cache(
+    chat: tuple[OpenAIChatEmulator, openai.OpenAI],
+) -> None:
+    emu, client = chat
+    system = {"role": "system", "content": "x" * 4600}
+
+    def ask(model: str, question: str) -> int:
+        emu.script.extend([ModelAction.answer("ok")])
+        r = client.chat.completions.create(
+            model=model, messages=[system, {"role": "user", "content": question}]
+        )
+        assert r.usage is not None and r.usage.prompt_tokens_details is not None
+        return r.usage.prompt_tokens_details.cached_tokens or 0
+
+    assert ask("gpt-5", "first question") == 0
+    assert ask("gpt-5-2025-08-07", "second question") == 1152  # see the 1024 + 128k test above
+    assert ask("gpt-5", "third question") == 1152
+    assert ask("gpt-5-mini", "second question") == 0  # another model has a cache of its own
+
+
+def test_deepseek_units_of_an_alias_are_its_models() -> None:
+    with _emulator("deepseek", aliases={"deepseek-latest": "deepseek-v4-pro"}) as emu, emu.client() as client:
+        emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b")])
+        client.chat.completions.create(model="deepseek-latest", messages=[USER])
+        r = client.chat.completions.create(model="deepseek-v4-pro", messages=[USER])
+    assert r.usage is not None and r.usage.model_extra is not None
+    assert r.usage.model_extra["prompt_cache_hit_tokens"] == r.usage.prompt_tokens

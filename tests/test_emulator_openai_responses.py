@@ -629,3 +629,145 @@ def test_clear_cache_forgets_earlier_prompts(emu: OpenAIResponsesEmulator, clien
     _ask(emu, client, "second question")
     emu.clear_cache()
     assert _ask(emu, client, "second question").input_tokens_details.cached_tokens == 0
+
+
+# -- model aliases (https://platform.openai.com/docs/models/gpt-5) -----------------------------------------
+
+ALIAS = "gpt-5"
+DATED = "gpt-5-2025-08-07"
+
+
+def _stateless_tool_turn(emu: OpenAIResponsesEmulator, client: openai.OpenAI, model: str) -> Any:
+    emu.script.extend([ModelAction.call(WEATHER, reasoning="Need the weather tool.")])
+    return client.responses.create(model=model, input=[USER], tools=TOOLS, include=ENC, store=False)
+
+
+def _replay(client: openai.OpenAI, model: str, first: Any) -> Any:
+    return client.responses.create(
+        model=model,
+        input=[USER, *_dump(first), _output("call_emu_001")],
+        tools=TOOLS,
+        include=ENC,
+        store=False,
+    )
+
+
+def test_the_alias_table_holds_the_documented_aliases_and_cites_its_source() -> None:
+    from reasonstate.testing import openai as family
+    from reasonstate.testing import openai_responses as module
+
+    assert module.MODEL_ALIASES is family.MODEL_ALIASES
+    assert {"gpt-5": "gpt-5-2025-08-07", "gpt-5-mini": "gpt-5-mini-2025-08-07"}.items() <= (
+        module.MODEL_ALIASES.items()
+    )
+    url = "https://platform.openai.com/docs/models/gpt-5"
+    assert url == family.DOCS_GPT5_MODEL
+    assert all(m.__doc__ is not None and url in m.__doc__ for m in (family, module))
+
+
+@pytest.mark.parametrize(
+    ("alias", "dated"), [("gpt-5", "gpt-5-2025-08-07"), ("gpt-5-mini", "gpt-5-mini-2025-08-07")]
+)
+def test_an_alias_is_answered_with_its_dated_id(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI, alias: str, dated: str
+) -> None:
+    emu.script.extend([ModelAction.answer("Hello.", reasoning="Greet.")])
+    raw = client.responses.with_raw_response.create(model=alias, input="hi")
+    assert raw.http_response.json()["model"] == dated
+    assert raw.parse().model == dated
+    assert emu.requests[-1].json()["model"] == alias  # the SDK sent the alias
+
+
+def test_every_streamed_event_that_names_the_model_names_the_dated_id(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    emu.script.extend([ModelAction.call(WEATHER, reasoning="r")])
+    with client.responses.stream(model=ALIAS, input="Weather?", tools=TOOLS, include=ENC, store=False) as s:
+        events = list(s)
+        final = s.get_final_response()
+    named = {e.type: e.response.model for e in events if hasattr(e, "response")}
+    assert named == {"response.created": DATED, "response.in_progress": DATED, "response.completed": DATED}
+    assert final.model == DATED
+
+
+@pytest.mark.parametrize("name", [DATED, "gpt-5.5", "gpt-5-mini-2025-08-07", "ft:gpt-5:acme::abc123"])
+def test_a_dated_id_or_an_unknown_name_is_echoed_unchanged(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI, name: str
+) -> None:
+    emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b")])
+    raw = client.responses.with_raw_response.create(model=name, input="hi")
+    assert raw.http_response.json()["model"] == name
+    events = list(client.responses.create(model=name, input="hi", stream=True))
+    assert [e.response.model for e in events if hasattr(e, "response")] == [name, name, name]
+
+
+def test_the_constructor_adds_and_overrides_aliases() -> None:
+    extra = {"house-model": "gpt-5.5", "gpt-5-mini": "gpt-5-mini"}
+    with OpenAIResponsesEmulator(aliases=extra) as emu, emu.client() as client:
+        emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b"), ModelAction.answer("c")])
+        models = [
+            client.responses.create(model=m, input="hi").model for m in ("house-model", "gpt-5-mini", "gpt-5")
+        ]
+    assert models == ["gpt-5.5", "gpt-5-mini", DATED]
+
+
+@pytest.mark.parametrize(("produced", "replayed"), [(ALIAS, ALIAS), (ALIAS, DATED), (DATED, ALIAS)])
+def test_encrypted_content_minted_under_an_alias_or_its_dated_id_verifies_under_either(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI, produced: str, replayed: str
+) -> None:
+    first = _stateless_tool_turn(emu, client, produced)
+    assert first.model == DATED
+    blob = first.output[0].encrypted_content
+    assert emu.verify_encrypted_content(blob, model=ALIAS) and emu.verify_encrypted_content(blob, model=DATED)
+    emu.script.extend([ModelAction.answer("18 °C in Paris.", reasoning="Got it.")])
+    second = _replay(client, replayed, first)
+    assert (second.output_text, second.model) == ("18 °C in Paris.", DATED)
+    assert emu.requests[-1].json()["input"][1]["encrypted_content"] == blob
+
+
+@pytest.mark.parametrize("other", ["gpt-5-mini", "gpt-5-mini-2025-08-07", "gpt-5.5", "gpt-5-2025-08-08"])
+def test_encrypted_content_minted_under_an_alias_still_fails_under_another_model(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI, other: str
+) -> None:
+    first = _stateless_tool_turn(emu, client, ALIAS)
+    blob = first.output[0].encrypted_content
+    assert not emu.verify_encrypted_content(blob, model=other)
+    with pytest.raises(openai.BadRequestError) as info:
+        _replay(client, other, first)
+    assert info.value.status_code == 400
+    assert info.value.body == {
+        "message": f"The encrypted content {blob[:4]}...{blob[-4:]} could not be verified.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_encrypted_content",
+    }
+    assert emu.script.taken == 1  # the rejected request consumed nothing
+
+
+@pytest.mark.parametrize(("first", "second"), [(ALIAS, DATED), (DATED, ALIAS)])
+def test_an_alias_and_its_dated_id_share_the_prompt_cache(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI, first: str, second: str
+) -> None:
+    def ask(model: str, text: str) -> int:
+        emu.script.extend([ModelAction.answer("ok")])
+        r = client.responses.create(model=model, instructions=LONG, input=text)
+        assert r.usage is not None
+        return r.usage.input_tokens_details.cached_tokens
+
+    assert ask(first, "first question") == 0
+    assert ask(second, "second question") == 1152
+    assert ask("gpt-5-mini", "second question") == 0  # another model has a cache of its own
+
+
+@pytest.mark.parametrize(("first", "second"), [(ALIAS, DATED), (DATED, ALIAS)])
+def test_a_response_stored_under_an_alias_or_its_dated_id_continues_under_either(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI, first: str, second: str
+) -> None:
+    emu.script.extend([ModelAction.call(WEATHER, reasoning="r"), ModelAction.answer("18 °C", reasoning="ok")])
+    r = client.responses.create(model=first, input="Weather in Paris?", tools=TOOLS, include=ENC, store=True)
+    # the stored chain holds the reasoning item with its blob: it is verified against the resolved model
+    r2 = client.responses.create(
+        model=second, previous_response_id=r.id, input=[_output("call_emu_001")], tools=TOOLS, include=ENC
+    )
+    assert (r2.output_text, r2.previous_response_id, r2.model) == ("18 °C", r.id, DATED)
+    assert emu.stored_response_ids() == [r.id, r2.id]

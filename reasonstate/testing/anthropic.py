@@ -11,6 +11,19 @@ Routes
 * ``POST /v1/messages/count_tokens`` — ``{"input_tokens": N}`` with N = every prompt block's tokens (below);
   consumes nothing and writes no cache.
 
+Model aliases
+-------------
+Like the vendor, the emulator answers a request for a model *alias* with the dated snapshot id it points
+to: ``"model": "claude-sonnet-4-5"`` is answered with ``"model": "claude-sonnet-4-5-20250929"`` (in the JSON
+body and in the stream's ``message_start``). The table is :data:`MODEL_ALIASES`, taken from the "Claude API
+alias" column of https://docs.anthropic.com/en/docs/about-claude/models/overview; the constructor's
+``aliases={alias: model_id}`` adds entries or overrides them (map an alias to itself to stop resolving it).
+A dated id, or any name not in the table, is echoed unchanged; resolution is one lookup, not transitive.
+The alias and its dated id are one model everywhere the emulator binds something to a model: signatures
+and redacted data are issued and verified with the resolved id (so a block produced under the alias
+verifies when replayed under the alias or the dated id, and still fails under any other model), and the
+prompt cache is keyed by the resolved id. Below, "model" always means the resolved id.
+
 Every response carries a ``request-id: req_emu_...`` header. Errors use Anthropic's envelope
 ``{"type":"error","error":{"type":...,"message":...},"request_id":"req_emu_..."}``.
 
@@ -122,12 +135,28 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DOCS_EXTENDED_THINKING",
+    "DOCS_MODELS_OVERVIEW",
+    "MODEL_ALIASES",
     "REQUEST_BLOCK_TYPES",
     "AnthropicEmulator",
     "CacheUsage",
 ]
 
 DOCS_EXTENDED_THINKING = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+DOCS_MODELS_OVERVIEW = "https://docs.anthropic.com/en/docs/about-claude/models/overview"
+
+#: Alias → the dated model id the API answers with (``DOCS_MODELS_OVERVIEW``, "Claude API alias" column).
+#: Models of the 4.6 generation on have dateless canonical ids (``claude-sonnet-4-6``): they are not aliases.
+MODEL_ALIASES: dict[str, str] = {
+    "claude-opus-4-5": "claude-opus-4-5-20251101",
+    "claude-haiku-4-5": "claude-haiku-4-5-20251001",
+    "claude-sonnet-4-5": "claude-sonnet-4-5-20250929",
+    "claude-opus-4-1": "claude-opus-4-1-20250805",
+    "claude-opus-4-0": "claude-opus-4-20250514",
+    "claude-sonnet-4-0": "claude-sonnet-4-20250514",
+    "claude-3-7-sonnet-latest": "claude-3-7-sonnet-20250219",
+    "claude-3-5-haiku-latest": "claude-3-5-haiku-20241022",
+}
 
 #: Content block types accepted in request messages (anthropic 2.14 ``ContentBlockParam``).
 REQUEST_BLOCK_TYPES: tuple[str, ...] = (
@@ -242,7 +271,8 @@ class AnthropicEmulator:
     ``secret``: the HMAC key for signatures (random per emulator when None; pass the same secret to two
     emulators to let their signatures verify on each other). ``lookback_blocks``: how many blocks before a
     breakpoint a cache read may end. ``transform``: applied to each successful response's message JSON
-    (non-stream body, or the message that a stream is framed from).
+    (non-stream body, or the message that a stream is framed from). ``aliases``: more alias → dated id
+    entries, merged over :data:`MODEL_ALIASES` (see "Model aliases" in the module docstring).
     """
 
     def __init__(
@@ -253,6 +283,7 @@ class AnthropicEmulator:
         secret: bytes | str | None = None,
         lookback_blocks: int = 20,
         transform: Transform | None = None,
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         if isinstance(script, Script):
             self._script = script
@@ -261,6 +292,8 @@ class AnthropicEmulator:
         self.cache_min_tokens = cache_min_tokens
         self.lookback_blocks = lookback_blocks
         self.transform = transform
+        #: alias → dated id, as this emulator resolves them (:data:`MODEL_ALIASES` + ``aliases``)
+        self.aliases: dict[str, str] = {**MODEL_ALIASES, **dict(aliases or {})}
         if secret is None:
             self._secret = os.urandom(32)
         elif isinstance(secret, str):
@@ -358,14 +391,21 @@ class AnthropicEmulator:
         options.update(kw)
         return anthropic.AsyncAnthropic(**options)
 
+    # -- models --------------------------------------------------------------------------------------
+    def resolve_model(self, model: str) -> str:
+        """The model id the API answers ``model`` with: the dated id for an alias, else ``model`` itself."""
+        return self.aliases.get(model, model)
+
     # -- signatures ------------------------------------------------------------------------------------
+    # Every helper resolves its ``model`` first: an alias and its dated id sign and verify alike.
     def _mac(self, *parts: bytes) -> bytes:
         return hmac.new(self._secret, b"\x00".join(parts), hashlib.sha256).digest()
 
     def sign_thinking(self, model: str, thinking: str) -> str:
         """A fresh signature for ``thinking`` as produced by ``model``."""
         nonce = os.urandom(_NONCE_LEN)
-        mac = self._mac(b"thinking", model.encode(), nonce, thinking.encode())
+        bound = self.resolve_model(model).encode()
+        mac = self._mac(b"thinking", bound, nonce, thinking.encode())
         return base64.b64encode(bytes([_SIG_THINKING]) + nonce + mac).decode()
 
     def verify_thinking(self, model: str, thinking: str, signature: str) -> bool:
@@ -374,21 +414,24 @@ class AnthropicEmulator:
         if raw is None or len(raw) != 1 + _NONCE_LEN + _MAC_LEN or raw[0] != _SIG_THINKING:
             return False
         nonce, mac = raw[1 : 1 + _NONCE_LEN], raw[1 + _NONCE_LEN :]
-        expected = self._mac(b"thinking", model.encode(), nonce, thinking.encode())
+        bound = self.resolve_model(model).encode()
+        expected = self._mac(b"thinking", bound, nonce, thinking.encode())
         return hmac.compare_digest(mac, expected)
 
     def issue_redacted(self, model: str) -> str:
         """Fresh opaque ``redacted_thinking.data`` for ``model``."""
         nonce = os.urandom(_NONCE_LEN)
-        mac = self._mac(b"redacted", model.encode(), nonce)
+        mac = self._mac(b"redacted", self.resolve_model(model).encode(), nonce)
         return base64.b64encode(bytes([_SIG_REDACTED]) + nonce + mac).decode()
 
     def verify_redacted(self, model: str, data: str) -> bool:
+        """Whether ``data`` was issued by this emulator as redacted thinking of ``model``."""
         raw = _b64(data)
         if raw is None or len(raw) != 1 + _NONCE_LEN + _MAC_LEN or raw[0] != _SIG_REDACTED:
             return False
         nonce, mac = raw[1 : 1 + _NONCE_LEN], raw[1 + _NONCE_LEN :]
-        return hmac.compare_digest(mac, self._mac(b"redacted", model.encode(), nonce))
+        expected = self._mac(b"redacted", self.resolve_model(model).encode(), nonce)
+        return hmac.compare_digest(mac, expected)
 
     # -- handlers --------------------------------------------------------------------------------------
     def _handle_messages(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
@@ -404,7 +447,7 @@ class AnthropicEmulator:
                 action = self._script.take(body)
             except ScriptExhausted as exc:
                 return JSONResponse(500, _envelope("api_error", str(exc), rid), {"request-id": rid})
-            model = str(body["model"])
+            model = self.resolve_model(str(body["model"]))
             usage = self._cache_usage(model, blocks, write=True)
             message = self._build_message(model, thinking, action, usage)
         if self.transform is not None:
@@ -458,7 +501,7 @@ class AnthropicEmulator:
         messages = _check_messages(body["messages"])
         _check_cache_control_count(body)
         _check_tool_pairing(messages)
-        self._check_reasoning_rules(str(body["model"]), messages, thinking)
+        self._check_reasoning_rules(self.resolve_model(str(body["model"])), messages, thinking)
         return thinking
 
     def _check_reasoning_rules(self, model: str, messages: list[dict[str, Any]], thinking: _Thinking) -> None:

@@ -8,6 +8,16 @@ the openai, deepseek, vllm and sglang dialects). Like every emulator they are wr
 ``reasonstate.state``; the ``openai`` SDK is imported only inside :meth:`OpenAIFamilyEmulator.client`
 and :meth:`OpenAIFamilyEmulator.async_client`, so this module imports without it.
 
+Model aliases (both emulators; stated once here). OpenAI answers a request for a model *alias* with the
+dated snapshot id it points to: ``"model": "gpt-5"`` comes back as ``"model": "gpt-5-2025-08-07"``.
+:data:`MODEL_ALIASES` is taken from the "Snapshots" section of https://platform.openai.com/docs/models/gpt-5
+(and the gpt-5-mini / gpt-5-nano pages it links to). Each emulator resolves the requested name with
+:meth:`OpenAIFamilyEmulator.resolve_model` (one lookup, not transitive; a dated id or an unknown name is
+returned unchanged) and uses the resolved id for the response's ``model`` (JSON and every streamed event
+or chunk that carries it) and for everything it binds to a model (encrypted reasoning content, prompt-cache
+namespaces, DeepSeek's persisted units), so an alias and its dated id are one model. The constructors'
+``aliases={alias: model_id}`` add entries or override them (map an alias to itself to stop resolving it).
+
 Token arithmetic (used by both emulators, stated once here):
   * the prompt of a request is one text ``P`` (each emulator's docstring defines its rendering);
   * ``prompt_tokens = count_tokens(P) = ceil(len(P.encode()) / 4)``, i.e. token ``i`` is the byte slice
@@ -30,7 +40,7 @@ import json
 import math
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from reasonstate.testing._server import EmulatorServer, Fault, JSONResponse, RecordedRequest, Route
@@ -40,6 +50,8 @@ if TYPE_CHECKING:
     import openai
 
 __all__ = [
+    "DOCS_GPT5_MODEL",
+    "MODEL_ALIASES",
     "OpenAIFamilyEmulator",
     "Transform",
     "canonical_json",
@@ -50,6 +62,15 @@ __all__ = [
 ]
 
 _E = TypeVar("_E", bound="OpenAIFamilyEmulator")
+
+DOCS_GPT5_MODEL = "https://platform.openai.com/docs/models/gpt-5"
+
+#: Alias → the dated snapshot id OpenAI answers with (``DOCS_GPT5_MODEL``, "Snapshots").
+MODEL_ALIASES: dict[str, str] = {
+    "gpt-5": "gpt-5-2025-08-07",
+    "gpt-5-mini": "gpt-5-mini-2025-08-07",
+    "gpt-5-nano": "gpt-5-nano-2025-08-07",
+}
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 """Applied to every successful response body (a Responses ``response`` object or a chat completion)
@@ -126,6 +147,8 @@ class OpenAIFamilyEmulator:
     (``http://127.0.0.1:PORT``); :meth:`client` points the SDK at ``root + sdk_path`` (``/v1`` for OpenAI).
     Every request must carry ``Authorization: Bearer <anything>`` or it is answered 401 (protocols.md §0).
     The handler runs under one lock, so concurrent requests see a consistent store and cache.
+    ``aliases`` is the complete alias → dated id table this emulator resolves (each subclass merges its
+    defaults with the caller's entries before it gets here).
     """
 
     sdk_path = "/v1"
@@ -137,8 +160,11 @@ class OpenAIFamilyEmulator:
         secret: bytes | str | None = None,
         transform: Transform | None = None,
         name: str = "openai-emulator",
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         self.script = script if isinstance(script, Script) else Script(script)
+        #: alias → dated id, as this emulator resolves them
+        self.aliases: dict[str, str] = dict(aliases or {})
         if secret is None:
             secret = secrets.token_bytes(32)
         self.secret = secret.encode() if isinstance(secret, str) else bytes(secret)
@@ -149,6 +175,11 @@ class OpenAIFamilyEmulator:
     # -- subclass hooks ----------------------------------------------------------------------------
     def _routes(self) -> list[Route]:
         raise NotImplementedError
+
+    # -- models ------------------------------------------------------------------------------------
+    def resolve_model(self, model: str) -> str:
+        """The model id the API answers ``model`` with: the dated id for an alias, else ``model`` itself."""
+        return self.aliases.get(model, model)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self: _E) -> _E:

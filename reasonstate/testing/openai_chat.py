@@ -13,6 +13,13 @@ Dialects (what differs is where reasoning lives, which rules are enforced, and h
   input side reads only ``reasoning`` (§2.2); cache = full 16-token blocks of the longest shared prefix.
 * **sglang** — ``reasoning_content`` on output, kept as sent on input (§2.2, unconfirmed); cache as vllm.
 
+**Model aliases** (see :mod:`reasonstate.testing.openai`): in the openai dialect a request for an alias
+in :data:`MODEL_ALIASES` (from https://platform.openai.com/docs/models/gpt-5; ``gpt-5`` →
+``gpt-5-2025-08-07``, ``gpt-5-mini`` → ``gpt-5-mini-2025-08-07``, …) is answered with the dated id in
+``model`` (the completion and every streamed chunk); a dated id or an unknown name is echoed unchanged. The
+other dialects have no default table. ``aliases=`` adds entries in any dialect. "The model" below (cache
+namespaces, DeepSeek's persisted units) is always the resolved id, so an alias and its dated id share them.
+
 Rules enforced (a rejected request consumes no script action and does not feed the cache):
 
 * **Tool pairing** (openai, deepseek; self-hosted servers only render a chat template and do not check):
@@ -89,11 +96,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 from reasonstate.testing._server import JSONResponse, RecordedRequest, Route, StreamResponse, sse_event
 from reasonstate.testing.openai import (
+    MODEL_ALIASES,
     OpenAIFamilyEmulator,
     Transform,
     canonical_json,
@@ -102,7 +110,7 @@ from reasonstate.testing.openai import (
 )
 from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_tokens
 
-__all__ = ["Dialect", "OpenAIChatEmulator"]
+__all__ = ["MODEL_ALIASES", "Dialect", "OpenAIChatEmulator"]
 
 Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
 _DIALECTS: tuple[Dialect, ...] = ("openai", "deepseek", "vllm", "sglang")
@@ -160,7 +168,8 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
 
     :meth:`client` uses ``root + "/v1"``, except for the deepseek dialect, whose documented base URL has no
     ``/v1`` (protocols.md §0, §3). ``transform`` rewrites each successful completion before it is sent
-    (streamed chunks are derived from the rewritten completion).
+    (streamed chunks are derived from the rewritten completion). ``aliases`` adds alias → dated id
+    entries to the dialect's table (:data:`MODEL_ALIASES` for openai, empty otherwise) or overrides them.
     """
 
     def __init__(
@@ -172,10 +181,18 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         transform: Transform | None = None,
         legacy_reject_reasoning: bool = False,
         verify_replay: bool = True,
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         if dialect not in _DIALECTS:
             raise ValueError(f"unknown dialect {dialect!r}; expected one of {_DIALECTS}")
-        super().__init__(script, secret=secret, transform=transform, name=f"{dialect}-chat-emulator")
+        defaults = MODEL_ALIASES if dialect == "openai" else {}
+        super().__init__(
+            script,
+            secret=secret,
+            transform=transform,
+            name=f"{dialect}-chat-emulator",
+            aliases={**defaults, **dict(aliases or {})},
+        )
         self.dialect: Dialect = dialect
         self.sdk_path = "" if dialect == "deepseek" else "/v1"
         self.legacy_reject_reasoning = legacy_reject_reasoning
@@ -325,7 +342,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
 
     def _cache(self, body: dict[str, Any], segments: list[str], generated: str) -> tuple[int, int]:
         """``(prompt_tokens, cached_tokens)`` for this request; records it for later requests."""
-        model: str = body["model"]
+        model = self.resolve_model(body["model"])
         prompt = tuple(segments)
         prompt_tokens = _tokens(prompt)
         if self.dialect == "deepseek":
@@ -410,7 +427,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             "id": f"chatcmpl-emu-{self._completions:03d}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": body["model"],
+            "model": self.resolve_model(body["model"]),
             "system_fingerprint": "fp_emu",
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
             "usage": usage,

@@ -29,6 +29,15 @@ What it enforces (each rule cites its section; error texts are the ones observed
 * **Chaining** (§1.1, §1.4 A): ``store`` defaults to true and keeps the response's full input (chain
   included) plus its output; ``previous_response_id`` prepends that chain, and is 404
   ``Previous response with id 'resp_…' not found.`` when unknown or created with ``store=false``.
+* **Model aliases** (see :mod:`reasonstate.testing.openai`): a request for an alias in
+  :data:`MODEL_ALIASES` (from https://platform.openai.com/docs/models/gpt-5; ``gpt-5`` →
+  ``gpt-5-2025-08-07``, ``gpt-5-mini`` → ``gpt-5-mini-2025-08-07``, …; more with ``aliases=``) is answered
+  with the dated id in ``model`` (the JSON body, ``response.created``, ``response.in_progress`` and the
+  terminal event). A dated id or an unknown name is echoed unchanged. Everything below that names "the
+  model" means the resolved id: ``encrypted_content`` is sealed with it and verified against it, so a blob
+  minted under ``gpt-5`` verifies under ``gpt-5`` and ``gpt-5-2025-08-07`` and nowhere else; the cache
+  namespace uses it; stored responses (``previous_response_id``) are not tied to a model, but the blobs in
+  a stored chain are verified against the resolved id of the request that continues it.
 * Unknown input item types → 400 ``code: invalid_value``.
 * :meth:`OpenAIResponsesEmulator.expire` forgets stored responses (the retention period ran out), so a
   later ``previous_response_id`` naming one gets the 404 above.
@@ -79,13 +88,14 @@ import re
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
 from reasonstate.testing._server import JSONResponse, RecordedRequest, Route, StreamResponse, sse_event
 from reasonstate.testing.openai import (
+    MODEL_ALIASES,
     OpenAIFamilyEmulator,
     Transform,
     canonical_json,
@@ -95,7 +105,7 @@ from reasonstate.testing.openai import (
 )
 from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_tokens
 
-__all__ = ["ENCRYPTED_CONTENT_INCLUDE", "OpenAIResponsesEmulator"]
+__all__ = ["ENCRYPTED_CONTENT_INCLUDE", "MODEL_ALIASES", "OpenAIResponsesEmulator"]
 
 ENCRYPTED_CONTENT_INCLUDE = "reasoning.encrypted_content"
 _BLOB_PREFIX = "gAAAAAB"  # what real blobs start with (Fernet tokens); purely cosmetic here
@@ -190,6 +200,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
     ``secret`` keys the ``encrypted_content`` HMAC (random per emulator by default, so a blob from one
     emulator does not verify on another, like another organisation's). ``transform`` rewrites each
     successful response body before it is sent (streamed events are derived from the rewritten body).
+    ``aliases`` adds alias → dated id entries to (or overrides entries of) :data:`MODEL_ALIASES`.
     """
 
     def __init__(
@@ -198,8 +209,15 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         *,
         secret: bytes | str | None = None,
         transform: Transform | None = None,
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(script, secret=secret, transform=transform, name="openai-responses-emulator")
+        super().__init__(
+            script,
+            secret=secret,
+            transform=transform,
+            name="openai-responses-emulator",
+            aliases={**MODEL_ALIASES, **dict(aliases or {})},
+        )
         self._counters: Counter[str] = Counter()
         self._minted: dict[str, _Minted] = {}
         self._stored_items: dict[str, dict[str, Any]] = {}
@@ -227,9 +245,10 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             return list(self._chains)
 
     def verify_encrypted_content(self, blob: str, *, model: str, item_id: str | None = None) -> bool:
-        """True when ``blob`` was minted by this emulator for ``model`` (and ``item_id``, if given)."""
+        """True when ``blob`` was minted by this emulator for ``model`` (and ``item_id``, if given); an alias
+        and its dated id are the same model."""
         payload = self._open_blob(blob)
-        if payload is None or payload.get("model") != model:
+        if payload is None or payload.get("model") != self.resolve_model(model):
             return False
         return item_id is None or payload.get("id") == item_id
 
@@ -241,14 +260,15 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         body = self._json_body(request)
         if isinstance(body, JSONResponse):
             return body
+        model = self.resolve_model(body["model"])
         with self._lock:
             try:
                 items = self._expand(body)
-                self._validate(items, model=body["model"])
+                self._validate(items, model=model)
             except _Reject as rejected:
                 return rejected.response
             action = self.script.take(body)
-            response = self._respond(body, items, action)
+            response = self._respond(body, items, action, model=model)
         response = self._transformed(response)
         if body.get("stream"):
             return StreamResponse(self._events(response))
@@ -416,9 +436,9 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         return f"{kind}_emu_{self._counters[kind]:03d}"
 
     def _respond(
-        self, body: dict[str, Any], items: list[dict[str, Any]], action: ModelAction
+        self, body: dict[str, Any], items: list[dict[str, Any]], action: ModelAction, *, model: str
     ) -> dict[str, Any]:
-        model: str = body["model"]
+        """The response to ``body``; ``model`` is the resolved (dated) id it is bound to and answered with."""
         resp_id = self._mint("resp")
         requested_reasoning = body.get("reasoning") or {}
         include = body.get("include") or []
