@@ -19,6 +19,8 @@ from typing import Any
 
 import attrs
 
+from reasonstate.state.frozen import freeze
+
 __all__ = ["Prefix", "Tool", "canonical_json"]
 
 
@@ -31,7 +33,8 @@ def canonical_json(value: Any) -> str:
 
 
 def _frozen_schema(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    result: Mapping[str, Any] = json.loads(canonical_json(dict(value)))
+    """The schema key-sorted and frozen: a caller's later edit of its own dict changes nothing here."""
+    result: Mapping[str, Any] = freeze(json.loads(canonical_json(dict(value))))
     return result
 
 

@@ -1,19 +1,26 @@
 """Persisted session snapshots (pydantic, at the edge): JSON in, JSON out, byte-identical continuation.
 
-Continuation payloads are stored as their exact UTF-8 JSON text with the capture digest; restoring
-re-verifies every digest, so a snapshot edited on disk is refused rather than sent
-(:class:`~reasonstate.errors.ContinuationMismatch`).
+Continuation payloads are stored as their exact UTF-8 JSON text with the capture digest, token ids with the
+seal taken when they were recorded; restoring re-verifies every digest and seal, so a snapshot edited on disk
+is refused rather than sent (:class:`~reasonstate.errors.ContinuationMismatch`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import pydantic
 
 from reasonstate.errors import ContinuationMismatch
+from reasonstate.policies import Policy, policy_from_spec
+from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
+    EventKind,
+    ExecutionRecord,
     History,
     OpaquePart,
     Part,
@@ -22,13 +29,25 @@ from reasonstate.state import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    Trace,
+    TraceEvent,
     Turn,
     TurnView,
     Usage,
     digest_of,
 )
 
-__all__ = ["SessionSnapshot", "history_from_snapshot", "history_to_snapshot"]
+if TYPE_CHECKING:
+    from reasonstate.runtime.commit import Layers
+
+__all__ = [
+    "SessionSnapshot",
+    "history_from_snapshot",
+    "history_to_snapshot",
+    "restore_args",
+    "restored_layers",
+    "session_snapshot",
+]
 
 SNAPSHOT_VERSION = 1
 
@@ -132,6 +151,7 @@ def history_to_snapshot(history: History) -> list[dict[str, Any]]:
                     },
                     "model": s.model,
                     "response_id": s.response_id,
+                    "response_stored": s.response_stored,
                     "tool_results": [
                         {"call_id": r.call_id, "content": r.content, "is_error": r.is_error}
                         for r in s.tool_results
@@ -165,6 +185,7 @@ def history_from_snapshot(turns: list[dict[str, Any]]) -> History:
                         usage=Usage(**s["usage"]),
                         model=s["model"],
                         response_id=s.get("response_id"),
+                        response_stored=bool(s.get("response_stored", False)),
                         tool_results=tuple(ToolResultPart(**r) for r in s["tool_results"]),
                     )
                     for s in t["steps"]
@@ -173,3 +194,98 @@ def history_from_snapshot(turns: list[dict[str, Any]]) -> History:
             for t in turns
         )
     )
+
+
+def session_snapshot(
+    *,
+    vendor: str,
+    api: str,
+    model: str,
+    state: str,
+    prefix: Prefix,
+    policy: Policy,
+    stream: bool,
+    options: Mapping[str, Any],
+    layers: Layers,
+) -> SessionSnapshot:
+    """A session's whole state as a :class:`SessionSnapshot`."""
+    return SessionSnapshot(
+        vendor=vendor,
+        api=api,
+        model=model,
+        state=state,
+        system=prefix.system,
+        tools=[t.canonical() | {"parallel_safe": t.parallel_safe} for t in prefix.tools],
+        few_shots=[list(p) for p in prefix.few_shots],
+        policy=policy.spec(),
+        stream=stream,
+        # insertion order kept: the vendor call's bytes must not change across a restore
+        options=json.loads(json.dumps(dict(options), ensure_ascii=False)),
+        history=history_to_snapshot(layers.history),
+        execution=[_record_to_dict(r) for r in layers.records],
+        trace=[{"seq": e.seq, "kind": e.kind, "at": e.at, "data": dict(e.data)} for e in layers.trace],
+    )
+
+
+def restored_layers(snap: SessionSnapshot) -> Layers:
+    """The layers a snapshot holds, every payload digest and token-id seal verified, plus a ``session
+    .restored`` event."""
+    from reasonstate.runtime.commit import Layers
+
+    history = history_from_snapshot(snap.history)
+    records = tuple(_record_from_dict(r) for r in snap.execution)
+    trace = Trace(
+        tuple(TraceEvent(seq=e["seq"], kind=e["kind"], data=e["data"], at=e["at"]) for e in snap.trace)
+    ).appended(EventKind.RESTORED, turns=len(history), requests=len(records))
+    return Layers(history, trace, records)
+
+
+def restore_args(
+    snap: SessionSnapshot, tools: Sequence[Tool] | None, policy: Policy | None
+) -> dict[str, Any]:
+    """The ``Session`` constructor arguments of a snapshot; ``tools`` re-attach handlers by name."""
+    handlers = {t.name: t for t in tools or ()}
+    restored_tools = [
+        Tool(
+            name=t["name"],
+            description=t["description"],
+            parameters=t["parameters"],
+            handler=handlers[t["name"]].handler if t["name"] in handlers else None,
+            parallel_safe=bool(t.get("parallel_safe", False)),
+        )
+        for t in snap.tools
+    ]
+    return {
+        "model": snap.model,
+        "system": snap.system,
+        "tools": restored_tools,
+        "few_shots": [tuple(p) for p in snap.few_shots],
+        "policy": policy if policy is not None else policy_from_spec(snap.policy),
+        "stream": snap.stream,
+        **snap.options,
+    }
+
+
+def _record_to_dict(r: ExecutionRecord) -> dict[str, Any]:
+    data = attrs.asdict(r, recurse=False)
+    data["usage"] = attrs.asdict(r.usage)
+    data["blocks"] = list(r.blocks)
+    data["breakpoints"] = list(r.breakpoints)
+    for key in ("prompt_ids", "completion_ids"):
+        data[key] = list(data[key]) if data[key] is not None else None
+    return data
+
+
+def _record_from_dict(d: Mapping[str, Any]) -> ExecutionRecord:
+    ids = {k: tuple(d[k]) if d.get(k) is not None else None for k in ("prompt_ids", "completion_ids")}
+    record = ExecutionRecord(
+        **{
+            **d,
+            **ids,
+            "usage": Usage(**d["usage"]),
+            "blocks": tuple(d["blocks"]),
+            "breakpoints": tuple(d["breakpoints"]),
+        }
+    )
+    record.verify_ids()
+    return record

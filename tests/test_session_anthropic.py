@@ -691,7 +691,7 @@ def test_a_breakpoint_that_would_land_on_a_thinking_block_moves_back(emulator: A
     # units: 2 tools, 1 system, 1 user (3), thinking (4), redacted_thinking (5), tool_use (6, 7), ...
     # an earlier request that diverged right after the redacted block would mark it (breakpoint 6)
     earlier = attrs.evolve(session.execution[-1], blocks=(*request.units[:6], "sha256:other"))
-    attempt = session._begin_tools(results)
+    attempt = session._tools_attempt(results)
     moved = adapter.encode(
         session.prefix, attempt.history, MODEL, {"max_tokens": 4096, "thinking": THINKING}, [earlier]
     )

@@ -14,8 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reasonstate as rs
-from reasonstate.adapters import VendorRequest, adapter_for
-from reasonstate.adapters.openai_chat import OpenAIChatAdapter, _assemble
+from reasonstate.adapters import adapter_for
+from reasonstate.adapters.openai_chat import OpenAIChatAdapter
+from reasonstate.adapters.streams import ChatAssembler
+from reasonstate.cache.predict import predict_cache_read
+from reasonstate.cache.rules import DEEPSEEK
 from reasonstate.policies import CacheAware, Compress, Drop, Keep, KeepLast
 from reasonstate.state import EventKind, ExecutionRecord, ReasoningPart, Usage, digest_of
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
@@ -424,12 +427,10 @@ def _record(index: int, blocks: tuple[str, ...], prompt: int, output: int = 5) -
 
 def test_deepseek_prediction_is_none_only_past_a_persisted_prefix_of_unknown_size() -> None:
     # api-docs kv_cache: A+B, then A+C persists A; a client that never sent A alone cannot know its size
-    adapter = OpenAIChatAdapter("deepseek")
     records = [_record(0, ("a", "b"), 10), _record(1, ("a", "c"), 12)]
 
     def predict(*units: str) -> int | None:
-        request = VendorRequest(kwargs={"model": "deepseek-v4-pro"}, units=units)
-        return adapter.predict_cache_read(request, records)
+        return predict_cache_read(DEEPSEEK, "deepseek-v4-pro", units, records)
 
     assert predict("a", "d") is None  # hits the unknown unit (a)
     assert predict("a", "b", "x") == 10  # extends request 0's whole input: known
@@ -557,7 +558,8 @@ def test_assembling_any_split_of_a_message_gives_the_message_back(
         for d in deltas
     ]
     lines += ['data: {"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}', "data: [DONE]"]
-    assembled = _assemble(lines)["choices"][0]["message"]
+    events = [part for line in lines for part in (line, "")]  # each data line is one SSE event
+    assembled = ChatAssembler.assemble(events)["choices"][0]["message"]
     assert json.dumps(assembled) == json.dumps(message)
 
 

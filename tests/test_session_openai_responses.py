@@ -287,29 +287,26 @@ def test_stateful_chaining_sends_only_new_items_and_the_previous_response_id(
     assert session.trace.of_kind(CHAIN_FALLBACK) == []
 
 
-def test_stateful_session_falls_back_to_a_full_replay_after_restore_and_traces_it(
+def test_a_restored_stateful_session_continues_the_stored_chain_byte_identically(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
+    # whether a response is stored is part of the history (and so of the snapshot): a restored session
+    # refers to it by id exactly as the original would have; a server that lost it answers 404 (below)
     emulator.script.extend([*chain()[:1], *chain()[1:2], answer(9)])
     session = make_session(emulator, store=True)
     reply = session.send("Paris or Rome?")
+    results = {c.id: "ok" for c in reply.tool_calls}
+    expected = session.next_request(results=results).kwargs
     snap = rs.SessionSnapshot.model_validate_json(session.snapshot().model_dump_json())
     restored = rs.Session.restore(snap, emulator.client())
-    reply = restored.send_tool_results({c.id: "ok" for c in reply.tool_calls})
-    full = body(emulator, 1)
-    assert "previous_response_id" not in full
-    assert types(full["input"]) == [
-        "message",
-        "reasoning",
-        "function_call",
-        "function_call",
-        "function_call_output",
-        "function_call_output",
-    ]
-    fallback = restored.trace.of_kind(CHAIN_FALLBACK)[0].data
-    assert fallback == {"reason": "restored", "previous_response_id": "resp_emu_001"}
+    assert restored.next_request(results=results).kwargs == expected
+    reply = restored.send_tool_results(results)
+    sent = body(emulator, 1)
+    assert sent["previous_response_id"] == "resp_emu_001"
+    assert types(sent["input"]) == ["function_call_output", "function_call_output"]
+    assert restored.trace.of_kind(CHAIN_FALLBACK) == []
     restored.send_tool_results({c.id: "ok" for c in reply.tool_calls})
-    assert body(emulator, 2)["previous_response_id"] == "resp_emu_002"  # chaining resumes
+    assert body(emulator, 2)["previous_response_id"] == "resp_emu_002"
 
 
 def test_stateful_drop_falls_back_because_the_server_chain_still_holds_the_reasoning(

@@ -1,13 +1,17 @@
-"""Anthropic Messages API adapter (protocols.md §4): sans-I/O encode/decode plus the SDK call.
+"""Anthropic Messages API codec (docs/protocols.md §4): pure encode/decode.
 
-Rules encoded here, each from protocols.md §4.3/§4.4:
+Rules encoded here, each from docs/protocols.md §4.3/§4.4:
   * inside the open tool chain every ``thinking``/``redacted_thinking`` block goes back unmodified, in its
     original position, with the ``tool_use`` blocks it preceded (the assistant content is replayed from the
     verbatim continuation payloads, never rebuilt from parsed values);
   * a closed turn's reasoning is replayed or dropped as whole blocks, never edited (signatures fail on any
     edit, re-serialization, reorder or merge: anthropics/anthropic-sdk-python#1598);
   * thinking blocks from another model or vendor are never sent (signatures are model-bound; sending them
-    wedges sessions: openclaw/openclaw#120596, anomalyco/opencode#25005); they are withheld and traced;
+    wedges sessions: openclaw/openclaw#120596, anomalyco/opencode#25005); they are withheld and traced, and
+    the step is rendered from its canonical parts (text and tool calls; foreign reasoning is never disguised
+    as a thinking block). Inside the open tool chain a withheld payload would make the request fail, so it
+    is refused with :class:`~reasonstate.errors.ContinuationMismatch` before anything is sent;
+  * provenance is the requested model: a dated id echoed for an alias is the same model (§0);
   * blocks of unknown types are kept verbatim as opaque continuation and replayed to the same model;
   * ``cache_control`` breakpoints (at most 4): end of the stable prefix, the last unit before a divergence
     from the previous request, the previous request's end, and the newest message;
@@ -26,10 +30,19 @@ from typing import Any
 
 import attrs
 
-from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
-from reasonstate.adapters.wire import int_field, parse_json_body, translated_errors, unit_digest
-from reasonstate.cache.guard import RECENT, divergence, predict_breakpoint_cache
-from reasonstate.errors import ContinuationMismatch, MalformedResponse, StreamInterrupted
+from reasonstate.adapters.base import (
+    DecodedStep,
+    Endpoint,
+    ProtocolRules,
+    VendorRequest,
+    payload_of,
+    summary_note,
+)
+from reasonstate.adapters.streams import AnthropicAssembler
+from reasonstate.adapters.units import count, unit_digest
+from reasonstate.cache import rules as cache_rules
+from reasonstate.cache.guard import divergence
+from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -46,7 +59,7 @@ from reasonstate.state import (
     digest_of,
 )
 
-__all__ = ["AnthropicAdapter", "min_cacheable_tokens"]
+__all__ = ["AnthropicAdapter"]
 
 VENDOR = "anthropic"
 API = "messages"
@@ -55,17 +68,8 @@ _UNBOUND_KINDS = frozenset({"text", "tool_use"})
 _EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 _DEFAULT_MAX_TOKENS = 4096
 PRESERVED_THINKING_MODELS = ("fable-5", "opus-5-5", "sonnet-5-5", "haiku-5-5")
-
-
-def min_cacheable_tokens(model: str) -> int:
-    """Minimum cacheable prompt length by model (protocols.md §4.4; verify per model)."""
-    m = model.lower()
-    if any(k in m for k in ("opus-4-5", "opus-4-6", "haiku-4-5")):
-        return 4096
-    if "haiku-3" in m:
-        return 2048
-    return 1024
-
+#: how many earlier requests breakpoint placement looks back at
+_RECENT = cache_rules.ANTHROPIC.recent
 
 _PAYLOAD = operator.attrgetter("payload")
 
@@ -90,28 +94,25 @@ class _TurnEncoding:
 
 
 class AnthropicAdapter:
-    """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length."""
+    """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length,
+    ``lookback_units`` the vendor's breakpoint lookback (docs/protocols.md §4.4)."""
 
     vendor = VENDOR
     api = API
+    endpoint = Endpoint(sdk="anthropic", resource=("messages",), label="Anthropic")
 
     def __init__(self, *, min_cacheable: int | None = None, lookback_units: int = 20) -> None:
-        self._min_cacheable = min_cacheable
-        # closed turns' encodings by id(turn), rebuilt each request from the turns still in history
-        self._memo: dict[int, _TurnEncoding] = {}
+        cache = attrs.evolve(cache_rules.ANTHROPIC, lookback_units=lookback_units)
+        if min_cacheable is not None:
+            cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
+        self.cache = cache
         self.rules = ProtocolRules(
             vendor=VENDOR,
             api=API,
-            max_cache_breakpoints=4,
-            cache_lookback_units=lookback_units,
-            min_cacheable_tokens=min_cacheable or 1024,
             # preserved thinking: each block is checked against the exact system/tools/messages before it
-            # (Fable 5.x, Opus 5.5; Sonnet/Haiku 5.5 blocks are account-bound too) - protocols.md §4.3
+            # (Fable 5.x, Opus 5.5; Sonnet/Haiku 5.5 blocks are account-bound too) - docs/protocols.md §4.3
             append_only_models=PRESERVED_THINKING_MODELS,
         )
-
-    def min_tokens(self, model: str) -> int:
-        return self._min_cacheable if self._min_cacheable is not None else min_cacheable_tokens(model)
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
@@ -121,6 +122,8 @@ class AnthropicAdapter:
         model: str,
         options: Mapping[str, Any],
         records: Sequence[ExecutionRecord],
+        *,
+        lost_responses: frozenset[str] = frozenset(),
     ) -> VendorRequest:
         """Build the ``messages.create`` kwargs for the next call on ``history`` (whose last turn is open)."""
         tools = [
@@ -144,19 +147,22 @@ class AnthropicAdapter:
             add("user", *_text_block(user))
             add("assistant", *_text_block(answer))
         prefix_units = len(units)
-        memo: dict[int, _TurnEncoding] = {}
         for turn in history.turns:
-            encoded = self._memo.get(id(turn))
-            if encoded is None or encoded.turn is not turn or encoded.model != model:
-                encoded = self._encode_turn(turn, model)
-            else:
+            if turn.closed:  # a closed turn's view is frozen: its encoding is too (re-verified per send)
+                encoded = turn.encoded((API, model), functools.partial(_encode_turn, turn, model))
                 encoded.verify()
-            if turn.closed:  # a closed turn's view is frozen: its encoding is too
-                memo[id(turn)] = encoded
+            else:
+                encoded = _encode_turn(turn, model)
+                if encoded.withheld:
+                    raise ContinuationMismatch(
+                        f"the open tool chain holds {len(encoded.withheld)} payload(s) from "
+                        f"{sorted({f'{c.vendor}/{c.model}' for c in encoded.withheld})} that {model} cannot "
+                        "accept; the vendor would reject the request (docs/protocols.md §4.3). Nothing "
+                        "was sent."
+                    )
             withheld.extend(encoded.withheld)
             for role, blocks, digests in encoded.messages:
                 add(role, blocks, digests)
-        self._memo = memo
 
         def block_at(k: int) -> tuple[list[Any], int]:
             mi = bisect.bisect_right(starts, k) - 1
@@ -196,50 +202,13 @@ class AnthropicAdapter:
             if key != "max_tokens":
                 kwargs[key] = value
         return VendorRequest(
-            kwargs=kwargs, units=tuple(units), breakpoints=breakpoints, withheld=tuple(withheld)
+            kwargs=kwargs,
+            units=tuple(units),
+            model=model,
+            breakpoints=breakpoints,
+            prefix_units=n_head,
+            withheld=tuple(withheld),
         )
-
-    def _encode_turn(self, turn: Turn, model: str) -> _TurnEncoding:
-        messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user))]
-        withheld: list[Continuation] = []
-        for i, step in enumerate(turn.steps):
-            messages.append(("assistant", *self._assistant_content(turn, i, step, model, withheld)))
-            if step.tool_results:
-                pairs = [_tool_result(r.call_id, r.content, r.is_error) for r in step.tool_results]
-                messages.append(("user", [dict(b) for b, _ in pairs], [d for _, d in pairs]))
-        replayed = tuple(
-            c
-            for step in turn.steps
-            for c in step.continuation
-            if c.digest in {d for _, _, ds in messages for d in ds}
-        )
-        for c in replayed:
-            c.verify()
-        seal = digest_of(b"".join(c.payload for c in replayed))
-        return _TurnEncoding(turn, model, tuple(messages), replayed, tuple(withheld), seal)
-
-    def _assistant_content(
-        self, turn: Turn, index: int, step: Step, model: str, withheld: list[Continuation]
-    ) -> tuple[list[Any], list[str]]:
-        keep_reasoning = turn.view is None or turn.view.keep_reasoning[index]
-        summary = turn.view.summary if turn.view is not None and index == len(turn.steps) - 1 else None
-        blocks: list[Any] = []
-        digests: list[str] = []
-        if summary is not None:
-            note: dict[str, Any] = {"type": "text", "text": f"(Summary of my earlier reasoning: {summary})"}
-            blocks.append(note)
-            digests.append(unit_digest(note))
-        for c in step.continuation:
-            reasoning = c.kind in _REASONING_KINDS
-            if reasoning and not keep_reasoning:
-                continue
-            if not c.replayable_to(VENDOR, API, model):
-                withheld.append(c)
-                continue
-            # digest-verified on every request; the parsed value is shared, never mutated (markers copy)
-            blocks.append(c.shared_value())
-            digests.append(c.digest)
-        return blocks, digests
 
     def _breakpoints(
         self,
@@ -261,7 +230,7 @@ class AnthropicAdapter:
                 # still a prefix of this one (else the shared part itself, so later requests can hit it)
                 ends = [
                     len(r.blocks)
-                    for r in records[-RECENT:]
+                    for r in records[-_RECENT:]
                     if len(r.blocks) <= d and tuple(units[: len(r.blocks)]) == r.blocks
                 ]
                 points.add(max(ends) if ends else d)
@@ -272,30 +241,23 @@ class AnthropicAdapter:
             points.discard(p)
             points.add(q)
         ordered = sorted(p for p in points if p > 0)
-        if len(ordered) > self.rules.max_cache_breakpoints:
+        limit = self.cache.max_breakpoints
+        if len(ordered) > limit:
             # the stable prefix and the newest message matter most; keep the latest in between
-            ordered = [ordered[0], *ordered[-(self.rules.max_cache_breakpoints - 1) :]]
+            ordered = [ordered[0], *ordered[-(limit - 1) :]]
         return tuple(ordered)
 
-    def predict_cache_read(self, request: VendorRequest, records: Sequence[ExecutionRecord]) -> int | None:
-        model = str(request.kwargs["model"])
-        n_prefix = len(request.kwargs.get("tools", ())) + len(request.kwargs.get("system", ()))
-        return predict_breakpoint_cache(
-            request.units,
-            request.breakpoints,
-            [r for r in records if r.model == model],
-            lookback=self.rules.cache_lookback_units or 20,
-            min_tokens=self.min_tokens(model),
-            prefix_units=n_prefix,
-        )
-
     # -- decode ------------------------------------------------------------------------------------------
-    def decode(self, response: Any, model: str) -> DecodedStep:
-        """Split a Messages response (the JSON object as received) into the four layers' material."""
+    def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
+        """Split a Messages response (the JSON object as received) into the four layers' material.
+
+        Payloads are bound to the model the request asked for, not the echoed ``model`` (a dated id for an
+        alias, docs/protocols.md §0): the session's next request names the same model it asked for.
+        """
         if not isinstance(response, Mapping) or not isinstance(response.get("content"), list):
             raise MalformedResponse("Anthropic response has no content list")
-        got_model = response.get("model")
-        produced_by = got_model if isinstance(got_model, str) and got_model else model
+        echoed = response.get("model")
+        produced_by = request.model
         parts: list[Part] = []
         payloads: list[Continuation] = []
         for i, block in enumerate(response["content"]):
@@ -321,51 +283,82 @@ class AnthropicAdapter:
             usage=_usage(response.get("usage")),
             model=produced_by,
             response_id=response.get("id") if isinstance(response.get("id"), str) else None,
+            response_model=echoed if isinstance(echoed, str) else None,
         )
 
-    def restored(self) -> None:
-        """Nothing server-side to lose: every request carries the whole conversation."""
+    # -- streaming and errors ------------------------------------------------------------------------------
+    @staticmethod
+    def streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        return {**kwargs, "stream": True}
 
-    # -- I/O -----------------------------------------------------------------------------------------------
-    def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
-        """One ``messages`` call: the response JSON object exactly as received, and the bytes sent."""
-        import anthropic
+    @staticmethod
+    def assembler() -> AnthropicAssembler:
+        return AnthropicAssembler()
 
-        with translated_errors(anthropic, "Anthropic", stream):
-            if stream:
-                with client.messages.stream(**request.kwargs) as events:
-                    stopped = False
-                    for event in events:
-                        stopped = stopped or event.type == "message_stop"
-                    if not stopped:
-                        raise StreamInterrupted("the stream ended before message_stop")
-                    final = _message_dict(events.get_final_message())
-                    return CallResult(final, events.response.request.content)
-            raw = client.messages.with_raw_response.create(**request.kwargs)
-            return CallResult(
-                parse_json_body(raw.http_response.content, "Anthropic response"),
-                raw.http_response.request.content,
-            )
+    @staticmethod
+    def vendor_error(exc: Any, request: VendorRequest) -> VendorError | None:
+        return None
 
-    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
-        """The async twin of :meth:`call`."""
-        import anthropic
 
-        with translated_errors(anthropic, "Anthropic", stream):
-            if stream:
-                async with client.messages.stream(**request.kwargs) as events:
-                    stopped = False
-                    async for event in events:
-                        stopped = stopped or event.type == "message_stop"
-                    if not stopped:
-                        raise StreamInterrupted("the stream ended before message_stop")
-                    final = _message_dict(await events.get_final_message())
-                    return CallResult(final, events.response.request.content)
-            raw = await client.messages.with_raw_response.create(**request.kwargs)
-            return CallResult(
-                parse_json_body(raw.http_response.content, "Anthropic response"),
-                raw.http_response.request.content,
-            )
+def _encode_turn(turn: Turn, model: str) -> _TurnEncoding:
+    messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user))]
+    withheld: list[Continuation] = []
+    replayed: list[Continuation] = []
+    for i, step in enumerate(turn.steps):
+        blocks, digests = _assistant_content(turn, i, step, model, replayed, withheld)
+        if blocks:  # a step with nothing this model may see (foreign reasoning only) adds no message
+            messages.append(("assistant", blocks, digests))
+        if step.tool_results:
+            pairs = [_tool_result(r.call_id, r.content, r.is_error) for r in step.tool_results]
+            messages.append(("user", [dict(b) for b, _ in pairs], [d for _, d in pairs]))
+    seal = digest_of(b"".join(c.payload for c in replayed))
+    return _TurnEncoding(turn, model, tuple(messages), tuple(replayed), tuple(withheld), seal)
+
+
+def _assistant_content(
+    turn: Turn,
+    index: int,
+    step: Step,
+    model: str,
+    replayed: list[Continuation],
+    withheld: list[Continuation],
+) -> tuple[list[Any], list[str]]:
+    """A step's content blocks: each part from its verbatim payload where this model may receive it, else
+    rendered from the canonical part (text, tool calls); reasoning goes back only as its own payload."""
+    keep_reasoning = turn.view is None or turn.view.keep_reasoning[index]
+    summary = turn.view.summary if turn.view is not None and index == len(turn.steps) - 1 else None
+    blocks: list[Any] = []
+    digests: list[str] = []
+    if summary is not None:
+        note: dict[str, Any] = {"type": "text", "text": summary_note(summary)}
+        blocks.append(note)
+        digests.append(unit_digest(note))
+    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model))
+    for part in step.parts:
+        payload = payload_of(step, part)
+        if payload is not None and payload.replayable_to(VENDOR, API, model):
+            if payload.kind in _REASONING_KINDS and not keep_reasoning:
+                continue
+            # digest-verified, frozen: the bytes captured are the bytes sent (markers copy the block)
+            blocks.append(payload.value)
+            digests.append(payload.digest)
+            replayed.append(payload)
+            continue
+        block = _canonical_block(part)
+        if block is not None:
+            blocks.append(block)
+            digests.append(unit_digest(block))
+    return blocks, digests
+
+
+def _canonical_block(part: Part) -> dict[str, Any] | None:
+    """A part as a block of this API when its payload cannot be sent; reasoning and opaque parts have no
+    canonical form here (another vendor's reasoning is never disguised as a thinking block)."""
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text} if part.text else None
+    if isinstance(part, ToolCallPart):
+        return {"type": "tool_use", "id": part.id, "name": part.name, "input": part.parsed_arguments()}
+    return None
 
 
 def _text_block(text: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -418,36 +411,9 @@ def _usage(raw: Any) -> Usage:
     details = raw.get("output_tokens_details")
     thinking = details.get("thinking_tokens") if isinstance(details, Mapping) else None
     return Usage(
-        uncached_input=int_field(raw.get("input_tokens")),
-        cache_read=int_field(raw.get("cache_read_input_tokens")),
-        cache_write=int_field(raw.get("cache_creation_input_tokens")),
-        output=int_field(raw.get("output_tokens")),
+        uncached_input=count(raw.get("input_tokens")),
+        cache_read=count(raw.get("cache_read_input_tokens")),
+        cache_write=count(raw.get("cache_creation_input_tokens")),
+        output=count(raw.get("output_tokens")),
         reasoning=thinking if isinstance(thinking, int) else None,
     )
-
-
-#: the key order of each known block type in a non-streamed response (protocols.md §4.6)
-_WIRE_ORDER: dict[str, tuple[str, ...]] = {
-    "thinking": ("type", "thinking", "signature"),
-    "redacted_thinking": ("type", "data"),
-    "text": ("type", "text", "citations"),
-    "tool_use": ("type", "id", "name", "input"),
-}
-
-
-def _message_dict(message: Any) -> dict[str, Any]:
-    """A streamed, SDK-accumulated ``Message`` as the JSON object a non-streamed call would return.
-
-    The SDK's models dump fields in their own (alphabetical) order; known block types are put back in
-    the wire order so a streamed session holds the same bytes as a non-streamed one.
-    """
-    data: dict[str, Any] = message.to_dict(mode="json")
-    content = []
-    for block in data.get("content", []):
-        order = _WIRE_ORDER.get(block.get("type"))
-        if order is not None:
-            known = {k: block[k] for k in order if k in block}
-            block = {**known, **{k: v for k, v in block.items() if k not in known}}
-        content.append(block)
-    data["content"] = content
-    return data

@@ -1,8 +1,12 @@
-"""The adapter contract: a sans-I/O codec (``encode``/``decode``), declared ``ProtocolRules``, a thin call.
+"""The adapter contract: a pure codec (``encode``/``decode``), its rules as data, and where the SDK call goes.
 
-``encode`` is deterministic: the same prefix, history, options and request log always give the same
-kwargs (and so the same bytes). ``decode`` splits a vendor response into canonical parts, verbatim
-continuation payloads and normalized usage, or raises :class:`~reasonstate.errors.MalformedResponse`.
+An adapter object holds configuration only (dialect, rules). Everything a request depends on is an argument:
+``encode`` is a pure function of the session's layers (the same prefix, history, model, options and records
+always give the same kwargs, and so the same bytes), ``decode`` a pure function of the vendor's JSON answer
+and the request that produced it. Nothing one call leaves behind is read by the next; what must be carried
+between calls is a value in the four layers (and so in every snapshot). The I/O is
+:mod:`reasonstate.adapters.transport`; stream assembly is :mod:`reasonstate.adapters.streams`; the cache
+rules and predictor are :mod:`reasonstate.cache`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import Any, Protocol
 
 import attrs
 
+from reasonstate.cache.rules import CacheRules
+from reasonstate.errors import VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -21,12 +27,34 @@ from reasonstate.state import (
     History,
     Part,
     ReasoningPart,
+    Step,
     Turn,
     TurnView,
     Usage,
 )
 
-__all__ = ["Adapter", "CallResult", "DecodedStep", "ProtocolRules", "VendorRequest", "request_digest"]
+__all__ = [
+    "Adapter",
+    "DecodedStep",
+    "Endpoint",
+    "ProtocolRules",
+    "StreamAssembler",
+    "VendorRequest",
+    "payload_of",
+    "request_digest",
+    "summary_note",
+]
+
+
+def summary_note(summary: str) -> str:
+    """The text Compress puts before a closed turn's final answer in place of its dropped reasoning."""
+    return f"(Summary of my earlier reasoning: {summary})"
+
+
+def payload_of(step: Step, part: Part) -> Continuation | None:
+    """The verbatim payload a canonical part was decoded from, or None (a part built without one)."""
+    i = part.continuation
+    return step.continuation[i] if i is not None and 0 <= i < len(step.continuation) else None
 
 
 @attrs.frozen(slots=True)
@@ -37,8 +65,6 @@ class ProtocolRules:
       (DeepSeek thinking mode, protocols.md §3.3); policies cannot drop it.
     * ``reasoning_only_steps_keep_reasoning``: a step whose only output is reasoning keeps it (an assistant
       message may not be empty).
-    * ``max_cache_breakpoints`` / ``cache_lookback_units`` / ``min_cacheable_tokens``: explicit prefix
-      caching (Anthropic, protocols.md §4.4); 0 breakpoints means automatic caching.
     * ``append_only_models``: models whose replayed reasoning must sit on an unchanged prefix; for them
       only the closing turn's view is decided and earlier views are never rewritten.
     """
@@ -47,9 +73,6 @@ class ProtocolRules:
     api: str
     tool_steps_keep_reasoning: bool = False
     reasoning_only_steps_keep_reasoning: bool = True
-    max_cache_breakpoints: int = 0
-    cache_lookback_units: int | None = None
-    min_cacheable_tokens: int = 0
     #: model-name fragments whose reasoning is bound to the exact prefix it was produced on, so a closed
     #: turn's view can never be rewritten later (Anthropic preserved thinking, protocols.md §4.3)
     append_only_models: tuple[str, ...] = ()
@@ -88,18 +111,26 @@ def _has_reasoning(parts: Sequence[Part]) -> bool:
 class VendorRequest:
     """The exact keyword arguments of one vendor SDK call, plus what the cache guard needs.
 
-    ``units`` holds one digest per prefix unit (tool, system block, message content block) in prompt
-    order; ``breakpoints`` the unit counts at which the request asks for a cache write. ``withheld`` lists
-    continuations not sent because they belong to another vendor or model.
+    ``model`` is the model the session asked for: the provenance every payload of the answer is bound to
+    (vendors echo a dated id for an alias: docs/protocols.md §0). ``units`` holds one digest per prefix unit
+    (tool, system block, message content block) in prompt order; ``prefix_units`` how many of them are the
+    stable prefix; ``breakpoints`` the unit counts at which the request asks for a cache write.
+    ``withheld`` lists continuations not sent because they belong to another vendor or model (their steps
+    are rendered from canonical parts instead). ``prompt_ids``: token-in adapters, the prompt as token ids.
     """
 
     kwargs: Mapping[str, Any]
     units: tuple[str, ...]
+    model: str = ""
     breakpoints: tuple[int, ...] = ()
+    prefix_units: int = 0
     withheld: tuple[Continuation, ...] = ()
     #: (event kind, data) pairs the session adds to the trace when the request succeeds, e.g. a
     #: stateful chain that fell back to a full replay
     events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    prompt_ids: tuple[int, ...] | None = None
+    #: the declared tools in the vendor's shape, for a decode that must read arguments by their types
+    tools: tuple[Any, ...] = ()
 
 
 def request_digest(kwargs: Mapping[str, Any], body: bytes | None = None) -> tuple[str, int]:
@@ -107,14 +138,6 @@ def request_digest(kwargs: Mapping[str, Any], body: bytes | None = None) -> tupl
     if body is None:
         body = json.dumps(kwargs, ensure_ascii=False, separators=(",", ":"), default=str).encode()
     return "sha256:" + hashlib.sha256(body).hexdigest(), len(body)
-
-
-@attrs.frozen(slots=True)
-class CallResult:
-    """What a vendor call returned: the response JSON as received and the request body the SDK sent."""
-
-    response: Any
-    request_body: bytes | None = None
 
 
 @attrs.frozen(slots=True)
@@ -127,20 +150,46 @@ class DecodedStep:
     usage: Usage
     model: str
     response_id: str | None = None
+    #: the vendor keeps this response server-side (OpenAI ``store=true``): a later request may refer to it
+    response_stored: bool = False
+    #: the model name the vendor echoed (a dated id for an alias); provenance is ``model``, never this
+    response_model: str | None = None
     #: token-in, token-out adapters: the prompt sent and the completion sampled, as token ids
     prompt_ids: tuple[int, ...] | None = None
     completion_ids: tuple[int, ...] | None = None
+    #: the digest of the output as generated, where the vendor caches it as a prompt unit (DeepSeek)
+    output_unit: str | None = None
     #: (event kind, data) pairs the session adds to the trace after the response event, e.g. the
     #: reasoning inputs a vendor reports it withheld (OpenAI ``input_transformations``)
     events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
+@attrs.frozen(slots=True)
+class Endpoint:
+    """Where a codec's requests go: the SDK module (for its exception classes), the resource path on the
+    client (``("chat", "completions")`` → ``client.chat.completions``), and a label for error messages."""
+
+    sdk: str
+    resource: tuple[str, ...]
+    label: str
+
+
+class StreamAssembler(Protocol):
+    """Feed the body of a streamed answer; ``finish`` returns the JSON a non-streamed call returns."""
+
+    def feed_bytes(self, chunk: bytes) -> None: ...
+
+    def finish(self) -> dict[str, Any]: ...
+
+
 class Adapter(Protocol):
-    """One vendor API. ``encode``/``decode`` are pure; ``call``/``acall`` are the only I/O."""
+    """One vendor API: a pure codec plus its rules as data. The transport does the I/O."""
 
     vendor: str
     api: str
     rules: ProtocolRules
+    cache: CacheRules
+    endpoint: Endpoint
 
     def encode(
         self,
@@ -149,18 +198,25 @@ class Adapter(Protocol):
         model: str,
         options: Mapping[str, Any],
         records: Sequence[ExecutionRecord],
-    ) -> VendorRequest: ...
-
-    def decode(self, response: Any, model: str) -> DecodedStep: ...
-
-    def predict_cache_read(
-        self, request: VendorRequest, records: Sequence[ExecutionRecord]
-    ) -> int | None: ...
-
-    def restored(self) -> None:
-        """The session was restored from a snapshot: server-side state (response chains) may be gone."""
+        *,
+        lost_responses: frozenset[str] = frozenset(),
+    ) -> VendorRequest:
+        """The next request on ``history`` (whose last turn is open). ``lost_responses``: response ids the
+        vendor said it no longer holds (derived from the trace), never referred to again."""
         ...
 
-    def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult: ...
+    def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
+        """The answer to ``request``, split into the layers' material; payloads bound to ``request.model``."""
+        ...
 
-    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult: ...
+    def streaming(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The kwargs of the streamed form of a request."""
+        ...
+
+    def assembler(self) -> StreamAssembler:
+        """A fresh stream assembler for one streamed answer."""
+        ...
+
+    def vendor_error(self, exc: Any, request: VendorRequest) -> VendorError | None:
+        """A more specific error for an SDK status error, or None for the generic :class:`VendorError`."""
+        ...

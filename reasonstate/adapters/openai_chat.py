@@ -1,10 +1,12 @@
-"""OpenAI Chat Completions adapter, four dialects: openai, deepseek, vllm, sglang (protocols.md §2, §3).
+"""OpenAI Chat Completions codec, four dialects: openai, deepseek, vllm, sglang (docs/protocols.md §2, §3).
 
 Rules encoded here, each from protocols.md:
   * every assistant message is replayed from the verbatim continuation payload of the response message
     (``choices[0].message`` as received: key order, unknown extra fields and the tool-call ``arguments``
     string byte for byte); the only edits ever made are removing the reasoning field when the frozen view
-    says so and the rules allow, and Compress's summary note in a closed turn's final answer;
+    says so and the rules allow, and Compress's summary note in a closed turn's final answer. A step whose
+    payload belongs to another vendor or API is rendered from its canonical parts (content and tool calls
+    with their raw arguments, no reasoning);
   * openai (§2.1): Chat Completions never returns reasoning, so there is none to replay;
     ``reasoning_effort`` and ``prompt_cache_key`` pass through as request options;
   * deepseek (§3.3): every assistant message that carried ``tool_calls`` keeps its original
@@ -32,21 +34,24 @@ only appends to ``h`` (append-only history).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 
-from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
-from reasonstate.adapters.wire import int_field, parse_json_body, translated_errors
-from reasonstate.cache.guard import RECENT
-from reasonstate.errors import (
-    ContinuationMismatch,
-    MalformedResponse,
-    StreamInterrupted,
-    VendorError,
+from reasonstate.adapters.base import (
+    DecodedStep,
+    Endpoint,
+    ProtocolRules,
+    VendorRequest,
+    summary_note,
 )
+from reasonstate.adapters.streams import ChatAssembler
+from reasonstate.adapters.units import count
+from reasonstate.cache import rules as cache_rules
+from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import (
     Continuation,
@@ -69,24 +74,26 @@ Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
 DIALECTS: tuple[Dialect, ...] = ("openai", "deepseek", "vllm", "sglang")
 _KIND = "message"
 _REASONING_FIELDS = ("reasoning", "reasoning_content")
-#: where each dialect puts reasoning on output, in read order (protocols.md §2.2, §3.2)
+#: where each dialect puts reasoning on output, in read order (docs/protocols.md §2.2, §3.2)
 _READ: dict[str, tuple[str, ...]] = {
     "openai": (),
     "deepseek": ("reasoning_content",),
     "vllm": ("reasoning", "reasoning_content"),
     "sglang": ("reasoning_content",),
 }
-#: reasoning fields a server does not read on input (protocols.md §2.2; vllm-project/vllm#38488)
+#: reasoning fields a server does not read on input (docs/protocols.md §2.2; vllm-project/vllm#38488)
 _UNREAD: dict[str, tuple[str, ...]] = {
     "openai": _REASONING_FIELDS,
     "deepseek": ("reasoning",),
     "vllm": ("reasoning_content",),
     "sglang": (),
 }
-_WIRE_ORDER = ("role", "content", *_REASONING_FIELDS, "tool_calls")
-_OPENAI_MIN_CACHED = 1024  # protocols.md §1.5: nothing cached below 1024 tokens, then 128-token steps
-_OPENAI_STEP = 128
-_SELF_HOSTED_BLOCK = 16  # vLLM/SGLang prefix cache: full KV blocks of 16 tokens
+_CACHE = {
+    "openai": cache_rules.OPENAI_CHAT,
+    "deepseek": cache_rules.DEEPSEEK,
+    "vllm": cache_rules.SELF_HOSTED_CHAT,
+    "sglang": cache_rules.SELF_HOSTED_CHAT,
+}
 
 
 def _unit(value: Any) -> str:
@@ -113,14 +120,14 @@ def _generated_view(message: Mapping[str, Any], dialect: str) -> dict[str, Any]:
 class _TurnEncoding:
     """One turn's messages and unit digests, shared read-only between requests while the turn is closed."""
 
-    turn: Turn
-    model: str
     messages: tuple[Mapping[str, Any], ...]
     units: tuple[str, ...]
     replayed: tuple[Continuation, ...]
     withheld: tuple[Continuation, ...]
-    #: (step index, digest of the step's message as generated): DeepSeek's end-of-output cache unit
-    generated: tuple[tuple[int, str], ...]
+
+    def verify(self) -> None:
+        for c in self.replayed:  # a payload changed in memory is refused, never sent
+            c.verify()
 
 
 class OpenAIChatAdapter:
@@ -134,9 +141,8 @@ class OpenAIChatAdapter:
         self.dialect: Dialect = dialect
         self.vendor: str = dialect
         self.rules = ProtocolRules(vendor=dialect, api=API, tool_steps_keep_reasoning=dialect == "deepseek")
-        self._memo: dict[int, _TurnEncoding] = {}
-        # (turn, step) -> digest of that step's message as generated; rebuilt by every encode
-        self._generated: dict[tuple[int, int], str] = {}
+        self.cache = _CACHE[dialect]
+        self.endpoint = Endpoint(sdk="openai", resource=("chat", "completions"), label=f"{dialect} chat")
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
@@ -146,12 +152,14 @@ class OpenAIChatAdapter:
         model: str,
         options: Mapping[str, Any],
         records: Sequence[ExecutionRecord],
+        *,
+        lost_responses: frozenset[str] = frozenset(),
     ) -> VendorRequest:
         """The ``chat.completions.create`` kwargs for the next call on ``history`` (last turn open)."""
         tools = [
             {
                 "type": "function",
-                "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)},
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
             }
             for t in prefix.tools
         ]
@@ -167,138 +175,88 @@ class OpenAIChatAdapter:
         for user, answer in prefix.few_shots:
             add({"role": "user", "content": user})
             add({"role": "assistant", "content": answer})
-        memo: dict[int, _TurnEncoding] = {}
-        generated: dict[tuple[int, int], str] = {}
+        n_head = len(units)
         withheld: list[Continuation] = []
         for turn in history.turns:
-            encoded = self._memo.get(id(turn))
-            if encoded is None or encoded.turn is not turn or encoded.model != model:
-                encoded = self._encode_turn(turn, model)
+            if turn.closed:  # a closed turn's view is frozen: so is its encoding (re-verified per send)
+                build = functools.partial(self._encode_turn, turn, model)
+                encoded = turn.encoded((API, self.dialect, model), build)
+                encoded.verify()
             else:
-                for c in encoded.replayed:  # a payload changed in memory is refused, never sent
-                    c.verify()
-            if turn.closed:  # a closed turn's view is frozen: so is its encoding
-                memo[id(turn)] = encoded
+                encoded = self._encode_turn(turn, model)
+                if encoded.withheld:
+                    raise ContinuationMismatch(
+                        f"the open tool chain holds {len(encoded.withheld)} message(s) from "
+                        f"{sorted({f'{c.vendor}/{c.model}' for c in encoded.withheld})} whose reasoning "
+                        f"{model} cannot receive (docs/protocols.md §2.2, §3.3). Nothing was sent."
+                    )
             messages.extend(encoded.messages)
             units.extend(encoded.units)
             withheld.extend(encoded.withheld)
-            generated.update({(turn.index, i): d for i, d in encoded.generated})
-        self._memo, self._generated = memo, generated
         kwargs: dict[str, Any] = {"model": model, "messages": messages}
         if tools:
             kwargs["tools"] = tools
         for key, value in options.items():
-            if key == "thinking":  # DeepSeek's toggle is not an SDK parameter (protocols.md §3.1)
+            if key == "thinking":  # DeepSeek's toggle is not an SDK parameter (docs/protocols.md §3.1)
                 kwargs["extra_body"] = {**kwargs.get("extra_body", {}), "thinking": value}
             elif key == "extra_body":
                 kwargs["extra_body"] = {**dict(value), **kwargs.get("extra_body", {})}
             else:
                 kwargs[key] = value
-        return VendorRequest(kwargs=kwargs, units=tuple(units), withheld=tuple(withheld))
+        return VendorRequest(
+            kwargs=kwargs, units=tuple(units), model=model, prefix_units=n_head, withheld=tuple(withheld)
+        )
 
     def _encode_turn(self, turn: Turn, model: str) -> _TurnEncoding:
         messages: list[Mapping[str, Any]] = [{"role": "user", "content": turn.user}]
         replayed: list[Continuation] = []
         withheld: list[Continuation] = []
-        generated: list[tuple[int, str]] = []
         for i, step in enumerate(turn.steps):
-            c, payload = _message_payload(step)
-            replayed.append(c)
-            generated.append((i, _unit(_generated_view(payload, self.dialect))))
-            messages.append(self._assistant(turn, i, c, payload, model, withheld))
+            messages.append(self._assistant(turn, i, step, model, replayed, withheld))
             # the session stores results in the model's declared call order (history invariant)
             messages.extend(
                 {"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in step.tool_results
             )
         units = tuple(_unit(_server_view(m, self.dialect)) for m in messages)
-        return _TurnEncoding(
-            turn, model, tuple(messages), units, tuple(replayed), tuple(withheld), tuple(generated)
-        )
+        return _TurnEncoding(tuple(messages), units, tuple(replayed), tuple(withheld))
 
     def _assistant(
         self,
         turn: Turn,
         index: int,
-        c: Continuation,
-        payload: Mapping[str, Any],
+        step: Step,
         model: str,
+        replayed: list[Continuation],
         withheld: list[Continuation],
     ) -> Mapping[str, Any]:
+        summary = turn.view.summary if turn.view is not None and index == len(turn.steps) - 1 else None
+        c = next((p for p in step.continuation if p.kind == _KIND and p.api == API), None)
+        if c is None or c.vendor != self.vendor:
+            withheld.extend(step.continuation)
+            return _with_summary(_canonical_message(step), summary)
+        payload = c.value  # digest-verified, frozen
+        if not isinstance(payload, Mapping):
+            raise ContinuationMismatch("a chat message payload is not a JSON object")
+        replayed.append(c)
         keep = turn.view is None or turn.view.keep_reasoning[index]
         if self.rules.tool_steps_keep_reasoning and payload.get("tool_calls"):
             keep = True  # DeepSeek §3.3, whatever the view says: no policy can override it
         elif not c.replayable_to(self.vendor, API, model):
             keep = False  # another model's reasoning is never sent to this one
             withheld.append(c)
-        summary = turn.view.summary if turn.view is not None and index == len(turn.steps) - 1 else None
         rename = self.dialect == "vllm" and "reasoning" not in payload and "reasoning_content" in payload
         if keep and summary is None and not rename:
-            return payload  # the verbatim payload, shared read-only
+            return payload  # the verbatim payload, frozen
         message: dict[str, Any] = {}
         for key, value in payload.items():
             if key in _REASONING_FIELDS and not keep:
                 continue
             # vLLM reads only ``reasoning`` on input: an older server's ``reasoning_content`` goes back there
             message["reasoning" if rename and key == "reasoning_content" else key] = value
-        if summary is not None:
-            note = f"(Summary of my earlier reasoning: {summary})"
-            content = message.get("content")
-            message["content"] = f"{note}\n\n{content}" if isinstance(content, str) and content else note
-        return message
-
-    # -- cache prediction --------------------------------------------------------------------------------
-    def predict_cache_read(self, request: VendorRequest, records: Sequence[ExecutionRecord]) -> int | None:
-        """The cache read the server will report, or None where it is not knowable from earlier usage.
-
-        Token counts are learned, never estimated: an earlier request's whole unit chain has its reported
-        ``prompt_tokens``; on DeepSeek its chain plus its replayed-as-generated output message has
-        ``prompt_tokens + completion_tokens`` (§3.4: a unit is persisted at the end of the model output).
-        Let ``K`` be the longest such known chain that is a prefix of this request. The prediction is
-        exact unless an earlier request shares more than ``K`` with this one while ending elsewhere (the
-        shared run then ends inside tokens never reported): None.
-
-        * openai (§1.5): ``0`` below 1024 shared tokens, else ``1024 + 128k <= shared``;
-        * vllm/sglang: full 16-token blocks of ``min(shared, prompt_tokens - 1)``;
-        * deepseek (§3.4): the tokens of ``K``; None when a common prefix DeepSeek persisted between two
-          earlier requests is longer than ``K`` and of unknown size.
-        """
-        model = request.kwargs.get("model")
-        recs = [r for r in records[-RECENT:] if r.model == model]
-        q = request.units
-        known: dict[tuple[str, ...], int] = {}
-        for r in recs:
-            known[r.blocks] = r.usage.prompt_tokens
-            out = self._generated.get((r.turn, r.step))
-            if self.dialect == "deepseek" and out is not None:
-                with_output: tuple[str, ...] = (*r.blocks, out)
-                known[with_output] = r.usage.prompt_tokens + r.usage.output
-        best_len, best = 0, 0
-        for chain, tokens in known.items():
-            n = len(chain)
-            if n <= len(q) and n >= best_len and q[:n] == chain:
-                best_len, best = n, max(best, tokens) if n == best_len else tokens
-        shares = [_common(q, r.blocks) for r in recs]
-        if self.dialect == "deepseek":
-            for i, r in enumerate(recs):
-                if shares[i] <= best_len:
-                    continue
-                for earlier in recs[:i]:
-                    common = _common(r.blocks, earlier.blocks)
-                    if best_len < common <= shares[i] and r.blocks[:common] not in known:
-                        return None
-            return best
-        if any(s > best_len for s in shares):
-            return None
-        if self.dialect == "openai":
-            if best < _OPENAI_MIN_CACHED:
-                return 0
-            return _OPENAI_MIN_CACHED + _OPENAI_STEP * ((best - _OPENAI_MIN_CACHED) // _OPENAI_STEP)
-        # the last prompt token is always computed: an identical prompt reuses at most prompt_tokens - 1
-        reusable = best - 1 if best_len == len(q) else best
-        return _SELF_HOSTED_BLOCK * (max(reusable, 0) // _SELF_HOSTED_BLOCK)
+        return _with_summary(message, summary)
 
     # -- decode ------------------------------------------------------------------------------------------
-    def decode(self, response: Any, model: str) -> DecodedStep:
+    def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
         """Split a chat completion (the JSON object as received) into the four layers' material."""
         if not isinstance(response, Mapping):
             raise MalformedResponse("chat completion is not a JSON object")
@@ -308,14 +266,12 @@ class OpenAIChatAdapter:
         message = choices[0].get("message")
         if not isinstance(message, Mapping):
             raise MalformedResponse("choices[0] has no message object")
-        got_model = response.get("model")
-        produced_by = got_model if isinstance(got_model, str) and got_model else model
         parts = self._parts(message)
         has_reasoning = any(isinstance(p, ReasoningPart) for p in parts)
         payload = Continuation.capture(
             vendor=self.vendor,
             api=API,
-            model=produced_by,
+            model=request.model,
             kind=_KIND,
             value=message,
             # DeepSeek's reasoning_content is unsigned text the API requires back (§3.3), even after a
@@ -324,13 +280,17 @@ class OpenAIChatAdapter:
         )
         finish = choices[0].get("finish_reason")
         rid = response.get("id")
+        echoed = response.get("model")
         return DecodedStep(
             parts=tuple(parts),
             continuation=(payload,),
             stop_reason=finish if isinstance(finish, str) else "unknown",
             usage=_usage(response.get("usage"), self.dialect),
-            model=produced_by,
+            model=request.model,
             response_id=rid if isinstance(rid, str) else None,
+            response_model=echoed if isinstance(echoed, str) else None,
+            # DeepSeek persists a cache unit at the end of each output (§3.4)
+            output_unit=_unit(_generated_view(message, self.dialect)),
         )
 
     def _parts(self, message: Mapping[str, Any]) -> list[Part]:
@@ -377,76 +337,48 @@ class OpenAIChatAdapter:
             )
         return parts
 
-    def restored(self) -> None:
-        """Nothing server-side to lose: every request carries the whole conversation."""
-        self._memo.clear()
-        self._generated.clear()
+    # -- streaming and errors ------------------------------------------------------------------------------
+    @staticmethod
+    def streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """``stream_options.include_usage``: the usage arrives in the last chunk (docs/protocols.md §2.1)."""
+        options = dict(kwargs.get("stream_options") or {})
+        return {**kwargs, "stream": True, "stream_options": {**options, "include_usage": True}}
 
-    # -- I/O -----------------------------------------------------------------------------------------------
-    def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
-        """One ``chat.completions`` call: the completion JSON as received (or assembled), the bytes sent."""
-        import openai
+    @staticmethod
+    def assembler() -> ChatAssembler:
+        return ChatAssembler()
 
-        with translated_errors(openai, f"{self.vendor} chat", stream):
-            create = client.chat.completions.with_raw_response.create
-            if not stream:
-                raw = create(**request.kwargs)
-                return CallResult(
-                    parse_json_body(raw.http_response.content, "chat completion"),
-                    raw.http_response.request.content,
-                )
-            raw = create(**_streaming(request.kwargs))
-            http = raw.http_response
-            try:
-                return CallResult(_assemble(http.iter_lines()), http.request.content)
-            finally:
-                http.close()
-
-    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
-        """The async twin of :meth:`call`."""
-        import openai
-
-        with translated_errors(openai, f"{self.vendor} chat", stream):
-            create = client.chat.completions.with_raw_response.create
-            if not stream:
-                raw = await create(**request.kwargs)
-                return CallResult(
-                    parse_json_body(raw.http_response.content, "chat completion"),
-                    raw.http_response.request.content,
-                )
-            raw = await create(**_streaming(request.kwargs))
-            http = raw.http_response
-            try:
-                lines = [line async for line in http.aiter_lines()]
-                return CallResult(_assemble(lines), http.request.content)
-            finally:
-                await http.aclose()
+    @staticmethod
+    def vendor_error(exc: Any, request: VendorRequest) -> VendorError | None:
+        return None
 
 
-def _message_payload(step: Step) -> tuple[Continuation, Mapping[str, Any]]:
-    for c in step.continuation:
-        if c.kind == _KIND and c.api == API:
-            value = c.shared_value()  # digest-verified; shared, never mutated
-            if not isinstance(value, Mapping):
-                raise ContinuationMismatch("a chat message payload is not a JSON object")
-            return c, value
-    raise ContinuationMismatch("a step has no chat message payload to replay")
+def _canonical_message(step: Step) -> dict[str, Any]:
+    """A step as an assistant message from its canonical parts: text and tool calls with their exact raw
+    arguments; no reasoning (another vendor's reasoning is never disguised as this server's field)."""
+    message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw_arguments}}
+        for c in step.tool_calls
+    ]
+    if calls:
+        message["tool_calls"] = calls
+    return message
 
 
-def _common(a: Sequence[str], b: Sequence[str]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+def _with_summary(message: Mapping[str, Any], summary: str | None) -> Mapping[str, Any]:
+    if summary is None:
+        return message
+    note = summary_note(summary)
+    content = message.get("content")
+    return {**message, "content": f"{note}\n\n{content}" if isinstance(content, str) and content else note}
 
 
 def _usage(raw: Any, dialect: str) -> Usage:
     """Normalized usage. DeepSeek: hit → cache_read, miss → uncached_input (§3.4); else cached_tokens."""
     if not isinstance(raw, Mapping):
         return Usage()
-    prompt, output = int_field(raw.get("prompt_tokens")), int_field(raw.get("completion_tokens"))
+    prompt, output = count(raw.get("prompt_tokens")), count(raw.get("completion_tokens"))
     out_details = raw.get("completion_tokens_details")
     reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, Mapping) else None
     reasoning = reasoning if isinstance(reasoning, int) else None
@@ -456,7 +388,7 @@ def _usage(raw: Any, dialect: str) -> Usage:
         return Usage(uncached_input=uncached, cache_read=hit, output=output, reasoning=reasoning)
     in_details = raw.get("prompt_tokens_details")
     details = in_details if isinstance(in_details, Mapping) else {}
-    cached, written = int_field(details.get("cached_tokens")), int_field(details.get("cache_write_tokens"))
+    cached, written = count(details.get("cached_tokens")), count(details.get("cache_write_tokens"))
     return Usage(
         uncached_input=max(prompt - cached - written, 0),
         cache_read=cached,
@@ -464,109 +396,3 @@ def _usage(raw: Any, dialect: str) -> Usage:
         output=output,
         reasoning=reasoning,
     )
-
-
-def _streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    options = dict(kwargs.get("stream_options") or {})
-    return {**kwargs, "stream": True, "stream_options": {**options, "include_usage": True}}
-
-
-def _assemble(lines: Iterable[str]) -> dict[str, Any]:
-    """The chat completion a non-streamed call would have returned, from the SSE lines of a stream.
-
-    Invariant: for a server that streams what it would return, ``_assemble(stream(c)) == c`` on
-    ``choices[0].message`` (wire key order role, content, reasoning fields, tool_calls, then the rest),
-    ``finish_reason``, ``usage``, ``id`` and ``model``. No ``finish_reason`` or no ``[DONE]`` →
-    :class:`StreamInterrupted`.
-    """
-    head: dict[str, Any] = {}
-    usage: Any = None
-    finish: str | None = None
-    done = False
-    fields: dict[str, list[Any]] = {}  # delta key -> pieces, in first-seen order
-    calls: dict[int, dict[str, Any]] = {}
-    for line in _data_lines(lines):
-        if line == "[DONE]":
-            done = True
-            break
-        try:
-            chunk = json.loads(line)
-        except ValueError as exc:
-            raise MalformedResponse(f"stream chunk is not JSON: {line[:80]!r}") from exc
-        if not isinstance(chunk, Mapping):
-            raise MalformedResponse("stream chunk is not a JSON object")
-        if "error" in chunk:
-            raise VendorError(f"the stream reported an error: {chunk['error']}", body=chunk["error"])
-        for key in ("id", "created", "model", "system_fingerprint"):
-            if key in chunk and key not in head:
-                head[key] = chunk[key]
-        if chunk.get("usage") is not None:
-            usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
-                continue
-            if isinstance(choice.get("finish_reason"), str):
-                finish = choice["finish_reason"]
-            delta = choice.get("delta") or {}
-            for key, value in delta.items():
-                if key == "tool_calls":
-                    _add_call_deltas(calls, value)
-                else:
-                    fields.setdefault(key, []).append(value)
-    if finish is None or not done:
-        raise StreamInterrupted("the stream ended before its finish_reason and [DONE]")
-    message: dict[str, Any] = {}
-    for key in _WIRE_ORDER:
-        if key == "tool_calls":
-            if calls:
-                message["tool_calls"] = [calls[i] for i in sorted(calls)]
-        elif key in fields or key in ("role", "content"):
-            message[key] = _joined(fields.get(key, []))
-    message["role"] = message["role"] or "assistant"
-    for key, pieces in fields.items():
-        if key not in message:
-            message[key] = _joined(pieces)
-    completion: dict[str, Any] = {
-        "id": head.get("id"),
-        "object": "chat.completion",
-        "created": head.get("created"),
-        "model": head.get("model"),
-    }
-    if "system_fingerprint" in head:
-        completion["system_fingerprint"] = head["system_fingerprint"]
-    completion["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]
-    completion["usage"] = usage
-    return completion
-
-
-def _data_lines(lines: Iterable[str]) -> Iterator[str]:
-    for line in lines:
-        if line.startswith("data:"):
-            yield line[5:].strip()
-
-
-def _joined(pieces: list[Any]) -> Any:
-    """String deltas concatenate; a field that only ever came as null stays null; else the last value."""
-    strings = [p for p in pieces if isinstance(p, str)]
-    if strings:
-        return "".join(strings)
-    values = [p for p in pieces if p is not None]
-    return values[-1] if values else None
-
-
-def _add_call_deltas(calls: dict[int, dict[str, Any]], deltas: Any) -> None:
-    for delta in deltas or ():
-        if not isinstance(delta, Mapping):
-            raise MalformedResponse("a tool_calls delta is not an object")
-        call = calls.setdefault(
-            int_field(delta.get("index")),
-            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-        )
-        if isinstance(delta.get("id"), str):
-            call["id"] = delta["id"]
-        if isinstance(delta.get("type"), str):
-            call["type"] = delta["type"]
-        function = delta.get("function") or {}
-        for key in ("name", "arguments"):
-            if isinstance(function.get(key), str):
-                call["function"][key] += function[key]

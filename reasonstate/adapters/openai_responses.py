@@ -1,4 +1,4 @@
-"""OpenAI Responses API adapter (protocols.md §1): sans-I/O encode/decode plus the SDK call.
+"""OpenAI Responses API codec (docs/protocols.md §1): pure encode/decode.
 
 Two modes, chosen by the ``store`` request option:
 
@@ -28,7 +28,9 @@ Rules encoded here (protocols.md §1.4 B):
   inspect_ai PR #1990). When a step's reasoning is not sent (a policy dropped it, it was produced by
   another model, or it cannot be replayed), the items it produced are replayed *id-less* (``id`` removed,
   and ``status`` for a message; ``call_id`` kept), so no item refers to a reasoning item that is absent
-  (B.2; vercel/ai c883c47, pydantic-ai thinking.md ``openai_send_reasoning_ids=False``);
+  (B.2; vercel/ai c883c47, pydantic-ai thinking.md ``openai_send_reasoning_ids=False``). A step whose
+  payloads belong to another vendor or API is rendered from its canonical parts (assistant text as a
+  message, tool calls as id-less ``function_call`` items with their raw arguments; no reasoning);
 * output items of types this adapter does not model are kept verbatim, replayed, never dropped; a step
   holding one keeps its reasoning (:class:`ResponsesRules`), since the item may depend on it;
 * a reasoning item without ``encrypted_content`` (a server that did not return it) can only be resolved
@@ -45,13 +47,7 @@ Prefix units (for the guard and the cache prediction): one pseudo-unit for the c
 ``prompt_cache_key``), one for ``instructions``, one for the tool list, then one per input item of the
 *full* transcript (in both modes: a chained request is the same prompt server-side).
 
-Cache prediction (§1.5): OpenAI caches every earlier prompt of the same model and key, and reports
-``0`` under 1024 matched tokens, else the largest ``1024 + 128k <= matched``. ``matched`` is the longest
-token prefix shared with any earlier prompt. It is known exactly when the longest unit prefix ``M`` this
-request shares with an earlier request is itself an earlier request's whole prompt (whose
-``input_tokens`` the vendor reported) and no earlier request diverges *inside* unit ``M`` (a partial item
-match is unknowable). Otherwise the answer is ``None``, unless every earlier prompt had fewer than 1024
-tokens (then ``0``).
+Cache prediction (§1.5): :data:`reasonstate.cache.rules.OPENAI_RESPONSES`, scheme ``items``.
 """
 
 from __future__ import annotations
@@ -63,21 +59,19 @@ from typing import Any
 
 import attrs
 
-from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
-from reasonstate.adapters.wire import (
-    int_field,
-    parse_json_body,
-    status_message,
-    translated_errors,
-    unit_digest,
+from reasonstate.adapters.base import (
+    DecodedStep,
+    Endpoint,
+    ProtocolRules,
+    VendorRequest,
+    payload_of,
+    summary_note,
 )
-from reasonstate.cache.guard import RECENT, divergence
-from reasonstate.errors import (
-    ContinuationMismatch,
-    MalformedResponse,
-    StreamInterrupted,
-    VendorError,
-)
+from reasonstate.adapters.streams import ResponsesAssembler
+from reasonstate.adapters.transport import status_message
+from reasonstate.adapters.units import count, unit_digest
+from reasonstate.cache import rules as cache_rules
+from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -103,7 +97,6 @@ __all__ = [
     "OpenAIResponsesAdapter",
     "PreviousResponseNotFound",
     "ResponsesRules",
-    "openai_cached_tokens",
 ]
 
 VENDOR = "openai"
@@ -116,30 +109,26 @@ REASONING_UNREPLAYABLE = "reasoning.unreplayable"
 #: what an item produced after a dropped reasoning item loses when replayed id-less (§1.4 B.2; a message
 #: without ``id`` is an EasyInputMessage, which has no ``status``)
 _ID_KEYS: dict[str, tuple[str, ...]] = {"function_call": ("id",), "message": ("id", "status")}
-_MIN_CACHED = 1024
-_CACHE_STEP = 128
 
 
 class PreviousResponseNotFound(VendorError):
     """404 ``previous_response_not_found``: the stored chain is gone (expired, deleted, other project).
 
-    Nothing was committed; the adapter forgets the chain, so retrying makes a full replay (traced as
+    Nothing was committed; ``response_id`` is the id the server no longer holds. The session records it
+    in the trace and never refers to it again, so retrying makes a full replay (traced as
     ``chain.fallback`` with reason ``expired``).
     """
 
-
-def openai_cached_tokens(matched_tokens: int) -> int:
-    """OpenAI's reported ``cached_tokens`` for a matched prefix (protocols.md §1.5)."""
-    if matched_tokens < _MIN_CACHED:
-        return 0
-    return _MIN_CACHED + _CACHE_STEP * ((matched_tokens - _MIN_CACHED) // _CACHE_STEP)
+    def __init__(self, message: str, *, response_id: str, status: int | None = 404, body: object = None):
+        super().__init__(message, status=status, body=body)
+        self.response_id = response_id
 
 
 @attrs.frozen(slots=True)
 class ResponsesRules(ProtocolRules):
     """OpenAI Responses rules: the base clamp, plus — a step holding an output item of a type we do not
     model keeps its reasoning (we cannot replay that item id-less, and it may need its reasoning item:
-    protocols.md §1.4 B.2)."""
+    docs/protocols.md §1.4 B.2)."""
 
     def clamp(self, turn: Turn, view: TurnView) -> tuple[TurnView, tuple[str, ...]]:
         view, reasons = ProtocolRules.clamp(self, turn, view)
@@ -159,7 +148,7 @@ class ResponsesRules(ProtocolRules):
 
 @attrs.frozen(slots=True)
 class _Item:
-    """One input item: the JSON value sent (shared, read-only) and its unit digest."""
+    """One input item: the JSON value sent (frozen or built here) and its unit digest."""
 
     value: Any
     unit: str
@@ -169,9 +158,6 @@ class _Item:
 class _TurnEncoding:
     """A turn's input items, shared read-only between requests while the turn stays the same."""
 
-    turn: Turn
-    model: str
-    by_reference: bool
     items: tuple[_Item, ...]
     replayed: tuple[Continuation, ...]
     withheld: tuple[Continuation, ...]
@@ -190,18 +176,14 @@ class OpenAIResponsesAdapter:
 
     vendor = VENDOR
     api = API
+    endpoint = Endpoint(sdk="openai", resource=("responses",), label="OpenAI")
+    cache = cache_rules.OPENAI_RESPONSES
 
     def __init__(self, *, strict_tools: bool | None = None) -> None:
         self._strict = strict_tools
         self.rules: ProtocolRules = ResponsesRules(
             vendor=VENDOR, api=API, reasoning_only_steps_keep_reasoning=False
         )
-        self._memo: dict[int, _TurnEncoding] = {}
-        # response ids this process saw created with store=True (a chain can start from them), and the
-        # ones the server answered 404 for
-        self._stored: set[str] = set()
-        self._expired: set[str] = set()
-        self._restored = False
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
@@ -211,17 +193,19 @@ class OpenAIResponsesAdapter:
         model: str,
         options: Mapping[str, Any],
         records: Sequence[ExecutionRecord],
+        *,
+        lost_responses: frozenset[str] = frozenset(),
     ) -> VendorRequest:
         """Build the ``responses.create`` kwargs for the next call on ``history``."""
         store = options.get("store", False) is True
-        cache_key = self._cache_key(prefix, options, records)
+        cache_key = _cache_key(prefix, options, records)
         tools: list[dict[str, Any]] = []
         for t in prefix.tools:
             tool: dict[str, Any] = {
                 "type": "function",
                 "name": t.name,
                 "description": t.description,
-                "parameters": dict(t.parameters),
+                "parameters": t.parameters,
             }
             if self._strict is not None:
                 tool["strict"] = self._strict
@@ -237,23 +221,21 @@ class OpenAIResponsesAdapter:
             items.append(_message_item("user", user))
             items.append(_message_item("assistant", answer))
         withheld: list[Continuation] = []
-        memo: dict[int, _TurnEncoding] = {}
         for turn in history.turns:
-            encoded = self._memo.get(id(turn))
-            if (
-                encoded is None
-                or encoded.turn is not turn
-                or encoded.model != model
-                or encoded.by_reference != store
-            ):
-                encoded = _encode_turn(turn, model, by_reference=store)
-            else:
+            if turn.closed:  # a closed turn's view is frozen: its encoding is too (re-verified per send)
+                build = functools.partial(_encode_turn, turn, model, by_reference=store)
+                encoded = turn.encoded((API, model, store), build)
                 encoded.verify()
-            if turn.closed:  # a closed turn's view is frozen: its encoding is too
-                memo[id(turn)] = encoded
+            else:
+                encoded = _encode_turn(turn, model, by_reference=store)
+                if encoded.withheld:
+                    raise ContinuationMismatch(
+                        f"the open tool chain holds {len(encoded.withheld)} payload(s) from "
+                        f"{sorted({f'{c.vendor}/{c.model}' for c in encoded.withheld})} that {model} cannot "
+                        "accept (docs/protocols.md §1.4). Nothing was sent."
+                    )
             items.extend(encoded.items)
             withheld.extend(encoded.withheld)
-        self._memo = memo
         units.extend(i.unit for i in items)
 
         events: list[tuple[str, Mapping[str, Any]]] = []
@@ -262,7 +244,7 @@ class OpenAIResponsesAdapter:
         if store:
             last = _last_step(history)
             if last is not None:
-                base, reason = self._chain(last, model, units, records)
+                base, reason = _chain(last, model, units, records, lost_responses)
                 if reason is None:
                     previous, start = last.response_id, base - n_head
                 else:
@@ -288,68 +270,20 @@ class OpenAIResponsesAdapter:
             if key not in ("include", "store", "prompt_cache_key", "stream"):
                 kwargs[key] = value
         return VendorRequest(
-            kwargs=kwargs, units=tuple(units), withheld=tuple(withheld), events=tuple(events)
+            kwargs=kwargs,
+            units=tuple(units),
+            model=model,
+            prefix_units=n_head,
+            withheld=tuple(withheld),
+            events=tuple(events),
         )
-
-    @staticmethod
-    def _cache_key(
-        prefix: Prefix, options: Mapping[str, Any], records: Sequence[ExecutionRecord]
-    ) -> str | None:
-        if "prompt_cache_key" in options:
-            key = options["prompt_cache_key"]
-            return None if key is None else str(key)
-        fingerprint = records[0].prefix_fingerprint if records else prefix.fingerprint
-        return "rs-" + fingerprint.removeprefix("sha256:")[:32]
-
-    def _chain(
-        self, last: Step, model: str, units: Sequence[str], records: Sequence[ExecutionRecord]
-    ) -> tuple[int, str | None]:
-        """``(units the server already holds, None)`` when ``previous_response_id`` can be used, else
-        ``(0, reason)``."""
-        rid = last.response_id
-        if rid is None:
-            return 0, "no_response_id"
-        if rid in self._expired:
-            return 0, "expired"
-        if rid not in self._stored:
-            return 0, "restored" if self._restored else "not_stored"
-        if last.model != model:
-            return 0, "model_switch"
-        if not records:
-            return 0, "not_stored"
-        chain = (*records[-1].blocks, *(c.digest for c in last.continuation))
-        if len(units) < len(chain) or tuple(units[: len(chain)]) != chain:
-            return 0, "history_rewritten"
-        return len(chain), None
-
-    # -- cache prediction --------------------------------------------------------------------------------
-    def predict_cache_read(self, request: VendorRequest, records: Sequence[ExecutionRecord]) -> int | None:
-        """``cached_tokens`` as OpenAI will report it, or None when not knowable (module doc, §1.5)."""
-        units = tuple(request.units)
-        same = [r for r in records[-RECENT:] if r.blocks and units and r.blocks[0] == units[0]]
-        if not same:
-            return 0
-        shared: list[int] = []
-        for r in same:
-            d = divergence(units, r.blocks)
-            shared.append(len(r.blocks) if d is None else d)
-        m = max(shared)
-        known = next(
-            (r.usage.prompt_tokens for r, s in zip(same, shared, strict=True) if s == len(r.blocks) == m),
-            None,
-        )
-        inside = any(s == m < len(r.blocks) for r, s in zip(same, shared, strict=True)) and m < len(units)
-        if known is None or inside:
-            # nothing can share more tokens than it had
-            return 0 if max(r.usage.prompt_tokens for r in same) < _MIN_CACHED else None
-        return openai_cached_tokens(known)
 
     # -- decode ------------------------------------------------------------------------------------------
-    def decode(self, response: Any, model: str) -> DecodedStep:
+    def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
         """Split a ``response`` object (the JSON as received) into the four layers' material.
 
-        Payload provenance is the *requested* model: OpenAI echoes a dated snapshot name
-        (``o3`` → ``o3-2025-04-16``), and what later requests are compared against is the requested name.
+        Payload provenance is the *requested* model: OpenAI echoes a dated snapshot name for an alias
+        (``gpt-5`` → ``gpt-5-2025-08-07``, docs/protocols.md §0), and later requests name the requested one.
         """
         if not isinstance(response, Mapping) or not isinstance(response.get("output"), list):
             raise MalformedResponse("Responses API response has no output list")
@@ -373,7 +307,7 @@ class OpenAIResponsesAdapter:
                 Continuation.capture(
                     vendor=VENDOR,
                     api=API,
-                    model=model,
+                    model=request.model,
                     kind=kind,
                     value=item,
                     model_bound=kind == "reasoning",
@@ -398,96 +332,74 @@ class OpenAIResponsesAdapter:
         stop = status if isinstance(status, str) else "unknown"
         if status == "incomplete" and isinstance(details, Mapping) and isinstance(details.get("reason"), str):
             stop = details["reason"]
+        echoed = response.get("model")
         return DecodedStep(
             parts=tuple(parts),
             continuation=tuple(payloads),
             stop_reason=stop,
             usage=_usage(response.get("usage")),
-            model=model,
+            model=request.model,
             response_id=rid if isinstance(rid, str) else None,
+            response_stored=isinstance(rid, str) and request.kwargs.get("store") is True,
+            response_model=echoed if isinstance(echoed, str) else None,
             events=tuple(events),
         )
 
-    def restored(self) -> None:
-        """The session was restored: no stored response is known to still exist (next request replays)."""
-        self._stored.clear()
-        self._restored = True
+    # -- streaming and errors ------------------------------------------------------------------------------
+    @staticmethod
+    def streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        return {**kwargs, "stream": True}
 
-    # -- I/O -----------------------------------------------------------------------------------------------
-    def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
-        """One ``responses.create`` call: the response JSON as received, and the bytes the SDK sent."""
-        import openai
+    @staticmethod
+    def assembler() -> ResponsesAssembler:
+        return ResponsesAssembler()
 
-        kwargs = dict(request.kwargs)
-        status_error = functools.partial(self._status_error, kwargs=kwargs)
-        with translated_errors(openai, "OpenAI", stream, status_error):
-            if stream:
-                raw = client.responses.with_raw_response.create(**kwargs, stream=True)
-                http = raw.http_response
-                try:
-                    final = _final_response(http.iter_lines())
-                finally:
-                    http.close()
-                result = CallResult(final, http.request.content)
-            else:
-                raw = client.responses.with_raw_response.create(**kwargs)
-                body = raw.http_response.content
-                result = CallResult(
-                    parse_json_body(body, "OpenAI response"), raw.http_response.request.content
-                )
-        self._note_stored(kwargs, result.response)
-        return result
-
-    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
-        """The async twin of :meth:`call`."""
-        import openai
-
-        kwargs = dict(request.kwargs)
-        status_error = functools.partial(self._status_error, kwargs=kwargs)
-        with translated_errors(openai, "OpenAI", stream, status_error):
-            if stream:
-                raw = await client.responses.with_raw_response.create(**kwargs, stream=True)
-                http = raw.http_response
-                try:
-                    reader = _SSEReader()
-                    async for line in http.aiter_lines():
-                        reader.feed(line)
-                    final = reader.finish()
-                finally:
-                    await http.aclose()
-                result = CallResult(final, http.request.content)
-            else:
-                raw = await client.responses.with_raw_response.create(**kwargs)
-                body = raw.http_response.content
-                result = CallResult(
-                    parse_json_body(body, "OpenAI response"), raw.http_response.request.content
-                )
-        self._note_stored(kwargs, result.response)
-        return result
-
-    def _note_stored(self, kwargs: Mapping[str, Any], response: Any) -> None:
-        if (
-            kwargs.get("store") is True
-            and isinstance(response, Mapping)
-            and isinstance(response.get("id"), str)
-        ):
-            self._stored.add(response["id"])
-
-    def _status_error(self, exc: Any, kwargs: Mapping[str, Any]) -> VendorError:
-        body = getattr(exc, "body", None)
-        message = status_message("OpenAI", exc)
-        previous = kwargs.get("previous_response_id")
+    @staticmethod
+    def vendor_error(exc: Any, request: VendorRequest) -> VendorError | None:
+        """A 404 for the ``previous_response_id`` sent is :class:`PreviousResponseNotFound`."""
+        previous = request.kwargs.get("previous_response_id")
         code, param = getattr(exc, "code", None), getattr(exc, "param", None)
         gone = code == "previous_response_not_found" or param == "previous_response_id"
-        if exc.status_code == 404 and previous is not None and gone:
-            # the server no longer holds the chain: forget it, so the retry replays in full (traced)
-            self._stored.discard(previous)
-            self._expired.add(previous)
-            return PreviousResponseNotFound(message, status=404, body=body)
-        return VendorError(message, status=exc.status_code, body=body)
+        if exc.status_code == 404 and isinstance(previous, str) and gone:
+            return PreviousResponseNotFound(
+                status_message("OpenAI", exc), response_id=previous, body=getattr(exc, "body", None)
+            )
+        return None
 
 
 # -- encoding helpers ---------------------------------------------------------------------------------------
+
+
+def _cache_key(prefix: Prefix, options: Mapping[str, Any], records: Sequence[ExecutionRecord]) -> str | None:
+    if "prompt_cache_key" in options:
+        key = options["prompt_cache_key"]
+        return None if key is None else str(key)
+    fingerprint = records[0].prefix_fingerprint if records else prefix.fingerprint
+    return "rs-" + fingerprint.removeprefix("sha256:")[:32]
+
+
+def _chain(
+    last: Step,
+    model: str,
+    units: Sequence[str],
+    records: Sequence[ExecutionRecord],
+    lost: frozenset[str],
+) -> tuple[int, str | None]:
+    """``(units the server already holds, None)`` when ``previous_response_id`` can be used, else
+    ``(0, reason)``."""
+    rid = last.response_id
+    if rid is None:
+        return 0, "no_response_id"
+    if rid in lost:
+        return 0, "expired"
+    if not last.response_stored or not records:
+        return 0, "not_stored"
+    if last.model != model:
+        return 0, "model_switch"
+    chain = (*records[-1].blocks, *(c.digest for c in last.continuation))
+    if len(units) < len(chain) or tuple(units[: len(chain)]) != chain:
+        return 0, "history_rewritten"
+    return len(chain), None
 
 
 def _message_item(role: str, text: str) -> _Item:
@@ -516,13 +428,13 @@ def _encode_turn(turn: Turn, model: str, *, by_reference: bool) -> _TurnEncoding
         keep = turn.view is None or turn.view.keep_reasoning[i]
         summary = turn.view.summary if turn.view is not None and i == last else None
         if summary is not None:
-            items.append(_message_item("assistant", f"(Summary of my earlier reasoning: {summary})"))
+            items.append(_message_item("assistant", summary_note(summary)))
         items.extend(_step_items(step, keep, model, by_reference, replayed, withheld))
         for r in step.tool_results:
             value = {"type": "function_call_output", "call_id": r.call_id, "output": r.content}
             items.append(_Item(value, unit_digest(value)))
     seal = digest_of(b"".join(c.payload for c in replayed))
-    return _TurnEncoding(turn, model, by_reference, tuple(items), tuple(replayed), tuple(withheld), seal)
+    return _TurnEncoding(tuple(items), tuple(replayed), tuple(withheld), seal)
 
 
 def _step_items(
@@ -534,15 +446,20 @@ def _step_items(
     withheld: list[Continuation],
 ) -> Iterable[_Item]:
     payloads = step.continuation
+    withheld.extend(c for c in payloads if not c.replayable_to(VENDOR, API, model))
     reasoning_absent = False  # the latest reasoning item of this step is not being sent
-    for k, c in enumerate(payloads):
-        if not c.replayable_to(VENDOR, API, model):
-            withheld.append(c)
-            if c.kind == "reasoning":
+    for part in step.parts:
+        c = payload_of(step, part)
+        if c is None or not c.replayable_to(VENDOR, API, model):
+            if isinstance(part, ReasoningPart):
                 reasoning_absent = True
+            item = _canonical_item(part)
+            if item is not None:
+                yield item
             continue
-        value = c.shared_value()  # digest-verified; never mutated (id-less copies are new dicts)
+        value = c.value  # digest-verified, frozen (id-less copies are new dicts)
         if c.kind == "reasoning":
+            k = part.continuation or 0
             following = payloads[k + 1] if k + 1 < len(payloads) else None
             paired = following is not None and following.kind != "reasoning"  # §1.4 B.1, B.6
             replayable = by_reference or bool(value.get("encrypted_content"))
@@ -558,6 +475,23 @@ def _step_items(
             yield _Item(idless, unit_digest(idless))
             continue
         yield _Item(value, c.digest)
+
+
+def _canonical_item(part: Part) -> _Item | None:
+    """A part as an input item when its payload cannot be sent (another vendor or API): text as an
+    assistant message, a tool call id-less with its exact raw arguments (§1.3); reasoning and items of
+    unknown types have no canonical form (foreign reasoning is never disguised as a reasoning item)."""
+    if isinstance(part, TextPart):
+        return _message_item("assistant", part.text) if part.text else None
+    if isinstance(part, ToolCallPart):
+        value = {
+            "type": "function_call",
+            "call_id": part.id,
+            "name": part.name,
+            "arguments": part.raw_arguments,
+        }
+        return _Item(value, unit_digest(value))
+    return None
 
 
 # -- decoding helpers ---------------------------------------------------------------------------------------
@@ -611,75 +545,12 @@ def _usage(raw: Any) -> Usage:
     details = details if isinstance(details, Mapping) else {}
     out_details = raw.get("output_tokens_details")
     reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, Mapping) else None
-    cached = int_field(details.get("cached_tokens"))
-    written = int_field(details.get("cache_write_tokens"))
+    cached = count(details.get("cached_tokens"))
+    written = count(details.get("cache_write_tokens"))
     return Usage(
-        uncached_input=max(0, int_field(raw.get("input_tokens")) - cached - written),
+        uncached_input=max(0, count(raw.get("input_tokens")) - cached - written),
         cache_read=cached,
         cache_write=written,
-        output=int_field(raw.get("output_tokens")),
+        output=count(raw.get("output_tokens")),
         reasoning=reasoning if isinstance(reasoning, int) else None,
     )
-
-
-class _SSEReader:
-    """Rebuilds the final ``response`` object from the SSE stream, in wire key order (protocols.md §1.6).
-
-    The output items are taken from ``response.output_item.done`` (the ``added`` copy of a reasoning item
-    "may be incomplete": §1.2), the rest from ``response.completed``/``response.incomplete``; the JSON is
-    parsed as sent, so a streamed session holds the same payload bytes as a non-streamed one.
-    """
-
-    def __init__(self) -> None:
-        self._data: list[str] = []
-        self._items: dict[int, Any] = {}
-        self._terminal: dict[str, Any] | None = None
-
-    def feed(self, line: str) -> None:
-        if line == "":
-            self._dispatch()
-        elif line.startswith("data:"):
-            value = line[5:]
-            self._data.append(value[1:] if value.startswith(" ") else value)
-
-    def _dispatch(self) -> None:
-        if not self._data:
-            return
-        text, self._data = "\n".join(self._data), []
-        try:
-            event = json.loads(text)
-        except ValueError as exc:
-            raise MalformedResponse(f"stream event is not JSON: {text[:80]!r}") from exc
-        if not isinstance(event, dict):
-            raise MalformedResponse("stream event is not an object")
-        kind = event.get("type")
-        if kind == "response.output_item.done" and isinstance(event.get("output_index"), int):
-            self._items[event["output_index"]] = event.get("item")
-        elif kind in ("response.completed", "response.incomplete") and isinstance(
-            event.get("response"), dict
-        ):
-            self._terminal = event["response"]
-        elif kind == "response.failed":
-            response = event.get("response")
-            error = response.get("error") if isinstance(response, dict) else None
-            raise VendorError(f"OpenAI response failed: {error}", body=error)
-        elif kind == "error":
-            raise VendorError(f"OpenAI stream error: {event.get('message')}", body=event)
-
-    def finish(self) -> dict[str, Any]:
-        self._dispatch()
-        if self._terminal is None:
-            raise StreamInterrupted("the stream ended before response.completed")
-        output = self._terminal.get("output")
-        if isinstance(output, list) and output:
-            merged = [self._items.get(i, item) for i, item in enumerate(output)]
-        else:
-            merged = [self._items[i] for i in sorted(self._items)]
-        return {**self._terminal, "output": merged}
-
-
-def _final_response(lines: Iterable[str]) -> dict[str, Any]:
-    reader = _SSEReader()
-    for line in lines:
-        reader.feed(line)
-    return reader.finish()

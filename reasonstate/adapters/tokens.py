@@ -23,12 +23,12 @@ Policies: the adapter does not clamp them. A policy that drops reasoning the mod
 price is one full render (a traced cache break) at the next turn, after which the bridge resumes on the new
 prompt. Inside a tool chain no policy runs, so the chain is always bridged.
 
-Prefix-cache prediction (``predict_cache_read``) follows vLLM's automatic prefix caching, as
-:mod:`reasonstate.testing.completions` documents it: a finished request leaves the full ``block_size``
-blocks of ``(p + c)[:-1]`` in the cache, and a new prompt ``q`` hits the longest run of whole blocks of
-``q[:-1]`` that some earlier sequence shares::
+The token ids a bridge reuses are checked first: ``ExecutionRecord.verify_ids`` against the seal taken when
+the record was made (so ids edited in memory or in a snapshot are refused), and the completion ids against
+the digest-checked ``completion`` payload.
 
-    cached(q) == max over earlier (p, c) of  lcp(q[:-1], (p + c)[:-1]) // block_size * block_size
+Prefix-cache prediction: :mod:`reasonstate.cache.predict`, scheme ``tokens`` (vLLM's automatic prefix
+caching, as :mod:`reasonstate.testing.completions` documents it), with this adapter's ``block_size``.
 
 SGLang's RadixAttention caches per token (``page_size`` 1): the ``sglang`` dialect defaults to
 ``block_size=1`` [UNCONFIRMED: SGLang reports ``cached_tokens`` only with ``--enable-cache-report``, and
@@ -38,18 +38,27 @@ returning completion token ids from ``/v1/completions`` needs a build that suppo
 from __future__ import annotations
 
 import codecs
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 
-from reasonstate.adapters.base import CallResult, DecodedStep, ProtocolRules, VendorRequest
-from reasonstate.adapters.wire import int_field, translated_errors
+from reasonstate.adapters.base import (
+    DecodedStep,
+    Endpoint,
+    ProtocolRules,
+    StreamAssembler,
+    VendorRequest,
+    summary_note,
+)
+from reasonstate.adapters.units import count
+from reasonstate.cache import rules as cache_rules
+from reasonstate.cache.predict import shared_tokens
 from reasonstate.errors import (
     ContinuationMismatch,
     MalformedResponse,
     ProtocolViolation,
+    VendorError,
 )
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import (
@@ -68,28 +77,17 @@ from reasonstate.state import (
 )
 from reasonstate.tokens.errors import InvalidUTF8, TokensError
 from reasonstate.tokens.protocol import Message, ParsedResponse, Renderer
-from reasonstate.tokens.renderer import ChatTemplateRenderer, common_prefix_len
+from reasonstate.tokens.renderer import ChatTemplateRenderer
 
-__all__ = ["BLOCK_SIZES", "CompletionExchange", "TokenAdapter"]
+__all__ = ["BLOCK_SIZES", "TokenAdapter"]
 
 API = "completions"
 KIND = "completion"
 BLOCK_SIZES: Mapping[str, int] = {"vllm": 16, "sglang": 1}
 """Prefix-cache granularity per dialect: vLLM's default KV block size, SGLang's default page size."""
 
-#: how many earlier requests the cache predictor considers (an engine's cache lives minutes, not sessions)
-_RECENT = 64
-
 Dialect = Literal["vllm", "sglang"]
-
-
-@attrs.frozen(slots=True)
-class CompletionExchange:
-    """What :meth:`TokenAdapter.call` hands to :meth:`TokenAdapter.decode`: the prompt ids sent, the body
-    received (the response JSON exactly as parsed)."""
-
-    prompt_ids: tuple[int, ...]
-    body: Any
+_CACHE = {"vllm": cache_rules.TOKENS_VLLM, "sglang": cache_rules.TOKENS_SGLANG}
 
 
 @attrs.frozen(slots=True)
@@ -110,6 +108,7 @@ class TokenAdapter:
     """
 
     api = API
+    endpoint = Endpoint(sdk="openai", resource=("completions",), label="completions")
 
     def __init__(
         self,
@@ -131,10 +130,7 @@ class TokenAdapter:
             raise ValueError("block_size must be at least 1")
         self.sampling: dict[str, Any] = dict(sampling)
         self.rules = ProtocolRules(vendor=dialect, api=API)
-        # completion continuation digest -> the assistant message its text parses to (full renders only)
-        self._parsed: dict[str, Mapping[str, Any]] = {}
-        # the declared tools, so XML parameters are read with their declared types (set by encode)
-        self._parse_tools: list[dict[str, Any]] | None = None
+        self.cache = attrs.evolve(_CACHE[dialect], block=self.block_size)
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
@@ -144,11 +140,12 @@ class TokenAdapter:
         model: str,
         options: Mapping[str, Any],
         records: Sequence[ExecutionRecord],
+        *,
+        lost_responses: frozenset[str] = frozenset(),
     ) -> VendorRequest:
         """The ``completions.create`` kwargs: ``prompt`` is the bridged prompt when the history allows it,
         else the full render of the canonical history (with a ``cache.break`` event)."""
         tools = _tools(prefix)
-        self._parse_tools = tools or None
         messages, units, steps = self._messages(prefix, history, tools)
         plan = self._plan(prefix, history, model, records, messages, units, steps, tools)
         events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
@@ -161,7 +158,7 @@ class TokenAdapter:
                         "path": "full_render",
                         "reason": plan.why,
                         "prompt_tokens": len(plan.prompt_ids),
-                        "shared_tokens": self._shared_tokens(plan.prompt_ids, records),
+                        "shared_tokens": shared_tokens(plan.prompt_ids, records[-self.cache.recent :]),
                     },
                 ),
             )
@@ -177,7 +174,15 @@ class TokenAdapter:
         if self.dialect == "sglang":
             extra.setdefault("no_stop_trim", True)  # keep the stop token in the output [UNCONFIRMED]
         kwargs["extra_body"] = extra
-        return VendorRequest(kwargs=kwargs, units=tuple(units), events=events)
+        return VendorRequest(
+            kwargs=kwargs,
+            units=tuple(units),
+            model=model,
+            prefix_units=1,
+            events=events,
+            prompt_ids=plan.prompt_ids,
+            tools=tuple(tools),
+        )
 
     def _messages(
         self, prefix: Prefix, history: History, tools: list[dict[str, Any]]
@@ -206,7 +211,7 @@ class TokenAdapter:
                 last = s == len(turn.steps) - 1
                 summary = turn.view.summary if turn.view is not None and last else None
                 steps[(t, s)] = len(messages)
-                add(self._assistant(step, keep, summary), _step_unit(step, keep, summary))
+                add(self._assistant(step, keep, summary, tools), _step_unit(step, keep, summary))
                 names = {c.id: c.name for c in step.tool_calls}
                 for r in step.tool_results:
                     tool: dict[str, Any] = {"role": "tool", "tool_call_id": r.call_id, "content": r.content}
@@ -216,22 +221,21 @@ class TokenAdapter:
         assert len(units) == len(messages) - head + 1
         return messages, units, {k: v - head + 1 for k, v in steps.items()}
 
-    def _assistant(self, step: Step, keep: bool, summary: str | None) -> Message:
+    def _assistant(
+        self, step: Step, keep: bool, summary: str | None, tools: Sequence[Mapping[str, Any]]
+    ) -> Message:
         """The assistant message a full render uses: the sampled text parsed by the renderer, with the
-        reasoning removed when the view drops it and the summary (Compress) put before the answer."""
+        reasoning removed when the view drops it and the summary (Compress) put before the answer. A step
+        this adapter did not sample is rendered from its canonical parts (text and tool calls)."""
         completion = _completion(step)
-        if completion is None:  # a step this adapter did not sample: its canonical text only
-            message: dict[str, Any] = {"role": "assistant", "content": step.text}
+        if completion is None or completion.vendor != self.vendor:
+            message: dict[str, Any] = _canonical_message(step)
         else:
-            parsed = self._parsed.get(completion.digest)
-            if parsed is None:
-                parsed = self._parse(str(completion.shared_value()["text"])).message
-                self._parsed[completion.digest] = parsed
-            message = dict(parsed)
+            message = dict(self._parse(str(completion.value["text"]), tools).message)
         if not keep:
             message.pop("reasoning_content", None)
         if summary is not None:
-            note = f"(Summary of my earlier reasoning: {summary})"
+            note = summary_note(summary)
             content = str(message.get("content") or "")
             message["content"] = f"{note}\n\n{content}" if content else note
         return message
@@ -280,6 +284,7 @@ class TokenAdapter:
         prev = records[-1]
         if prev.prompt_ids is None or prev.completion_ids is None:
             return "the previous request has no token ids"
+        prev.verify_ids()
         if prev.model != model:
             return f"model changed ({prev.model} -> {model})"
         if prev.prefix_fingerprint != prefix.fingerprint:
@@ -290,7 +295,7 @@ class TokenAdapter:
         completion = _completion(step)
         if completion is None:
             return "the previous step has no sampled completion"
-        if tuple(completion.shared_value()["token_ids"]) != prev.completion_ids:
+        if tuple(completion.value["token_ids"]) != prev.completion_ids:
             raise ContinuationMismatch("the completion ids in the execution record differ from the payload")
         n = len(prev.blocks)
         if tuple(units[:n]) != prev.blocks:
@@ -301,32 +306,12 @@ class TokenAdapter:
             return "the view of the previous step differs from what was sampled (reasoning dropped)"
         return None
 
-    # -- cache prediction --------------------------------------------------------------------------------
-    @staticmethod
-    def _shared_tokens(prompt: Sequence[int], records: Sequence[ExecutionRecord]) -> int:
-        """``max over earlier (p, c) of lcp(q[:-1], (p + c)[:-1])``: the prompt tokens whose KV exists."""
-        best = 0
-        query = list(prompt[: len(prompt) - 1])
-        for r in records[-_RECENT:]:
-            if r.prompt_ids is None or r.completion_ids is None:
-                continue
-            seq = [*r.prompt_ids, *r.completion_ids]
-            best = max(best, common_prefix_len(query, seq[: len(seq) - 1]))
-        return best
-
-    def predict_cache_read(self, request: VendorRequest, records: Sequence[ExecutionRecord]) -> int | None:
-        """``max over earlier (p, c) of lcp(q[:-1], (p + c)[:-1]) // block_size * block_size``."""
-        shared = self._shared_tokens(request.kwargs["prompt"], records)
-        return shared // self.block_size * self.block_size
-
     # -- decode ------------------------------------------------------------------------------------------
-    def decode(self, response: Any, model: str) -> DecodedStep:
+    def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
         """Split a completion into reasoning (exact), text, tool calls (tolerant arguments, raw text) and a
         ``completion`` continuation holding the exact ids: ``payload.token_ids == completion_ids``."""
-        sent: tuple[int, ...] | None = None
+        sent = request.prompt_ids
         body = response
-        if isinstance(response, CompletionExchange):
-            sent, body = response.prompt_ids, response.body
         if not isinstance(body, Mapping):
             raise MalformedResponse("completion response is not a JSON object")
         choices = body.get("choices")
@@ -348,13 +333,12 @@ class TokenAdapter:
         finish = choice.get("finish_reason")
         finish = finish if isinstance(finish, str) else "unknown"
         text = self._text(ids, truncated=finish == "length")
-        parsed = self._parse(text)
-        got_model = body.get("model")
-        produced_by = got_model if isinstance(got_model, str) and got_model else model
+        parsed = self._parse(text, request.tools)
+        echoed = body.get("model")
         payload = Continuation.capture(
             vendor=self.vendor,
             api=API,
-            model=produced_by,
+            model=request.model,
             kind=KIND,
             value={"token_ids": list(ids), "text": text, "finish_reason": finish},
         )
@@ -363,8 +347,9 @@ class TokenAdapter:
             continuation=(payload,),
             stop_reason=finish,
             usage=self._usage(body.get("usage"), ids, parsed),
-            model=produced_by,
+            model=request.model,
             response_id=body.get("id") if isinstance(body.get("id"), str) else None,
+            response_model=echoed if isinstance(echoed, str) else None,
             prompt_ids=prompt_ids,
             completion_ids=ids,
         )
@@ -399,10 +384,11 @@ class TokenAdapter:
                 continue
         return None
 
-    def _parse(self, text: str) -> ParsedResponse:
+    def _parse(self, text: str, tools: Sequence[Mapping[str, Any]] = ()) -> ParsedResponse:
+        """The completion text parsed; XML tool parameters are read with the declared tools' types."""
         try:
             if isinstance(self.renderer, ChatTemplateRenderer):
-                return self.renderer.parse_response(text, tools=self._parse_tools)
+                return self.renderer.parse_response(text, tools=list(tools) or None)
             return self.renderer.parse_response(text)
         except TokensError as exc:
             raise MalformedResponse(f"completion cannot be parsed: {type(exc).__name__}: {exc}") from exc
@@ -410,9 +396,9 @@ class TokenAdapter:
     def _usage(self, raw: Any, ids: Sequence[int], parsed: ParsedResponse) -> Usage:
         prompt = completion = cached = 0
         if isinstance(raw, Mapping):
-            prompt, completion = int_field(raw.get("prompt_tokens")), int_field(raw.get("completion_tokens"))
+            prompt, completion = count(raw.get("prompt_tokens")), count(raw.get("completion_tokens"))
             details = raw.get("prompt_tokens_details")
-            cached = int_field(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+            cached = count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
         return Usage(
             uncached_input=prompt - cached,
             cache_read=cached,
@@ -432,42 +418,34 @@ class TokenAdapter:
                 return list(ids).index(close)
         return None
 
-    def restored(self) -> None:
-        """Nothing server-side to lose: the execution records carry every prompt and completion id."""
-        self._parsed.clear()
-
-    # -- I/O -----------------------------------------------------------------------------------------------
-    def call(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
-        """One ``completions.create``; the body as received and the bytes the SDK sent."""
-        import openai
-
-        _no_stream(stream)
-        with translated_errors(openai, "completions", stream=False):
-            raw = client.completions.with_raw_response.create(**request.kwargs)
-        return self._result(request, raw.http_response.content, raw.http_response.request.content)
-
-    async def acall(self, client: Any, request: VendorRequest, stream: bool) -> CallResult:
-        """The async twin of :meth:`call`."""
-        import openai
-
-        _no_stream(stream)
-        with translated_errors(openai, "completions", stream=False):
-            raw = await client.completions.with_raw_response.create(**request.kwargs)
-        return self._result(request, raw.http_response.content, raw.http_response.request.content)
+    # -- streaming and errors ------------------------------------------------------------------------------
+    @staticmethod
+    def streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        raise ProtocolViolation("TokenAdapter does not stream; create the session with stream=False")
 
     @staticmethod
-    def _result(request: VendorRequest, content: bytes, sent: bytes | None) -> CallResult:
-        try:
-            body = json.loads(content)
-        except ValueError as exc:
-            raise MalformedResponse(f"completion response is not JSON: {content[:80]!r}") from exc
-        prompt = tuple(int(i) for i in request.kwargs["prompt"])
-        return CallResult(CompletionExchange(prompt_ids=prompt, body=body), sent)
-
-
-def _no_stream(stream: bool) -> None:
-    if stream:
+    def assembler() -> StreamAssembler:
         raise ProtocolViolation("TokenAdapter does not stream; create the session with stream=False")
+
+    @staticmethod
+    def vendor_error(exc: Any, request: VendorRequest) -> VendorError | None:
+        return None
+
+
+def _canonical_message(step: Step) -> dict[str, Any]:
+    """A step this adapter did not sample, as the chat message a template renders: text and tool calls
+    (arguments as objects, as chat templates read them); no foreign reasoning."""
+    message: dict[str, Any] = {"role": "assistant", "content": step.text}
+    if step.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": dict(c.parsed_arguments())},
+            }
+            for c in step.tool_calls
+        ]
+    return message
 
 
 def _tools(prefix: Prefix) -> list[dict[str, Any]]:

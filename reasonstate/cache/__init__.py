@@ -1,5 +1,7 @@
-"""Prefix-cache guard: where a request diverges from the last one, and what the cache should return."""
+"""Prefix caches: each vendor's rules as data, the cache-read predictor, and the divergence guard."""
 
-from reasonstate.cache.guard import divergence, predict_breakpoint_cache
+from reasonstate.cache.guard import common_prefix_len, divergence
+from reasonstate.cache.predict import predict_cache_read
+from reasonstate.cache.rules import CacheRules
 
-__all__ = ["divergence", "predict_breakpoint_cache"]
+__all__ = ["CacheRules", "common_prefix_len", "divergence", "predict_cache_read"]

@@ -5,7 +5,8 @@ else of reasonstate but the errors.
 """
 
 from reasonstate.state.continuation import Continuation, digest_of
-from reasonstate.state.execution import ExecutionRecord, Usage
+from reasonstate.state.execution import ExecutionRecord, Usage, ids_digest
+from reasonstate.state.frozen import FrozenDict, FrozenList, freeze, thaw
 from reasonstate.state.history import (
     History,
     OpaquePart,
@@ -24,6 +25,8 @@ __all__ = [
     "Continuation",
     "EventKind",
     "ExecutionRecord",
+    "FrozenDict",
+    "FrozenList",
     "History",
     "OpaquePart",
     "Part",
@@ -38,4 +41,7 @@ __all__ = [
     "TurnView",
     "Usage",
     "digest_of",
+    "freeze",
+    "ids_digest",
+    "thaw",
 ]

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from reasonstate.errors import ContinuationMismatch
+from reasonstate.state.frozen import freeze
 
 __all__ = ["Continuation", "digest_of"]
 
@@ -68,21 +69,22 @@ class Continuation:
             )
 
     def checked(self) -> Any:
-        """The payload as a fresh JSON value, after :meth:`verify`."""
+        """The payload as a fresh, mutable JSON value, after :meth:`verify`."""
         self.verify()
         return json.loads(self.payload)
 
-    def shared_value(self) -> Any:
-        """The payload's JSON value after :meth:`verify`, parsed once and shared between requests.
+    @property
+    def value(self) -> Any:
+        """The payload's JSON value, frozen (:func:`~reasonstate.state.frozen.freeze`), after :meth:`verify`.
 
-        Read-only by contract: callers copy before changing anything (vendor SDKs deep-copy request
-        params before serializing them). The cached value is tied to the digest it was parsed under.
+        Parsed once from the verified bytes and shared between requests: nothing can change it, so what a
+        request sends is what was captured. The memo is tied to the digest it was parsed under.
         """
         self.verify()
         memo = self._parsed
         if memo and memo[0] == self.digest:
             return memo[1]
-        value = json.loads(self.payload)
+        value = freeze(json.loads(self.payload))
         memo[:] = [self.digest, value]
         return value
 

@@ -7,9 +7,20 @@ subtracts). ``prompt_tokens`` is derived, not stored.
 
 from __future__ import annotations
 
+import array
+from collections.abc import Sequence
+
 import attrs
 
-__all__ = ["ExecutionRecord", "Usage"]
+from reasonstate.errors import ContinuationMismatch
+from reasonstate.state.continuation import digest_of
+
+__all__ = ["ExecutionRecord", "Usage", "ids_digest"]
+
+
+def ids_digest(ids: Sequence[int]) -> str:
+    """``sha256`` of token ids as 64-bit integers: what a record's ids are checked against before reuse."""
+    return digest_of(array.array("q", ids).tobytes())
 
 
 @attrs.frozen(slots=True)
@@ -57,3 +68,17 @@ class ExecutionRecord:
     #: self-hosted models (token-in, token-out): the exact prompt and completion token ids
     prompt_ids: tuple[int, ...] | None = None
     completion_ids: tuple[int, ...] | None = None
+    #: the digest of the step's output as the model generated it, where a vendor caches it as a unit of
+    #: later prompts (DeepSeek persists a unit at the end of each output: docs/protocols.md §3.4)
+    output_unit: str | None = None
+    #: ``ids_digest(prompt_ids + completion_ids)`` taken when the record was made: ids restored from a
+    #: snapshot or changed in memory are refused, never reused as a prompt prefix
+    ids_seal: str | None = None
+
+    def verify_ids(self) -> None:
+        """Raise :class:`~reasonstate.errors.ContinuationMismatch` unless the token ids match their seal."""
+        if self.prompt_ids is None and self.completion_ids is None:
+            return
+        ids = (*(self.prompt_ids or ()), *(self.completion_ids or ()))
+        if self.ids_seal is None or ids_digest(ids) != self.ids_seal:
+            raise ContinuationMismatch(f"request {self.index}: token ids changed since they were recorded")

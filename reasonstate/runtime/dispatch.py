@@ -1,0 +1,72 @@
+"""Tool dispatch for ``Session.run``: each call's handler, parallel-safe runs concurrently, errors as results.
+
+Invariant: the results map has exactly the calls' ids, and the session sends them in the model's declared
+order whatever order the handlers finish in (the history invariant). A failing handler is a tool result
+(``is_error``), never a session failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import attrs
+
+from reasonstate.prefix import Prefix
+
+__all__ = ["ToolResult", "dispatch"]
+
+
+@attrs.frozen(slots=True)
+class ToolResult:
+    """A tool result with an error flag; plain values passed to ``send_tool_results`` mean success."""
+
+    content: Any
+    is_error: bool = False
+
+
+class _Call(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def arguments(self) -> Any: ...
+
+
+def dispatch(prefix: Prefix, calls: Sequence[_Call]) -> dict[str, Any]:
+    """Run each call's handler; consecutive parallel-safe calls run concurrently."""
+
+    def run_one(call: _Call) -> Any:
+        tool = prefix.tool(call.name)
+        if tool is None or tool.handler is None:
+            return ToolResult(f"no handler for tool {call.name!r}", is_error=True)
+        try:
+            return tool.handler(**call.arguments)
+        except Exception as exc:  # a failing tool is a tool result, not a session failure
+            return ToolResult(f"{type(exc).__name__}: {exc}", is_error=True)
+
+    results: dict[str, Any] = {}
+    chunk: list[_Call] = []
+
+    def flush() -> None:
+        if len(chunk) > 1:
+            with ThreadPoolExecutor(max_workers=min(8, len(chunk))) as pool:
+                for call, value in zip(chunk, pool.map(run_one, chunk), strict=True):
+                    results[call.id] = value
+        elif chunk:
+            results[chunk[0].id] = run_one(chunk[0])
+        chunk.clear()
+
+    for call in calls:
+        tool = prefix.tool(call.name)
+        if tool is not None and tool.parallel_safe:
+            chunk.append(call)
+            continue
+        flush()
+        results[call.id] = run_one(call)
+    flush()
+    return results

@@ -1,0 +1,118 @@
+"""Frozen JSON: the values the layers hold and hand out are immutable all the way down.
+
+``freeze(v)`` turns a JSON value (dicts, lists, str, numbers, bool, None) into :class:`FrozenDict` /
+:class:`FrozenList`: subclasses of ``dict`` / ``list`` that refuse every mutation, so the vendor SDKs,
+``json.dumps`` and ``isinstance(x, dict)`` checks accept them unchanged, and no caller can change a payload,
+a schema or a tool call's arguments through a reference it was given.
+
+Invariants:
+  * ``freeze(v) == v`` and ``json.dumps(freeze(v)) == json.dumps(v)`` (key order kept);
+  * ``freeze(freeze(v)) is freeze(v)`` for containers (already frozen values are not copied again);
+  * ``copy.copy`` / ``copy.deepcopy`` of a frozen value give plain, mutable ``dict`` / ``list`` copies
+    (the caller asked for something it may change).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn, SupportsIndex
+
+__all__ = ["FrozenDict", "FrozenList", "freeze", "thaw"]
+
+
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"{type(self).__name__} is immutable: copy it (dict(x) / list(x)) to change it")
+
+
+class FrozenDict(dict[str, Any]):
+    """A ``dict`` that cannot be changed after construction. Build with :func:`freeze`."""
+
+    __slots__ = ()
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __ior__ = _refuse
+    clear = _refuse
+    pop = _refuse
+    popitem = _refuse
+    setdefault = _refuse
+    update = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self.items()))
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return {k: copy.deepcopy(v, memo) for k, v in self.items()}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_dict, (list(self.items()),))
+
+
+class FrozenList(list[Any]):
+    """A ``list`` that cannot be changed after construction. Build with :func:`freeze`."""
+
+    __slots__ = ()
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __iadd__ = _refuse
+    __imul__ = _refuse
+    append = _refuse
+    clear = _refuse
+    extend = _refuse
+    insert = _refuse
+    pop = _refuse
+    remove = _refuse
+    reverse = _refuse
+    sort = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self))
+
+    def __copy__(self) -> list[Any]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        return [copy.deepcopy(v, memo) for v in self]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_list, (list(self),))
+
+    def __mul__(self, n: SupportsIndex) -> list[Any]:
+        return list(self) * n
+
+
+def _rebuild_dict(items: Iterable[tuple[str, Any]]) -> FrozenDict:
+    out = FrozenDict()
+    dict.update(out, items)
+    return out
+
+
+def _rebuild_list(items: Iterable[Any]) -> FrozenList:
+    out = FrozenList()
+    list.extend(out, items)
+    return out
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every dict and list (and tuple) replaced by a frozen copy; scalars as they are."""
+    if isinstance(value, (FrozenDict, FrozenList)):
+        return value
+    if isinstance(value, Mapping):
+        return _rebuild_dict((str(k), freeze(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return _rebuild_list(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A plain, mutable deep copy of a (frozen or not) JSON value."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
