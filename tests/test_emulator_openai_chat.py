@@ -1,5 +1,5 @@
 """The Chat Completions emulator (openai, deepseek, vllm, sglang dialects), driven by the real ``openai``
-SDK over real HTTP (protocols.md §2, §3)."""
+SDK over real HTTP (docs/protocols.md §2, §3)."""
 
 from __future__ import annotations
 

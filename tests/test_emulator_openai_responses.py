@@ -1,4 +1,4 @@
-"""The OpenAI Responses emulator, driven by the real ``openai`` SDK over real HTTP (protocols.md §1)."""
+"""The OpenAI Responses emulator, driven by the real ``openai`` SDK over real HTTP (docs/protocols.md §1)."""
 
 from __future__ import annotations
 

@@ -657,7 +657,7 @@ def test_a_clock_time_in_the_system_prompt_is_flagged(emulator: AnthropicEmulato
 
 
 def test_keep_last_cannot_rewrite_the_past_on_preserved_thinking_models(emulator: AnthropicEmulator) -> None:
-    # protocols.md §4.3 preserved thinking: a block is invalid once anything before it changed
+    # docs/protocols.md §4.3 preserved thinking: a block is invalid once anything before it changed
     emulator.script.extend([answer(0), answer(1), answer(2)])
     session = make_session(emulator, policy=KeepLast(1))
     session.switch_model("claude-opus-5-5")

@@ -1,5 +1,5 @@
 """Chat Completions end to end (openai, deepseek, vllm, sglang dialects): the real ``openai`` SDK over real
-HTTP against the strict emulator (protocols.md §2, §3)."""
+HTTP against the strict emulator (docs/protocols.md §2, §3)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def turn0(m2: dict[str, Any]) -> list[dict[str, Any]]:
     return [Q0, M0, *TOOL_RESULTS[:2], M1, TOOL_RESULTS[2], m2]
 
 
-# -- byte-exact replay inside the tool chain (protocols.md §3.3) -------------------------------------------
+# -- byte-exact replay inside the tool chain (docs/protocols.md §3.3) --------------------------------------
 
 
 def test_arguments_and_reasoning_content_go_back_byte_exact_through_a_parallel_chain(
@@ -172,7 +172,7 @@ def test_tool_definitions_are_function_tools_in_a_stable_order(deepseek: OpenAIC
     }
 
 
-# -- DeepSeek: the protocol rule no policy can override (protocols.md §3.3) ---------------------------------
+# -- DeepSeek: the protocol rule no policy can override (docs/protocols.md §3.3) ----------------------------
 
 
 NOTE = "(Summary of my earlier reasoning: compared Paris and Rome)\n\n" + ANSWER
@@ -280,7 +280,7 @@ def test_deepseek_usage_maps_hit_to_cache_read_and_miss_to_uncached(deepseek: Op
     assert second.reasoning == 12  # "Paris is mild. Check the local time in Rome too." = 48 bytes
 
 
-# -- vLLM, SGLang, OpenAI (protocols.md §2) ----------------------------------------------------------------
+# -- vLLM, SGLang, OpenAI (docs/protocols.md §2) -----------------------------------------------------------
 
 
 def test_vllm_reads_reasoning_and_replays_it_as_reasoning() -> None:

@@ -1,6 +1,6 @@
 """The core on the OpenAI Responses API, end to end: real ``openai`` SDK, real HTTP, the strict emulator.
 
-Each test names the protocols.md §1 rule or the painpoint (painpoints.md section B) it pins down.
+Each test names the docs/protocols.md §1 rule or the painpoint (painpoints.md section B) it pins down.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def test_keep_last_compaction_stays_pairable_and_is_traced(emulator: OpenAIRespo
 
 
 def test_reasoning_with_nothing_after_it_is_never_replayed(emulator: OpenAIResponsesEmulator) -> None:
-    # protocols.md §1.4 B.6: a truncated output holding only a reasoning item cannot be replayed
+    # docs/protocols.md §1.4 B.6: a truncated output holding only a reasoning item cannot be replayed
     emulator.script.extend([ModelAction(reasoning="cut short", stop="max_tokens"), answer(1)])
     session = make_session(emulator)
     reply = session.send("hi")

@@ -1,7 +1,7 @@
 """Stream assembly (reasonstate.adapters.streams), against two independent oracles:
 
 1. hand-written SSE transcripts whose expected result is written out by hand — the vendor examples of
-   ../shared/protocols.md (§1.7 Responses, §3.6 DeepSeek chat, §4.6 Anthropic) copied verbatim;
+   docs/protocols.md (§1.7 Responses, §3.6 DeepSeek chat, §4.6 Anthropic) copied verbatim;
 2. the strict emulators over real HTTP: the same scripted answer is asked for once non-streamed and once
    streamed (raw ``httpx2``, the emulator's auth header), the streamed body is fed to the assembler, and
    the result must equal the non-streamed JSON, key order included.
@@ -177,7 +177,7 @@ def test_the_module_is_pure() -> None:
 
 # -- Anthropic: the §4.6 example, streamed as §4.5 describes ----------------------------------------------
 
-# protocols.md §4.6, verbatim
+# docs/protocols.md §4.6, verbatim
 ANTHROPIC_46 = json.loads(
     """
 {
@@ -469,7 +469,7 @@ def test_anthropic_unknown_events_and_blocks_pass_through() -> None:
 
 # -- OpenAI Responses: the §1.7 example, streamed as §1.6 describes ----------------------------------------
 
-# protocols.md §1.7, verbatim
+# docs/protocols.md §1.7, verbatim
 RESPONSES_17 = json.loads(
     """
 {
@@ -658,7 +658,7 @@ def test_responses_event_that_is_not_a_json_object_is_malformed(data: str) -> No
 
 # -- Chat Completions: the §3.6 DeepSeek example -----------------------------------------------------------
 
-# protocols.md §3.6, verbatim
+# docs/protocols.md §3.6, verbatim
 DEEPSEEK_36 = json.loads(
     """
 {

@@ -62,7 +62,7 @@ class ProtocolRules:
     """What a vendor API requires of a request, as data the session and policies obey.
 
     * ``tool_steps_keep_reasoning``: a step that made tool calls keeps its reasoning in every later request
-      (DeepSeek thinking mode, protocols.md §3.3); policies cannot drop it.
+      (DeepSeek thinking mode, docs/protocols.md §3.3); policies cannot drop it.
     * ``reasoning_only_steps_keep_reasoning``: a step whose only output is reasoning keeps it (an assistant
       message may not be empty).
     * ``append_only_models``: models whose replayed reasoning must sit on an unchanged prefix; for them
@@ -74,7 +74,7 @@ class ProtocolRules:
     tool_steps_keep_reasoning: bool = False
     reasoning_only_steps_keep_reasoning: bool = True
     #: model-name fragments whose reasoning is bound to the exact prefix it was produced on, so a closed
-    #: turn's view can never be rewritten later (Anthropic preserved thinking, protocols.md §4.3)
+    #: turn's view can never be rewritten later (Anthropic preserved thinking, docs/protocols.md §4.3)
     append_only_models: tuple[str, ...] = ()
 
     def may_rewrite_past(self, model: str) -> bool:

@@ -1,6 +1,6 @@
 """OpenAI Chat Completions codec, four dialects: openai, deepseek, vllm, sglang (docs/protocols.md §2, §3).
 
-Rules encoded here, each from protocols.md:
+Rules encoded here, each from docs/protocols.md:
   * every assistant message is replayed from the verbatim continuation payload of the response message
     (``choices[0].message`` as received: key order, unknown extra fields and the tool-call ``arguments``
     string byte for byte); the only edits ever made are removing the reasoning field when the frozen view

@@ -2,7 +2,7 @@
 
 Two modes, chosen by the ``store`` request option:
 
-* **stateless** (default, ``store=False``; protocols.md §1.4 B): every request carries the whole
+* **stateless** (default, ``store=False``; docs/protocols.md §1.4 B): every request carries the whole
   transcript. ``include=["reasoning.encrypted_content"]`` is always asked for (without it a stateless
   replay is the 404 of openai/openai-agents-python#919); every output item goes back verbatim, in its
   original order — ``reasoning`` with its ``encrypted_content`` and ``summary``, ``function_call`` with its
@@ -21,7 +21,7 @@ Two modes, chosen by the ``store`` request option:
   :class:`PreviousResponseNotFound`; the session is unchanged and the adapter forgets the chain, so the
   retry is a traced full replay. A retry therefore does *not* send the same bytes — on purpose.
 
-Rules encoded here (protocols.md §1.4 B):
+Rules encoded here (docs/protocols.md §1.4 B):
 
 * pairing: a reasoning item goes back only immediately followed by the item that followed it (B.1); a
   reasoning item with no non-reasoning item after it in its own output is never replayed (B.6,

@@ -1,5 +1,5 @@
 """Stream assembly, one pure unit per vendor: feed the lines of a server-sent-events stream, get the JSON
-object the vendor's non-streamed endpoint returns for the same answer (protocols.md §1.6, §2, §3, §4.5).
+object the vendor's non-streamed endpoint returns for the same answer (docs/protocols.md §1.6, §2, §3, §4.5).
 
 Sans-I/O: nothing here imports a vendor SDK, opens a socket or reads a clock. The caller moves the bytes
 (``http.iter_lines()``, ``http.iter_bytes()``, a file, a test transcript) and calls ``feed`` per line (or
@@ -234,7 +234,7 @@ def _in_wire_order(value: Mapping[str, Any], order: Sequence[str]) -> dict[str, 
 
 # -- Anthropic Messages (§4.5) ----------------------------------------------------------------------------
 
-#: the top-level key order of a non-streamed Messages response (protocols.md §4.6; the emulator's body)
+#: the top-level key order of a non-streamed Messages response (docs/protocols.md §4.6; the emulator's body)
 _MESSAGE_ORDER = ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")
 #: the usage key order of a non-streamed response (§4.6 example; the rest in the order §4.4 lists them)
 _USAGE_ORDER = (
@@ -276,7 +276,7 @@ class _OpenBlock:
 
 
 class AnthropicAssembler(StreamAssembler):
-    """The Messages ``message`` object from its SSE stream (protocols.md §4.5).
+    """The Messages ``message`` object from its SSE stream (docs/protocols.md §4.5).
 
     Invariant: for a server that streams what it would return, ``finish(stream(m)) == m`` with the same
     key order (§4.6): top level ``id, type, role, model, content, stop_reason, stop_sequence, usage``;
@@ -456,7 +456,7 @@ def _close_block(block: _OpenBlock, index: int) -> None:
 
 
 class ResponsesAssembler(StreamAssembler):
-    """The Responses ``response`` object from its SSE stream (protocols.md §1.6).
+    """The Responses ``response`` object from its SSE stream (docs/protocols.md §1.6).
 
     Invariant: for a server that streams what it would return, ``finish(stream(r)) == r``, in wire key
     order: the JSON of the terminal event is parsed as sent. The output items are taken from
@@ -508,7 +508,7 @@ _DONE = "[DONE]"
 
 
 class ChatAssembler(StreamAssembler):
-    """The ``chat.completion`` object from its SSE stream (protocols.md §2, §3; ``include_usage`` on).
+    """The ``chat.completion`` object from its SSE stream (docs/protocols.md §2, §3; ``include_usage`` on).
 
     Invariant: for a server that streams what it would return, ``finish(stream(c)) == c`` on
     ``choices[0].message`` (key order ``role, content, reasoning, reasoning_content, tool_calls``, then

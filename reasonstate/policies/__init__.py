@@ -10,7 +10,7 @@ Only :class:`KeepLast` ever revisits an earlier turn: keeping the last ``n`` tur
 ``t - n`` when turn ``t`` closes. That is an explicit compaction of the past and costs a cache break at the
 rewritten turn each time; the trace says so.
 
-Cost model (seed 004): with a reusable generated branch, keeping costs ``|U|`` prefill next turn and
+Cost model: with a reusable generated branch, keeping costs ``|U|`` prefill next turn and
 dropping costs ``|A| + |U|``, but dropping shortens every later context by ``|R|``. So dropping pays when
 reasoning is long relative to the answer (:class:`CacheAware`).
 """

@@ -1,6 +1,6 @@
 """Strict local emulators of the vendor HTTP APIs, on 127.0.0.1, for tests without the network.
 
-The emulators are written from the vendor facts (../shared/protocols.md), never from our adapters: they do
+The emulators are written from the vendor facts (docs/protocols.md), never from our adapters: they do
 not import ``reasonstate.adapters`` or ``reasonstate.session``, so they cannot agree with our own bugs.
 """
 

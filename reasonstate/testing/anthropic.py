@@ -1,6 +1,6 @@
 """A strict emulator of the Anthropic Messages API (``POST /v1/messages``), for tests without the network.
 
-Written from the vendor facts (../shared/protocols.md §0, §4), never from our adapters: this module does not
+Written from the vendor facts (docs/protocols.md §0, §4), never from our adapters: this module does not
 import ``reasonstate.adapters``, ``reasonstate.session`` or ``reasonstate.state``. The ``anthropic`` SDK is
 imported only inside :meth:`AnthropicEmulator.client` / :meth:`AnthropicEmulator.async_client`.
 

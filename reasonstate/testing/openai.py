@@ -4,7 +4,7 @@ bearer auth, fault helpers, and the token-level prefix arithmetic both cache sim
 The emulators themselves live next door: :mod:`reasonstate.testing.openai_responses`
 (``POST /v1/responses``) and :mod:`reasonstate.testing.openai_chat` (``POST /v1/chat/completions`` with
 the openai, deepseek, vllm and sglang dialects). Like every emulator they are written from
-../shared/protocols.md alone and never import ``reasonstate.adapters``, ``reasonstate.session`` or
+docs/protocols.md alone and never import ``reasonstate.adapters``, ``reasonstate.session`` or
 ``reasonstate.state``; the ``openai`` SDK is imported only inside :meth:`OpenAIFamilyEmulator.client`
 and :meth:`OpenAIFamilyEmulator.async_client`, so this module imports without it.
 
@@ -30,7 +30,7 @@ Token arithmetic (used by both emulators, stated once here):
     ``prompt_tokens = Σ count_tokens(item)`` and two prompts share every token of their common leading
     items plus ``lcp // 4`` tokens of the first item where they differ: :func:`shared_item_tokens`. A
     prompt that extends an earlier one therefore shares exactly that earlier prompt's token count;
-  * OpenAI's rule (protocols.md §1.5): nothing is cached below 1024 prompt tokens, and hits come in
+  * OpenAI's rule (docs/protocols.md §1.5): nothing is cached below 1024 prompt tokens, and hits come in
     128-token increments above 1024: :func:`openai_cached_tokens`.
 """
 
@@ -86,7 +86,7 @@ def openai_error(
     code: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    """OpenAI's error envelope ``{"error": {"message", "type", "param", "code"}}`` (protocols.md §0)."""
+    """OpenAI's error envelope ``{"error": {"message", "type", "param", "code"}}`` (docs/protocols.md §0)."""
     body = {"error": {"message": message, "type": type, "param": param, "code": code}}
     return JSONResponse(status, body, dict(headers or {}))
 
@@ -130,7 +130,7 @@ def shared_item_tokens(prompt: Sequence[bytes], earlier: Sequence[bytes]) -> int
 
 
 def openai_cached_tokens(prompt_tokens: int, matched_tokens: int) -> int:
-    """OpenAI's reported ``cached_tokens`` (protocols.md §1.5).
+    """OpenAI's reported ``cached_tokens`` (docs/protocols.md §1.5).
 
     ``0`` when the prompt is under 1024 tokens or the match is; otherwise the largest ``1024 + 128k``
     that is ``<= matched_tokens``.
@@ -145,7 +145,8 @@ class OpenAIFamilyEmulator:
 
     Use it as a context manager (or :meth:`start`/:meth:`stop`). ``base_url`` is the server root
     (``http://127.0.0.1:PORT``); :meth:`client` points the SDK at ``root + sdk_path`` (``/v1`` for OpenAI).
-    Every request must carry ``Authorization: Bearer <anything>`` or it is answered 401 (protocols.md §0).
+    Every request must carry ``Authorization: Bearer <anything>`` or it is answered 401
+    (docs/protocols.md §0).
     The handler runs under one lock, so concurrent requests see a consistent store and cache.
     ``aliases`` is the complete alias → dated id table this emulator resolves (each subclass merges its
     defaults with the caller's entries before it gets here).

@@ -1,5 +1,5 @@
 """A strict emulator of Chat Completions (``POST /v1/chat/completions``, also ``POST /chat/completions``
-for DeepSeek's base URL) in four dialects, written from protocols.md §2 and §3.
+for DeepSeek's base URL) in four dialects, written from docs/protocols.md §2 and §3.
 
 Dialects (what differs is where reasoning lives, which rules are enforced, and how the cache reports):
 
@@ -167,7 +167,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
     """``POST /v1/chat/completions`` (and ``/chat/completions``) under the rules in the module docstring.
 
     :meth:`client` uses ``root + "/v1"``, except for the deepseek dialect, whose documented base URL has no
-    ``/v1`` (protocols.md §0, §3). ``transform`` rewrites each successful completion before it is sent
+    ``/v1`` (docs/protocols.md §0, §3). ``transform`` rewrites each successful completion before it is sent
     (streamed chunks are derived from the rewritten completion). ``aliases`` adds alias → dated id
     entries to the dialect's table (:data:`MODEL_ALIASES` for openai, empty otherwise) or overrides them.
     """

@@ -1,4 +1,4 @@
-"""A strict emulator of the OpenAI Responses API (``POST /v1/responses``), written from protocols.md §1.
+"""A strict emulator of the OpenAI Responses API (``POST /v1/responses``), written from docs/protocols.md §1.
 
 What it enforces (each rule cites its section; error texts are the ones observed in the wild):
 
