@@ -17,8 +17,7 @@ import reasonstate as rs
 from reasonstate.adapters import adapter_for
 from reasonstate.adapters.openai_chat import OpenAIChatAdapter
 from reasonstate.adapters.streams import ChatAssembler
-from reasonstate.cache.predict import predict_cache_read
-from reasonstate.cache.rules import DEEPSEEK
+from reasonstate.cache.rules import DEEPSEEK, predict_cache_read
 from reasonstate.policies import CacheAware, Compress, Drop, Keep, KeepLast
 from reasonstate.state import EventKind, ExecutionRecord, ReasoningPart, Usage, digest_of
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec

@@ -35,11 +35,12 @@ from reasonstate.adapters.base import (
     Endpoint,
     ProtocolRules,
     VendorRequest,
+    count,
     payload_of,
     summary_note,
+    unit_digest,
 )
 from reasonstate.adapters.streams import AnthropicAssembler
-from reasonstate.adapters.units import count, unit_digest
 from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.guard import divergence
 from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError

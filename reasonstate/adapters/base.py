@@ -31,6 +31,7 @@ from reasonstate.state import (
     Turn,
     TurnView,
     Usage,
+    digest_of,
 )
 
 __all__ = [
@@ -40,10 +41,33 @@ __all__ = [
     "ProtocolRules",
     "StreamAssembler",
     "VendorRequest",
+    "compact",
+    "count",
     "payload_of",
     "request_digest",
     "summary_note",
+    "unit_digest",
 ]
+
+
+# -- prefix units: the compact JSON bytes of one piece of a request (a tool, a system block, a message or
+# content block) and the digest the cache guard compares, piece by piece (docs/protocols.md §1.5, §3.4, §4.4)
+
+
+def compact(value: Any) -> bytes:
+    """Compact JSON, keys in their given order, non-ASCII kept: how payloads are captured and sent."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def unit_digest(value: Any) -> str:
+    """The digest of one prefix unit: ``digest_of(compact(value))``."""
+    return digest_of(compact(value))
+
+
+def count(value: Any) -> int:
+    """A usage figure, or 0 when the vendor left it out or sent something that is not an integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
 
 
 def summary_note(summary: str) -> str:

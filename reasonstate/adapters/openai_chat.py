@@ -46,10 +46,10 @@ from reasonstate.adapters.base import (
     Endpoint,
     ProtocolRules,
     VendorRequest,
+    count,
     summary_note,
 )
 from reasonstate.adapters.streams import ChatAssembler
-from reasonstate.adapters.units import count
 from reasonstate.cache import rules as cache_rules
 from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
 from reasonstate.prefix import Prefix, canonical_json

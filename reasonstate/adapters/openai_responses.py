@@ -64,12 +64,13 @@ from reasonstate.adapters.base import (
     Endpoint,
     ProtocolRules,
     VendorRequest,
+    count,
     payload_of,
     summary_note,
+    unit_digest,
 )
 from reasonstate.adapters.streams import ResponsesAssembler
 from reasonstate.adapters.transport import status_message
-from reasonstate.adapters.units import count, unit_digest
 from reasonstate.cache import rules as cache_rules
 from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
 from reasonstate.prefix import Prefix

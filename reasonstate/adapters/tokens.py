@@ -27,7 +27,7 @@ The token ids a bridge reuses are checked first: ``ExecutionRecord.verify_ids`` 
 the record was made (so ids edited in memory or in a snapshot are refused), and the completion ids against
 the digest-checked ``completion`` payload.
 
-Prefix-cache prediction: :mod:`reasonstate.cache.predict`, scheme ``tokens`` (vLLM's automatic prefix
+Prefix-cache prediction: :mod:`reasonstate.cache.rules`, scheme ``tokens`` (vLLM's automatic prefix
 caching, as :mod:`reasonstate.testing.completions` documents it), with this adapter's ``block_size``.
 
 SGLang's RadixAttention caches per token (``page_size`` 1): the ``sglang`` dialect defaults to
@@ -49,11 +49,11 @@ from reasonstate.adapters.base import (
     ProtocolRules,
     StreamAssembler,
     VendorRequest,
+    count,
     summary_note,
 )
-from reasonstate.adapters.units import count
 from reasonstate.cache import rules as cache_rules
-from reasonstate.cache.predict import shared_tokens
+from reasonstate.cache.rules import shared_tokens
 from reasonstate.errors import (
     ContinuationMismatch,
     MalformedResponse,

@@ -1,14 +1,22 @@
-"""Each vendor's prefix cache, as data: granularity, minimums, breakpoints and lookback, with the source.
+"""Each vendor's prefix cache, as data (granularity, minimums, breakpoints and lookback, with the source),
+and the cache read a vendor will report for a request, predicted from that data before it is sent.
 
-The predictor (:mod:`reasonstate.cache.predict`), the Anthropic breakpoint placement and the guard read these
-values; nothing about a vendor's cache is written anywhere else. Every entry cites ``docs/protocols.md``.
+Token counts are never estimated: they are learned from what the vendor reported for earlier requests (a
+request's prompt tokens are the token count of its whole unit chain), so a prediction is either exact or
+``None`` (not knowable). One function per :data:`Scheme`, all reading :class:`CacheRules`, so a vendor's
+rule lives in one place; the Anthropic breakpoint placement reads the same entry. Every entry cites
+``docs/protocols.md``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import attrs
+
+from reasonstate.cache.guard import common_prefix_len, divergence
+from reasonstate.state import ExecutionRecord
 
 __all__ = [
     "ANTHROPIC",
@@ -20,6 +28,8 @@ __all__ = [
     "TOKENS_VLLM",
     "CacheRules",
     "Scheme",
+    "predict_cache_read",
+    "shared_tokens",
 ]
 
 #: ``breakpoints``: explicit ``cache_control`` markers (Anthropic); ``items``: automatic caching of any
@@ -83,3 +93,173 @@ DEEPSEEK = CacheRules(scheme="persisted", source="docs/protocols.md §3.4")
 SELF_HOSTED_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §2.2", block=16)
 TOKENS_VLLM = CacheRules(scheme="tokens", source="docs/protocols.md §2.2 (vLLM block_size 16)", block=16)
 TOKENS_SGLANG = CacheRules(scheme="tokens", source="docs/protocols.md §2.2 (SGLang page_size 1)", block=1)
+
+
+def predict_cache_read(
+    rules: CacheRules,
+    model: str,
+    units: Sequence[str],
+    records: Sequence[ExecutionRecord],
+    *,
+    breakpoints: Sequence[int] = (),
+    prefix_units: int = 0,
+    prompt_ids: Sequence[int] | None = None,
+) -> int | None:
+    """What the vendor will report as cache read for a request with these prefix ``units``.
+
+    ``breakpoints`` and ``prefix_units`` matter for explicit breakpoints, ``prompt_ids`` for token-level
+    engines. ``records`` are the session's earlier successful requests, oldest first.
+    """
+    if rules.scheme == "breakpoints":  # entries of other models are never read: filter before the window
+        own = [r for r in records if r.model == model][-rules.recent :]
+        return _breakpoints(rules, model, units, own, breakpoints, prefix_units)
+    recent = records[-rules.recent :]
+    if rules.scheme == "items":
+        return _items(rules, model, units, recent)
+    if rules.scheme == "tokens":
+        return _tokens(rules, prompt_ids or (), recent)
+    return _messages(rules, model, units, recent)
+
+
+def _breakpoints(
+    rules: CacheRules,
+    model: str,
+    units: Sequence[str],
+    records: Sequence[ExecutionRecord],
+    breakpoints: Sequence[int],
+    prefix_units: int,
+) -> int | None:
+    """Explicit breakpoints (docs/protocols.md §4.4).
+
+    A cache entry exists for every earlier request's full unit chain (its last breakpoint is its newest
+    message) when its prompt had at least the model's minimum. An entry is read when it is an exact prefix
+    of this request ending at most ``lookback_units`` before one of this request's breakpoints. The hit is
+    the largest such entry's token count. When nothing known matches but an earlier request with the same
+    stable prefix may have cached that prefix alone (of unknown size), the answer is None.
+    """
+    minimum = rules.minimum(model)
+    best = 0
+    matched_prefix_only = False
+    units_t = tuple(units)
+    for rec in reversed(records):
+        n = len(rec.blocks)
+        if n > len(units_t) or units_t[:n] != rec.blocks:
+            if prefix_units and rec.blocks[:prefix_units] == units_t[:prefix_units]:
+                matched_prefix_only = True
+            continue
+        tokens = rec.usage.prompt_tokens
+        if tokens < minimum or tokens <= best:
+            continue
+        if any(n <= b <= n + rules.lookback_units for b in breakpoints):
+            best = tokens
+    if best == 0 and matched_prefix_only:
+        return None
+    return best
+
+
+def _items(
+    rules: CacheRules, model: str, units: Sequence[str], records: Sequence[ExecutionRecord]
+) -> int | None:
+    """Automatic caching by input item (OpenAI Responses, docs/protocols.md §1.5).
+
+    OpenAI caches every earlier prompt of the same namespace (``units[0]``: model + ``prompt_cache_key``).
+    ``matched`` is the longest token prefix shared with any earlier prompt; it is known exactly when the
+    longest unit prefix ``M`` this request shares with an earlier request is itself an earlier request's
+    whole prompt and no earlier request diverges *inside* unit ``M``. Otherwise None, unless every earlier
+    prompt was below the minimum (then 0).
+    """
+    q = tuple(units)
+    same = [r for r in records if r.blocks and q and r.blocks[0] == q[0]]
+    if not same:
+        return 0
+    shared: list[int] = []
+    for r in same:
+        d = divergence(q, r.blocks)
+        shared.append(len(r.blocks) if d is None else d)
+    m = max(shared)
+    known = next(
+        (r.usage.prompt_tokens for r, s in zip(same, shared, strict=True) if s == len(r.blocks) == m),
+        None,
+    )
+    inside = any(s == m < len(r.blocks) for r, s in zip(same, shared, strict=True)) and m < len(q)
+    if known is None or inside:
+        # nothing can share more tokens than it had
+        return 0 if max(r.usage.prompt_tokens for r in same) < rules.minimum(model) else None
+    return rules.reported(known, model)
+
+
+def _messages(
+    rules: CacheRules, model: str, units: Sequence[str], records: Sequence[ExecutionRecord]
+) -> int | None:
+    """Automatic caching per chat message: OpenAI Chat, vLLM/SGLang, DeepSeek (``persisted``).
+
+    An earlier request's whole unit chain has its reported ``prompt_tokens``; on DeepSeek its chain plus
+    its output unit (``ExecutionRecord.output_unit``: the step's message as generated) has ``prompt_tokens
+    + completion_tokens`` (docs/protocols.md §3.4: a unit is persisted at the end of the model output). Let
+    ``K`` be the longest such known chain that is a prefix of this request. The prediction is exact unless
+    an earlier request shares more than ``K`` with this one while ending elsewhere (the shared run then
+    ends inside tokens never reported): None.
+
+    * OpenAI (§1.5): 0 below 1024 shared tokens, else ``1024 + 128k <= shared``;
+    * vLLM/SGLang (``block`` 16): full blocks of ``min(shared, prompt_tokens - 1)``;
+    * DeepSeek (§3.4): the tokens of ``K``; None when a common prefix DeepSeek persisted between two
+      earlier requests is longer than ``K`` and of unknown size.
+    """
+    persisted = rules.scheme == "persisted"
+    recs = [r for r in records if r.model == model]
+    q = tuple(units)
+    known: dict[tuple[str, ...], int] = {}
+    for r in recs:
+        known[r.blocks] = r.usage.prompt_tokens
+        if persisted and r.output_unit is not None:
+            with_output: tuple[str, ...] = (*r.blocks, r.output_unit)
+            known[with_output] = r.usage.prompt_tokens + r.usage.output
+    best_len, best = 0, 0
+    for chain, tokens in known.items():
+        n = len(chain)
+        if n <= len(q) and n >= best_len and q[:n] == chain:
+            best_len, best = n, max(best, tokens) if n == best_len else tokens
+    shares = [_common(q, r.blocks) for r in recs]
+    if persisted:
+        for i, r in enumerate(recs):
+            if shares[i] <= best_len:
+                continue
+            for earlier in recs[:i]:
+                common = _common(r.blocks, earlier.blocks)
+                if best_len < common <= shares[i] and r.blocks[:common] not in known:
+                    return None
+        return best
+    if any(s > best_len for s in shares):
+        return None
+    if rules.block == 1:
+        return rules.reported(best, model)
+    # the last prompt token is always computed: an identical prompt reuses at most prompt_tokens - 1
+    reusable = best - 1 if best_len == len(q) else best
+    return rules.block * (max(reusable, 0) // rules.block)
+
+
+def _tokens(rules: CacheRules, prompt: Sequence[int], records: Sequence[ExecutionRecord]) -> int:
+    """A self-hosted engine's KV blocks (vLLM automatic prefix caching, SGLang RadixAttention).
+
+    A finished request leaves the full blocks of ``(p + c)[:-1]`` cached, and a new prompt ``q`` hits the
+    longest run of whole blocks of ``q[:-1]`` that some earlier sequence shares::
+
+        cached(q) == max over earlier (p, c) of  lcp(q[:-1], (p + c)[:-1]) // block * block
+    """
+    return shared_tokens(prompt, records) // rules.block * rules.block
+
+
+def shared_tokens(prompt: Sequence[int], records: Sequence[ExecutionRecord]) -> int:
+    """``max over earlier (p, c) of lcp(q[:-1], (p + c)[:-1])``: the prompt tokens whose KV exists."""
+    best = 0
+    query = list(prompt[: len(prompt) - 1])
+    for r in records:
+        if r.prompt_ids is None or r.completion_ids is None:
+            continue
+        seq = [*r.prompt_ids, *r.completion_ids]
+        best = max(best, common_prefix_len(query, seq[: len(seq) - 1]))
+    return best
+
+
+def _common(a: Sequence[str], b: Sequence[str]) -> int:
+    return common_prefix_len(tuple(a), tuple(b))

@@ -18,7 +18,7 @@ import attrs
 
 from reasonstate.adapters.base import Adapter, DecodedStep, VendorRequest, request_digest
 from reasonstate.cache.guard import divergence
-from reasonstate.cache.predict import predict_cache_read
+from reasonstate.cache.rules import predict_cache_read
 from reasonstate.errors import PolicyConflict
 from reasonstate.policies import Policy, answer_tokens, reasoning_tokens
 from reasonstate.prefix import Prefix
