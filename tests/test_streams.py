@@ -1,7 +1,8 @@
 """Stream assembly (reasonstate.adapters.streams), against two independent oracles:
 
-1. hand-written SSE transcripts whose expected result is written out by hand — the vendor examples of
-   docs/protocols.md (§1.7 Responses, §3.6 DeepSeek chat, §4.6 Anthropic) copied verbatim;
+1. hand-written SSE transcripts whose expected result is written out by hand — the verified examples
+   that docs/protocols.md §1.7 (Responses), §3.6 (DeepSeek chat) and §4.6 (Anthropic) describe, copied
+   verbatim from the vendor reference those sections were written from;
 2. the strict emulators over real HTTP: the same scripted answer is asked for once non-streamed and once
    streamed (raw ``httpx2``, the emulator's auth header), the streamed body is fed to the assembler, and
    the result must equal the non-streamed JSON, key order included.
@@ -177,7 +178,7 @@ def test_the_module_is_pure() -> None:
 
 # -- Anthropic: the §4.6 example, streamed as §4.5 describes ----------------------------------------------
 
-# docs/protocols.md §4.6, verbatim
+# the verified example of docs/protocols.md §4.6, verbatim
 ANTHROPIC_46 = json.loads(
     """
 {
@@ -362,6 +363,15 @@ def test_anthropic_empty_tool_input_concatenation_is_an_empty_object() -> None:
     same_json(message["content"], [{"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}])
 
 
+def test_anthropic_input_json_deltas_replace_the_start_input() -> None:
+    lines = anthropic_stream(
+        block(0, {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {"placeholder": True}}),
+        delta(0, type="input_json_delta", partial_json=""),
+        stop(0),
+    )
+    assert AnthropicAssembler.assemble(lines)["content"][0]["input"] == {}
+
+
 def test_anthropic_tool_input_keeps_the_streamed_key_order() -> None:
     message = AnthropicAssembler.assemble(tool_stream('{"z": 1, "a"', ': {"y": [1, 2], "b": null}}'))
     assert json.dumps(message["content"][0]["input"]) == '{"z": 1, "a": {"y": [1, 2], "b": null}}'
@@ -373,7 +383,7 @@ def test_anthropic_a_block_without_input_json_deltas_keeps_its_start_input() -> 
 
 
 @pytest.mark.parametrize(
-    "pieces", [('{"city": "Par',), ('{"city": "Paris"}', "}"), ("[1, 2]",), ("null",), ('"x"',)]
+    "pieces", [('{"city": "Par',), ('{"city": "Paris"}', "}"), ("[1, 2]",), ("null",), ('"x"',), (" ",)]
 )
 def test_anthropic_tool_input_that_is_not_a_json_object_is_malformed(pieces: tuple[str, ...]) -> None:
     with pytest.raises(MalformedResponse, match="content block 0"):
@@ -469,7 +479,7 @@ def test_anthropic_unknown_events_and_blocks_pass_through() -> None:
 
 # -- OpenAI Responses: the §1.7 example, streamed as §1.6 describes ----------------------------------------
 
-# docs/protocols.md §1.7, verbatim
+# the verified example of docs/protocols.md §1.7, verbatim
 RESPONSES_17 = json.loads(
     """
 {
@@ -658,7 +668,7 @@ def test_responses_event_that_is_not_a_json_object_is_malformed(data: str) -> No
 
 # -- Chat Completions: the §3.6 DeepSeek example -----------------------------------------------------------
 
-# docs/protocols.md §3.6, verbatim
+# the verified example of docs/protocols.md §3.6, verbatim
 DEEPSEEK_36 = json.loads(
     """
 {

@@ -68,11 +68,11 @@ class SSEEvent:
 class SSEParser:
     """Server-sent events from lines: ``feed(line)`` returns the events that line completed.
 
-    Invariant: for events ``e`` framed as ``event: <name>\ndata: <line 1>\ndata: <line 2>...\n\n``,
+    Invariant: for events ``e`` framed as ``event: <name>\\ndata: <line 1>\\ndata: <line 2>...\\n\\n``,
     ``[x for line in lines(frame(e)) for x in feed(line)] == e`` and then ``finish() is None``.
 
     ``feed`` takes one line without its terminator; a string holding CR, LF or CRLF is split there first
-    (a trailing terminator just ends its line), so ``feed("data: x\n")`` is ``feed("data: x")``.
+    (a trailing terminator just ends its line), so ``feed("data: x\\n")`` is ``feed("data: x")``.
     ``feed_bytes`` takes raw body chunks of any size (UTF-8; a CRLF split across two chunks is one
     terminator). A leading byte-order mark is dropped, as the standard says.
 
@@ -437,7 +437,7 @@ class AnthropicAssembler(StreamAssembler):
 def _close_block(block: _OpenBlock, index: int) -> None:
     if block.partial_json is not None:
         text = "".join(block.partial_json)
-        if text.strip() == "":
+        if text == "":
             block.value["input"] = {}
         else:
             try:
