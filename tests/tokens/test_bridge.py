@@ -1,4 +1,10 @@
-"""bridge_to_next_turn: ``B[:len(p) + len(c)] == p + c``, whatever the model wrote and wherever it stopped."""
+"""bridge_to_next_turn: ``B[:len(p) + len(c)] == p + c``, whatever the model wrote and wherever it stopped.
+
+That equation holds by construction (the bridge copies ``p + c``); what it appends is checked here against
+literal text, with prompts rendered and tokenized directly (``direct.py``) and completions written by hand.
+Whether the whole bridged prompt is what the template renders is checked against a direct jinja2 render in
+``test_bridge_direct.py``.
+"""
 
 from __future__ import annotations
 
@@ -13,91 +19,97 @@ from reasonstate.tokens.families import CallSpec, ModelTurn
 from reasonstate.tokens.matrix import TOOLS
 from reasonstate.tokens.vocab import decode_lossy
 
+from . import direct
+
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
 FOLLOW_UP = [{"role": "user", "content": "And 3+3?"}]
 
 
 def test_bridge_appends_only_the_new_turn_and_the_generation_prompt(qwen: ChatTemplateRenderer) -> None:
-    p = qwen.encode(qwen.render_text(QUESTION))
-    c = qwen.encode("Simple arithmetic.\n</think>\n\n4<|im_end|>")
+    p = direct.qwen_ids(direct.render("qwen3.6", QUESTION))
+    c = direct.qwen_ids("Simple arithmetic.\n</think>\n\n4<|im_end|>")
     bridged = qwen.bridge_to_next_turn(p, c, FOLLOW_UP)
     assert bridged is not None and bridged.token_ids is not None
     assert bridged.token_ids[: len(p) + len(c)] == tuple(p + c)
-    assert qwen.decode(bridged.token_ids[len(p) + len(c) :]) == (
+    assert direct.qwen_text(bridged.token_ids[len(p) + len(c) :]) == (
         "\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n<think>\n"
     )
 
 
 def test_bridge_message_indices_mark_carried_new_and_structure_tokens(qwen: ChatTemplateRenderer) -> None:
-    p = qwen.encode(qwen.render_text(QUESTION))
-    c = qwen.encode("Simple.\n</think>\n\n4<|im_end|>")
+    p = direct.qwen_ids(direct.render("qwen3.6", QUESTION))
+    c = direct.qwen_ids("Simple.\n</think>\n\n4<|im_end|>")
     bridged = qwen.bridge_to_next_turn(p, c, FOLLOW_UP)
     assert bridged is not None and bridged.token_ids is not None and bridged.message_indices is not None
     n = len(p) + len(c)
     assert bridged.message_indices[:n] == (CARRIED,) * n
     owned = [t for t, i in zip(bridged.token_ids, bridged.message_indices, strict=True) if i == 0]
-    assert qwen.decode(owned) == "And 3+3?"
+    assert direct.qwen_text(owned) == "And 3+3?"
     assert set(bridged.message_indices[n:]) == {0, STRUCTURE}
 
 
 def test_bridge_closes_a_truncated_completion_with_the_turn_close_token(qwen: ChatTemplateRenderer) -> None:
-    p = qwen.encode(qwen.render_text(QUESTION))
-    c = qwen.encode("Simple arithmetic")  # max_tokens: no </think>, no <|im_end|>
+    p = direct.qwen_ids(direct.render("qwen3.6", QUESTION))
+    c = direct.qwen_ids("Simple arithmetic")  # max_tokens: no </think>, no <|im_end|>
     bridged = qwen.bridge_to_next_turn(p, c, FOLLOW_UP)
     assert bridged is not None and bridged.token_ids is not None
     assert bridged.token_ids[: len(p) + len(c)] == tuple(p + c)
-    assert bridged.token_ids[len(p) + len(c)] == 248046  # <|im_end|>, and no synthesized </think>
-    assert bridged.text.endswith(
+    assert bridged.token_ids[len(p) + len(c)] == direct.qwen_special("<|im_end|>")  # no synthesized </think>
+    assert direct.qwen_text(bridged.token_ids).endswith(
         "Simple arithmetic<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n<think>\n"
     )
 
 
 def test_bridge_refuses_assistant_messages(qwen: ChatTemplateRenderer) -> None:
-    p = qwen.encode(qwen.render_text(QUESTION))
+    p = direct.qwen_ids(direct.render("qwen3.6", QUESTION))
     assistant = {"role": "assistant", "content": "4"}
-    assert qwen.bridge_to_next_turn(p, qwen.encode("4<|im_end|>"), [assistant]) is None
+    assert qwen.bridge_to_next_turn(p, direct.qwen_ids("4<|im_end|>"), [assistant]) is None
 
 
 def test_bridge_of_tool_results_matches_the_templates_tool_turn(qwen: ChatTemplateRenderer) -> None:
     messages = [{"role": "user", "content": "Weather in Paris and Rome?"}]
-    prompt = qwen.render_text(messages, list(TOOLS))
-    turn = ModelTurn(
-        reasoning="Two calls.",
-        calls=(CallSpec("get_weather", {"city": "Paris"}), CallSpec("get_weather", {"city": "Rome"})),
+    prompt = direct.render("qwen3.6", messages, list(TOOLS))
+    completion = (  # Qwen3.6's output format, written by hand (template L53, L105-L130)
+        "Two calls.\n</think>\n\n"
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>\n"
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>"
+        "<|im_end|>"
     )
-    completion = qwen.family.write(turn, "open")
     results = [
         {"role": "tool", "tool_call_id": "call_0", "content": "Sunny"},
         {"role": "tool", "tool_call_id": "call_1", "content": "Rainy"},
     ]
-    bridged = qwen.bridge_to_next_turn(qwen.encode(prompt), qwen.encode(completion), results, list(TOOLS))
-    assert bridged is not None
-    assert bridged.text[len(prompt + completion) :] == (
+    p, c = direct.qwen_ids(prompt), direct.qwen_ids(completion)
+    bridged = qwen.bridge_to_next_turn(p, c, results, list(TOOLS))
+    assert bridged is not None and bridged.token_ids is not None
+    assert direct.qwen_text(bridged.token_ids[len(p) + len(c) :]) == (
         "\n<|im_start|>user\n<tool_response>\nSunny\n</tool_response>\n<tool_response>\nRainy\n"
         "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"
     )
 
 
 def test_deepseek_bridge_after_truncation_appends_end_of_sentence(deepseek: ChatTemplateRenderer) -> None:
-    prompt = deepseek.render_text(QUESTION, thinking=True)
-    p, c = deepseek.encode(prompt), deepseek.encode("Let me add")
+    p = direct.deepseek_ids(direct.render("deepseek-v3.1", QUESTION, thinking=True))
+    c = direct.deepseek_ids("Let me add")
     bridged = deepseek.bridge_to_next_turn(p, c, FOLLOW_UP, thinking=True)
     assert bridged is not None and bridged.token_ids is not None
     assert bridged.token_ids[: len(p) + len(c)] == tuple(p + c)
-    assert (
-        bridged.text[len(prompt) :]
-        == "Let me add<｜end▁of▁sentence｜><｜User｜>And 3+3?<｜Assistant｜><think>"
+    assert bridged.token_ids[len(p) + len(c)] == direct.deepseek_special("<｜end▁of▁sentence｜>")
+    assert direct.deepseek_text(bridged.token_ids[len(p) :]) == (
+        "Let me add<｜end▁of▁sentence｜><｜User｜>And 3+3?<｜Assistant｜><think>"
     )
 
 
 def test_string_level_bridge_for_glm_reuses_the_stop_header(glm: ChatTemplateRenderer) -> None:
-    prompt = glm.render_text(QUESTION)
+    prompt = direct.render("glm-4.6", QUESTION)
     completion = "\n<think>Add.</think>\n4<|user|>"  # GLM stops on the next role's header
     bridged = glm.bridge_text(prompt, completion, FOLLOW_UP)
     assert bridged == prompt + completion + "\nAnd 3+3?<|assistant|>"
 
 
 # -- property: 64 randomized multi-turn rollouts per model ----------------------------------------------
+# The prefix equation is true by construction; these rollouts (completions from the family writers, cut
+# anywhere) guard against the bridge crashing or appending nothing. The oracle is test_bridge_direct.py.
 
 _ALPHABET = st.sampled_from([*"abcxyz .,:;!?{}\"'\t\n", "é", "中文", "🙂", "  ", "\n\n", "1.5", "true"])
 _TEXT = st.lists(_ALPHABET, max_size=12).map("".join)
@@ -181,12 +193,12 @@ def test_bridge_keeps_the_exact_prefix_over_random_rollouts_deepseek_v4(
 def test_rerender_path_breaks_where_the_bridge_does_not(
     qwen: ChatTemplateRenderer, flags: dict[str, Any]
 ) -> None:
-    # the same exchange both ways: re-render after the parsed message vs bridge
-    prompt = qwen.render_text(QUESTION, **flags)
+    # the same exchange both ways: a client's re-render (direct) after the parsed message vs the bridge
+    prompt = direct.render("qwen3.6", QUESTION, **flags)
     completion = "Simple arithmetic.\n\n\n</think>\n\n4<|im_end|>"
-    parsed = qwen.parse_response(completion, prompt=prompt)
-    rerendered = qwen.encode(qwen.render_text([*QUESTION, parsed.message, *FOLLOW_UP], **flags))
-    p, c = qwen.encode(prompt), qwen.encode(completion)
+    message = {"role": "assistant", "content": "4", "reasoning_content": "Simple arithmetic.\n\n\n"}
+    rerendered = direct.qwen_ids(direct.render("qwen3.6", [*QUESTION, message, *FOLLOW_UP], **flags))
+    p, c = direct.qwen_ids(prompt), direct.qwen_ids(completion)
     bridged = qwen.bridge_to_next_turn(p, c, FOLLOW_UP, **flags)
     assert bridged is not None and bridged.token_ids is not None
     assert rerendered[: len(p) + len(c)] != p + c
