@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from reasonstate.errors import InvalidOption
 from reasonstate.state.frozen import freeze
 
 __all__ = ["Prefix", "Tool", "canonical_json"]
@@ -32,10 +33,49 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def _frozen_schema(value: Mapping[str, Any]) -> Mapping[str, Any]:
+#: the tool-name rule both vendors state: Anthropic ``^[a-zA-Z0-9_-]{1,64}$``, OpenAI "a-z, A-Z, 0-9,
+#: underscores and dashes, at most 64" (docs/protocols.md §1.1, §4.2)
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def _frozen_schema(value: Any) -> Mapping[str, Any]:
     """The schema key-sorted and frozen: a caller's later edit of its own dict changes nothing here."""
-    result: Mapping[str, Any] = freeze(json.loads(canonical_json(dict(value))))
+    if not isinstance(value, Mapping):
+        raise InvalidOption(f"Tool(parameters=...) must be a JSON schema object (a dict), got {value!r}")
+    try:
+        text = canonical_json(dict(value))
+    except (TypeError, ValueError) as exc:
+        raise InvalidOption(f"Tool(parameters=...) is not JSON-serializable: {exc}") from exc
+    result: Mapping[str, Any] = freeze(json.loads(text))
     return result
+
+
+def _tool_name(instance: object, attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or not _TOOL_NAME.fullmatch(value):
+        raise InvalidOption(
+            f"Tool(name=...) must be 1-64 letters, digits, '_' or '-' (the vendors' rule), got {value!r}"
+        )
+
+
+def _text(what: str) -> Callable[[object, Any, Any], None]:
+    def check(instance: object, attribute: Any, value: Any) -> None:
+        if not isinstance(value, str):
+            raise InvalidOption(f"{what}=... must be a string, got {type(value).__name__} {value!r}")
+
+    return check
+
+
+def _handler(instance: object, attribute: Any, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise InvalidOption(f"Tool(handler=...) must be a callable or None, got {value!r}")
+
+
+def _flag(what: str) -> Callable[[object, Any, Any], None]:
+    def check(instance: object, attribute: Any, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise InvalidOption(f"{what}=... must be True or False, got {value!r}")
+
+    return check
 
 
 @attrs.frozen(slots=True)
@@ -46,31 +86,55 @@ class Tool:
     the runtime run it concurrently with other parallel-safe calls of the same step.
     """
 
-    name: str
-    description: str = ""
+    name: str = attrs.field(validator=_tool_name)
+    description: str = attrs.field(default="", validator=_text("Tool(description"))
     parameters: Mapping[str, Any] = attrs.field(
         factory=lambda: {"type": "object", "properties": {}}, converter=_frozen_schema
     )
-    handler: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False)
-    parallel_safe: bool = False
+    handler: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False, validator=_handler)
+    parallel_safe: bool = attrs.field(default=False, validator=_flag("Tool(parallel_safe"))
 
     def canonical(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
-def _sorted_tools(tools: Sequence[Tool]) -> tuple[Tool, ...]:
+def _sorted_tools(tools: Any) -> tuple[Tool, ...]:
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
+        raise InvalidOption(f"tools=... must be a list of rs.Tool, got {type(tools).__name__}")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Tool):
+            raise InvalidOption(
+                f"tools[{i}] must be an rs.Tool(name=..., description=..., parameters=...), "
+                f"got {type(tool).__name__} {tool!r:.80}"
+            )
     return tuple(sorted(tools, key=lambda t: t.name))
 
 
-def _pairs(pairs: Sequence[Sequence[str]]) -> tuple[tuple[str, str], ...]:
-    return tuple((str(u), str(a)) for u, a in pairs)
+def _pairs(pairs: Any) -> tuple[tuple[str, str], ...]:
+    if isinstance(pairs, (str, bytes, Mapping)) or not isinstance(pairs, Sequence):
+        raise InvalidOption(
+            f"few_shots=... must be a list of (user, assistant) string pairs, got {pairs!r:.80}"
+        )
+    out = []
+    for i, pair in enumerate(pairs):
+        if (
+            isinstance(pair, (str, bytes))
+            or not isinstance(pair, Sequence)
+            or len(pair) != 2
+            or not all(isinstance(x, str) for x in pair)
+        ):
+            raise InvalidOption(
+                f"few_shots[{i}] must be a (user, assistant) pair of strings, got {pair!r:.80}"
+            )
+        out.append((pair[0], pair[1]))
+    return tuple(out)
 
 
 @attrs.frozen(slots=True)
 class Prefix:
     """System prompt + tools + few-shot (user, assistant) pairs; see the module invariants."""
 
-    system: str = ""
+    system: str = attrs.field(default="", validator=_text("system"))
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_sorted_tools)
     few_shots: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
 
@@ -78,7 +142,7 @@ class Prefix:
     def _unique_names(self, _attr: object, tools: Sequence[Tool]) -> None:
         names = [t.name for t in tools]
         if len(names) != len(set(names)):
-            raise ValueError(f"tool names must be unique, got {names}")
+            raise InvalidOption(f"tool names must be unique, got {names}")
 
     @property
     def canonical_bytes(self) -> bytes:

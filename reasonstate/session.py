@@ -31,13 +31,14 @@ from __future__ import annotations
 import copy
 import enum
 import json
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
 
-from reasonstate.adapters import Adapter, adapter_for, transport
+from reasonstate.adapters import Adapter, adapter_for, client_is_async, transport
 from reasonstate.adapters.base import VendorRequest
 from reasonstate.errors import (
     IllegalTransition,
@@ -46,7 +47,7 @@ from reasonstate.errors import (
     ToolResultError,
     VendorError,
 )
-from reasonstate.policies import Keep, Policy
+from reasonstate.policies import Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.runtime.commit import Layers, ToolCall, commit, lost_responses, predict
 from reasonstate.runtime.dispatch import ToolResult, dispatch
@@ -138,8 +139,10 @@ class Report:
 
 @attrs.frozen(slots=True)
 class _Attempt:
-    """A tentative next history: committed only if the call succeeds."""
+    """A tentative next history, built on ``base``: committed only if the call succeeds and nothing else
+    was committed since ``base``."""
 
+    base: History
     history: History
     results_given: tuple[ToolResultPart, ...] = ()
 
@@ -153,6 +156,11 @@ class _Call:
     predicted: int | None
     started: float
     previous: TurnState
+
+
+def _check_model(model: Any) -> None:
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidOption(f"model= must be the vendor's model name (a non-empty string), got {model!r}")
 
 
 def _serialize_result(call_id: str, value: Any) -> ToolResultPart:
@@ -198,14 +206,24 @@ class _Core:
                 f"{owned} are built by the session from its state; pass system=, tools=, few_shots= "
                 "and the turns through send()"
             )
+        _check_model(model)
+        if policy is not None and not is_policy(policy):
+            raise InvalidOption(
+                f"policy= must be a policy object such as reasonstate.policies.Drop(), got {policy!r:.80}"
+            )
+        if not isinstance(stream, bool):
+            raise InvalidOption(f"stream= must be True or False, got {stream!r}")
+        self._check_client(client)
         self._client = client
         self._adapter: Adapter = (
             adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
         )
         self._model = model
-        self._prefix = Prefix(system=system, tools=tuple(tools), few_shots=tuple(few_shots))
+        self._prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
         self._policy: Policy = Keep() if policy is None else policy
         self._stream = stream
+        # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
+        self._guard = threading.Lock()
         self._options: dict[str, Any] = dict(request_options)
         self._state = TurnState.IDLE
         trace = Trace()
@@ -218,6 +236,24 @@ class _Core:
                 "cache; keep the date in the prefix and the time in the newest user message",
             )
         self._layers = Layers(trace=trace)
+
+    _async = False
+
+    def _check_client(self, client: Any) -> None:
+        """A sync session needs a sync client and an async session an async one (refused before any
+        request: the other kind fails only once a call is made)."""
+        is_async = client_is_async(client)
+        if is_async is None or is_async == self._async:
+            return
+        if is_async:
+            raise InvalidOption(
+                f"{type(client).__name__} is an async client: use rs.AsyncSession with it "
+                "(or a sync client with rs.Session)"
+            )
+        raise InvalidOption(
+            f"{type(client).__name__} is a sync client: use rs.Session with it "
+            "(or an async client such as AsyncAnthropic / AsyncOpenAI with rs.AsyncSession)"
+        )
 
     # -- the four layers -------------------------------------------------------------------------------
     @property
@@ -289,7 +325,7 @@ class _Core:
         if not isinstance(text, str) or not text:
             raise IllegalTransition("a user message must be a non-empty string")
         history = self.history
-        return _Attempt(history=history.with_turn(Turn(index=len(history), user=text)))
+        return _Attempt(base=history, history=history.with_turn(Turn(index=len(history), user=text)))
 
     def _tools_attempt(self, results: Mapping[str, Any]) -> _Attempt:
         self._require("send_tool_results")
@@ -308,7 +344,11 @@ class _Core:
             raise ToolResultError(f"missing results for tool calls {missing}")
         parts = tuple(_serialize_result(cid, results[cid]) for cid in declared)
         steps = (*turn.steps[:-1], attrs.evolve(step, tool_results=parts))
-        return _Attempt(history=history.with_last_turn(attrs.evolve(turn, steps=steps)), results_given=parts)
+        return _Attempt(
+            base=history,
+            history=history.with_last_turn(attrs.evolve(turn, steps=steps)),
+            results_given=parts,
+        )
 
     def _encode(self, history: History) -> VendorRequest:
         layers = self._layers
@@ -323,10 +363,21 @@ class _Core:
 
     # -- one request: begin → send (Session / AsyncSession) → finish or fail -------------------------------
     def _begin(self, attempt: _Attempt) -> _Call:
-        """Encode and predict (pure; raises before anything is sent), then mark the call in flight."""
+        """Encode and predict (pure; raises before anything is sent), then mark the call in flight.
+
+        The check and the move to AWAITING_MODEL are atomic: a second thread or task using the session
+        at the same time gets :class:`IllegalTransition`, and so does an attempt built on a history that
+        another call has changed since.
+        """
         request = self._encode(attempt.history)
         predicted = predict(self._adapter, request, self._layers.records)
-        previous, self._state = self._state, TurnState.AWAITING_MODEL
+        with self._guard:
+            if self._state is TurnState.AWAITING_MODEL or attempt.base is not self._layers.history:
+                raise IllegalTransition(
+                    "a model call is in flight or just changed this session (one call at a time per "
+                    "session; use one session per concurrent conversation)"
+                )
+            previous, self._state = self._state, TurnState.AWAITING_MODEL
         return _Call(attempt, request, predicted, time.perf_counter(), previous)
 
     def _finish(self, call: _Call, result: transport.CallResult) -> Reply:
@@ -413,6 +464,7 @@ class _Core:
         switch and each withholding.
         """
         self._require("switch_model")
+        _check_model(model)
         if model != self._model:
             self._traced(
                 EventKind.MODEL_CHANGED,
@@ -539,6 +591,8 @@ class Session(_Core):
 
 class AsyncSession(_Core):
     """The asyncio twin of :class:`Session` for async clients (``anthropic.AsyncAnthropic``, ...)."""
+
+    _async = True
 
     async def send(self, text: str) -> Reply:
         return await self._call(self._user_attempt(text))

@@ -29,5 +29,5 @@ def test_a_client_of_an_unknown_type_needs_an_explicit_adapter() -> None:
 
     import reasonstate as rs
 
-    with pytest.raises(TypeError, match="pass adapter="):
+    with pytest.raises(rs.InvalidOption, match="or adapter="):
         rs.Session(object(), model="m")

@@ -684,7 +684,7 @@ def test_adapter_for_routes_dialects_to_the_chat_adapter_with_their_rules() -> N
     )
     chat = adapter_for(client, api="chat")
     assert (chat.vendor, chat.rules.tool_steps_keep_reasoning) == ("openai", False)
-    with pytest.raises(ValueError, match="unknown chat dialect"):
+    with pytest.raises(rs.InvalidOption, match="unknown chat dialect"):
         OpenAIChatAdapter("ollama")
 
 

@@ -9,8 +9,29 @@ from typing import Any
 
 from reasonstate.adapters.anthropic import AnthropicAdapter
 from reasonstate.adapters.base import Adapter, DecodedStep, ProtocolRules, VendorRequest
+from reasonstate.errors import InvalidOption
 
-__all__ = ["Adapter", "AnthropicAdapter", "DecodedStep", "ProtocolRules", "VendorRequest", "adapter_for"]
+__all__ = [
+    "Adapter",
+    "AnthropicAdapter",
+    "DecodedStep",
+    "ProtocolRules",
+    "VendorRequest",
+    "adapter_for",
+    "client_is_async",
+]
+
+
+def _sdk_modules(client: Any) -> set[str]:
+    return {cls.__module__.split(".")[0] for cls in type(client).__mro__}
+
+
+def client_is_async(client: Any) -> bool | None:
+    """True for the SDKs' async clients (``AsyncAnthropic``, ``AsyncOpenAI``, ...), False for their sync
+    clients, None for a client of no SDK this package knows."""
+    if not _sdk_modules(client) & {"anthropic", "openai"}:
+        return None
+    return any(cls.__name__.startswith("Async") for cls in type(client).__mro__)
 
 
 def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = None) -> Adapter:
@@ -19,21 +40,31 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
     ``anthropic.Anthropic`` → Messages. ``openai.OpenAI`` → Responses by default; ``api="chat"`` or a
     ``dialect`` (``"openai"``, ``"deepseek"``, ``"vllm"``, ``"sglang"``) → Chat Completions.
     """
-    modules = {cls.__module__.split(".")[0] for cls in type(client).__mro__}
+    modules = _sdk_modules(client)
     if "anthropic" in modules:
         if dialect is not None or api not in (None, "messages"):
-            raise ValueError("the Anthropic client speaks the Messages API only")
+            raise InvalidOption("the Anthropic client speaks the Messages API only: pass no dialect= or api=")
         return AnthropicAdapter()
     if "openai" in modules:
         if dialect is not None or api == "chat":
-            from reasonstate.adapters.openai_chat import OpenAIChatAdapter
+            from reasonstate.adapters.openai_chat import DIALECTS, OpenAIChatAdapter
 
+            if (dialect or "openai") not in DIALECTS:
+                raise InvalidOption(f"unknown chat dialect {dialect!r}; expected one of {DIALECTS}")
             return OpenAIChatAdapter(dialect=dialect or "openai")
         if api not in (None, "responses"):
-            raise ValueError(f"unknown api {api!r} for an OpenAI client; use 'responses' or 'chat'")
+            raise InvalidOption(f"unknown api {api!r} for an OpenAI client; use 'responses' or 'chat'")
+        host = str(getattr(client, "base_url", ""))
+        for name in ("deepseek", "vllm", "sglang"):
+            if name in host.lower():
+                raise InvalidOption(
+                    f"this is an OpenAI client for {host}: for an OpenAI-compatible server pass "
+                    f"dialect={name!r} (the Responses API is OpenAI's own)"
+                )
         from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter
 
         return OpenAIResponsesAdapter()
-    raise TypeError(
-        f"no adapter for client type {type(client).__module__}.{type(client).__qualname__}; pass adapter="
+    raise InvalidOption(
+        f"no adapter for client type {type(client).__module__}.{type(client).__qualname__}: pass an "
+        "anthropic or openai client, or adapter="
     )

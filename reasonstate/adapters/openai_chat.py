@@ -51,7 +51,7 @@ from reasonstate.adapters.base import (
 )
 from reasonstate.adapters.streams import ChatAssembler
 from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
+from reasonstate.errors import ContinuationMismatch, InvalidOption, MalformedResponse, VendorError
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import (
     Continuation,
@@ -137,7 +137,7 @@ class OpenAIChatAdapter:
 
     def __init__(self, dialect: str = "openai") -> None:
         if dialect not in DIALECTS:
-            raise ValueError(f"unknown chat dialect {dialect!r}; expected one of {DIALECTS}")
+            raise InvalidOption(f"unknown chat dialect {dialect!r}; expected one of {DIALECTS}")
         self.dialect: Dialect = dialect
         self.vendor: str = dialect
         self.rules = ProtocolRules(vendor=dialect, api=API, tool_steps_keep_reasoning=dialect == "deepseek")

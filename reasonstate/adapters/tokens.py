@@ -56,6 +56,7 @@ from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.rules import shared_tokens
 from reasonstate.errors import (
     ContinuationMismatch,
+    InvalidOption,
     MalformedResponse,
     ProtocolViolation,
     VendorError,
@@ -120,14 +121,14 @@ class TokenAdapter:
         **sampling: Any,
     ) -> None:
         if dialect not in BLOCK_SIZES:
-            raise ValueError(f"unknown dialect {dialect!r}; use 'vllm' or 'sglang'")
+            raise InvalidOption(f"unknown dialect {dialect!r}; use 'vllm' or 'sglang'")
         self.renderer = renderer
         self.model_name = model_name
         self.dialect: Dialect = dialect
         self.vendor: str = dialect
         self.block_size = block_size if block_size is not None else BLOCK_SIZES[dialect]
         if self.block_size < 1:
-            raise ValueError("block_size must be at least 1")
+            raise InvalidOption("block_size must be at least 1")
         self.sampling: dict[str, Any] = dict(sampling)
         self.rules = ProtocolRules(vendor=dialect, api=API)
         self.cache = attrs.evolve(_CACHE[dialect], block=self.block_size)

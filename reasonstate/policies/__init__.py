@@ -23,9 +23,10 @@ from typing import Any, Protocol
 
 import attrs
 
+from reasonstate.errors import InvalidOption
 from reasonstate.state import History, Step, Turn, TurnView
 
-__all__ = ["CacheAware", "Compress", "Drop", "Keep", "KeepLast", "Policy", "policy_from_spec"]
+__all__ = ["CacheAware", "Compress", "Drop", "Keep", "KeepLast", "Policy", "is_policy", "policy_from_spec"]
 
 
 class Policy(Protocol):
@@ -37,6 +38,39 @@ class Policy(Protocol):
     def decide(self, history: History, closed: int) -> Mapping[int, TurnView]: ...
 
     def spec(self) -> dict[str, Any]: ...
+
+
+def _count(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """An integer >= 0, else :class:`InvalidOption` naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidOption(
+            f"{type(instance).__name__}({attribute.name}=...) must be an integer >= 0, got {value!r}"
+        )
+
+
+def _amount(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """A number >= 0, else :class:`InvalidOption` naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise InvalidOption(
+            f"{type(instance).__name__}({attribute.name}=...) must be a number >= 0, got {value!r}"
+        )
+
+
+def _summarizer(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not callable(value):
+        raise InvalidOption(
+            f"Compress(summarize=...) must be a callable taking the closed Turn and returning the summary "
+            f"text, got {value!r}"
+        )
+
+
+def is_policy(value: object) -> bool:
+    """Whether ``value`` has the :class:`Policy` shape (``name``, ``decide``, ``spec``)."""
+    return (
+        isinstance(getattr(value, "name", None), str)
+        and callable(getattr(value, "decide", None))
+        and callable(getattr(value, "spec", None))
+    )
 
 
 def _view(turn: Turn, keep: bool, policy: str, summary: str | None = None) -> TurnView:
@@ -78,7 +112,7 @@ class Compress:
     pydantic/pydantic-ai#5869).
     """
 
-    summarize: Callable[[Turn], str] = attrs.field(eq=False)
+    summarize: Callable[[Turn], str] = attrs.field(eq=False, validator=_summarizer)
     name: str = attrs.field(default="compress", init=False)
 
     def decide(self, history: History, closed: int) -> Mapping[int, TurnView]:
@@ -94,7 +128,7 @@ class Compress:
 class KeepLast:
     """Keep the reasoning of the last ``n`` closed turns; drop it from older ones (a traced compaction)."""
 
-    n: int = attrs.field(validator=attrs.validators.ge(0))
+    n: int = attrs.field(validator=_count)
     name: str = attrs.field(default="keep_last", init=False)
 
     def decide(self, history: History, closed: int) -> Mapping[int, TurnView]:
@@ -130,14 +164,14 @@ def answer_tokens(step: Step) -> int:
 class CacheAware:
     """Drop a closed turn's reasoning when it is long relative to what dropping re-prefills.
 
-    Seed 004's model: dropping re-prefills roughly the turn's answer ``A`` once and saves its reasoning
+    The cost model: dropping re-prefills roughly the turn's answer ``A`` once and saves its reasoning
     ``R`` on each of the ``future_turns`` later requests. Drop iff ``R >= min_reasoning_tokens`` and
     ``R * future_turns >= ratio * A``; keep otherwise.
     """
 
-    ratio: float = 4.0
-    min_reasoning_tokens: int = 256
-    future_turns: float = 1.0
+    ratio: float = attrs.field(default=4.0, validator=_amount)
+    min_reasoning_tokens: int = attrs.field(default=256, validator=_count)
+    future_turns: float = attrs.field(default=1.0, validator=_amount)
     name: str = attrs.field(default="cache_aware", init=False)
 
     def decide(self, history: History, closed: int) -> Mapping[int, TurnView]:
@@ -171,4 +205,4 @@ def policy_from_spec(spec: Mapping[str, Any]) -> Policy:
             min_reasoning_tokens=int(spec["min_reasoning_tokens"]),
             future_turns=float(spec["future_turns"]),
         )
-    raise ValueError(f"cannot rebuild policy {name!r} from a snapshot; pass policy= to restore()")
+    raise InvalidOption(f"cannot rebuild policy {name!r} from a snapshot; pass policy= to restore()")

@@ -11,6 +11,7 @@ events (``policy.clamped``, ``policy.decision`` with its predicted cache effect,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ from reasonstate.adapters.base import Adapter, DecodedStep, VendorRequest, reque
 from reasonstate.cache.guard import divergence
 from reasonstate.cache.rules import predict_cache_read
 from reasonstate.errors import PolicyConflict
-from reasonstate.policies import Policy, answer_tokens, reasoning_tokens
+from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     EventKind,
@@ -35,6 +36,8 @@ from reasonstate.state import (
 )
 
 __all__ = ["Layers", "ToolCall", "commit", "lost_responses", "predict"]
+
+_log = logging.getLogger("reasonstate")
 
 
 @attrs.frozen(slots=True)
@@ -242,14 +245,22 @@ def _close_turn(
 ) -> tuple[History, Trace]:
     """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules."""
     turn = history.turns[-1]
-    views = dict(policy.decide(history, turn.index))
-    views.setdefault(turn.index, TurnView(tuple(True for _ in turn.steps), policy=policy.name))
-    for index, view in views.items():
-        if not 0 <= index < len(history) or len(view.keep_reasoning) != len(history.turns[index].steps):
-            raise PolicyConflict(
-                f"{policy.name} returned a view for turn {index} that does not fit it "
-                "(one keep flag per step)"
-            )
+    try:
+        views = _decided(policy, history, turn.index)
+    except Exception as exc:  # the reply is paid for: it is kept whatever the policy does
+        keep = TurnView(tuple(True for _ in turn.steps), policy=Keep().name)
+        views = {turn.index: keep}
+        message = f"{type(exc).__name__}: {exc}"
+        _log.warning(
+            "policy %s failed on turn %d; the turn closes under Keep: %s", policy.name, turn.index, message
+        )
+        trace = trace.appended(
+            EventKind.POLICY_FAILED,
+            turn=turn.index,
+            policy=policy.name,
+            error=type(exc).__name__,
+            message=message,
+        )
     if not adapter.rules.may_rewrite_past(model):
         for index in sorted(i for i in views if i != turn.index):
             del views[index]
@@ -287,6 +298,32 @@ def _close_turn(
     )
     trace = trace.appended(EventKind.TURN_CLOSED, turn=closed.index, steps=len(closed.steps))
     return history, trace
+
+
+def _decided(policy: Policy, history: History, closed: int) -> dict[int, TurnView]:
+    """The policy's views, checked: :class:`PolicyConflict` for a view that does not fit its turn."""
+    decided = policy.decide(history, closed)
+    if not isinstance(decided, Mapping):
+        raise PolicyConflict(
+            f"{policy.name}.decide returned {type(decided).__name__}, not a mapping of views"
+        )
+    views = dict(decided)
+    views.setdefault(closed, TurnView(tuple(True for _ in history.turns[closed].steps), policy=policy.name))
+    for index, view in views.items():
+        if (
+            not isinstance(index, int)
+            or not 0 <= index <= closed
+            or not isinstance(view, TurnView)
+            or len(view.keep_reasoning) != len(history.turns[index].steps)
+            or not (view.summary is None or isinstance(view.summary, str))
+        ):
+            raise PolicyConflict(
+                f"{policy.name} returned a view for turn {index!r} that does not fit it "
+                "(a TurnView with one keep flag per step)"
+            )
+        if index != closed and history.turns[index].view is None:
+            raise PolicyConflict(f"{policy.name} decided turn {index}, which is not closed")
+    return views
 
 
 def _predict_effect(

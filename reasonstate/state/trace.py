@@ -29,6 +29,7 @@ class EventKind:
     TOOL_RESULTS = "tool.results"
     POLICY_DECISION = "policy.decision"
     POLICY_CLAMPED = "policy.clamped"
+    POLICY_FAILED = "policy.failed"
     CACHE_BREAK = "cache.break"
     PREFIX_CHANGED = "prefix.changed"
     PREFIX_VOLATILE = "prefix.volatile"
