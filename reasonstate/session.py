@@ -298,7 +298,7 @@ class _Core:
         turn = self.history.open_turn
         if self._state is not TurnState.AWAITING_TOOL_RESULTS or turn is None:
             return ()
-        return tuple(ToolCall(c.id, c.name, c.arguments, c.raw_arguments) for c in turn.steps[-1].tool_calls)
+        return tuple(ToolCall.of(c) for c in turn.steps[-1].tool_calls)
 
     # -- transitions -------------------------------------------------------------------------------------
     def _require(self, action: str) -> TurnState:
@@ -408,7 +408,7 @@ class _Core:
         return Reply(
             text=step.text,
             reasoning=step.reasoning_text,
-            tool_calls=tuple(ToolCall(c.id, c.name, c.arguments, c.raw_arguments) for c in step.tool_calls),
+            tool_calls=tuple(ToolCall.of(c) for c in step.tool_calls),
             usage=step.usage,
             stop_reason=step.stop_reason,
             turn=turn.index,

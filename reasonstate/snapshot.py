@@ -84,8 +84,9 @@ def _part_to(p: Part) -> dict[str, Any]:
             "id": p.id,
             "name": p.name,
             "raw": p.raw_arguments,
-            "arguments": dict(p.arguments),
+            "arguments": None if p.arguments is None else dict(p.arguments),
             "c": p.continuation,
+            "error": p.arguments_error,
         }
     return {"t": "opaque", "type": p.type, "c": p.continuation}
 
@@ -98,7 +99,12 @@ def _part_from(d: dict[str, Any]) -> Part:
         return ReasoningPart(text=d["text"], redacted=d["redacted"], continuation=d["c"])
     if t == "tool_call":
         return ToolCallPart(
-            id=d["id"], name=d["name"], arguments=d["arguments"], raw_arguments=d["raw"], continuation=d["c"]
+            id=d["id"],
+            name=d["name"],
+            arguments=d["arguments"],
+            raw_arguments=d["raw"],
+            continuation=d["c"],
+            arguments_error=d.get("error"),
         )
     return OpaquePart(type=d["type"], continuation=d["c"])
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import openai
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -598,12 +599,31 @@ def test_malformed_vendor_json_is_a_typed_error_and_changes_nothing(deepseek: Op
     assert deepseek.requests[0].body == deepseek.requests[1].body
 
 
-def test_tool_call_arguments_that_are_not_a_json_object_are_malformed(deepseek: OpenAIChatEmulator) -> None:
-    deepseek.script.extend([ModelAction.call(ToolCallSpec("get_weather", raw_arguments='{"city": "Par'))])
-    session = session_on(deepseek, "deepseek")
-    with pytest.raises(rs.MalformedResponse, match="arguments is not JSON"):
-        session.send("hello")
-    assert session.continuation == ()
+def test_tool_call_arguments_that_are_not_a_json_object_are_kept_raw_replayed_and_never_executed(
+    deepseek: OpenAIChatEmulator,
+) -> None:
+    raw = '{"city": "Par'  # what a model cut short or confused really sends
+    deepseek.script.extend(
+        [
+            ModelAction.call(ToolCallSpec("get_weather", raw_arguments=raw), reasoning="r"),
+            ModelAction.answer("Sorry.", reasoning="r2"),
+        ]
+    )
+    ran: list[Any] = []
+    weather = attrs.evolve(WEATHER, handler=lambda **kw: ran.append(kw) or "sunny")
+    session = session_on(deepseek, "deepseek", tools=[weather, CLOCK])
+    reply = session.run("hello")
+    assert reply.text == "Sorry." and ran == []  # the handler never saw half an argument object
+    call = session.history.turns[0].steps[0].tool_calls[0]
+    assert call.arguments is None and call.raw_arguments == raw
+    assert call.arguments_error == "arguments are not valid JSON: Unterminated string starting at (char 9)"
+    second = body(deepseek, 1)["messages"]
+    assert second[2]["tool_calls"][0]["function"]["arguments"] == raw  # replayed byte for byte
+    assert second[3] == {
+        "role": "tool",
+        "tool_call_id": call.id,
+        "content": f"invalid arguments for 'get_weather': {call.arguments_error}",
+    }
 
 
 def test_a_tool_result_for_an_unknown_call_id_is_refused_before_anything_is_sent(

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import openai
 import pytest
 
@@ -615,3 +616,40 @@ def test_async_session_runs_a_streamed_stateful_tool_chain(emulator: OpenAIRespo
     assert session.history.turns[0].final_text == "Rome is warmer than Paris."
     assert [len(s.continuation) for s in session.history.turns[0].steps] == [3, 2, 2]
     assert body(emulator, 2)["previous_response_id"] == "resp_emu_002"
+
+
+# -- what models really send ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_arguments_that_are_not_a_json_object_are_kept_raw_replayed_and_never_executed(
+    emulator: OpenAIResponsesEmulator, stream: bool
+) -> None:
+    broken = '{"city": "Paris", '  # cut mid-object
+    emulator.script.extend(
+        [
+            ModelAction(
+                reasoning="Weather first.", tool_calls=(ToolCallSpec("get_weather", raw_arguments=broken),)
+            ),
+            answer(1),
+        ]
+    )
+    ran: list[Any] = []
+    weather = attrs.evolve(WEATHER, handler=lambda **kw: ran.append(kw) or "sunny")
+    session = make_session(emulator, tools=[weather, CLOCK], stream=stream)
+    reply = session.run("Paris?")
+    assert reply.text == "Follow-up answer 1." and ran == []
+    call = session.history.turns[0].steps[0].tool_calls[0]
+    assert (call.arguments, call.raw_arguments) == (None, broken)
+    expected = "arguments are not valid JSON: Expecting property name enclosed in double quotes (char 18)"
+    assert call.arguments_error == expected
+    replayed = [i for i in body(emulator, 1)["input"] if i.get("type") == "function_call"]
+    assert replayed[0]["arguments"] == broken  # byte for byte
+    output = [i for i in body(emulator, 1)["input"] if i.get("type") == "function_call_output"]
+    assert output == [
+        {
+            "type": "function_call_output",
+            "call_id": call.id,
+            "output": f"invalid arguments for 'get_weather': {call.arguments_error}",
+        }
+    ]

@@ -35,7 +35,6 @@ only appends to ``h`` (append-only history).
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -65,6 +64,7 @@ from reasonstate.state import (
     Turn,
     Usage,
     digest_of,
+    parse_arguments,
 )
 
 __all__ = ["Dialect", "OpenAIChatAdapter"]
@@ -323,17 +323,17 @@ class OpenAIChatAdapter:
             name, raw = function.get("name"), function.get("arguments")
             if not isinstance(name, str) or not isinstance(raw, str):
                 raise MalformedResponse(f"tool_calls[{i}] needs a function name and an arguments string")
-            try:
-                arguments = json.loads(raw) if raw.strip() else {}
-            except ValueError as exc:
-                raise MalformedResponse(
-                    f"tool_calls[{i}].function.arguments is not JSON: {raw[:80]!r}"
-                ) from exc
-            if not isinstance(arguments, dict):
-                raise MalformedResponse(f"tool_calls[{i}].function.arguments is not a JSON object")
             # arguments go back as the exact string received (raw_arguments), never re-serialized
+            arguments, error = parse_arguments(raw)
             parts.append(
-                ToolCallPart(id=call["id"], name=name, arguments=arguments, raw_arguments=raw, continuation=0)
+                ToolCallPart(
+                    id=call["id"],
+                    name=name,
+                    arguments=arguments,
+                    raw_arguments=raw,
+                    continuation=0,
+                    arguments_error=error,
+                )
             )
         return parts
 

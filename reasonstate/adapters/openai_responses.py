@@ -53,7 +53,6 @@ Cache prediction (§1.5): :data:`reasonstate.cache.rules.OPENAI_RESPONSES`, sche
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -88,6 +87,7 @@ from reasonstate.state import (
     TurnView,
     Usage,
     digest_of,
+    parse_arguments,
 )
 
 __all__ = [
@@ -513,17 +513,15 @@ def _part(kind: str, item: Mapping[str, Any], i: int) -> Part:
         call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
         if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
             raise MalformedResponse(f"output[{i}]: function_call needs call_id, name and an arguments string")
-        try:
-            parsed = json.loads(arguments)
-        except ValueError:
-            parsed = None
         # raw_arguments is the truth (replayed byte for byte); parsed is a convenience for handlers
+        parsed, error = parse_arguments(arguments)
         return ToolCallPart(
             id=call_id,
             name=name,
-            arguments=parsed if isinstance(parsed, dict) else {},
+            arguments=parsed,
             raw_arguments=arguments,
             continuation=i,
+            arguments_error=error,
         )
     if kind == "message":
         content = item.get("content")

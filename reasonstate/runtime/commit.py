@@ -28,12 +28,13 @@ from reasonstate.state import (
     ExecutionRecord,
     History,
     Step,
+    ToolCallPart,
     ToolResultPart,
     Trace,
     TurnView,
-    freeze,
     ids_digest,
 )
+from reasonstate.state.history import frozen_arguments
 
 __all__ = ["Layers", "ToolCall", "commit", "lost_responses", "predict"]
 
@@ -42,12 +43,21 @@ _log = logging.getLogger("reasonstate")
 
 @attrs.frozen(slots=True)
 class ToolCall:
-    """A tool call the model made: ``arguments`` parsed (frozen), ``raw_arguments`` exactly as received."""
+    """A tool call the model made: ``arguments`` parsed (frozen), ``raw_arguments`` exactly as received.
+
+    ``arguments`` is None when the model's argument text is not a JSON object; ``arguments_error`` says
+    why. ``Session.run`` never calls a handler with such a call: the model gets an error result instead.
+    """
 
     id: str
     name: str
-    arguments: Mapping[str, Any] = attrs.field(converter=freeze)
+    arguments: Mapping[str, Any] | None = attrs.field(converter=frozen_arguments)
     raw_arguments: str = ""
+    arguments_error: str | None = None
+
+    @classmethod
+    def of(cls, part: ToolCallPart) -> ToolCall:
+        return cls(part.id, part.name, part.arguments, part.raw_arguments, part.arguments_error)
 
 
 @attrs.frozen(slots=True)

@@ -36,6 +36,9 @@ class _Call(Protocol):
     @property
     def arguments(self) -> Any: ...
 
+    @property
+    def arguments_error(self) -> str | None: ...
+
 
 def dispatch(prefix: Prefix, calls: Sequence[_Call]) -> dict[str, Any]:
     """Run each call's handler; consecutive parallel-safe calls run concurrently."""
@@ -44,6 +47,8 @@ def dispatch(prefix: Prefix, calls: Sequence[_Call]) -> dict[str, Any]:
         tool = prefix.tool(call.name)
         if tool is None or tool.handler is None:
             return ToolResult(f"no handler for tool {call.name!r}", is_error=True)
+        if call.arguments is None:  # never run a handler on arguments the model did not finish or botched
+            return ToolResult(f"invalid arguments for {call.name!r}: {call.arguments_error}", is_error=True)
         try:
             return tool.handler(**call.arguments)
         except Exception as exc:  # a failing tool is a tool result, not a session failure

@@ -18,6 +18,7 @@ from reasonstate.state.history import (
     ToolResultPart,
     Turn,
     TurnView,
+    parse_arguments,
 )
 from reasonstate.state.trace import EventKind, Trace, TraceEvent
 
@@ -43,5 +44,6 @@ __all__ = [
     "digest_of",
     "freeze",
     "ids_digest",
+    "parse_arguments",
     "thaw",
 ]

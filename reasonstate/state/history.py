@@ -38,6 +38,7 @@ __all__ = [
     "ToolResultPart",
     "Turn",
     "TurnView",
+    "parse_arguments",
 ]
 
 
@@ -56,24 +57,48 @@ class ReasoningPart:
     continuation: int | None = None
 
 
+def frozen_arguments(value: Any) -> Mapping[str, Any] | None:
+    return None if value is None else freeze(value)
+
+
 @attrs.frozen(slots=True)
 class ToolCallPart:
-    """A tool call: ``arguments`` parsed for execution, ``raw_arguments`` exactly as received."""
+    """A tool call: ``arguments`` parsed for execution, ``raw_arguments`` exactly as received.
+
+    ``arguments`` is None when ``raw_arguments`` is not a JSON object (models do send broken JSON);
+    ``arguments_error`` then says why. Such a call is replayed byte for byte, never executed.
+    """
 
     id: str
     name: str
-    arguments: Mapping[str, Any] = attrs.field(converter=freeze)
+    arguments: Mapping[str, Any] | None = attrs.field(converter=frozen_arguments)
     raw_arguments: str = ""
     continuation: int | None = None
+    arguments_error: str | None = None
 
     def parsed_arguments(self) -> Mapping[str, Any]:
         """The arguments as a JSON object, for an API that takes objects: ``raw_arguments`` parsed (key
-        order kept) when it is a JSON object, else ``arguments``."""
+        order kept) when it is a JSON object, else ``arguments`` (``{}`` when there are none)."""
         try:
             value = json.loads(self.raw_arguments)
         except ValueError:
-            return self.arguments
-        return freeze(value) if isinstance(value, dict) else self.arguments
+            value = None
+        result: Mapping[str, Any] = freeze(value) if isinstance(value, dict) else self.arguments or freeze({})
+        return result
+
+
+def parse_arguments(raw: str) -> tuple[Mapping[str, Any] | None, str | None]:
+    """``(arguments, None)`` when ``raw`` is a JSON object (an empty string counts as ``{}``), else
+    ``(None, why)``: how every decoder reads a tool call's argument text."""
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return None, f"arguments are not valid JSON: {exc.msg} (char {exc.pos})"
+    if not isinstance(value, dict):
+        return None, f"arguments are JSON {type(value).__name__}, not an object"
+    return value, None
 
 
 @attrs.frozen(slots=True)
