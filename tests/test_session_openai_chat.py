@@ -8,8 +8,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import openai
 import attrs
+import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
