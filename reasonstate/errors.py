@@ -14,6 +14,7 @@ __all__ = [
     "PolicyConflict",
     "ProtocolViolation",
     "ReasonStateError",
+    "SnapshotError",
     "StreamInterrupted",
     "ToolResultError",
     "VendorError",
@@ -42,6 +43,11 @@ class ProtocolViolation(ReasonStateError):
 
 class ContinuationMismatch(ProtocolViolation):
     """A continuation payload whose digest changed since capture, or that belongs to another vendor/model."""
+
+
+class SnapshotError(ReasonStateError, ValueError):
+    """A snapshot that cannot be restored: not JSON, not a snapshot, an unknown version, a missing field, or
+    content edited after it was taken (its integrity digest no longer matches). Nothing is restored."""
 
 
 class PolicyConflict(ReasonStateError):

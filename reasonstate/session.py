@@ -61,6 +61,7 @@ from reasonstate.state import (
     Trace,
     Turn,
     Usage,
+    freeze,
 )
 
 __all__ = ["AsyncSession", "Reply", "Report", "Session", "ToolCall", "ToolResult", "TurnState"]
@@ -224,7 +225,8 @@ class _Core:
         self._stream = stream
         # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
         self._guard = threading.Lock()
-        self._options: dict[str, Any] = dict(request_options)
+        # frozen: a caller's later edit of a dict it passed (``thinking=...``) changes no request
+        self._options: Mapping[str, Any] = freeze(request_options)
         self._state = TurnState.IDLE
         trace = Trace()
         volatile = self._prefix.volatile_spans()
@@ -529,7 +531,7 @@ class _Core:
     @classmethod
     def restore(
         cls: type[_S],
-        snapshot: SessionSnapshot,
+        snapshot: SessionSnapshot | str | bytes,
         client: Any,
         *,
         tools: Sequence[Tool] | None = None,
@@ -538,9 +540,14 @@ class _Core:
     ) -> _S:
         """Continue a snapshot on ``client``; the next request is byte-identical to the original's.
 
-        ``tools`` re-attaches handlers by name (handlers are code, not data); ``policy`` is needed when
-        the snapshot's policy cannot be rebuilt (``Compress``).
+        ``snapshot`` is a :class:`SessionSnapshot`, its JSON text or bytes. ``tools`` re-attaches handlers
+        by name (handlers are code, not data); ``policy`` is needed when the snapshot's policy cannot be
+        rebuilt (``Compress``). A snapshot that is not valid JSON, misses a field, has an unknown version
+        or was edited after it was taken raises :class:`~reasonstate.errors.SnapshotError`; a payload or
+        token ids changed since capture :class:`~reasonstate.errors.ContinuationMismatch`. Nothing partial
+        is restored.
         """
+        snapshot = SessionSnapshot.load(snapshot)
         routing: dict[str, Any] = {}
         if adapter is None and snapshot.api == "chat":
             routing["dialect"] = snapshot.vendor  # chat adapters are named after their dialect

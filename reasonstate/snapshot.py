@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pydantic
 
-from reasonstate.errors import ContinuationMismatch
+from reasonstate.errors import ContinuationMismatch, SnapshotError
 from reasonstate.policies import Policy, policy_from_spec
-from reasonstate.prefix import Prefix, Tool
+from reasonstate.prefix import Prefix, Tool, canonical_json
 from reasonstate.state import (
     Continuation,
     EventKind,
@@ -49,11 +49,18 @@ __all__ = [
     "session_snapshot",
 ]
 
-SNAPSHOT_VERSION = 1
+#: 2: an integrity digest over the content; tool calls may have no arguments (``arguments_error``)
+SNAPSHOT_VERSION = 2
 
 
 class SessionSnapshot(pydantic.BaseModel):
-    """A whole session: provenance, prefix, policy, options, the four layers, and the turn state."""
+    """A whole session: provenance, prefix, policy, options, the four layers, and the turn state.
+
+    ``digest`` is ``sha256`` over the canonical JSON of every other field, taken when the snapshot was made:
+    :meth:`checked` (which ``Session.restore`` calls) refuses a snapshot edited since. It detects accidents
+    and careless edits, not an attacker (there is no secret); the continuation payloads keep their own
+    capture digests, checked too.
+    """
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
@@ -71,6 +78,54 @@ class SessionSnapshot(pydantic.BaseModel):
     history: list[dict[str, Any]]
     execution: list[dict[str, Any]]
     trace: list[dict[str, Any]]
+    digest: str = ""
+
+    def content_digest(self) -> str:
+        """``sha256`` over the canonical JSON of every field but ``digest``."""
+        content = self.model_dump(mode="json", exclude={"digest"})
+        return digest_of(canonical_json(content).encode())
+
+    def sealed(self) -> SessionSnapshot:
+        """This snapshot with its digest taken now: for tools that build or edit snapshots on purpose
+        (migrations, tests). Payload digests are not touched and are still checked on restore."""
+        return self.model_copy(update={"digest": self.content_digest()})
+
+    def checked(self) -> SessionSnapshot:
+        """This snapshot, or :class:`~reasonstate.errors.SnapshotError` when its version is unknown or its
+        content changed since it was taken."""
+        if self.version != SNAPSHOT_VERSION:
+            raise SnapshotError(
+                f"snapshot version {self.version} is not one this reasonstate reads ({SNAPSHOT_VERSION})"
+            )
+        # the specific check first: an edited payload or token id is a ContinuationMismatch
+        history_from_snapshot(self.history)
+        for record in self.execution:
+            _record_from_dict(record)
+        if self.digest != self.content_digest():
+            raise SnapshotError(
+                "the snapshot was edited after it was taken: its content digest does not match"
+            )
+        return self
+
+    @classmethod
+    def load(cls, data: SessionSnapshot | str | bytes | Mapping[str, Any]) -> SessionSnapshot:
+        """A checked snapshot from a ``SessionSnapshot``, its JSON text or bytes, or its dict form;
+        :class:`~reasonstate.errors.SnapshotError` for anything else."""
+        if isinstance(data, SessionSnapshot):
+            return data.checked()
+        try:
+            if isinstance(data, (str, bytes, bytearray)):
+                snapshot = cls.model_validate_json(data)
+            elif isinstance(data, Mapping):
+                snapshot = cls.model_validate(dict(data))
+            else:
+                raise SnapshotError(f"cannot restore from {type(data).__name__}: pass a snapshot or its JSON")
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'snapshot'}: {e['msg']}" for e in exc.errors()[:5]
+            )
+            raise SnapshotError(f"not a valid snapshot: {problems}") from exc
+        return snapshot.checked()
 
 
 def _part_to(p: Part) -> dict[str, Any]:
@@ -215,7 +270,7 @@ def session_snapshot(
     layers: Layers,
 ) -> SessionSnapshot:
     """A session's whole state as a :class:`SessionSnapshot`."""
-    return SessionSnapshot(
+    snapshot = SessionSnapshot(
         vendor=vendor,
         api=api,
         model=model,
@@ -231,6 +286,7 @@ def session_snapshot(
         execution=[_record_to_dict(r) for r in layers.records],
         trace=[{"seq": e.seq, "kind": e.kind, "at": e.at, "data": dict(e.data)} for e in layers.trace],
     )
+    return snapshot.sealed()
 
 
 def restored_layers(snap: SessionSnapshot) -> Layers:

@@ -243,7 +243,7 @@ def test_tampered_signature_gets_the_vendors_400_as_a_typed_error_and_the_sessio
     from reasonstate.state import digest_of
 
     block["digest"] = digest_of(block["payload"].encode())
-    tampered = rs.Session.restore(rs.SessionSnapshot.model_validate(snap), emulator.client())
+    tampered = rs.Session.restore(rs.SessionSnapshot.model_validate(snap).sealed(), emulator.client())
     before = _layers(tampered)
     with pytest.raises(rs.VendorError) as info:
         tampered.send_tool_results({c.id: "ok" for c in reply.tool_calls})

@@ -225,9 +225,8 @@ def test_deepseek_400_for_missing_reasoning_content_is_a_typed_error_and_changes
     del message["reasoning_content"]
     block["payload"] = json.dumps(message, separators=(",", ":"))
     block["digest"] = digest_of(block["payload"].encode())
-    tampered = rs.Session.restore(
-        rs.SessionSnapshot.model_validate(snap), deepseek.client(), adapter=OpenAIChatAdapter("deepseek")
-    )
+    edited = rs.SessionSnapshot.model_validate(snap).sealed()  # an edit made on purpose, re-sealed
+    tampered = rs.Session.restore(edited, deepseek.client(), adapter=OpenAIChatAdapter("deepseek"))
     before = layers(tampered)
     results = {c.id: "ok" for c in reply.tool_calls}
     with pytest.raises(rs.VendorError) as info:
@@ -720,6 +719,6 @@ def test_a_deepseek_snapshot_restores_onto_the_chat_adapter_without_naming_it(
     assert (restored.snapshot().vendor, restored.snapshot().api) == ("deepseek", "chat")
     restored.send("again")
     # a snapshot never continues on an adapter that speaks another protocol
-    foreign = session.snapshot().model_copy(update={"api": "responses"})
+    foreign = session.snapshot().model_copy(update={"api": "responses"}).sealed()
     with pytest.raises(rs.IllegalTransition, match="snapshot is from deepseek/responses"):
         rs.Session.restore(foreign, deepseek_emulator.client())

@@ -447,7 +447,7 @@ def test_tampered_encrypted_content_is_the_vendors_400_as_a_typed_error_and_chan
     value["encrypted_content"] = value["encrypted_content"][:-6] + "AAAAA="
     item["payload"] = json.dumps(value, separators=(",", ":"))
     item["digest"] = digest_of(item["payload"].encode())
-    tampered = rs.Session.restore(rs.SessionSnapshot.model_validate(snap), emulator.client())
+    tampered = rs.Session.restore(rs.SessionSnapshot.model_validate(snap).sealed(), emulator.client())
     before = _layers(tampered)
     with pytest.raises(rs.VendorError) as info:
         tampered.send_tool_results({c.id: "ok" for c in reply.tool_calls})
