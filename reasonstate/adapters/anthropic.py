@@ -140,8 +140,14 @@ class AnthropicAdapter:
         withheld: list[Continuation] = []
 
         def add(role: str, blocks: list[Any], digests: list[str]) -> None:
-            starts.append(len(units))
-            messages.append({"role": role, "content": blocks})
+            if messages and messages[-1]["role"] == role:
+                # consecutive turns of one role are one turn to the vendor (§4.2); they arise when a step
+                # has nothing to send (an empty final answer: content []). Merged here, into a new list:
+                # the blocks may be shared with a closed turn's encoding
+                messages[-1]["content"] = [*messages[-1]["content"], *blocks]
+            else:
+                starts.append(len(units))
+                messages.append({"role": role, "content": blocks})
             units.extend(digests)
 
         for user, answer in prefix.few_shots:

@@ -245,7 +245,10 @@ class OpenAIChatAdapter:
             keep = False  # another model's reasoning is never sent to this one
             withheld.append(c)
         rename = self.dialect == "vllm" and "reasoning" not in payload and "reasoning_content" in payload
-        if keep and summary is None and not rename:
+        # an empty answer (content null, no tool calls) is not a valid assistant message: content is
+        # required unless there are tool calls (§2), so it goes back as ""
+        empty = payload.get("content") is None and not payload.get("tool_calls")
+        if keep and summary is None and not rename and not empty:
             return payload  # the verbatim payload, frozen
         message: dict[str, Any] = {}
         for key, value in payload.items():
@@ -253,6 +256,8 @@ class OpenAIChatAdapter:
                 continue
             # vLLM reads only ``reasoning`` on input: an older server's ``reasoning_content`` goes back there
             message["reasoning" if rename and key == "reasoning_content" else key] = value
+        if empty:
+            message["content"] = ""
         return _with_summary(message, summary)
 
     # -- decode ------------------------------------------------------------------------------------------
@@ -356,7 +361,7 @@ class OpenAIChatAdapter:
 def _canonical_message(step: Step) -> dict[str, Any]:
     """A step as an assistant message from its canonical parts: text and tool calls with their exact raw
     arguments; no reasoning (another vendor's reasoning is never disguised as this server's field)."""
-    message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+    message: dict[str, Any] = {"role": "assistant", "content": step.text or (None if step.tool_calls else "")}
     calls = [
         {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw_arguments}}
         for c in step.tool_calls
