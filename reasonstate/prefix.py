@@ -60,7 +60,7 @@ def _tool_name(instance: object, attribute: Any, value: Any) -> None:
 def _text(what: str) -> Callable[[object, Any, Any], None]:
     def check(instance: object, attribute: Any, value: Any) -> None:
         if not isinstance(value, str):
-            raise InvalidOption(f"{what}=... must be a string, got {type(value).__name__} {value!r}")
+            raise InvalidOption(f"{what} must be a string, got {type(value).__name__} {value!r:.80}")
 
     return check
 
@@ -73,7 +73,7 @@ def _handler(instance: object, attribute: Any, value: Any) -> None:
 def _flag(what: str) -> Callable[[object, Any, Any], None]:
     def check(instance: object, attribute: Any, value: Any) -> None:
         if not isinstance(value, bool):
-            raise InvalidOption(f"{what}=... must be True or False, got {value!r}")
+            raise InvalidOption(f"{what} must be True or False, got {value!r}")
 
     return check
 
@@ -87,12 +87,12 @@ class Tool:
     """
 
     name: str = attrs.field(validator=_tool_name)
-    description: str = attrs.field(default="", validator=_text("Tool(description"))
+    description: str = attrs.field(default="", validator=_text("Tool(description=...)"))
     parameters: Mapping[str, Any] = attrs.field(
         factory=lambda: {"type": "object", "properties": {}}, converter=_frozen_schema
     )
     handler: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False, validator=_handler)
-    parallel_safe: bool = attrs.field(default=False, validator=_flag("Tool(parallel_safe"))
+    parallel_safe: bool = attrs.field(default=False, validator=_flag("Tool(parallel_safe=...)"))
 
     def canonical(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
@@ -134,7 +134,7 @@ def _pairs(pairs: Any) -> tuple[tuple[str, str], ...]:
 class Prefix:
     """System prompt + tools + few-shot (user, assistant) pairs; see the module invariants."""
 
-    system: str = attrs.field(default="", validator=_text("system"))
+    system: str = attrs.field(default="", validator=_text("system=..."))
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_sorted_tools)
     few_shots: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
 
