@@ -58,6 +58,7 @@ from reasonstate.state import (
     Turn,
     Usage,
     digest_of,
+    parse_arguments,
 )
 
 __all__ = ["AnthropicAdapter"]
@@ -346,10 +347,18 @@ def _assistant_content(
         if payload is not None and payload.replayable_to(VENDOR, API, model):
             if payload.kind in _REASONING_KINDS and not keep_reasoning:
                 continue
-            # digest-verified, frozen: the bytes captured are the bytes sent (markers copy the block)
-            blocks.append(payload.value)
-            digests.append(payload.digest)
             replayed.append(payload)
+            value = payload.value
+            if payload.kind == "tool_use" and isinstance(value.get("input"), str):
+                # broken streamed arguments: the vendor takes only an object here (§4.2), so the call goes
+                # back with an empty one; its result tells the model the arguments were invalid
+                sent = {**value, "input": {}}
+                blocks.append(sent)
+                digests.append(unit_digest(sent))
+                continue
+            # digest-verified, frozen: the bytes captured are the bytes sent (markers copy the block)
+            blocks.append(value)
+            digests.append(payload.digest)
             continue
         block = _canonical_block(part)
         if block is not None:
@@ -405,8 +414,15 @@ def _part(kind: str, block: Mapping[str, Any], i: int) -> Part:
         return TextPart(text=block["text"], continuation=i)
     if kind == "tool_use":
         cid, name, args = block.get("id"), block.get("name"), block.get("input")
-        if not isinstance(cid, str) or not isinstance(name, str) or not isinstance(args, Mapping):
-            raise MalformedResponse(f"content[{i}]: tool_use block needs id, name and an input object")
+        if not isinstance(cid, str) or not isinstance(name, str):
+            raise MalformedResponse(f"content[{i}]: tool_use block needs an id and a name")
+        if isinstance(args, str):  # a stream whose argument text was not a JSON object (streams.py)
+            parsed, error = parse_arguments(args)
+            return ToolCallPart(
+                id=cid, name=name, arguments=parsed, raw_arguments=args, continuation=i, arguments_error=error
+            )
+        if not isinstance(args, Mapping):
+            raise MalformedResponse(f"content[{i}]: tool_use block needs an input object")
         raw = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
         return ToolCallPart(id=cid, name=name, arguments=args, raw_arguments=raw, continuation=i)
     return OpaquePart(type=kind, continuation=i)

@@ -294,7 +294,8 @@ class AnthropicAssembler(StreamAssembler):
       ``thinking_delta`` append; ``signature_delta`` sets the signature; ``citations_delta`` appends its
       ``citation`` to ``citations``; ``input_json_delta`` pieces are concatenated and, at
       ``content_block_stop``, the block's ``input`` is their JSON parse (``{}`` when they concatenate to
-      nothing; anything but a JSON object is :class:`MalformedResponse`, never a silent ``{}``). A block
+      nothing); text that is not a JSON object stays the block's ``input`` as a string (never a silent
+      ``{}``: the decoder reads it as a call with broken arguments). A block
       that got no ``input_json_delta`` keeps the ``input`` it started with. A delta of an unknown type,
       or of a type that does not fit its block, is :class:`MalformedResponse`: it would be lost;
     * ``message_delta``: every non-null field of ``delta`` (``stop_reason``, ``stop_sequence``, ...) is
@@ -437,18 +438,13 @@ class AnthropicAssembler(StreamAssembler):
 def _close_block(block: _OpenBlock, index: int) -> None:
     if block.partial_json is not None:
         text = "".join(block.partial_json)
-        if text == "":
-            block.value["input"] = {}
-        else:
-            try:
-                value = json.loads(text)
-            except ValueError as exc:
-                raise MalformedResponse(
-                    f"content block {index}: the input_json_delta pieces are not JSON: {text[:80]!r}"
-                ) from exc
-            if not isinstance(value, dict):
-                raise MalformedResponse(f"content block {index}: the tool input is not a JSON object")
-            block.value["input"] = value
+        try:
+            value = json.loads(text) if text else {}
+        except ValueError:
+            value = None
+        # a model cut short (max_tokens) or confused streams argument text that is not a JSON object: the
+        # text itself is kept as ``input`` (never a silent {}), and the decoder reads it as a broken call
+        block.value["input"] = value if isinstance(value, dict) else text
     block.stopped = True
 
 
