@@ -6,6 +6,7 @@ ids ``c`` in the execution layer (``ExecutionRecord.prompt_ids`` / ``completion_
 
     B = renderer.bridge_to_next_turn(p, c, new_messages, tools)
     B[:len(p) + len(c)] == p + c                                   (the bridge contract, PRR by construction)
+    B[:len(p) + len(c) - 1] == (p + c)[:-1]                        (GPT-OSS: a sampled <|return|> -> <|end|>)
 
 The bridge is used exactly when the canonical history still *is* what the previous request sent plus the
 step sampled for it. That is checked on logical units (one digest per message, kept in

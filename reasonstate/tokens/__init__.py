@@ -9,7 +9,10 @@ The two equations this package exists for (Parse-Render Roundtrip, PRR)::
     previous_ids  == next_prompt_ids[:len(previous_ids)]
 
 :func:`check_roundtrip` measures them for the usual re-render path, :func:`run_matrix` over the standard
-agent scenarios, and ``Renderer.bridge_to_next_turn`` guarantees the second by construction.
+agent scenarios, and ``Renderer.bridge_to_next_turn`` guarantees the second by construction — up to the
+last sampled token, which it replaces where the template never renders it in history (GPT-OSS writes
+``<|end|>`` for the sampled ``<|return|>``): ``previous_ids[:-1] == next_prompt_ids[:len(previous_ids) - 1]``
+always, ``previous_ids == next_prompt_ids[:len(previous_ids)]`` for every other family.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Each scenario is a conversation a client drives the usual way (render, sample, p
 in history, render again); the completion under test is written in the family's own output syntax. A cell
 reads ``ok`` or ``break@N`` (first character/token the next prompt does not reproduce), ``n/a`` when the
 scenario does not apply to the family, or ``error: Type`` (a template or parser refusal, never silently ok).
-The bridge column must read ``ok`` on every row: ``B[:len(p) + len(c)] == p + c``.
+The bridge column must read ``ok`` on every row: ``B[:len(p) + len(c)] == p + carried(c)`` (``c`` verbatim,
+but for GPT-OSS's final ``<|return|>``, which the bridge writes ``<|end|>`` as the template does).
 
 ``reasonstate prr --template FILE [--tokenizer NAME] [--json]`` is :func:`main`.
 """
@@ -314,13 +315,13 @@ def _bridge(
             text = renderer.bridge_text(prompt, completion, new_messages, tools, **kwargs)
             if text is None:
                 return Cell("error", detail="bridge refused")
-            offset = first_difference(prompt + completion, text)
+            offset = first_difference(prompt + renderer.family.carried(completion), text)
         else:
             p, c = renderer.encode(prompt), renderer.encode(completion)
             bridged = renderer.bridge_to_next_turn(p, c, new_messages, tools, **kwargs)
             if bridged is None or bridged.token_ids is None:
                 return Cell("error", detail="bridge refused")
-            offset = first_difference(tuple(p + c), bridged.token_ids)
+            offset = first_difference(tuple(p + renderer.carried_ids(c)), bridged.token_ids)
     except TokensError as exc:
         return _error(exc)
     return Cell("ok") if offset is None else Cell("break", offset)

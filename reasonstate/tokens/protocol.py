@@ -6,8 +6,11 @@ completion back into a message, and extends a conversation at the token level wi
 Invariants (stated as equations, tested as equations):
   * ``len(r.token_ids) == len(r.message_indices)`` for every :class:`RenderedTokens` ``r`` with tokens;
   * ``r.text == renderer.decode(r.token_ids)`` (for NFC text);
-  * bridge contract: ``B.token_ids[:len(p) + len(c)] == p + c`` for
-    ``B = renderer.bridge_to_next_turn(p, c, new_messages)``;
+  * bridge contract, for ``B = renderer.bridge_to_next_turn(p, c, new_messages)``:
+    ``B.token_ids[:len(p) + len(c)] == p + c`` unless ``c`` ends in a stop token the template never renders
+    in history, which the bridge replaces by the close the template renders there (GPT-OSS: the sampled
+    ``<|return|>`` is written ``<|end|>``); in every case ``B.token_ids[:len(p) + len(c) - 1] == (p +
+    c)[:-1]``, all of ``p + c`` a prefix cache holds (the last sampled token never has KV);
   * parse is a partition, never a strip: ``reasoning + close_tag + after == completion`` whenever the
     completion contains the close tag.
 """

@@ -5,14 +5,22 @@ tokenizer; parsing and bridging use the per-family syntax (:mod:`reasonstate.tok
 
 The bridge never re-tokenizes what exists. For ``B = bridge_to_next_turn(p, c, new)``::
 
-    B.token_ids == p + c + close + encode(appendix)
+    B.token_ids == p + carried(c) + close + encode(appendix)
 
-where ``close`` is the family's end-of-turn token when ``c`` was truncated (no end-of-turn token at its end)
-and empty otherwise, and ``appendix`` is the text the template renders after an assistant turn for ``new``
-followed by the generation prompt — cut from the rendering of a small context conversation whose last
-assistant turn ends in a sentinel. Hence ``B.token_ids[:len(p) + len(c)] == p + c``. The splice point is
-always a special token (the turn close), which BPE never merges, so the appendix tokenizes the same alone
-as in place.
+where ``carried(c)`` is ``c`` verbatim, except that a final stop token the template never renders in history
+is replaced by the close it renders there (GPT-OSS: the sampled ``<|return|>`` becomes ``<|end|>``;
+``Family.history_close``); ``close`` is the family's end-of-turn token when ``c`` was truncated (no
+end-of-turn token at its end) and empty otherwise; and ``appendix`` is the text the template renders after
+an assistant turn for ``new`` followed by the generation prompt — cut from the rendering of a small context
+conversation whose last assistant turn ends in a sentinel. Hence the bridge contract::
+
+    B.token_ids[:len(p) + len(c)] == p + carried(c)      (== p + c unless c ends in such a stop token)
+    B.token_ids[:len(p) + len(c) - 1] == (p + c)[:-1]    (always)
+
+The second is all a prefix cache needs: a finished request leaves KV for ``(p + c)[:-1]`` only (the last
+sampled token is never fed to the model; ``reasonstate.cache.rules.shared_tokens``), so writing ``<|end|>``
+for ``<|return|>`` costs no cached block. The splice point is always a special token (the turn close), which
+BPE never merges, so the appendix tokenizes the same alone as in place.
 """
 
 from __future__ import annotations
@@ -24,9 +32,9 @@ from typing import Any
 
 import attrs
 
-from reasonstate.tokens.errors import TemplateRenderError, TokenizerRequired
+from reasonstate.tokens.errors import TemplateRenderError, TokenizerRequired, TokensError
 from reasonstate.tokens.families import FAMILIES, Family, detect_family
-from reasonstate.tokens.protocol import CARRIED, STRUCTURE, Message, ParsedResponse, RenderedTokens
+from reasonstate.tokens.protocol import CARRIED, STRUCTURE, Message, ParsedResponse, RenderedTokens, ToolCall
 from reasonstate.tokens.template import ChatTemplate
 from reasonstate.tokens.vocab import Tokenizer, decode_lossy, decode_strict, load_tokenizer
 
@@ -255,13 +263,42 @@ class ChatTemplateRenderer:
         return self.family.parse(text, self.family.prompt_state(head), tools)
 
     # -- bridging ----------------------------------------------------------------------------------
+    def _sampled_calls(
+        self,
+        prompt_tail: str,
+        completion: str,
+        new_messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> tuple[ToolCall, ...]:
+        """The calls of the previous completion, when tool results follow it (they name their function
+        after the call); none when the completion cannot be read (a bridge never fails on a bad call)."""
+        if not new_messages or new_messages[0].get("role") != "tool":
+            return ()
+        try:
+            return self.family.parse(completion, self.family.prompt_state(prompt_tail), tools).tool_calls
+        except TokensError:
+            return ()
+
+    def carried_ids(self, completion_ids: Sequence[int]) -> list[int]:
+        """The completion ids as a bridge carries them: ``Family.carried`` at the token level (a final stop
+        token the template never renders in history replaced by the close it renders there)."""
+        c = list(completion_ids)
+        if c:
+            tok = self._tok()
+            for stop, close in self.family.history_close.items():
+                if c[-1] == tok.special_id(stop):
+                    c[-1] = self._special_id(close)
+                    break
+        return c
+
     def _appendix(
         self,
         new_messages: Sequence[Message],
         tools: Sequence[Mapping[str, Any]] | None,
         kwargs: Mapping[str, Any],
+        sampled: Sequence[ToolCall] = (),
     ) -> _Appendix:
-        context: list[Message] = list(self.family.bridge_context(new_messages, _SENTINEL))
+        context: list[Message] = list(self.family.bridge_context(new_messages, _SENTINEL, sampled))
         full = self.render_text([*context, *new_messages], tools, True, **kwargs)
         mark = full.find(_SENTINEL)
         if mark < 0:
@@ -293,12 +330,15 @@ class ChatTemplateRenderer:
         **template_kwargs: Any,
     ) -> str | None:
         """The string-level bridge: ``result[:len(prev_prompt) + len(prev_completion)] == prev_prompt +
-        prev_completion``; ``None`` when ``new_messages`` holds an assistant message."""
+        family.carried(prev_completion)`` (``prev_completion`` verbatim but for GPT-OSS's final
+        ``<|return|>``, written ``<|end|>``); ``None`` when ``new_messages`` holds an assistant message."""
         if any(m.get("role") == "assistant" for m in new_messages):
             return None
-        appendix = self._appendix(new_messages, tools, template_kwargs)
+        sampled = self._sampled_calls(prev_prompt, prev_completion, new_messages, tools)
+        appendix = self._appendix(new_messages, tools, template_kwargs, sampled)
         closes = self.family.turn_close
         finished = any(prev_completion.endswith(c) for c in closes)
+        prev_completion = self.family.carried(prev_completion)
         if self.family.close_is_next_header:
             keep = not (finished and prev_completion.endswith(appendix.close))
             return (
@@ -319,19 +359,30 @@ class ChatTemplateRenderer:
     ) -> RenderedTokens | None:
         """Extend the previous prompt and completion with ``new_messages`` and the generation prompt.
 
-        ``B.token_ids[:len(p) + len(c)] == p + c``; the carried tokens have index :data:`CARRIED`, a
-        synthesized turn close :data:`STRUCTURE`, the appended tokens their index in ``new_messages``
-        (the generation prompt :data:`STRUCTURE`); ``B.text`` is a lossy decode (U+FFFD where the carried
-        completion was cut inside a character). ``None`` when ``new_messages`` holds an assistant
-        message: assistant tokens are sampled, never re-tokenized from text.
+        ``B.token_ids[:len(p) + len(c)] == p + carried_ids(c)``, which is ``p + c`` except that a final
+        stop token the template never renders in history is replaced by the close it renders there
+        (GPT-OSS: ``<|return|>`` → ``<|end|>``); so always ``B.token_ids[:len(p) + len(c) - 1] == (p +
+        c)[:-1]``. The carried tokens have index :data:`CARRIED`, a replaced or synthesized turn close
+        :data:`STRUCTURE`, the appended tokens their index in ``new_messages`` (the generation prompt
+        :data:`STRUCTURE`); ``B.text`` is a lossy decode (U+FFFD where the carried completion was cut inside
+        a character). ``None`` when ``new_messages`` holds an assistant message: assistant tokens are
+        sampled, never re-tokenized from text.
         """
         if any(m.get("role") == "assistant" for m in new_messages):
             return None
         p, c = list(prev_prompt_ids), list(prev_completion_ids)
-        appendix = self._appendix(new_messages, tools, template_kwargs)
-        finished = bool(c) and c[-1] in {self._tok().special_id(t) for t in self.family.turn_close}
-        ids = p + c
+        tok = self._tok()
+        sampled: tuple[ToolCall, ...] = ()
+        if new_messages and new_messages[0].get("role") == "tool":  # decode only what names the results
+            tail = decode_lossy(tok, p[-16:])
+            sampled = self._sampled_calls(tail, decode_lossy(tok, c), new_messages, tools)
+        appendix = self._appendix(new_messages, tools, template_kwargs, sampled)
+        finished = bool(c) and c[-1] in {tok.special_id(t) for t in self.family.turn_close}
+        carried = self.carried_ids(c)
+        ids = p + carried
         indices = [CARRIED] * len(ids)
+        if carried[-1:] != c[-1:]:
+            indices[-1] = STRUCTURE
         rest = appendix.text
         head = 0
         if self.family.close_is_next_header:
@@ -350,7 +401,6 @@ class ChatTemplateRenderer:
         ids.extend(new_ids)
         # decoding the carried history would make the bridge O(history) in Python: the text is computed
         # on first access; lossy, as the carried completion may end inside a character (max_tokens)
-        tok = self._tok()
         token_ids = tuple(ids)
         return RenderedTokens(
             token_ids=token_ids,

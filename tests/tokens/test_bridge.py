@@ -1,5 +1,8 @@
 """bridge_to_next_turn: ``B[:len(p) + len(c)] == p + c``, whatever the model wrote and wherever it stopped.
 
+(Qwen and DeepSeek here: no stop token of theirs is rewritten. GPT-OSS's sampled ``<|return|>`` is written
+``<|end|>``, so there only ``B[:len(p) + len(c) - 1] == (p + c)[:-1]``: see ``test_bridge_direct.py``.)
+
 That equation holds by construction (the bridge copies ``p + c``); what it appends is checked here against
 literal text, with prompts rendered and tokenized directly (``direct.py``) and completions written by hand.
 Whether the whole bridged prompt is what the template renders is checked against a direct jinja2 render in

@@ -13,10 +13,12 @@ environment, see ``direct.py``) and tokenizes it DIRECTLY with the tokenizer pac
 
 Where the template re-renders history exactly as sampled, the bridged prompt must equal the direct render
 token for token. Where a template legitimately rewrites history (it drops or empties the reasoning of earlier
-turns, or writes ``<|end|>`` for a sampled ``<|return|>``), the test states the rewrite and applies exactly
-that rewrite to the bridged prompt; everything else must still agree token for token (character for
-character for the families without a tokenizer package here: GLM-4.6, Kimi-K2-Thinking, GPT-OSS, whose
-``bridge_text`` is compared instead).
+turns), the test states the rewrite and applies exactly that rewrite to the bridged prompt; everything else
+must still agree token for token (character for character for the families without a tokenizer package here:
+GLM-4.6, Kimi-K2-Thinking, GPT-OSS, whose ``bridge_text`` is compared instead; GPT-OSS is also bridged at
+the token level with a byte-level tokenizer holding its special tokens, ``toy_vocab.py``). One rewrite the
+bridge makes itself: GPT-OSS's sampled ``<|return|>`` is written ``<|end|>``, as the template renders a past
+final answer, so there ``B[:len(p) + len(c) - 1] == (p + c)[:-1]`` and the next token is ``<|end|>``.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reasonstate.tokens import ChatTemplateRenderer, template_path
+from reasonstate.tokens import CARRIED, STRUCTURE, ChatTemplateRenderer, template_path
 
 from . import direct
 from .conftest import WEATHER_TOOL
+from .toy_vocab import ToyHarmonyTokenizer
 
 TOOLS = [WEATHER_TOOL]
 START = [
@@ -233,9 +236,9 @@ KIMI = (
 # "<|start|>assistant<|channel|>final<|message|>C<|return|>". The template re-serializes arguments with tojson
 # (json.dumps spacing), so the model's JSON is written in that spacing here. Tool results are quoted as JSON.
 _ANALYSIS = "<|channel|>analysis<|message|>"
-# The template takes a result's function name from the call before it (L321-L325). A bridge has no history
-# messages, only tokens, so the results carry their function's name, as TokenAdapter sends them (see
-# test_gpt_oss_bridge_of_a_result_without_its_name for what happens without it).
+# The template takes a result's function name from the call before it (L321-L325); the bridge reads it from
+# the sampled call. These results also carry the name, as TokenAdapter sends them; results without it, or
+# with another name, are in test_gpt_oss_bridge_names_a_result_after_the_sampled_call.
 GPT_OSS_RESULTS_0 = [{**r, "name": "get_weather"} for r in results(("call_0", "Paris: 12C"))]
 GPT_OSS_RESULTS_1 = [{**r, "name": "get_weather"} for r in RESULTS_1]
 GPT_OSS = (
@@ -461,40 +464,125 @@ def test_next_user_turn_differs_from_the_direct_render_only_by_the_templates_his
     assert_same_text(replace_each(b3, rewrites), expected)  # ... and it is the only difference
 
 
-def test_gpt_oss_next_user_turn_differs_from_the_direct_render_by_the_dropped_analysis_and_return() -> None:
+def test_gpt_oss_next_user_turn_differs_from_the_direct_render_only_by_the_dropped_analysis() -> None:
     *_, (b3, m3) = text_chain(_string_renderer("gpt-oss-20b"), Chain("gpt-oss-20b", {}, GPT_OSS))
     expected = direct.render("gpt-oss-20b", m3, TOOLS)
+    assert direct.first_difference(b3, expected) is not None  # the rewrite is real ...
     # Legitimate (a choice of the bridge, which keeps what was sampled): once a final answer follows, the
-    # template drops the analysis of the whole exchange (L274-L294, L313).
+    # template drops the analysis of the whole exchange (L274-L294, L313). That is the only difference: the
+    # past final answer ends in <|end|> in both (L309-L314).
     kept = replace_each(b3, {f"{_ANALYSIS}{r}<|end|><|start|>assistant": "" for r in (R0, R1, R2)})
-    # Not legitimate: the past final answer must end in <|end|> (L309-L314; Harmony's format doc: "<|return|>
-    # is a decode-time stop token only ... replace the trailing <|return|> with <|end|>"). The bridge keeps
-    # the sampled <|return|>; that is the only other difference (see the xfail below).
-    assert_same_text(kept.replace(f"{ANSWER}<|return|>", f"{ANSWER}<|end|>"), expected)
+    assert_same_text(kept, expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the bridge carries GPT-OSS's sampled <|return|> into the next prompt; the template and the "
-    "Harmony format put <|end|> there (<|return|> is a decode-time stop token only). The last sampled token "
-    "never holds a cached KV block, so writing <|end|> would cost no cache hit.",
-)
 def test_gpt_oss_bridge_ends_a_past_final_answer_with_end_not_return() -> None:
-    *_, (b3, _) = text_chain(_string_renderer("gpt-oss-20b"), Chain("gpt-oss-20b", {}, GPT_OSS))
-    assert f"{ANSWER}<|end|>" in b3 and "<|return|>" not in b3
+    # The template (L309-L314) and Harmony's format ("<|return|> is a decode-time stop token only ... replace
+    # the trailing <|return|> with <|end|>") put <|end|> where the model sampled <|return|>.
+    renderer = _string_renderer("gpt-oss-20b")
+    prompt = direct.render("gpt-oss-20b", START, TOOLS)
+    answer = f"{_ANALYSIS}{R2}<|end|><|start|>assistant<|channel|>final<|message|>{ANSWER}<|return|>"
+    bridged = renderer.bridge_text(prompt, answer, [FOLLOW_UP], TOOLS)
+    assert bridged is not None
+    assert f"{ANSWER}<|end|>" in bridged and "<|return|>" not in bridged
+    # the contract: what was sampled, but the last token, then what the template renders there
+    n = len(prompt) + len(answer) - len("<|return|>")
+    assert bridged[:n] == prompt + answer[: -len("<|return|>")]
+    assert bridged[n:].startswith("<|end|><|start|>user<|message|>Thanks! And tomorrow?<|end|>")
+    # the template renders this history the same way, apart from the analysis it drops before a final
+    message = {"role": "assistant", "content": ANSWER, "thinking": R2}
+    expected = direct.render("gpt-oss-20b", [*START, message, FOLLOW_UP], TOOLS)
+    assert_same_text(bridged.replace(f"{_ANALYSIS}{R2}<|end|><|start|>assistant", ""), expected)
+    # a call is not rewritten: <|call|> is what the template renders after a past call (L300)
+    call_turn = GPT_OSS[0].completion
+    after_call = renderer.bridge_text(prompt, call_turn, GPT_OSS_RESULTS_0, TOOLS)
+    assert after_call is not None and after_call.startswith(prompt + call_turn)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the bridge names a result's function after the result message's 'name' field (else 'tool'), "
-    "while the GPT-OSS template names it after the preceding call: an OpenAI-shaped result without 'name' "
-    "is bridged to '<|start|>functions.tool to=assistant' instead of '<|start|>functions.get_weather ...'",
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"role": "tool", "tool_call_id": "call_0", "content": "Paris: 12C"},  # OpenAI chat: no name
+        {"role": "tool", "tool_call_id": "call_9", "content": "Paris: 12C"},  # an id no parse could guess
+        {"role": "tool", "tool_call_id": "call_0", "name": "lookup", "content": "Paris: 12C"},  # another name
+        {"role": "tool", "content": "Paris: 12C"},  # neither id nor name
+    ],
+    ids=["no_name", "foreign_id", "other_name", "bare"],
 )
+def test_gpt_oss_bridge_names_a_result_after_the_sampled_call(result: dict[str, Any]) -> None:
+    # the template names a result after the preceding call (L281-L284, L321-L325), whatever the result says
+    steps = (GPT_OSS[0]._replace(then=[result]),)
+    ((bridged, messages),) = text_chain(_string_renderer("gpt-oss-20b"), Chain("gpt-oss-20b", {}, steps))
+    assert_same_text(bridged, direct.render("gpt-oss-20b", messages, TOOLS))
+    assert "<|start|>functions.get_weather to=assistant" in bridged
+
+
 def test_gpt_oss_bridge_of_a_result_without_its_name() -> None:
     # tool messages as the OpenAI chat format defines them: tool_call_id and content, no name
     steps = (GPT_OSS[0]._replace(then=results(("call_0", "Paris: 12C"))),)
     ((bridged, messages),) = text_chain(_string_renderer("gpt-oss-20b"), Chain("gpt-oss-20b", {}, steps))
     assert_same_text(bridged, direct.render("gpt-oss-20b", messages, TOOLS))
+
+
+def test_gpt_oss_bridge_without_a_sampled_call_names_a_result_after_its_name() -> None:
+    # a completion with no readable call (here: a final answer) leaves the result's own name as the fallback
+    renderer = _string_renderer("gpt-oss-20b")
+    prompt = direct.render("gpt-oss-20b", START, TOOLS)
+    answer = f"{_ANALYSIS}{R2}<|end|><|start|>assistant<|channel|>final<|message|>{ANSWER}<|return|>"
+    named = [{"role": "tool", "tool_call_id": "call_0", "name": "lookup", "content": "x"}]
+    bridged = renderer.bridge_text(prompt, answer, named, TOOLS)
+    assert bridged is not None
+    assert '<|start|>functions.lookup to=assistant<|channel|>commentary<|message|>"x"<|end|>' in bridged
+    bare = renderer.bridge_text(prompt, answer, [{"role": "tool", "content": "x"}], TOOLS)
+    assert bare is not None and "<|start|>functions.tool to=assistant" in bare
+
+
+# GPT-OSS at the token level, with a byte-level tokenizer holding Harmony's special tokens (toy_vocab.py)
+
+
+def test_gpt_oss_token_bridge_replaces_only_the_sampled_return() -> None:
+    toy = ToyHarmonyTokenizer()
+    renderer = ChatTemplateRenderer.from_files(template_path("gpt-oss-20b"), toy)
+    end, call_ = toy.special_id("<|end|>"), toy.special_id("<|call|>")
+    messages: list[dict[str, Any]] = [*START]
+    p = toy.encode(direct.render("gpt-oss-20b", messages, TOOLS))
+    text = direct.render("gpt-oss-20b", messages, TOOLS)
+    for k, step in enumerate(GPT_OSS):
+        c = toy.encode(step.completion)
+        bridged = renderer.bridge_to_next_turn(p, c, step.then, TOOLS)
+        assert bridged is not None and bridged.token_ids is not None and bridged.message_indices is not None
+        b, n = list(bridged.token_ids), len(p) + len(c)
+        # the contract, in the form that holds for every completion: all of p + c but its last token ...
+        assert b[: n - 1] == (p + c)[:-1]
+        assert bridged.message_indices[: n - 1] == (CARRIED,) * (n - 1)
+        if k < 2:  # ... and a sampled <|call|> is kept, as the template renders it (L300)
+            assert c[-1] == b[n - 1] == call_ and bridged.message_indices[n - 1] == CARRIED
+        else:  # ... while a sampled <|return|> is written <|end|>, as the template renders it (L314)
+            assert c[-1] == toy.special_id("<|return|>")
+            assert b[n - 1] == end and bridged.message_indices[n - 1] == STRUCTURE
+        assert b[:n] == p + renderer.carried_ids(c)
+        # the same prompt as the string-level bridge, token for token
+        bridged_text = renderer.bridge_text(text, step.completion, step.then, TOOLS)
+        assert bridged_text is not None and b == toy.encode(bridged_text)
+        messages += [step.message, *step.then]
+        expected = direct.render("gpt-oss-20b", messages, TOOLS)
+        if k == 2:  # the template drops the analysis of the exchange once a final answer follows
+            drop = {f"{_ANALYSIS}{r}<|end|><|start|>assistant": "" for r in (R0, R1, R2)}
+            bridged_text = replace_each(bridged_text, drop)
+        assert_same_text(bridged_text, expected)
+        p, text = b, toy.decode(b)
+
+
+def test_gpt_oss_token_bridge_closes_a_truncated_final_answer_with_end() -> None:
+    toy = ToyHarmonyTokenizer()
+    renderer = ChatTemplateRenderer.from_files(template_path("gpt-oss-20b"), toy)
+    p = toy.encode(direct.render("gpt-oss-20b", START, TOOLS))
+    cut = f"{_ANALYSIS}{R2}<|end|><|start|>assistant<|channel|>final<|message|>Rome is"  # max_tokens
+    c = toy.encode(cut)
+    bridged = renderer.bridge_to_next_turn(p, c, [FOLLOW_UP], TOOLS)
+    assert bridged is not None and bridged.token_ids is not None
+    n = len(p) + len(c)
+    assert list(bridged.token_ids[:n]) == p + c  # nothing sampled is replaced ...
+    assert bridged.token_ids[n] == toy.special_id("<|end|>")  # ... the close is synthesized after it
 
 
 # -- randomized chains, Qwen3.6 and DeepSeek (token level) --------------------------------------------------

@@ -112,6 +112,10 @@ class Family:
     """Where the template ends a past assistant turn (default: :attr:`turn_close`)."""
     truncation_close: ClassVar[str | None] = None
     """What a bridge appends after a truncated completion (default: the first of :attr:`turn_close`)."""
+    history_close: ClassVar[Mapping[str, str]] = {}
+    """Sampled stop tokens the template never renders in history, each with the close it renders in its
+    place (GPT-OSS: ``<|return|>`` → ``<|end|>``). A bridge writes the replacement where the model sampled
+    the stop token (:meth:`carried`)."""
     close_is_next_header: ClassVar[bool] = False
     """True when the stop token is the next message's role header (GLM): nothing needs to be synthesized."""
     special_tokens: ClassVar[Mapping[str, str]] = {}
@@ -129,6 +133,15 @@ class Family:
         if self.close_is_next_header:
             return None
         return self.truncation_close if self.truncation_close is not None else self.turn_close[0]
+
+    def carried(self, completion: str) -> str:
+        """``completion`` as a bridge carries it into the next prompt: verbatim, except that a final stop
+        token the template never renders in history is replaced by the close it renders there
+        (:attr:`history_close`). ``carried(c)[:len(c) - len(stop)] == c[:len(c) - len(stop)]``."""
+        for stop, close in self.history_close.items():
+            if completion.endswith(stop):
+                return completion[: len(completion) - len(stop)] + close
+        return completion
 
     # -- reading a completion -----------------------------------------------------------------------------
     def prompt_state(self, prompt: str) -> PromptState:
@@ -207,24 +220,33 @@ class Family:
         return f"call_{index}"
 
     # -- bridging -------------------------------------------------------------------------------------------
-    def bridge_context(self, new_messages: Sequence[Message], sentinel: str) -> list[dict[str, Any]]:
+    def bridge_context(
+        self, new_messages: Sequence[Message], sentinel: str, sampled: Sequence[ToolCall] = ()
+    ) -> list[dict[str, Any]]:
         """``[user, assistant]`` whose assistant turn ends right after ``sentinel``, shaped so that
-        ``new_messages`` may follow it (tool results follow calls with their ids and names)."""
+        ``new_messages`` may follow it: tool results follow calls with their ids and names.
+
+        ``sampled`` are the calls parsed from the completion the results answer. A result's call is named
+        after the sampled call with its ``tool_call_id``, else after the result's ``name``, else ``tool``.
+        """
         user: dict[str, Any] = {"role": "user", "content": "q"}
         results = _leading_tool_results(new_messages)
         if not results:
             return [user, {"role": "assistant", "content": sentinel}]
-        calls = [
-            ToolCall(
-                id=str(r.get("tool_call_id") or self.call_id(str(r.get("name") or "tool"), i)),
-                name=str(r.get("name") or "tool"),
-                arguments={},
-                raw="",
-                raw_arguments=sentinel if i == len(results) - 1 else "{}",
-                raw_parameters=(("x", sentinel),) if i == len(results) - 1 else (),
+        names: dict[Any, str] = {c.id: c.name for c in sampled}
+        calls = []
+        for i, r in enumerate(results):
+            name = names.get(r.get("tool_call_id")) or str(r.get("name") or "tool")
+            calls.append(
+                ToolCall(
+                    id=str(r.get("tool_call_id") or self.call_id(name, i)),
+                    name=name,
+                    arguments={},
+                    raw="",
+                    raw_arguments=sentinel if i == len(results) - 1 else "{}",
+                    raw_parameters=(("x", sentinel),) if i == len(results) - 1 else (),
+                )
             )
-            for i, r in enumerate(results)
-        ]
         return [user, self.history_message(None, "", calls)]
 
     # -- shared helpers -------------------------------------------------------------------------------------

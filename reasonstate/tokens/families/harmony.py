@@ -5,13 +5,16 @@ After the generation prompt ``<|start|>assistant`` the model writes
 ``<|start|>assistant<|channel|>final<|message|>C<|return|>`` or
 ``<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{json}<|call|>`` (template
 L289-300, L311). The template re-serializes arguments with ``tojson`` (L299), so history carries the parsed
-object, and renders a past final answer with ``<|end|>`` where the model wrote ``<|return|>`` (L314).
+object, and renders a past final answer with ``<|end|>`` where the model wrote ``<|return|>`` (L314;
+Harmony's format: ``<|return|>`` is a decode-time stop token only), which a bridge writes too
+(:attr:`history_close`). A tool result is named after the most recent call (L281-L284, L321-L325), never
+after its own ``name`` or ``tool_call_id``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from reasonstate.tokens.errors import ToolCallParseError
 from reasonstate.tokens.families.base import Family, ModelTurn, PromptState
@@ -30,6 +33,7 @@ class Harmony(Family):
     turn_close = ("<|return|>", "<|call|>")
     rendered_close = ("<|end|>", "<|call|>", "<|return|>")
     truncation_close = "<|end|>"
+    history_close: ClassVar[Mapping[str, str]] = {"<|return|>": "<|end|>"}
     parallel_calls = False
     reasoning_key = "thinking"
 
@@ -83,10 +87,14 @@ class Harmony(Family):
         return dict(call.arguments)
 
     def bridge_context(
-        self, new_messages: Sequence[Mapping[str, Any]], sentinel: str
+        self, new_messages: Sequence[Mapping[str, Any]], sentinel: str, sampled: Sequence[ToolCall] = ()
     ) -> list[dict[str, Any]]:
-        context = super().bridge_context(new_messages, sentinel)
+        context = super().bridge_context(new_messages, sentinel, sampled)
+        # the template renders one call per message (the first) and names every following result after
+        # it: the sampled call (the model stops on <|call|>), else the result's own name
         for call in context[-1].get("tool_calls", []):
+            if sampled:
+                call["function"]["name"] = sampled[-1].name
             call["function"]["arguments"] = {"x": sentinel}
         return context
 
