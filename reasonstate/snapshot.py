@@ -35,6 +35,7 @@ from reasonstate.state import (
     TurnView,
     Usage,
     digest_of,
+    thaw,
 )
 
 if TYPE_CHECKING:
@@ -284,7 +285,7 @@ def session_snapshot(
         options=json.loads(json.dumps(dict(options), ensure_ascii=False)),
         history=history_to_snapshot(layers.history),
         execution=[_record_to_dict(r) for r in layers.records],
-        trace=[{"seq": e.seq, "kind": e.kind, "at": e.at, "data": dict(e.data)} for e in layers.trace],
+        trace=[{"seq": e.seq, "kind": e.kind, "at": e.at, "data": thaw(e.data)} for e in layers.trace],
     )
     return snapshot.sealed()
 

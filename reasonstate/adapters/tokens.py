@@ -149,6 +149,21 @@ class TokenAdapter:
         else the full render of the canonical history (with a ``cache.break`` event)."""
         tools = _tools(prefix)
         messages, units, steps = self._messages(prefix, history, tools)
+        withheld = tuple(
+            c
+            for turn in history.turns
+            for step in turn.steps
+            for c in step.continuation
+            if not (c.vendor == self.vendor and c.api == API)
+        )
+        open_turn = history.open_turn
+        if open_turn is not None and any(
+            c.vendor != self.vendor or c.api != API for s in open_turn.steps for c in s.continuation
+        ):
+            raise ContinuationMismatch(
+                "the open tool chain holds a step sampled by another server or vendor: its tokens cannot be "
+                "continued here (docs/protocols.md §2.2). Nothing was sent."
+            )
         plan = self._plan(prefix, history, model, records, messages, units, steps, tools)
         events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
         if plan.why is not None and records:
@@ -184,6 +199,7 @@ class TokenAdapter:
             events=events,
             prompt_ids=plan.prompt_ids,
             tools=tuple(tools),
+            withheld=withheld,
         )
 
     def _messages(
@@ -229,13 +245,14 @@ class TokenAdapter:
         """The assistant message a full render uses: the sampled text parsed by the renderer, with the
         reasoning removed when the view drops it and the summary (Compress) put before the answer. A step
         this adapter did not sample is rendered from its canonical parts (text and tool calls)."""
-        completion = _completion(step)
-        if completion is None or completion.vendor != self.vendor:
+        completion = _completion(step, self.vendor)
+        if completion is None:
             message: dict[str, Any] = _canonical_message(step)
         else:
             message = dict(self._parse(str(completion.value["text"]), tools).message)
-        if not keep:
-            message.pop("reasoning_content", None)
+        if not keep:  # the family's own reasoning field (Harmony: ``thinking``), else the common one
+            family = getattr(self.renderer, "family", None)
+            message.pop(getattr(family, "reasoning_key", "reasoning_content"), None)
         if summary is not None:
             note = summary_note(summary)
             content = str(message.get("content") or "")
@@ -271,8 +288,8 @@ class TokenAdapter:
             raise ProtocolViolation("the token adapter needs a renderer with a tokenizer")
         return _Plan(rendered.token_ids, why or "first request")
 
-    @staticmethod
     def _refusal(
+        self,
         prefix: Prefix,
         history: History,
         model: str,
@@ -294,7 +311,7 @@ class TokenAdapter:
         if prev.turn >= len(history.turns) or prev.step >= len(history.turns[prev.turn].steps):
             return "the history no longer holds the previous step"
         step = history.turns[prev.turn].steps[prev.step]
-        completion = _completion(step)
+        completion = _completion(step, self.vendor)
         if completion is None:
             return "the previous step has no sampled completion"
         if tuple(completion.value["token_ids"]) != prev.completion_ids:
@@ -465,8 +482,13 @@ def _digest(value: Any) -> str:
     return digest_of(canonical_json(value).encode())
 
 
-def _completion(step: Step) -> Continuation | None:
-    return next((c for c in step.continuation if c.kind == KIND and c.api == API), None)
+def _completion(step: Step, vendor: str | None = None) -> Continuation | None:
+    """The step's sampled completion (of ``vendor``'s server, when given): None for a step sampled
+    elsewhere, which is rendered from its canonical parts and never bridged."""
+    return next(
+        (c for c in step.continuation if c.kind == KIND and c.api == API and vendor in (None, c.vendor)),
+        None,
+    )
 
 
 def _step_unit(step: Step, keep: bool, summary: str | None) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from typing import Any
 
 import attrs
 
+from reasonstate.state.frozen import freeze
+
 __all__ = ["EventKind", "Trace", "TraceEvent"]
 
 
@@ -44,7 +46,8 @@ class TraceEvent:
 
     seq: int
     kind: str
-    data: Mapping[str, Any]
+    #: frozen (:func:`~reasonstate.state.frozen.freeze`): an exporter or caller cannot change the record
+    data: Mapping[str, Any] = attrs.field(converter=freeze)
     at: float = attrs.field(factory=time.time)
 
 
