@@ -32,6 +32,7 @@ from typing import Any
 
 import attrs
 
+from reasonstate.cache.guard import common_prefix_len
 from reasonstate.tokens.errors import TemplateRenderError, TokenizerRequired, TokensError
 from reasonstate.tokens.families import FAMILIES, Family, detect_family
 from reasonstate.tokens.protocol import CARRIED, STRUCTURE, Message, ParsedResponse, RenderedTokens, ToolCall
@@ -64,21 +65,6 @@ def _marked(message: Message, *, prefix: bool) -> dict[str, Any]:
         if key in out:
             out[key] = mark(out[key])
     return out
-
-
-def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed on strings)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 @attrs.frozen(slots=True)
