@@ -43,7 +43,7 @@ from reasonstate.adapters.base import (
 from reasonstate.adapters.streams import AnthropicAssembler
 from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.guard import divergence
-from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
+from reasonstate.errors import ContinuationMismatch, MalformedResponse
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -101,7 +101,9 @@ class AnthropicAdapter:
 
     vendor = VENDOR
     api = API
-    endpoint = Endpoint(sdk="anthropic", resource=("messages",), label="Anthropic")
+    endpoint = Endpoint(
+        sdk="anthropic", resource=("messages",), label="Anthropic", assembler=AnthropicAssembler
+    )
 
     def __init__(self, *, min_cacheable: int | None = None, lookback_units: int = 20) -> None:
         cache = attrs.evolve(cache_rules.ANTHROPIC, lookback_units=lookback_units)
@@ -294,18 +296,6 @@ class AnthropicAdapter:
             response_model=echoed if isinstance(echoed, str) else None,
         )
 
-    # -- streaming and errors ------------------------------------------------------------------------------
-    @staticmethod
-    def streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        return {**kwargs, "stream": True}
-
-    @staticmethod
-    def assembler() -> AnthropicAssembler:
-        return AnthropicAssembler()
-
-    @staticmethod
-    def vendor_error(exc: Any, request: VendorRequest) -> VendorError | None:
-        return None
 
 
 def _encode_turn(turn: Turn, model: str) -> _TurnEncoding:

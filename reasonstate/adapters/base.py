@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -36,10 +36,10 @@ from reasonstate.state import (
 
 __all__ = [
     "Adapter",
+    "Assembler",
     "DecodedStep",
     "Endpoint",
     "ProtocolRules",
-    "StreamAssembler",
     "VendorRequest",
     "compact",
     "count",
@@ -188,22 +188,31 @@ class DecodedStep:
     events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
-@attrs.frozen(slots=True)
-class Endpoint:
-    """Where a codec's requests go: the SDK module (for its exception classes), the resource path on the
-    client (``("chat", "completions")`` → ``client.chat.completions``), and a label for error messages."""
-
-    sdk: str
-    resource: tuple[str, ...]
-    label: str
-
-
-class StreamAssembler(Protocol):
+class Assembler(Protocol):
     """Feed the body of a streamed answer; ``finish`` returns the JSON a non-streamed call returns."""
 
     def feed_bytes(self, chunk: bytes) -> None: ...
 
     def finish(self) -> dict[str, Any]: ...
+
+
+@attrs.frozen(slots=True)
+class Endpoint:
+    """Where a codec's requests go and how its answers come back, as data for the transport.
+
+    ``sdk``: the SDK module (for its exception classes); ``resource``: the path on the client
+    (``("chat", "completions")`` → ``client.chat.completions``); ``label``: for error messages;
+    ``assembler``: builds the pure stream assembler of a streamed answer (None: the API is not streamed
+    here); ``stream_options``: merged into ``stream_options`` of a streamed request; ``status_error``: a
+    more specific error for an SDK status error, or None for the generic :class:`VendorError`.
+    """
+
+    sdk: str
+    resource: tuple[str, ...]
+    label: str
+    assembler: Callable[[], Assembler] | None = None
+    stream_options: Mapping[str, Any] | None = None
+    status_error: Callable[[Any, VendorRequest], VendorError | None] | None = None
 
 
 class Adapter(Protocol):
@@ -231,16 +240,4 @@ class Adapter(Protocol):
 
     def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
         """The answer to ``request``, split into the layers' material; payloads bound to ``request.model``."""
-        ...
-
-    def streaming(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """The kwargs of the streamed form of a request."""
-        ...
-
-    def assembler(self) -> StreamAssembler:
-        """A fresh stream assembler for one streamed answer."""
-        ...
-
-    def vendor_error(self, exc: Any, request: VendorRequest) -> VendorError | None:
-        """A more specific error for an SDK status error, or None for the generic :class:`VendorError`."""
         ...

@@ -50,7 +50,7 @@ from reasonstate.adapters.base import (
 )
 from reasonstate.adapters.streams import ChatAssembler
 from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import ContinuationMismatch, InvalidOption, MalformedResponse, VendorError
+from reasonstate.errors import ContinuationMismatch, InvalidOption, MalformedResponse
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import (
     Continuation,
@@ -142,7 +142,14 @@ class OpenAIChatAdapter:
         self.vendor: str = dialect
         self.rules = ProtocolRules(vendor=dialect, api=API, tool_steps_keep_reasoning=dialect == "deepseek")
         self.cache = _CACHE[dialect]
-        self.endpoint = Endpoint(sdk="openai", resource=("chat", "completions"), label=f"{dialect} chat")
+        # ``stream_options.include_usage``: the usage arrives in the last chunk (docs/protocols.md §2.1)
+        self.endpoint = Endpoint(
+            sdk="openai",
+            resource=("chat", "completions"),
+            label=f"{dialect} chat",
+            assembler=ChatAssembler,
+            stream_options={"include_usage": True},
+        )
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
@@ -342,20 +349,6 @@ class OpenAIChatAdapter:
             )
         return parts
 
-    # -- streaming and errors ------------------------------------------------------------------------------
-    @staticmethod
-    def streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """``stream_options.include_usage``: the usage arrives in the last chunk (docs/protocols.md §2.1)."""
-        options = dict(kwargs.get("stream_options") or {})
-        return {**kwargs, "stream": True, "stream_options": {**options, "include_usage": True}}
-
-    @staticmethod
-    def assembler() -> ChatAssembler:
-        return ChatAssembler()
-
-    @staticmethod
-    def vendor_error(exc: Any, request: VendorRequest) -> VendorError | None:
-        return None
 
 
 def _canonical_message(step: Step) -> dict[str, Any]:

@@ -125,6 +125,18 @@ class PreviousResponseNotFound(VendorError):
         self.response_id = response_id
 
 
+def _previous_response_lost(exc: Any, request: VendorRequest) -> VendorError | None:
+    """A 404 for the ``previous_response_id`` sent is :class:`PreviousResponseNotFound`."""
+    previous = request.kwargs.get("previous_response_id")
+    code, param = getattr(exc, "code", None), getattr(exc, "param", None)
+    gone = code == "previous_response_not_found" or param == "previous_response_id"
+    if exc.status_code == 404 and isinstance(previous, str) and gone:
+        return PreviousResponseNotFound(
+            status_message("OpenAI", exc), response_id=previous, body=getattr(exc, "body", None)
+        )
+    return None
+
+
 @attrs.frozen(slots=True)
 class ResponsesRules(ProtocolRules):
     """OpenAI Responses rules: the base clamp, plus — a step holding an output item of a type we do not
@@ -177,7 +189,13 @@ class OpenAIResponsesAdapter:
 
     vendor = VENDOR
     api = API
-    endpoint = Endpoint(sdk="openai", resource=("responses",), label="OpenAI")
+    endpoint = Endpoint(
+        sdk="openai",
+        resource=("responses",),
+        label="OpenAI",
+        assembler=ResponsesAssembler,
+        status_error=_previous_response_lost,
+    )
     cache = cache_rules.OPENAI_RESPONSES
 
     def __init__(self, *, strict_tools: bool | None = None) -> None:
@@ -345,27 +363,6 @@ class OpenAIResponsesAdapter:
             response_model=echoed if isinstance(echoed, str) else None,
             events=tuple(events),
         )
-
-    # -- streaming and errors ------------------------------------------------------------------------------
-    @staticmethod
-    def streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        return {**kwargs, "stream": True}
-
-    @staticmethod
-    def assembler() -> ResponsesAssembler:
-        return ResponsesAssembler()
-
-    @staticmethod
-    def vendor_error(exc: Any, request: VendorRequest) -> VendorError | None:
-        """A 404 for the ``previous_response_id`` sent is :class:`PreviousResponseNotFound`."""
-        previous = request.kwargs.get("previous_response_id")
-        code, param = getattr(exc, "code", None), getattr(exc, "param", None)
-        gone = code == "previous_response_not_found" or param == "previous_response_id"
-        if exc.status_code == 404 and isinstance(previous, str) and gone:
-            return PreviousResponseNotFound(
-                status_message("OpenAI", exc), response_id=previous, body=getattr(exc, "body", None)
-            )
-        return None
 
 
 # -- encoding helpers ---------------------------------------------------------------------------------------

@@ -48,7 +48,6 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Endpoint,
     ProtocolRules,
-    StreamAssembler,
     VendorRequest,
     count,
     summary_note,
@@ -60,7 +59,6 @@ from reasonstate.errors import (
     InvalidOption,
     MalformedResponse,
     ProtocolViolation,
-    VendorError,
 )
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import (
@@ -437,18 +435,6 @@ class TokenAdapter:
                 return list(ids).index(close)
         return None
 
-    # -- streaming and errors ------------------------------------------------------------------------------
-    @staticmethod
-    def streaming(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        raise ProtocolViolation("TokenAdapter does not stream; create the session with stream=False")
-
-    @staticmethod
-    def assembler() -> StreamAssembler:
-        raise ProtocolViolation("TokenAdapter does not stream; create the session with stream=False")
-
-    @staticmethod
-    def vendor_error(exc: Any, request: VendorRequest) -> VendorError | None:
-        return None
 
 
 def _canonical_message(step: Step) -> dict[str, Any]:

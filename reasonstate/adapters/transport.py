@@ -22,8 +22,14 @@ from typing import Any
 
 import attrs
 
-from reasonstate.adapters.base import Adapter, VendorRequest
-from reasonstate.errors import MalformedResponse, ReasonStateError, StreamInterrupted, VendorError
+from reasonstate.adapters.base import Adapter, Assembler, VendorRequest
+from reasonstate.errors import (
+    MalformedResponse,
+    ProtocolViolation,
+    ReasonStateError,
+    StreamInterrupted,
+    VendorError,
+)
 
 __all__ = ["CallResult", "acall", "call", "status_message"]
 
@@ -43,8 +49,8 @@ def call(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) ->
         if not stream:
             raw = create(**request.kwargs)
             return CallResult(_json(raw.http_response.content, adapter), raw.http_response.request.content)
-        http = create(**adapter.streaming(request.kwargs)).http_response
-        assembler = adapter.assembler()
+        assembler, kwargs = _streamed(adapter, request)
+        http = create(**kwargs).http_response
         try:
             for chunk in http.iter_bytes():
                 assembler.feed_bytes(chunk)
@@ -60,14 +66,27 @@ async def acall(adapter: Adapter, client: Any, request: VendorRequest, stream: b
         if not stream:
             raw = await create(**request.kwargs)
             return CallResult(_json(raw.http_response.content, adapter), raw.http_response.request.content)
-        http = (await create(**adapter.streaming(request.kwargs))).http_response
-        assembler = adapter.assembler()
+        assembler, kwargs = _streamed(adapter, request)
+        http = (await create(**kwargs)).http_response
         try:
             async for chunk in http.aiter_bytes():
                 assembler.feed_bytes(chunk)
         finally:
             await http.aclose()
         return CallResult(assembler.finish(), http.request.content)
+
+
+def _streamed(adapter: Adapter, request: VendorRequest) -> tuple[Assembler, dict[str, Any]]:
+    """A fresh assembler, and the kwargs of the streamed form of ``request``."""
+    endpoint = adapter.endpoint
+    if endpoint.assembler is None:
+        raise ProtocolViolation(
+            f"{endpoint.label} does not stream here; create the session with stream=False"
+        )
+    kwargs = {**request.kwargs, "stream": True}
+    if endpoint.stream_options:
+        kwargs["stream_options"] = {**(request.kwargs.get("stream_options") or {}), **endpoint.stream_options}
+    return endpoint.assembler(), kwargs
 
 
 def _resource(client: Any, adapter: Adapter) -> Any:
@@ -105,7 +124,8 @@ def _translated(adapter: Adapter, request: VendorRequest, stream: bool) -> Itera
     try:
         yield
     except sdk.APIStatusError as exc:
-        specific = adapter.vendor_error(exc, request)
+        status_error = adapter.endpoint.status_error
+        specific = status_error(exc, request) if status_error is not None else None
         if specific is not None:
             raise specific from exc
         raise VendorError(status_message(label, exc), status=exc.status_code, body=exc.body) from exc
