@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import attrs
 
 from reasonstate.adapters import Adapter, adapter_for, client_is_async, transport
-from reasonstate.adapters.base import VendorRequest
+from reasonstate.adapters.base import FOREIGN_REASONING, VendorRequest, foreign_reasoning_as_text
 from reasonstate.errors import (
     IllegalTransition,
     InvalidOption,
@@ -84,6 +84,7 @@ _TRANSITIONS: dict[tuple[TurnState, str], TurnState] = {
     (_I, "send"): _M,
     (_I, "change_prefix"): _I,
     (_I, "switch_model"): _I,
+    (_I, "switch"): _I,
     (_I, "snapshot"): _I,
     (_I, "close"): _C,
     (_M, "answer"): _I,
@@ -199,6 +200,7 @@ class _Core:
         dialect: str | None = None,
         api: str | None = None,
         stream: bool = False,
+        foreign_reasoning: str = "drop",
         **request_options: Any,
     ) -> None:
         owned = sorted(_SDK_OWNED.intersection(request_options))
@@ -214,6 +216,11 @@ class _Core:
             )
         if not isinstance(stream, bool):
             raise InvalidOption(f"stream= must be True or False, got {stream!r}")
+        if foreign_reasoning not in FOREIGN_REASONING:
+            raise InvalidOption(
+                f"foreign_reasoning= must be one of {FOREIGN_REASONING}, got {foreign_reasoning!r}"
+            )
+        self._foreign_reasoning = foreign_reasoning
         self._check_client(client)
         self._client = client
         self._adapter: Adapter = (
@@ -354,6 +361,9 @@ class _Core:
 
     def _encode(self, history: History) -> VendorRequest:
         layers = self._layers
+        if self._foreign_reasoning == "text":
+            adapter = self._adapter
+            history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, self._model)
         return self._adapter.encode(
             self._prefix,
             history,
@@ -476,6 +486,49 @@ class _Core:
             )
             self._model = model
 
+    def switch(
+        self,
+        client: Any,
+        *,
+        model: str,
+        adapter: Adapter | None = None,
+        dialect: str | None = None,
+        api: str | None = None,
+        stream: bool | None = None,
+        **request_options: Any,
+    ) -> None:
+        """Continue this session on another vendor or model (between turns only).
+
+        ``client`` is the new vendor's client (chosen as in the constructor; ``adapter=``, ``dialect=``,
+        ``api=`` alike) and ``request_options`` replace the old vendor's options (they are vendor-specific:
+        ``thinking=...``, ``reasoning=...``). Nothing opaque goes to the new vendor or model: signatures,
+        encrypted items, redacted blocks and model-bound reasoning stay in the history and are withheld,
+        their steps rendered canonically in the new API's format (``foreign_reasoning`` decides whether
+        their visible reasoning goes along as delimited text). Inside an open tool chain a switch is an
+        :class:`IllegalTransition`. Traced as ``vendor.changed``; snapshots restore onto the new vendor.
+        """
+        self._require("switch")
+        _check_model(model)
+        owned = sorted(_SDK_OWNED.intersection(request_options))
+        if owned:
+            raise InvalidOption(f"{owned} are built by the session from its state")
+        if stream is not None and not isinstance(stream, bool):
+            raise InvalidOption(f"stream= must be True or False, got {stream!r}")
+        self._check_client(client)
+        new = adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
+        old = (self._adapter.vendor, self._adapter.api, self._model)
+        self._traced(
+            EventKind.VENDOR_CHANGED,
+            old={"vendor": old[0], "api": old[1], "model": old[2]},
+            new={"vendor": new.vendor, "api": new.api, "model": model},
+            summary=f"{old[0]}/{old[2]} → {new.vendor}/{model}: earlier opaque continuation is withheld "
+            "and its steps are rendered canonically",
+        )
+        self._client, self._adapter, self._model = client, new, model
+        self._options = freeze(request_options)
+        if stream is not None:
+            self._stream = stream
+
     def close(self) -> None:
         """No further calls; the four layers stay readable (and a snapshot can still be taken)."""
         self._state = self._require("close")
@@ -524,6 +577,7 @@ class _Core:
             prefix=self._prefix,
             policy=self._policy,
             stream=self._stream,
+            foreign_reasoning=self._foreign_reasoning,
             options=self._options,
             layers=self._layers,
         )

@@ -75,6 +75,7 @@ class SessionSnapshot(pydantic.BaseModel):
     few_shots: list[list[str]]
     policy: dict[str, Any]
     stream: bool = False
+    foreign_reasoning: str = "drop"
     options: dict[str, Any]
     history: list[dict[str, Any]]
     execution: list[dict[str, Any]]
@@ -267,6 +268,7 @@ def session_snapshot(
     prefix: Prefix,
     policy: Policy,
     stream: bool,
+    foreign_reasoning: str,
     options: Mapping[str, Any],
     layers: Layers,
 ) -> SessionSnapshot:
@@ -281,6 +283,7 @@ def session_snapshot(
         few_shots=[list(p) for p in prefix.few_shots],
         policy=policy.spec(),
         stream=stream,
+        foreign_reasoning=foreign_reasoning,
         # insertion order kept: the vendor call's bytes must not change across a restore
         options=json.loads(json.dumps(dict(options), ensure_ascii=False)),
         history=history_to_snapshot(layers.history),
@@ -325,6 +328,7 @@ def restore_args(
         "few_shots": [tuple(p) for p in snap.few_shots],
         "policy": policy if policy is not None else policy_from_spec(snap.policy),
         "stream": snap.stream,
+        "foreign_reasoning": snap.foreign_reasoning,
         **snap.options,
     }
 

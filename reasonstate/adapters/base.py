@@ -11,6 +11,7 @@ rules and predictor are :mod:`reasonstate.cache`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ from reasonstate.state import (
     Part,
     ReasoningPart,
     Step,
+    TextPart,
     Turn,
     TurnView,
     Usage,
@@ -35,6 +37,7 @@ from reasonstate.state import (
 )
 
 __all__ = [
+    "FOREIGN_REASONING",
     "Adapter",
     "Assembler",
     "DecodedStep",
@@ -43,6 +46,7 @@ __all__ = [
     "VendorRequest",
     "compact",
     "count",
+    "foreign_reasoning_as_text",
     "payload_of",
     "request_digest",
     "summary_note",
@@ -73,6 +77,58 @@ def count(value: Any) -> int:
 def summary_note(summary: str) -> str:
     """The text Compress puts before a closed turn's final answer in place of its dropped reasoning."""
     return f"(Summary of my earlier reasoning: {summary})"
+
+
+#: how earlier steps' visible reasoning reaches a model that cannot take their payloads (another vendor or
+#: model): ``drop`` (default) leaves it out; ``text`` shows it as clearly delimited plain text in the
+#: assistant message, never disguised as the new vendor's native reasoning
+FOREIGN_REASONING = ("drop", "text")
+
+
+def foreign_reasoning_as_text(history: History, vendor: str, api: str, model: str) -> History:
+    """``history`` with each reasoning part that ``vendor``/``api``/``model`` cannot receive as its own
+    payload turned into a delimited text part (rendered canonically by every codec).
+
+    Pure and memoized per closed turn (``Turn.encoded``): the same turn gives the same new turn value, so
+    its encodings are reused across requests. Invariant: a turn with nothing foreign is returned as is.
+    """
+
+    def view(turn: Turn) -> Turn:
+        steps = tuple(_step_with_text(step, vendor, api, model) for step in turn.steps)
+        if all(a is b for a, b in zip(steps, turn.steps, strict=True)):
+            return turn
+        return attrs.evolve(turn, steps=steps)
+
+    turns = tuple(
+        turn.encoded(("foreign_reasoning_text", vendor, api, model), functools.partial(view, turn))
+        if turn.closed
+        else view(turn)
+        for turn in history.turns
+    )
+    if all(a is b for a, b in zip(turns, history.turns, strict=True)):
+        return history
+    return History(turns)
+
+
+def _step_with_text(step: Step, vendor: str, api: str, model: str) -> Step:
+    parts: list[Part] = []
+    changed = False
+    for part in step.parts:
+        payload = payload_of(step, part)
+        if isinstance(part, ReasoningPart) and part.text and (
+            payload is None or not payload.replayable_to(vendor, api, model)
+        ):
+            note = (
+                f"(Earlier reasoning by {step.model}, shown as plain text:)\n{part.text}\n"
+                "(End of earlier reasoning.)\n\n"
+            )
+            # same position and payload index: codecs see a part whose payload they may not send, so
+            # they render it canonically, as text
+            parts.append(TextPart(text=note, continuation=part.continuation))
+            changed = True
+        else:
+            parts.append(part)
+    return attrs.evolve(step, parts=tuple(parts)) if changed else step
 
 
 def payload_of(step: Step, part: Part) -> Continuation | None:

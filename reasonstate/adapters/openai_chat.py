@@ -220,6 +220,9 @@ class OpenAIChatAdapter:
         withheld: list[Continuation] = []
         for i, step in enumerate(turn.steps):
             messages.append(self._assistant(turn, i, step, model, replayed, withheld))
+            if self._flattens(step):
+                messages.append({"role": "user", "content": _results_as_text(step)})
+                continue
             # the session stores results in the model's declared call order (history invariant)
             messages.extend(
                 {"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in step.tool_results
@@ -237,9 +240,11 @@ class OpenAIChatAdapter:
         withheld: list[Continuation],
     ) -> Mapping[str, Any]:
         summary = turn.view.summary if turn.view is not None and index == len(turn.steps) - 1 else None
-        c = next((p for p in step.continuation if p.kind == _KIND and p.api == API), None)
-        if c is None or c.vendor != self.vendor:
+        c = _own_message(step, self.vendor)
+        if c is None:
             withheld.extend(step.continuation)
+            if self._flattens(step):
+                return _with_summary(_calls_as_text(step), summary)
             return _with_summary(_canonical_message(step), summary)
         payload = c.value  # digest-verified, frozen
         if not isinstance(payload, Mapping):
@@ -266,6 +271,14 @@ class OpenAIChatAdapter:
         if empty:
             message["content"] = ""
         return _with_summary(message, summary)
+
+    def _flattens(self, step: Step) -> bool:
+        """DeepSeek requires the original ``reasoning_content`` on every assistant message with
+        ``tool_calls`` (§3.3); a step another vendor produced has none to give, so its tool exchange goes as
+        plain text (the calls in the assistant message, the results in a user message) — nothing vanishes
+        and no reasoning is invented."""
+        foreign = _own_message(step, self.vendor) is None
+        return self.dialect == "deepseek" and bool(step.tool_calls) and foreign
 
     # -- decode ------------------------------------------------------------------------------------------
     def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
@@ -349,6 +362,28 @@ class OpenAIChatAdapter:
             )
         return parts
 
+
+
+def _own_message(step: Step, vendor: str) -> Continuation | None:
+    """The step's chat message payload from this dialect's server, or None (another vendor's step)."""
+    return next(
+        (p for p in step.continuation if p.kind == _KIND and p.api == API and p.vendor == vendor), None
+    )
+
+
+def _calls_as_text(step: Step) -> dict[str, Any]:
+    calls = "\n".join(
+        f"[called {c.name} (id {c.id}) with arguments {c.raw_arguments}]" for c in step.tool_calls
+    )
+    text = f"{step.text}\n\n{calls}" if step.text else calls
+    return {"role": "assistant", "content": text}
+
+
+def _results_as_text(step: Step) -> str:
+    return "\n".join(
+        f"[result of call {r.call_id}{' (error)' if r.is_error else ''}]: {r.content}"
+        for r in step.tool_results
+    )
 
 
 def _canonical_message(step: Step) -> dict[str, Any]:

@@ -449,7 +449,7 @@ def _step_items(
     for part in step.parts:
         c = payload_of(step, part)
         if c is None or not c.replayable_to(VENDOR, API, model):
-            if isinstance(part, ReasoningPart):
+            if isinstance(part, ReasoningPart) or (c is not None and c.kind == "reasoning"):
                 reasoning_absent = True
             item = _canonical_item(part)
             if item is not None:

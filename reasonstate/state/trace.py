@@ -37,6 +37,7 @@ class EventKind:
     PREFIX_VOLATILE = "prefix.volatile"
     CONTINUATION_WITHHELD = "continuation.withheld"
     MODEL_CHANGED = "model.changed"
+    VENDOR_CHANGED = "vendor.changed"
     RESTORED = "session.restored"
 
 
