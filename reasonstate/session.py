@@ -39,7 +39,13 @@ from typing import Any, TypeVar
 import attrs
 
 from reasonstate.adapters import Adapter, adapter_for, client_is_async, transport
-from reasonstate.adapters.base import FOREIGN_REASONING, VendorRequest, foreign_reasoning_as_text
+from reasonstate.adapters.base import (
+    FOREIGN_REASONING,
+    VendorRequest,
+    compact,
+    foreign_reasoning_as_text,
+    without_payloads,
+)
 from reasonstate.errors import (
     IllegalTransition,
     InvalidOption,
@@ -158,6 +164,12 @@ class _Call:
     predicted: int | None
     started: float
     previous: TurnState
+    retry: bool = False
+
+
+def _stripped(trace: Trace) -> frozenset[str]:
+    """Digests of the payloads a vendor rejected and the session left out (``continuation.stripped``)."""
+    return frozenset(d for e in trace.of_kind(EventKind.CONTINUATION_STRIPPED) for d in e.data["digests"])
 
 
 def _check_model(model: Any) -> None:
@@ -180,6 +192,10 @@ def _serialize_result(call_id: str, value: Any) -> ToolResultPart:
 
 _S = TypeVar("_S", bound="_Core")
 
+#: what a session does when the vendor rejects a replayed continuation (an invalid signature, an encrypted
+#: item that does not verify): raise, or strip exactly the payloads the rejection names and retry once
+_ON_REJECTED = ("raise", "strip_and_retry")
+
 #: request fields the session builds itself; passing them as options would bypass the state machine
 _SDK_OWNED = frozenset({"messages", "input", "prompt", "instructions", "previous_response_id", "model"})
 
@@ -201,6 +217,7 @@ class _Core:
         api: str | None = None,
         stream: bool = False,
         foreign_reasoning: str = "drop",
+        on_rejected_continuation: str = "raise",
         **request_options: Any,
     ) -> None:
         owned = sorted(_SDK_OWNED.intersection(request_options))
@@ -209,6 +226,11 @@ class _Core:
                 f"{owned} are built by the session from its state; pass system=, tools=, few_shots= "
                 "and the turns through send()"
             )
+        if on_rejected_continuation not in _ON_REJECTED:
+            raise InvalidOption(
+                f"on_rejected_continuation= must be one of {_ON_REJECTED}, got {on_rejected_continuation!r}"
+            )
+        self._on_rejected = on_rejected_continuation
         _check_model(model)
         if policy is not None and not is_policy(policy):
             raise InvalidOption(
@@ -361,6 +383,7 @@ class _Core:
 
     def _encode(self, history: History) -> VendorRequest:
         layers = self._layers
+        history = without_payloads(history, _stripped(layers.trace))
         if self._foreign_reasoning == "text":
             adapter = self._adapter
             history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, self._model)
@@ -426,6 +449,51 @@ class _Core:
             turn=turn.index,
             step=len(turn.steps) - 1,
         )
+
+    def _recovery(self, call: _Call, exc: BaseException) -> _Call | None:
+        """With ``on_rejected_continuation="strip_and_retry"``: the same call once more, without exactly the
+        payloads the vendor's 400 names (their steps rendered canonically), the failure and the stripping
+        recorded in the trace. None (raise) when the rejection names no payload of this session, when the
+        vendor's rules do not allow leaving them out (inside the open tool chain the codec refuses), or
+        when this call is already a retry: never a loop, never a forged signature."""
+        blame = self._adapter.endpoint.blame
+        if (
+            self._on_rejected != "strip_and_retry"
+            or blame is None
+            or not isinstance(exc, VendorError)
+            or exc.status != 400
+            or call.retry
+        ):
+            return None
+        sent = {compact(v) for v in blame(call.request, exc)}
+        offending = [c for c in self.continuation if c.payload in sent]
+        if not offending:
+            return None
+        digests = _stripped(self._layers.trace) | {c.digest for c in offending}
+        history = without_payloads(call.attempt.history, digests)
+        try:
+            request = self._adapter.encode(
+                self._prefix,
+                history,
+                self._model,
+                self._options,
+                self._layers.records,
+                lost_responses=lost_responses(self._layers.trace),
+            )
+        except ReasonStateError:
+            return None
+        self._fail(call, exc)
+        self._state = TurnState.AWAITING_MODEL
+        self._traced(
+            EventKind.CONTINUATION_STRIPPED,
+            digests=[c.digest for c in offending],
+            kinds=[c.kind for c in offending],
+            reason=str(exc),
+            summary=f"{len(offending)} payload(s) the vendor rejected are left out; their steps are rendered "
+            "canonically from now on",
+        )
+        predicted = predict(self._adapter, request, self._layers.records)
+        return attrs.evolve(call, request=request, predicted=predicted, retry=True)
 
     def _fail(self, call: _Call, exc: BaseException) -> None:
         """Back to the state the call came from; a reasonstate error is traced (cancellation is not)."""
@@ -578,6 +646,7 @@ class _Core:
             policy=self._policy,
             stream=self._stream,
             foreign_reasoning=self._foreign_reasoning,
+            on_rejected_continuation=self._on_rejected,
             options=self._options,
             layers=self._layers,
         )
@@ -641,13 +710,19 @@ class Session(_Core):
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     def _call(self, attempt: _Attempt) -> Reply:
-        call = self._begin(attempt)
-        try:
-            result = transport.call(self._adapter, self._client, call.request, self._stream)
-        except BaseException as exc:
-            self._fail(call, exc)
-            raise
-        return self._finish(call, result)
+        call: _Call | None = self._begin(attempt)
+        while call is not None:
+            try:
+                result = transport.call(self._adapter, self._client, call.request, self._stream)
+            except BaseException as exc:
+                retry = self._recovery(call, exc)
+                if retry is None:
+                    self._fail(call, exc)
+                    raise
+                call = retry
+                continue
+            return self._finish(call, result)
+        raise AssertionError("unreachable")
 
 
 class AsyncSession(_Core):
@@ -670,10 +745,16 @@ class AsyncSession(_Core):
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     async def _call(self, attempt: _Attempt) -> Reply:
-        call = self._begin(attempt)
-        try:
-            result = await transport.acall(self._adapter, self._client, call.request, self._stream)
-        except BaseException as exc:
-            self._fail(call, exc)
-            raise
-        return self._finish(call, result)
+        call: _Call | None = self._begin(attempt)
+        while call is not None:
+            try:
+                result = await transport.acall(self._adapter, self._client, call.request, self._stream)
+            except BaseException as exc:
+                retry = self._recovery(call, exc)
+                if retry is None:
+                    self._fail(call, exc)
+                    raise
+                call = retry
+                continue
+            return self._finish(call, result)
+        raise AssertionError("unreachable")

@@ -76,6 +76,7 @@ class SessionSnapshot(pydantic.BaseModel):
     policy: dict[str, Any]
     stream: bool = False
     foreign_reasoning: str = "drop"
+    on_rejected_continuation: str = "raise"
     options: dict[str, Any]
     history: list[dict[str, Any]]
     execution: list[dict[str, Any]]
@@ -269,6 +270,7 @@ def session_snapshot(
     policy: Policy,
     stream: bool,
     foreign_reasoning: str,
+    on_rejected_continuation: str,
     options: Mapping[str, Any],
     layers: Layers,
 ) -> SessionSnapshot:
@@ -284,6 +286,7 @@ def session_snapshot(
         policy=policy.spec(),
         stream=stream,
         foreign_reasoning=foreign_reasoning,
+        on_rejected_continuation=on_rejected_continuation,
         # insertion order kept: the vendor call's bytes must not change across a restore
         options=json.loads(json.dumps(dict(options), ensure_ascii=False)),
         history=history_to_snapshot(layers.history),
@@ -329,6 +332,7 @@ def restore_args(
         "policy": policy if policy is not None else policy_from_spec(snap.policy),
         "stream": snap.stream,
         "foreign_reasoning": snap.foreign_reasoning,
+        "on_rejected_continuation": snap.on_rejected_continuation,
         **snap.options,
     }
 

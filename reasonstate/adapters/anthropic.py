@@ -25,6 +25,7 @@ import bisect
 import functools
 import json
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -43,7 +44,7 @@ from reasonstate.adapters.base import (
 from reasonstate.adapters.streams import AnthropicAssembler
 from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.guard import divergence
-from reasonstate.errors import ContinuationMismatch, MalformedResponse
+from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -102,7 +103,11 @@ class AnthropicAdapter:
     vendor = VENDOR
     api = API
     endpoint = Endpoint(
-        sdk="anthropic", resource=("messages",), label="Anthropic", assembler=AnthropicAssembler
+        sdk="anthropic",
+        resource=("messages",),
+        label="Anthropic",
+        assembler=AnthropicAssembler,
+        blame=lambda request, error: _blamed_blocks(request, error),
     )
 
     def __init__(self, *, min_cacheable: int | None = None, lookback_units: int = 20) -> None:
@@ -296,6 +301,23 @@ class AnthropicAdapter:
             response_model=echoed if isinstance(echoed, str) else None,
         )
 
+
+
+_BLOCK_PATH = re.compile(r"messages\.(\d+)\.content\.(\d+): Invalid `(?:signature|data)`")
+
+
+def _blamed_blocks(request: VendorRequest, error: VendorError) -> tuple[Any, ...]:
+    """The thinking / redacted blocks a 400 names (``messages.N.content.M: Invalid `signature` in
+    `thinking` block``, docs/protocols.md §4.3), as sent (without a ``cache_control`` marker)."""
+    messages = request.kwargs.get("messages", [])
+    blamed = []
+    for n, m in _BLOCK_PATH.findall(str(error)):
+        try:
+            block = messages[int(n)]["content"][int(m)]
+        except (IndexError, KeyError, TypeError):
+            continue
+        blamed.append({k: v for k, v in block.items() if k != "cache_control"})
+    return tuple(blamed)
 
 
 def _encode_turn(turn: Turn, model: str) -> _TurnEncoding:

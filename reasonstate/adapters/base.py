@@ -51,6 +51,7 @@ __all__ = [
     "request_digest",
     "summary_note",
     "unit_digest",
+    "without_payloads",
 ]
 
 
@@ -129,6 +130,41 @@ def _step_with_text(step: Step, vendor: str, api: str, model: str) -> Step:
         else:
             parts.append(part)
     return attrs.evolve(step, parts=tuple(parts)) if changed else step
+
+
+def without_payloads(history: History, digests: frozenset[str]) -> History:
+    """``history`` with the payloads whose digest is in ``digests`` made unreplayable (vendor
+    ``"stripped"``), so every codec renders their parts canonically: how a continuation a vendor rejected
+    is left out of later requests. Pure, memoized per closed turn; a turn without them is returned as is.
+    """
+    if not digests:
+        return history
+    key = ("stripped", tuple(sorted(digests)))
+
+    def view(turn: Turn) -> Turn:
+        steps = tuple(
+            attrs.evolve(
+                step,
+                continuation=tuple(
+                    attrs.evolve(c, vendor="stripped") if c.digest in digests else c
+                    for c in step.continuation
+                ),
+            )
+            if any(c.digest in digests for c in step.continuation)
+            else step
+            for step in turn.steps
+        )
+        if all(a is b for a, b in zip(steps, turn.steps, strict=True)):
+            return turn
+        return attrs.evolve(turn, steps=steps)
+
+    turns = tuple(
+        turn.encoded(key, functools.partial(view, turn)) if turn.closed else view(turn)
+        for turn in history.turns
+    )
+    if all(a is b for a, b in zip(turns, history.turns, strict=True)):
+        return history
+    return History(turns)
 
 
 def payload_of(step: Step, part: Part) -> Continuation | None:
@@ -260,7 +296,10 @@ class Endpoint:
     (``("chat", "completions")`` → ``client.chat.completions``); ``label``: for error messages;
     ``assembler``: builds the pure stream assembler of a streamed answer (None: the API is not streamed
     here); ``stream_options``: merged into ``stream_options`` of a streamed request; ``status_error``: a
-    more specific error for an SDK status error, or None for the generic :class:`VendorError`.
+    more specific error for an SDK status error, or None for the generic :class:`VendorError`;
+    ``blame``: the values of the request a vendor's rejection names (a thinking block at
+    ``messages.N.content.M``, the reasoning item whose encrypted content did not verify, ...), for
+    ``on_rejected_continuation="strip_and_retry"``; None: this vendor's rejections are never stripped.
     """
 
     sdk: str
@@ -269,6 +308,7 @@ class Endpoint:
     assembler: Callable[[], Assembler] | None = None
     stream_options: Mapping[str, Any] | None = None
     status_error: Callable[[Any, VendorRequest], VendorError | None] | None = None
+    blame: Callable[[VendorRequest, VendorError], tuple[Any, ...]] | None = None
 
 
 class Adapter(Protocol):

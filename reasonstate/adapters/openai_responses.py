@@ -53,6 +53,7 @@ Cache prediction (§1.5): :data:`reasonstate.cache.rules.OPENAI_RESPONSES`, sche
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -137,6 +138,21 @@ def _previous_response_lost(exc: Any, request: VendorRequest) -> VendorError | N
     return None
 
 
+_UNVERIFIED = re.compile(r"The encrypted content (\S{4})\.\.\.(\S{4}) could not be verified")
+
+
+def _blamed_items(request: VendorRequest, error: VendorError) -> tuple[Any, ...]:
+    """The reasoning items whose ``encrypted_content`` a 400 ``invalid_encrypted_content`` names (by its
+    first and last four characters, docs/protocols.md §1.8)."""
+    blamed = []
+    for head, tail in _UNVERIFIED.findall(str(error)):
+        for item in request.kwargs.get("input", []):
+            blob = item.get("encrypted_content") if isinstance(item, Mapping) else None
+            if isinstance(blob, str) and blob.startswith(head) and blob.endswith(tail):
+                blamed.append(item)
+    return tuple(blamed)
+
+
 @attrs.frozen(slots=True)
 class ResponsesRules(ProtocolRules):
     """OpenAI Responses rules: the base clamp, plus — a step holding an output item of a type we do not
@@ -195,6 +211,7 @@ class OpenAIResponsesAdapter:
         label="OpenAI",
         assembler=ResponsesAssembler,
         status_error=_previous_response_lost,
+        blame=lambda request, error: _blamed_items(request, error),
     )
     cache = cache_rules.OPENAI_RESPONSES
 

@@ -38,6 +38,7 @@ class EventKind:
     CONTINUATION_WITHHELD = "continuation.withheld"
     MODEL_CHANGED = "model.changed"
     VENDOR_CHANGED = "vendor.changed"
+    CONTINUATION_STRIPPED = "continuation.stripped"
     RESTORED = "session.restored"
 
 
