@@ -490,7 +490,8 @@ def test_thinking_from_another_model_is_never_sent_and_the_withholding_is_traced
     emulator.script.extend([*three_step_chain(), answer(1)])
     session = make_session(emulator)
     run_chain(session)
-    session.switch_model("claude-opus-4-7")
+    # Claude 4.7 takes adaptive thinking only (docs/protocols.md §4.1): a switch with its own options
+    session.switch(emulator.client(), model="claude-opus-4-7", max_tokens=4096, thinking={"type": "adaptive"})
     session.send("And tomorrow?")
     sent = body(emulator, 3)
     assert sent["model"] == "claude-opus-4-7"
@@ -660,7 +661,7 @@ def test_keep_last_cannot_rewrite_the_past_on_preserved_thinking_models(emulator
     # docs/protocols.md §4.3 preserved thinking: a block is invalid once anything before it changed
     emulator.script.extend([answer(0), answer(1), answer(2)])
     session = make_session(emulator, policy=KeepLast(1))
-    session.switch_model("claude-opus-5-5")
+    session.switch(emulator.client(), model="claude-opus-5-5", max_tokens=4096, thinking={"type": "adaptive"})
     for i in range(3):
         session.send(f"q{i}")
     assert [t.view.keep_reasoning for t in session.history.turns if t.view] == [(True,), (True,), (True,)]
