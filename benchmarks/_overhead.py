@@ -1,0 +1,506 @@
+"""The harness shared by ``overhead.py`` (Anthropic) and ``overhead_openai.py`` (OpenAI Responses, DeepSeek).
+
+What is compared, per vendor and history size (10, 100 and 1,000 turns), on one emulator process:
+
+* **SDK**: the vendor SDK call on the very kwargs ``session.next_request(q)`` returns, plus a raw user's
+  bookkeeping (append the reply to their message list);
+* **reasonstate**: ``session.send(q)``;
+* **bare**: the same request body bytes (and headers) POSTed with the ``httpx2`` client class the SDK
+  uses, response read and ``json.loads``-ed: the floor any client pays for this round trip.
+
+Every repeat asserts that the SDK call and ``session.send`` put byte-identical bodies on the wire (an
+``httpx2`` request hook on the shared client records them; the bare POST sends those bytes). Reported:
+the median time of each side; ``ours/SDK`` and ``own`` (= ours - SDK, reasonstate's own work) as the
+medians of the per-repeat ratio and difference (the sides of one repeat run back to back, so slow drift
+in the machine's load cancels); their interquartile range; ``own/bare``, own work over the median bare
+round trip; ``own CPU``, the per-repeat difference in this process's CPU time (``time.process_time``),
+which other load on the machine (e.g. a test run next to the benchmark) barely moves. A script exits 1
+when any ``ours/SDK`` exceeds :data:`TARGET`.
+
+How the sessions are built (the honest part). A session's cost depends on everything it holds, not only its
+history: every request is compared with the earlier ones (cache prediction), and the trace and execution
+layers grow with each request. A history-only snapshot hides that: on Anthropic at 1,000 turns its
+``session.send`` took ~4 ms less (of ~80 ms, as much as the whole 5% budget) than that of a session holding
+the trace (~6,000 events) and execution records of the 1,000 requests it made. So each session is **grown
+for real**: a builder process sends 1,000 user turns through ``Session.send`` to the same emulator,
+snapshotting at ``size - WARM`` turns, and the measurement restores those snapshots (history, trace and
+execution records as a real session holds them). The openai SDK's request transform (``maybe_transform``)
+costs ~1.9 ms per turn of Responses history (~0.3 ms on chat), identical for the raw client and reasonstate
+since both go through it; growing a session to 1,000 turns through it would take ~15 minutes, so the builder
+alone (never the measurement) replaces it with what it amounts to for these plain-dict requests (drop the
+``NOT_GIVEN``/``Omit`` entries), checked against the real transform on its first 10 calls and every 500th.
+
+Each restored session first sends ``WARM`` untimed requests (all three sides: codec caches, connections
+and the emulator's prompt cache are warm), so timed sends start at exactly ``size`` turns. A session
+serves at most ``max(1, size // 20)`` timed repeats before a fresh one is restored: every timed request
+carries between ``size`` and ``1.05 * size`` turns (at 10 turns, exactly 10). Within a repeat the order of
+the three sides rotates over the four orders where the bare POST (which needs the body) is not first, so
+the SDK and reasonstate each go first equally often (the second of identical requests finds the
+emulator's cache warmer). Repeats are fewer where one SDK call takes seconds (each ``Case.repeats``
+in the scripts), since the SDK's share then dwarfs the noise on the ratio.
+
+The emulators (one process per vendor, as a vendor would be: no GIL shared with the client) keep the
+last :data:`KEEP_PROMPTS` prompts for their cache accounting and drop their request log after each
+request: a grown session's request then costs the emulator what it costs with a real vendor's bounded
+cache (for a linear conversation the hit is always against a recent prompt, so every figure is the same),
+instead of a scan of 1,000 earlier prompts. That makes all three sides faster by the same amount, which
+makes both ratios stricter, not looser.
+
+``--profile`` runs cProfile at the largest size instead: ``session.send`` alternating with the raw SDK call
+on the same kwargs; it prints reasonstate's functions by cumulative time (file:line), then every
+function's self time in ``session.send`` minus the SDK call's (which also shows SDK code that runs slower
+on reasonstate's kwargs). ``--sizes 10,100`` restricts the sizes (for a quick look).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import cProfile
+import gc
+import importlib.metadata
+import itertools
+import json
+import multiprocessing
+import os
+import platform
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+import reasonstate as rs
+from reasonstate.snapshot import SessionSnapshot
+from reasonstate.testing import ModelAction
+
+TARGET = 1.05
+SIZES = (10, 100, 1000)
+WARM = 2
+KEEP_PROMPTS = 8
+# the bare POST needs the body, so it is never first; the SDK and reasonstate lead equally often
+ORDERS = (("sdk", "ours", "bare"), ("ours", "sdk", "bare"), ("sdk", "bare", "ours"), ("ours", "bare", "sdk"))
+PROFILE_SENDS = 8
+
+
+@attrs.frozen
+class Case:
+    """One vendor API under test. The callables run in the benchmark process, except ``emulator``
+    (called in the emulator process) and ``growth_setup`` (called in the builder process)."""
+
+    title: str
+    sdk: str  # "anthropic" or "openai": the client class and its DefaultHttpxClient
+    emulator: Callable[[Callable[[Any], ModelAction]], Any]
+    action: ModelAction
+    base_path: str  # appended to the emulator's root URL for the client's base_url
+    session_options: dict[str, Any]
+    raw_call: Callable[[Any, dict[str, Any]], None]
+    repeats: dict[int, int]
+    growth_setup: Callable[[], None] | None = None
+
+
+# -- processes: emulator and builder -------------------------------------------------------------------
+def _serve(case: Case, port_queue: Any) -> None:
+    """The emulator in its own process; each request first trims the emulator's bookkeeping."""
+    holder: list[Any] = []
+
+    def respond(_request: Any) -> ModelAction:
+        emulator = holder[0]
+        emulator.requests.clear()
+        for name in ("_prompts", "_history"):  # earlier prompts kept for cache accounting
+            for prompts in getattr(emulator, name, {}).values():
+                del prompts[:-KEEP_PROMPTS]
+        return case.action
+
+    emulator = case.emulator(respond)
+    holder.append(emulator)
+    with emulator:
+        port_queue.put(emulator.base_url)
+        threading.Event().wait()
+
+
+def _client(case: Case, root: str, **http_options: Any) -> Any:
+    sdk = __import__(case.sdk)
+    client_class = sdk.Anthropic if case.sdk == "anthropic" else sdk.OpenAI
+    base_url = root + case.base_path
+    http_client = sdk.DefaultHttpxClient(base_url=base_url, **http_options)
+    return client_class(base_url=base_url, api_key="bench", max_retries=0, http_client=http_client)
+
+
+def _new_session(case: Case, client: Any) -> rs.Session:
+    return rs.Session(client, system="You answer briefly.", policy=rs.policies.Keep(), **case.session_options)
+
+
+def _grow(case: Case, tag: int, root: str, marks: tuple[int, ...], out: str, done: Any) -> None:
+    """Builder process: one session, ``max(marks)`` real turns, a snapshot file at each mark."""
+    try:
+        if case.growth_setup is not None:
+            case.growth_setup()
+        client = _client(case, root)
+        session = _new_session(case, client)
+        paths = {}
+        for turn in range(1, max(marks) + 1):
+            session.send(f"History question {turn}?")
+            if turn in marks:
+                path = Path(out) / f"case{tag}-{turn}.json"
+                path.write_text(session.snapshot().model_dump_json())
+                paths[turn] = str(path)
+        done.put(paths)
+    except BaseException as exc:
+        done.put(exc)
+        raise
+
+
+def fast_openai_transform() -> None:
+    """For the builder only: the openai SDK's ``maybe_transform`` for request bodies made of plain dicts
+    (the top-level ``NOT_GIVEN``/``Omit`` entries dropped), checked against the real one now and then."""
+    from openai._types import NotGiven, Omit
+    from openai.resources.chat.completions import completions
+    from openai.resources.responses import responses
+
+    for module in (responses, completions):
+        real = module.maybe_transform
+        calls = itertools.count()
+
+        def fast(data: Any, expected_type: Any, real: Any = real, calls: Any = calls) -> Any:
+            if not isinstance(data, dict):
+                return real(data, expected_type)
+            out = {k: v for k, v in data.items() if not isinstance(v, (NotGiven, Omit))}
+            n = next(calls)
+            if (n < 10 or n % 500 == 0) and out != real(data, expected_type):
+                raise AssertionError("the builder's shortcut differs from the openai SDK's transform")
+            return out
+
+        module.maybe_transform = fast
+
+
+# -- measurement -------------------------------------------------------------------------------------------
+@attrs.define
+class Row:
+    turns: int
+    last_turns: int
+    request_bytes: int
+    sdk: list[float]
+    ours: list[float]
+    bare: list[float]
+    sdk_cpu: list[float] = attrs.field(factory=list)
+    ours_cpu: list[float] = attrs.field(factory=list)
+
+    @property
+    def ratio(self) -> float:
+        """Median of the per-repeat ours/SDK ratios (each repeat runs both back to back)."""
+        return statistics.median(o / s for o, s in zip(self.ours, self.sdk, strict=True))
+
+    @property
+    def own(self) -> float:
+        """Median of the per-repeat differences ours - SDK: reasonstate's own work."""
+        return statistics.median(o - s for o, s in zip(self.ours, self.sdk, strict=True))
+
+    @property
+    def own_cpu(self) -> float:
+        """Median of the per-repeat differences in this process's CPU time: robust to other load."""
+        return statistics.median(o - s for o, s in zip(self.ours_cpu, self.sdk_cpu, strict=True))
+
+    def ratio_iqr(self) -> tuple[float, float]:
+        ratios = sorted(o / s for o, s in zip(self.ours, self.sdk, strict=True))
+        if len(ratios) < 4:
+            return ratios[0], ratios[-1]
+        q = statistics.quantiles(ratios, n=4)
+        return q[0], q[2]
+
+
+class Bench:
+    """One vendor's emulator process, SDK client (with the body-recording hook) and bare client."""
+
+    def __init__(self, case: Case, root: str) -> None:
+        self.case = case
+        self.captured: list[Any] = []
+        self.client = _client(case, root, event_hooks={"request": [self.captured.append], "response": []})
+        self.bare = __import__(case.sdk).DefaultHttpxClient()
+
+    def close(self) -> None:
+        self.client.close()
+        self.bare.close()
+
+    def restore(self, snapshot_text: str) -> rs.Session:
+        return rs.Session.restore(SessionSnapshot.model_validate_json(snapshot_text), self.client)
+
+    def triple(
+        self, session: rs.Session, question: str, order: tuple[str, ...]
+    ) -> tuple[dict[str, float], int]:
+        """One repeat: the three sides in ``order``; their times and the body size."""
+        kwargs = copy.deepcopy(dict(session.next_request(question).kwargs))
+        self.captured.clear()
+        times: dict[str, float] = {}
+        for side in order:
+            if side == "bare":
+                request = self.captured[0]
+                url, body = str(request.url), request.content
+                headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
+                t0 = time.perf_counter()
+                response = self.bare.post(url, content=body, headers=headers)
+                json.loads(response.content)
+                times[side] = time.perf_counter() - t0
+                if response.status_code != 200:
+                    raise RuntimeError(f"bare POST answered {response.status_code}: {response.text[:300]}")
+            else:
+                c0, t0 = time.process_time(), time.perf_counter()
+                if side == "sdk":
+                    self.case.raw_call(self.client, kwargs)
+                else:
+                    session.send(question)
+                times[side] = time.perf_counter() - t0
+                times[side + "_cpu"] = time.process_time() - c0
+        sent = [r.content for r in self.captured]
+        if len(sent) != 2 or sent[0] != sent[1]:
+            raise AssertionError("the SDK call and session.send did not send the same body bytes")
+        return times, len(sent[0])
+
+    def measure(self, snapshot_text: str, size: int, repeats: int) -> Row:
+        per_session = max(1, size // 20)
+        row = Row(size, size, 0, [], [], [])
+        session: rs.Session | None = None
+        for k in range(repeats):
+            if k % per_session == 0:
+                session = None
+                gc.collect()
+                session = self.restore(snapshot_text)
+                for w in range(WARM):
+                    self.triple(session, f"Warm-up {size}-{k}-{w}?", ORDERS[w % len(ORDERS)])
+                turns = len(session.history)
+            assert session is not None
+            row.last_turns = max(row.last_turns, turns)
+            times, row.request_bytes = self.triple(session, f"Benchmark question {size}-{k}?", ORDERS[k % 4])
+            turns += 1
+            for side, seconds in times.items():
+                getattr(row, side).append(seconds)
+        return row
+
+    def profile(self, snapshot_text: str) -> tuple[pstats.Stats, pstats.Stats]:
+        """cProfile of ``session.send`` and of the raw SDK call on the same kwargs, alternating."""
+        session = self.restore(snapshot_text)
+        for w in range(WARM):
+            self.triple(session, f"Warm-up {w}?", ORDERS[w])
+        ours, sdk = cProfile.Profile(), cProfile.Profile()
+        for k in range(PROFILE_SENDS):
+            question = f"Profiled question {k}?"
+            kwargs = copy.deepcopy(dict(session.next_request(question).kwargs))
+            for side in ("sdk", "ours") if k % 2 else ("ours", "sdk"):
+                gc.collect()
+                profiler = ours if side == "ours" else sdk
+                profiler.enable()
+                if side == "ours":
+                    session.send(question)
+                else:
+                    self.case.raw_call(self.client, kwargs)
+                profiler.disable()
+        return pstats.Stats(ours), pstats.Stats(sdk)
+
+
+# -- output ------------------------------------------------------------------------------------------------
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def environment() -> str:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = os.cpu_count() or 0
+    try:
+        root = Path(__file__).resolve().parent.parent
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", "reasonstate"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        tree = f"{head}{' + uncommitted reasonstate/ changes' if dirty else ''}"
+    except (OSError, subprocess.CalledProcessError):
+        tree = "?"
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"Python {platform.python_version()} ({platform.python_implementation()}) on {platform.system()} "
+        f"{platform.machine()}, {os.cpu_count()} cores ({affinity} usable), load average {load}\n"
+        f"reasonstate {_version('reasonstate')} (tree {tree}), anthropic {_version('anthropic')}, "
+        f"openai {_version('openai')}, httpx2 {_version('httpx2')}"
+    )
+
+
+LEGEND = """\
+SDK: the raw SDK call on the same kwargs + appending the reply; ours: Session.send; bare: the same body
+bytes POSTed with httpx2 and json.loads-ed. Times are medians. The three run back to back in each repeat,
+so ours/SDK and own (ours - SDK: reasonstate's own work) are medians of the per-repeat ratio and
+difference; IQR: interquartile range of the per-repeat ratios; own/bare: own work in bare round trips;
+own CPU: the same difference in this process's CPU time (barely moved by other load on the machine);
+n: timed repeats; turns: history length of the timed requests.
+"""
+
+HEADER = (
+    f"{'turns':>9} {'req KB':>7} {'n':>3} {'bare ms':>8} {'SDK ms':>9} {'ours ms':>9} "
+    f"{'ours/SDK':>8} {'IQR':>11} {'own ms':>7} {'own/bare':>8} {'own CPU ms':>10}"
+)
+
+
+def format_row(row: Row) -> str:
+    turns = f"{row.turns}" if row.last_turns == row.turns else f"{row.turns}-{row.last_turns}"
+    low, high = row.ratio_iqr()
+    bare = statistics.median(row.bare)
+    return (
+        f"{turns:>9} {row.request_bytes / 1024:>7.1f} {len(row.ours):>3} {bare * 1e3:>8.2f} "
+        f"{statistics.median(row.sdk) * 1e3:>9.2f} {statistics.median(row.ours) * 1e3:>9.2f} "
+        f"{row.ratio:>8.3f} {f'{low:.2f}-{high:.2f}':>11} {row.own * 1e3:>7.2f} {row.own / bare:>8.2f} "
+        f"{row.own_cpu * 1e3:>10.2f}"
+    )
+
+
+def _where(key: tuple[str, int, str], root: str) -> str:
+    filename, line, name = key
+    site = sorted({p for p in sys.path if p.endswith("site-packages")}, key=len, reverse=True)
+    for prefix in (*site, root, sys.prefix, sys.base_prefix):
+        if prefix and filename.startswith(prefix):
+            filename = filename.removeprefix(prefix).lstrip(os.sep)
+            break
+    return f"{filename}:{line}({name})"
+
+
+def print_profile(ours: pstats.Stats, sdk: pstats.Stats, sends: int, limit: int = 25) -> None:
+    """reasonstate's functions by cumulative time; then every function's self time, ours minus SDK."""
+    package = str(Path(rs.__file__).resolve().parent)
+    root = str(Path(package).parent) + os.sep
+    ours_stats: dict[Any, Any] = ours.stats  # type: ignore[attr-defined]
+    sdk_stats: dict[Any, Any] = sdk.stats  # type: ignore[attr-defined]
+    entries = [
+        (cumtime, tottime, ncalls, key)
+        for key, (_cc, ncalls, tottime, cumtime, _callers) in ours_stats.items()
+        if key[0].startswith(package)
+    ]
+    entries.sort(key=lambda e: e[0], reverse=True)
+    total = max((e[0] for e in entries), default=0.0)
+    print(f"cProfile of {sends} session.send calls (ms per call; functions in reasonstate/ only):")
+    print(f"{'cum ms':>9} {'cum %':>6} {'self ms':>8} {'calls':>7}  function")
+    for cumtime, tottime, ncalls, key in entries[:limit]:
+        share = cumtime / total * 100 if total else 0.0
+        print(
+            f"{cumtime / sends * 1e3:>9.2f} {share:>6.1f} {tottime / sends * 1e3:>8.2f} "
+            f"{ncalls // sends:>7}  {_where(key, root)}"
+        )
+    diffs = []
+    for key in set(ours_stats) | set(sdk_stats):
+        mine = ours_stats.get(key, (0, 0, 0.0, 0.0, {}))
+        theirs = sdk_stats.get(key, (0, 0, 0.0, 0.0, {}))
+        diffs.append((mine[2] - theirs[2], mine[1] - theirs[1], key))
+    diffs.sort(key=lambda d: d[0], reverse=True)
+    ours_total = sum(v[2] for v in ours_stats.values())
+    sdk_total = sum(v[2] for v in sdk_stats.values())
+    print(
+        f"\nSelf time, session.send minus the raw SDK call on the same kwargs (ms per call; every module; "
+        f"totals {ours_total / sends * 1e3:.1f} vs {sdk_total / sends * 1e3:.1f}):"
+    )
+    print(f"{'extra ms':>9} {'extra calls':>11}  function")
+    for extra, calls, key in diffs[:limit]:
+        print(f"{extra / sends * 1e3:>9.2f} {calls // sends:>11}  {_where(key, root)}")
+
+
+# -- driver ------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _emulators(cases: list[Case]) -> Iterator[list[str]]:
+    servers, roots = [], []
+    try:
+        for case in cases:
+            queue: Any = multiprocessing.Queue()
+            server = multiprocessing.Process(target=_serve, args=(case, queue), daemon=True)
+            server.start()
+            servers.append(server)
+            roots.append(queue.get(timeout=60))
+        yield roots
+    finally:
+        for server in servers:
+            server.terminate()
+            server.join()
+
+
+def _build_all(cases: list[Case], roots: list[str], sizes: tuple[int, ...], out: str) -> list[dict[int, str]]:
+    """Grow every case's session at once (one builder process each); snapshot paths by turn count."""
+    marks = tuple(sorted({max(1, size - WARM) for size in sizes}))
+    builders = []
+    for tag, (case, root) in enumerate(zip(cases, roots, strict=True)):
+        done: Any = multiprocessing.Queue()
+        process = multiprocessing.Process(target=_grow, args=(case, tag, root, marks, out, done), daemon=True)
+        process.start()
+        builders.append((process, done))
+    results = []
+    for process, done in builders:
+        paths = done.get()
+        process.join()
+        if isinstance(paths, BaseException):
+            raise RuntimeError("a builder process failed") from paths
+        results.append(paths)
+    return results
+
+
+def main(cases: list[Case], description: str) -> int:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--profile", action="store_true", help="profile session.send at the largest size")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="history sizes, e.g. 10,100")
+    args = parser.parse_args()
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    started = time.perf_counter()
+    print(environment())
+    print(LEGEND)
+    worst: list[tuple[float, str]] = []
+    with tempfile.TemporaryDirectory(prefix="rs-bench-") as out, _emulators(cases) as roots:
+        t0 = time.perf_counter()
+        snapshots = _build_all(cases, roots, sizes, out)
+        print(f"(sessions grown for real to {max(sizes) - WARM} turns in {time.perf_counter() - t0:.0f} s)\n")
+        for case, root, paths in zip(cases, roots, snapshots, strict=True):
+            bench = Bench(case, root)
+            try:
+                if args.profile:
+                    size = max(sizes)
+                    print(f"{case.title}, {size} turns")
+                    ours, sdk = bench.profile(Path(paths[max(1, size - WARM)]).read_text())
+                    print_profile(ours, sdk, PROFILE_SENDS)
+                    print()
+                    continue
+                print(f"{case.title}: Session.send vs the raw SDK call vs a bare POST (medians)")
+                print(HEADER)
+                for size in sizes:
+                    text = Path(paths[max(1, size - WARM)]).read_text()
+                    row = bench.measure(text, size, case.repeats.get(size, 11))
+                    del text
+                    print(format_row(row), flush=True)
+                    worst.append((row.ratio, f"{case.title} at {size} turns"))
+                print()
+            finally:
+                bench.close()
+    elapsed = time.perf_counter() - started
+    if args.profile:
+        print(f"({elapsed:.0f} s)")
+        return 0
+    ratio, where = max(worst)
+    failed = [w for r, w in worst if r > TARGET]
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"target: ours/SDK <= {TARGET:.2f} at every size; worst {ratio:.3f} ({where})")
+    print(f"({elapsed:.0f} s; load average now {load})")
+    if failed:
+        print(f"FAIL: over target: {'; '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
