@@ -1034,3 +1034,327 @@ def test_an_alias_and_its_dated_id_share_the_prompt_cache(
     assert ask(first) == (written, 0)
     assert ask(second) == (0, written)
     assert ask("claude-opus-4-1") == (written, 0)  # another model has a cache of its own
+
+
+# -- request rules closed after an independent review ----------------------------------------------------
+# Each rule: one test that the real SDK gets the vendor's exact status and error body, one that the valid
+# variant of the same request is still accepted (docs/protocols.md §4.1, §4.3, §4.6).
+PRESERVED = "claude-opus-5-5"
+ADAPTIVE = {"type": "adaptive"}
+PLATFORM_DOCS = "https://platform.claude.com/docs/en/build-with-claude/extended-thinking"
+
+
+def rejected_body(err: anthropic.APIStatusError, message: str) -> None:
+    """The exact status and error body of a vendor 400 (``request_id`` is the response header's)."""
+    assert err.status_code == 400
+    assert err.body == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": message},
+        "request_id": err.request_id,
+    }
+    assert str(err.request_id).startswith("req_emu_")
+
+
+def create(client: anthropic.Anthropic, **kw: Any) -> Any:
+    kw.setdefault("model", MODEL)
+    kw.setdefault("max_tokens", 4096)
+    kw.setdefault("messages", [{"role": "user", "content": "Weather in Paris?"}])
+    return client.messages.create(**kw)
+
+
+def rejected(client: anthropic.Anthropic, **kw: Any) -> anthropic.BadRequestError:
+    with pytest.raises(anthropic.BadRequestError) as info:
+        create(client, **kw)
+    return info.value
+
+
+def turn_on(
+    client: anthropic.Anthropic, emu: AnthropicEmulator, model: str, *, system: str = "Be brief.", **kw: Any
+) -> list[Any]:
+    """One tool-calling turn on ``model``; the messages of the follow-up (replayed blocks, tool result)."""
+    emu.script.extend([ModelAction(reasoning="Call the tool.", redacted=True, tool_calls=(WEATHER,))])
+    messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    kw.setdefault("thinking", ADAPTIVE)
+    resp = create(client, model=model, system=system, tools=TOOLS, messages=messages, **kw)
+    tool_id = next(b.id for b in resp.content if b.type == "tool_use")
+    result = {"type": "tool_result", "tool_use_id": tool_id, "content": "18C"}
+    return [*messages, as_dicts(resp.to_param()), {"role": "user", "content": [result]}]
+
+
+WEATHER = ToolCallSpec("get_weather", {"city": "Paris"})
+
+
+# 1. strict base64 (signature / redacted data): an extra "=" or any byte after the padding is not the value
+@pytest.mark.parametrize("model", [MODEL, PRESERVED], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("suffix", ["=", "==", "=A", "A"])
+def test_a_signature_with_extra_padding_or_a_trailing_byte_is_rejected(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, model: str, suffix: str
+) -> None:
+    messages = turn_on(client, emu, model)
+    signature = messages[1]["content"][0]["signature"]
+    assert signature.endswith("=") == (model == PRESERVED)  # 45 bytes encode unpadded, 77 with one "="
+    messages[1]["content"][0]["signature"] = signature + suffix
+    err = rejected(client, model=model, system="Be brief.", thinking=ADAPTIVE, tools=TOOLS, messages=messages)
+    rejected_body(err, "messages.1.content.0: Invalid `signature` in `thinking` block")
+    assert emu.script.taken == 1
+
+
+@pytest.mark.parametrize("model", [MODEL, PRESERVED], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("suffix", ["=", "==", "=A", "A"])
+def test_redacted_data_with_extra_padding_or_a_trailing_byte_is_rejected(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, model: str, suffix: str
+) -> None:
+    messages = turn_on(client, emu, model)
+    messages[1]["content"][1]["data"] += suffix
+    err = rejected(client, model=model, system="Be brief.", thinking=ADAPTIVE, tools=TOOLS, messages=messages)
+    rejected_body(err, "messages.1.content.1: Invalid `data` in `redacted_thinking` block")
+
+
+@pytest.mark.parametrize("model", [MODEL, PRESERVED], ids=["unpadded", "padded"])
+def test_signature_and_redacted_data_exactly_as_issued_are_accepted(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, model: str
+) -> None:
+    messages = turn_on(client, emu, model)
+    emu.script.extend([ModelAction.answer("18C in Paris.")])
+    resp = create(client, model=model, system="Be brief.", thinking=ADAPTIVE, tools=TOOLS, messages=messages)
+    assert resp.content[-1].type == "text"
+    assert emu.verify_redacted(model, messages[1]["content"][1]["data"])
+
+
+# 2. forced tool_choice with extended thinking
+@pytest.mark.parametrize("tool_choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
+def test_forced_tool_choice_with_extended_thinking_is_rejected(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, tool_choice: Any
+) -> None:
+    err = rejected(client, thinking=THINKING, tools=TOOLS, tool_choice=tool_choice)
+    rejected_body(err, "Thinking may not be enabled when tool_choice forces tool use.")
+    assert emu.script.taken == 0
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "thinking"),
+    [({"type": "auto"}, THINKING), ({"type": "none"}, THINKING), ({"type": "any"}, None)],
+    ids=["auto+thinking", "none+thinking", "any+no_thinking"],
+)
+def test_auto_or_none_tool_choice_with_thinking_and_forcing_without_it_are_accepted(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, tool_choice: Any, thinking: Any
+) -> None:
+    emu.script.extend([call_weather()])
+    kw = {"thinking": thinking} if thinking is not None else {}
+    resp = create(client, tools=TOOLS, tool_choice=tool_choice, **kw)
+    assert resp.stop_reason == "tool_use"
+
+
+# 3. sampling options with thinking on (enabled or adaptive)
+@pytest.mark.parametrize("thinking", [THINKING, ADAPTIVE], ids=["enabled", "adaptive"])
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (
+            {"temperature": 0.5},
+            "`temperature` may only be set to 1 when thinking is enabled or in adaptive mode. "
+            f"Please consult our documentation at {PLATFORM_DOCS}",
+        ),
+        (
+            {"temperature": 0},
+            "`temperature` may only be set to 1 when thinking is enabled or in adaptive mode. "
+            f"Please consult our documentation at {PLATFORM_DOCS}",
+        ),
+        (
+            {"top_p": 0.9},
+            "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled or in adaptive "
+            f"mode. Please consult our documentation at {PLATFORM_DOCS}",
+        ),
+        (
+            {"top_k": 40},
+            "`top_k` must be unset when thinking is enabled or in adaptive mode. Please consult our "
+            f"documentation at {PLATFORM_DOCS}",
+        ),
+    ],
+    ids=["temperature", "temperature_0", "top_p", "top_k"],
+)
+def test_sampling_modifications_with_thinking_are_rejected(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, thinking: Any, option: Any, message: str
+) -> None:
+    rejected_body(rejected(client, thinking=thinking, extra_body=option), message)
+    assert emu.script.taken == 0
+
+
+@pytest.mark.parametrize(
+    ("thinking", "option"),
+    [
+        (THINKING, {"temperature": 1}),
+        (ADAPTIVE, {"temperature": 1.0}),
+        (THINKING, {"top_p": 0.95}),
+        (ADAPTIVE, {"top_p": 1}),
+        (None, {"temperature": 0.2, "top_p": 0.5, "top_k": 40}),
+        ({"type": "disabled"}, {"temperature": 0, "top_k": 5}),
+    ],
+    ids=["temperature_1", "temperature_1.0", "top_p_0.95", "top_p_1", "no_thinking", "disabled"],
+)
+def test_sampling_options_thinking_allows_and_any_without_thinking_are_accepted(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, thinking: Any, option: Any
+) -> None:
+    emu.script.extend([ModelAction.answer("Sunny.")])
+    kw = {"thinking": thinking} if thinking is not None else {}
+    assert create(client, **kw, extra_body=option).content[-1].type == "text"
+
+
+# 4. manual thinking on a model that only accepts adaptive thinking
+ADAPTIVE_ONLY_TEXT = (
+    '"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and '
+    '"output_config.effort" to control thinking behavior.'
+)
+
+
+@pytest.mark.parametrize(
+    "model", ["claude-opus-4-7", "claude-opus-4-8", "claude-sonnet-5", "claude-fable-5-1", PRESERVED]
+)
+def test_enabled_thinking_on_an_adaptive_only_model_is_rejected(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, model: str
+) -> None:
+    rejected_body(rejected(client, model=model, thinking=THINKING), ADAPTIVE_ONLY_TEXT)
+    assert emu.script.taken == 0
+
+
+@pytest.mark.parametrize(
+    ("model", "thinking"),
+    [
+        ("claude-opus-4-7", ADAPTIVE),
+        (PRESERVED, ADAPTIVE),
+        ("claude-sonnet-4-6", THINKING),  # deprecated there, still accepted
+        ("claude-sonnet-4-5", THINKING),
+        ("claude-opus-4-20250514", THINKING),
+        ("claude-3-7-sonnet-20250219", THINKING),
+    ],
+)
+def test_adaptive_thinking_there_and_enabled_thinking_on_earlier_models_are_accepted(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, model: str, thinking: Any
+) -> None:
+    emu.script.extend([ModelAction.answer("Sunny.", reasoning="Easy.")])
+    assert create(client, model=model, thinking=thinking).content[0].type == "thinking"
+
+
+# 5. preserved thinking: a replayed block is bound to the exact prefix it was produced on
+BOUND = (
+    "Invalid `signature` in `thinking` block. The block is bound to a different conversation. Remove the "
+    'block, or set `thinking.block_binding.prefix_mismatch_behavior` to "drop_block".'
+)
+
+
+@pytest.mark.parametrize("model", [PRESERVED, "claude-fable-5-1", "claude-sonnet-5-5", "claude-haiku-5-5"])
+@pytest.mark.parametrize("change", ["system", "tools", "earlier_message"])
+def test_a_changed_prefix_before_a_preserved_thinking_block_is_rejected(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, model: str, change: str
+) -> None:
+    messages = turn_on(client, emu, model)
+    kw: dict[str, Any] = {"system": "Be brief.", "tools": TOOLS}
+    if change == "system":
+        kw["system"] = "Be very brief."
+    elif change == "tools":
+        kw["tools"] = [{**TOOLS[0], "description": "The weather."}]
+    else:
+        messages[0] = {"role": "user", "content": "Weather in Rome?"}
+    err = rejected(client, model=model, thinking=ADAPTIVE, messages=messages, **kw)
+    rejected_body(err, f"messages.1.content.0: {BOUND}")
+    assert emu.script.taken == 1
+
+
+def test_a_dropped_earlier_turn_invalidates_every_later_preserved_block(
+    emu: AnthropicEmulator, client: anthropic.Anthropic
+) -> None:
+    messages = turn_on(client, emu, PRESERVED)
+    emu.script.extend([ModelAction.answer("18C.", reasoning="Answer it.")])
+    final = create(
+        client, model=PRESERVED, system="Be brief.", thinking=ADAPTIVE, tools=TOOLS, messages=messages
+    )
+    history = [*messages, as_dicts(final.to_param()), {"role": "user", "content": "And Rome?"}]
+    # leaving the first turn's redacted block out changes the prefix of every block after it
+    history[1]["content"] = [history[1]["content"][0], history[1]["content"][2]]
+    err = rejected(
+        client, model=PRESERVED, system="Be brief.", thinking=ADAPTIVE, tools=TOOLS, messages=history
+    )
+    rejected_body(err, f"messages.3.content.0: {BOUND}")
+
+
+@pytest.mark.parametrize("model", [PRESERVED, "claude-fable-5-1"])
+def test_an_unchanged_prefix_is_accepted_whatever_its_cache_breakpoints(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, model: str
+) -> None:
+    messages = turn_on(client, emu, model)
+    # a moved breakpoint and a string spelled as a text block are the same prefix
+    messages[0] = {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}
+    messages[2]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    system = [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    emu.script.extend([ModelAction.answer("18C.", reasoning="Answer it.")])
+    final = create(client, model=model, system=system, thinking=ADAPTIVE, tools=TOOLS, messages=messages)
+    # and the turn after it, append-only, keeps every block of both earlier responses valid
+    history = [*messages, as_dicts(final.to_param()), {"role": "user", "content": "And Rome?"}]
+    emu.script.extend([ModelAction.answer("22C.")])
+    create(client, model=model, system="Be brief.", thinking=ADAPTIVE, tools=TOOLS, messages=history)
+    assert emu.script.taken == 3
+
+
+def test_other_models_keep_unbound_signatures(emu: AnthropicEmulator, client: anthropic.Anthropic) -> None:
+    messages = turn_on(client, emu, "claude-opus-5")
+    assert not messages[1]["content"][0]["signature"].endswith("=")  # no prefix digest inside
+    emu.script.extend([ModelAction.answer("18C.")])
+    create(
+        client, model="claude-opus-5", system="Changed.", thinking=ADAPTIVE, tools=TOOLS, messages=messages
+    )
+
+
+def test_drop_block_removes_the_unbound_blocks_and_reports_them(
+    emu: AnthropicEmulator, client: anthropic.Anthropic
+) -> None:
+    messages = turn_on(client, emu, PRESERVED)
+    emu.script.extend([ModelAction.answer("18C.")])
+    resp = client.beta.messages.create(
+        model=PRESERVED,
+        max_tokens=4096,
+        system="Be very brief.",
+        thinking={"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}},
+        tools=TOOLS,
+        messages=messages,
+        betas=["thinking-binding-controls-2026-08-01"],
+    )
+    assert [(t.type, t.path, t.reason) for t in resp.input_transformations or []] == [
+        ("thinking_dropped", "messages.1.content.0", "prefix_binding_mismatch"),
+        ("thinking_dropped", "messages.1.content.1", "prefix_binding_mismatch"),
+    ]
+    # the dropped blocks are not in the prompt the model was shown
+    kept = [b for b in messages[1]["content"] if b["type"] not in ("thinking", "redacted_thinking")]
+    shown = [{"type": "text", "text": "Be very brief."}, *messages[:1], {**messages[1], "content": kept}]
+    total = resp.usage.input_tokens + resp.usage.cache_read_input_tokens
+    assert total == sum(map(tokens, TOOLS)) + sum(
+        tokens(b) for b in [shown[0], shown[1]["content"], *kept, *messages[2]["content"]]
+    )
+
+
+def test_drop_block_with_an_unchanged_prefix_drops_nothing(
+    emu: AnthropicEmulator, client: anthropic.Anthropic
+) -> None:
+    messages = turn_on(client, emu, PRESERVED)
+    emu.script.extend([ModelAction.answer("18C.")])
+    resp = client.beta.messages.create(
+        model=PRESERVED,
+        max_tokens=4096,
+        system="Be brief.",
+        thinking={"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}},
+        tools=TOOLS,
+        messages=messages,
+        betas=["thinking-binding-controls-2026-08-01"],
+    )
+    assert resp.input_transformations == []
+
+
+def test_block_binding_without_its_beta_header_is_rejected(client: anthropic.Anthropic) -> None:
+    err = rejected(
+        client,
+        model=PRESERVED,
+        thinking={"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}},
+    )
+    rejected_body(
+        err,
+        "thinking.block_binding: requires the `anthropic-beta: thinking-binding-controls-2026-08-01` header",
+    )

@@ -286,6 +286,40 @@ def test_tampered_encrypted_content_is_rejected(emu: OpenAIResponsesEmulator, cl
     )
 
 
+@pytest.mark.parametrize("suffix", ["A", "=", "==", "-"], ids=["char", "pad", "pads", "alphabet_char"])
+def test_encrypted_content_with_anything_after_its_padding_is_rejected(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI, suffix: str
+) -> None:
+    # strict decoding: a lenient base64 decoder reads these as the minted bytes, the vendor does not
+    rs, fc = _dump(_tool_turn(emu, client))
+    blob = rs["encrypted_content"]
+    assert blob.endswith("==")  # this reasoning text mints a blob with two padding characters
+    rs["encrypted_content"] = sent = blob + suffix
+    error = _bad_request(client, [USER, rs, fc, _output("call_emu_001")])
+    assert error.status_code == 400
+    assert error.body == {
+        "message": f"The encrypted content {sent[:4]}...{sent[-4:]} could not be verified.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_encrypted_content",
+    }
+    assert emu.script.taken == 1
+    assert not emu.verify_encrypted_content(sent, model=MODEL)
+
+
+def test_encrypted_content_exactly_as_minted_padding_included_is_accepted(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    rs, fc = _dump(_tool_turn(emu, client))
+    assert rs["encrypted_content"].endswith("==")
+    emu.script.extend([ModelAction.answer("18C in Paris.")])
+    r = client.responses.create(
+        model=MODEL, input=[USER, rs, fc, _output("call_emu_001")], tools=TOOLS, include=ENC, store=False
+    )
+    assert r.output_text == "18C in Paris."
+    assert emu.verify_encrypted_content(rs["encrypted_content"], model=MODEL, item_id="rs_emu_001")
+
+
 def test_encrypted_content_from_another_model_is_rejected(
     emu: OpenAIResponsesEmulator, client: openai.OpenAI
 ) -> None:

@@ -39,15 +39,72 @@ Invariants
   ``base64(0x02 | nonce(12) | HMAC-SHA256(secret, "redacted" 0 model 0 nonce))``. Every replayed thinking /
   redacted block, anywhere in ``messages``, must verify against the request's ``model``: an edited text, an
   edited or empty signature, or a block from another model → 400.
+  The base64 is read strictly: standard alphabet, the exact padding and nothing after it — the decoded
+  bytes must encode back to the string sent. So an extra ``=`` or any trailing byte is a different
+  signature: ``messages.N.content.M: Invalid `signature` in `thinking` block`` (``Invalid `data` in
+  `redacted_thinking` block`` for redacted data). Source: the signature is opaque and must come back
+  unmodified ([SDK] ``thinking_block_param.py``; Anthropic staff in anthropics/anthropic-sdk-python#1598:
+  the check fails when a block "differs in any way from what was originally returned").
+* Preserved thinking (:func:`has_preserved_thinking`: Fable/Mythos 5.1 and later, Opus/Sonnet/Haiku 5.5 and
+  later — the ``supportedModels`` of ``DOCS_PRESERVED_THINKING``; Fable 5.0 and Opus 5 are not among them).
+  On these models a signature is ``base64(0x03 | nonce | prefix_digest(32) | HMAC-SHA256(secret,
+  "thinking-bound" 0 model 0 nonce 0 prefix_digest 0 text))`` (redacted: ``0x04``, ``"redacted-bound"``, no
+  text), where ``prefix_digest`` is the :class:`_PrefixDigest` of everything the block was produced after:
+  top-level ``tools`` and ``system``, every earlier message, and the earlier blocks of its own response
+  (a final assistant prefill is continued, so its blocks count too). On replay the digest of what now
+  precedes the block must be the bound one; moving ``cache_control`` or re-spelling a string as a text
+  block is not a change, an edited/added/removed/moved block, message, tool or system text is. A block
+  whose prefix changed, and so every thinking block after the change, is refused with ``messages.N.content.M:
+  Invalid `signature` in `thinking` block. The block is bound to a different conversation. Remove the
+  block, or set `thinking.block_binding.prefix_mismatch_behavior` to "drop_block".`` ([DOC]
+  https://platform.claude.com/docs/en/build-with-claude/preserved-thinking/fix-bound-to-a-different-conversation;
+  for a redacted block the same sentence follows ``Invalid `data` in `redacted_thinking` block``
+  [UNCONFIRMED]). With ``thinking.block_binding.prefix_mismatch_behavior: "drop_block"`` (which needs
+  ``anthropic-beta: thinking-binding-controls-2026-08-01``, [SDK] ``beta_thinking_block_binding_param.py``)
+  those blocks are removed from the prompt instead (they count no tokens) and listed in the response's
+  ``input_transformations`` as ``{"type": "thinking_dropped", "path": "messages.N.content.M", "reason":
+  "prefix_binding_mismatch"}`` ([SDK] ``beta_thinking_dropped_input_transformation.py``).
+  ``input_transformations`` is present (``[]`` when nothing was dropped) whenever that beta is sent.
+  ``block_binding`` without the beta → 400 ``thinking.block_binding: requires the `anthropic-beta:
+  thinking-binding-controls-2026-08-01` header`` (the docs say the error asks for the header; wording
+  [UNCONFIRMED]). The prefix check is enforced, as for accounts created on or after 2026-08-31. Other
+  models keep the unbound signatures above.
+* Thinking and the rest of the request (checked right after ``thinking`` itself, in this order):
+
+  - ``thinking.type: "enabled"`` on an adaptive-only model (:func:`is_adaptive_only`: Claude 4.7 and later,
+    Fable/Mythos 5.x; [DOC] ``DOCS_THINKING_TROUBLESHOOTING``, "Claude 4.7 and later models do not support
+    it and reject requests that use it, returning a 400 error") → ``"thinking.type.enabled" is not
+    supported for this model. Use "thinking.type.adaptive" and "output_config.effort" to control thinking
+    behavior.`` ([DOC] https://platform.claude.com/docs/en/models/opus-5-5/whats-new-opus-5-5; [3P]
+    Kilo-Org/kilocode#10729 on Opus 4.8).
+  - ``thinking.type: "enabled"`` with ``tool_choice`` ``{"type": "any"}`` or ``{"type": "tool", ...}`` →
+    ``Thinking may not be enabled when tool_choice forces tool use.`` ([DOC] extended thinking: tool use
+    with thinking supports only ``tool_choice`` ``auto`` or ``none``; [3P] live probe in
+    workglow-dev/libs#746 — both forced types, identical message; mastra-ai/mastra#7507). Adaptive
+    thinking is not checked here (forcing is model-dependent there).
+  - thinking on (``enabled`` or ``adaptive``) with ``temperature`` other than 1 → ```temperature` may only be
+    set to 1 when thinking is enabled or in adaptive mode. Please consult our documentation at
+    https://platform.claude.com/docs/en/build-with-claude/extended-thinking`` ([3P] a recorded live
+    response, request ``req_011CeGW3dHhfESHqMhHXtABt``; the older form without "or in adaptive mode" is
+    MartialBE/one-hub#529); ``top_p`` below 0.95 → ```top_p` must be greater than or equal to 0.95 or unset
+    when thinking is enabled or in adaptive mode.`` (same documentation sentence appended); any ``top_k``
+    → ```top_k` must be unset when thinking is enabled or in adaptive mode.`` (same sentence) ([DOC]
+    extended thinking: "Thinking isn't compatible with temperature or top_k modifications", top_p may be
+    set between 0.95 and 1; [3P] quarkiverse/quarkus-langchain4j#1812 and danny-avila/LibreChat#6023 for
+    ``top_k``, errs.dmxapi.cn/detail.php?id=2069 for ``top_p``; the appended documentation sentence of
+    these two in the adaptive-era wording is [UNCONFIRMED]). anthropic 2.14's ``messages.create`` has no
+    ``temperature``/``top_p``/``top_k`` parameters; they reach the API through ``extra_body``.
 * The latest assistant message that holds ``tool_use`` blocks issued by this emulator must carry exactly the
   thinking/redacted blocks issued with them, same order, none dropped or added (checked when thinking is on).
 * Tool pairing: every ``tool_use`` id needs a ``tool_result`` in the immediately following user message and
   every ``tool_result`` needs a ``tool_use`` in the immediately preceding assistant message.
 
 Validation order (the first failure is reported): auth → JSON body → ``model``/``max_tokens``/``messages``
-→ ``thinking`` → ``system``/``tools`` shape → message roles/content/block types → ``cache_control`` count
-(>4 → 400) → tool pairing → thinking-disabled final assistant prefill → "Expected `thinking`" → signatures
-(message order, block order) → latest assistant message unmodified.
+→ ``thinking`` (shape, ``block_binding`` and its beta) → adaptive-only model → forced ``tool_choice`` →
+``temperature`` → ``top_p`` → ``top_k`` → ``system``/``tools`` shape → message roles/content/block types →
+``cache_control`` count (>4 → 400) → tool pairing → thinking-disabled final assistant prefill → "Expected
+`thinking`" → signatures (message order, block order; on a preserved-thinking model each block's prefix
+binding right after its signature) → latest assistant message unmodified.
 
 Thinking modes: ``enabled`` (``budget_tokens`` ≥ 1024 and < ``max_tokens``) and ``adaptive`` are "on":
 thinking blocks are generated and the continuation rules apply. ``disabled``, absent and ``between_tools``
@@ -113,6 +170,7 @@ import hmac
 import itertools
 import json
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -134,16 +192,29 @@ if TYPE_CHECKING:
     import anthropic
 
 __all__ = [
+    "BLOCK_BINDING_BETA",
     "DOCS_EXTENDED_THINKING",
     "DOCS_MODELS_OVERVIEW",
+    "DOCS_PRESERVED_THINKING",
+    "DOCS_THINKING_TROUBLESHOOTING",
     "MODEL_ALIASES",
     "REQUEST_BLOCK_TYPES",
     "AnthropicEmulator",
     "CacheUsage",
+    "has_preserved_thinking",
+    "is_adaptive_only",
 ]
 
 DOCS_EXTENDED_THINKING = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 DOCS_MODELS_OVERVIEW = "https://docs.anthropic.com/en/docs/about-claude/models/overview"
+#: the documentation link the thinking/sampling errors of the adaptive-thinking era carry
+DOCS_EXTENDED_THINKING_PLATFORM = "https://platform.claude.com/docs/en/build-with-claude/extended-thinking"
+DOCS_THINKING_TROUBLESHOOTING = (
+    "https://platform.claude.com/docs/en/build-with-claude/thinking-troubleshooting"
+)
+DOCS_PRESERVED_THINKING = "https://platform.claude.com/docs/build-with-claude/preserved-thinking"
+#: the beta that ``thinking.block_binding`` and the response's ``input_transformations`` need
+BLOCK_BINDING_BETA = "thinking-binding-controls-2026-08-01"
 
 #: Alias → the dated model id the API answers with (``DOCS_MODELS_OVERVIEW``, "Claude API alias" column).
 #: Models of the 4.6 generation on have dateless canonical ids (``claude-sonnet-4-6``): they are not aliases.
@@ -180,12 +251,45 @@ REQUEST_BLOCK_TYPES: tuple[str, ...] = (
 
 _THINKING_TYPES = ("enabled", "disabled", "adaptive", "between_tools")
 _REASONING_TYPES = ("thinking", "redacted_thinking")
+_PREFIX_MISMATCH_BEHAVIORS = ("error", "drop_block")
 _SIG_THINKING = 0x01
 _SIG_REDACTED = 0x02
+_SIG_THINKING_BOUND = 0x03  # preserved-thinking models: the MAC also covers the prefix digest
+_SIG_REDACTED_BOUND = 0x04
 _NONCE_LEN = 12
 _MAC_LEN = 32
+_DIGEST_LEN = 32
+
+# Vendor error texts of the request-level thinking rules (sources in the module docstring).
+_ERR_ADAPTIVE_ONLY = (
+    '"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and '
+    '"output_config.effort" to control thinking behavior.'
+)
+_ERR_FORCED_TOOL = "Thinking may not be enabled when tool_choice forces tool use."
+_ERR_TEMPERATURE = (
+    "`temperature` may only be set to 1 when thinking is enabled or in adaptive mode. Please consult our "
+    f"documentation at {DOCS_EXTENDED_THINKING_PLATFORM}"
+)
+_ERR_TOP_P = (
+    "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled or in adaptive mode. "
+    f"Please consult our documentation at {DOCS_EXTENDED_THINKING_PLATFORM}"
+)
+_ERR_TOP_K = (
+    "`top_k` must be unset when thinking is enabled or in adaptive mode. Please consult our documentation "
+    f"at {DOCS_EXTENDED_THINKING_PLATFORM}"
+)
+_ERR_BINDING_NEEDS_BETA = (
+    f"thinking.block_binding: requires the `anthropic-beta: {BLOCK_BINDING_BETA}` header"
+)
+_BOUND_TO_OTHER_CONVERSATION = (
+    "The block is bound to a different conversation. Remove the block, or set "
+    '`thinking.block_binding.prefix_mismatch_behavior` to "drop_block".'
+)
+# claude-<family>-<major>[-<minor>][-<yyyymmdd>]; older ids (claude-3-7-sonnet-...) do not match
+_MODEL_ID = re.compile(r"claude-(opus|sonnet|haiku|fable|mythos)-(\d+)(?:-(\d{1,2}))?(?:-\d{8})?")
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
+_Dropped = tuple[int, int, str]  # (message index, block index, reason) of a block drop_block removed
 
 
 class _Reject(Exception):
@@ -247,6 +351,72 @@ class _Thinking:
     on: bool
     display: str | None
     kind: str  # enabled | adaptive | disabled | between_tools | absent
+    prefix_mismatch: str = "error"  # thinking.block_binding.prefix_mismatch_behavior: error | drop_block
+
+
+def _model_version(model: str) -> tuple[str, tuple[int, int]] | None:
+    """``("opus", (4, 7))`` for ``claude-opus-4-7`` (a date suffix is ignored); None for other names."""
+    match = _MODEL_ID.fullmatch(model)
+    if match is None:
+        return None
+    return match.group(1), (int(match.group(2)), int(match.group(3) or 0))
+
+
+def is_adaptive_only(model: str) -> bool:
+    """Whether ``model`` refuses manual ``thinking: {"type": "enabled"}`` (Claude 4.7 and later, Fable and
+    Mythos 5.x; ``DOCS_THINKING_TROUBLESHOOTING``). Unknown names and older ids are not."""
+    parsed = _model_version(model)
+    if parsed is None:
+        return False
+    family, version = parsed
+    if family in ("fable", "mythos"):
+        return version >= (5, 0)
+    return version >= (4, 7)
+
+
+def has_preserved_thinking(model: str) -> bool:
+    """Whether ``model`` binds a thinking block to the prefix it was produced on (``DOCS_PRESERVED_THINKING``:
+    Fable/Mythos 5.1 and later, Opus/Sonnet/Haiku 5.5 and later)."""
+    parsed = _model_version(model)
+    if parsed is None:
+        return False
+    family, version = parsed
+    if family in ("fable", "mythos"):
+        return version >= (5, 1)
+    return version >= (5, 5)
+
+
+class _PrefixDigest:
+    """A running SHA-256 over a request's prefix, as the preserved-thinking check compares it.
+
+    The prefix of a block is the top-level ``tools`` and ``system`` and every content block before it, in
+    prompt order. Each part is its canonical JSON (sorted keys, the block's own top-level ``cache_control``
+    removed, string content read as one text block), tagged with its message index and role, and
+    length-prefixed; so moving a cache breakpoint, re-ordering keys or spelling a string as a text block
+    changes nothing, while any edit, insertion, removal or move of a block or message does.
+    """
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        self._hash = hashlib.sha256(b"reasonstate-emulator/prefix/v1\x00")
+        tools = body.get("tools") or []
+        self._feed(["tools", [_strip(t) if isinstance(t, dict) else t for t in tools]])
+        system = body.get("system")
+        if isinstance(system, str):
+            system_blocks: list[Any] = [{"type": "text", "text": system}]
+        else:
+            system_blocks = [_strip(b) if isinstance(b, dict) else b for b in system or []]
+        self._feed(["system", system_blocks])
+
+    def _feed(self, part: Any) -> None:
+        data = json.dumps(part, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        self._hash.update(len(data).to_bytes(8, "big") + data)
+
+    def add(self, index: int, role: str, block: Mapping[str, Any]) -> None:
+        """Append content block of message ``index`` (with ``role``) to the prefix."""
+        self._feed(["message", index, role, _strip(block)])
+
+    def digest(self) -> bytes:
+        return self._hash.copy().digest()
 
 
 def _reasoning_key(block: Mapping[str, Any]) -> tuple[str, ...]:
@@ -401,46 +571,84 @@ class AnthropicEmulator:
     def _mac(self, *parts: bytes) -> bytes:
         return hmac.new(self._secret, b"\x00".join(parts), hashlib.sha256).digest()
 
-    def sign_thinking(self, model: str, thinking: str) -> str:
-        """A fresh signature for ``thinking`` as produced by ``model``."""
+    def sign_thinking(self, model: str, thinking: str, *, prefix_digest: bytes | None = None) -> str:
+        """A fresh signature for ``thinking`` as produced by ``model``.
+
+        For a model with preserved thinking (:func:`has_preserved_thinking`) the signature also binds
+        ``prefix_digest``, the digest of the prefix the block was produced after (32 zero bytes when None).
+        """
         nonce = os.urandom(_NONCE_LEN)
-        bound = self.resolve_model(model).encode()
-        mac = self._mac(b"thinking", bound, nonce, thinking.encode())
+        bound = self.resolve_model(model)
+        if has_preserved_thinking(bound):
+            digest = prefix_digest if prefix_digest is not None else bytes(_DIGEST_LEN)
+            mac = self._mac(b"thinking-bound", bound.encode(), nonce, digest, thinking.encode())
+            return base64.b64encode(bytes([_SIG_THINKING_BOUND]) + nonce + digest + mac).decode()
+        mac = self._mac(b"thinking", bound.encode(), nonce, thinking.encode())
         return base64.b64encode(bytes([_SIG_THINKING]) + nonce + mac).decode()
 
-    def verify_thinking(self, model: str, thinking: str, signature: str) -> bool:
-        """Whether ``signature`` was issued by this emulator for exactly ``thinking`` under ``model``."""
-        raw = _b64(signature)
-        if raw is None or len(raw) != 1 + _NONCE_LEN + _MAC_LEN or raw[0] != _SIG_THINKING:
-            return False
-        nonce, mac = raw[1 : 1 + _NONCE_LEN], raw[1 + _NONCE_LEN :]
-        bound = self.resolve_model(model).encode()
-        expected = self._mac(b"thinking", bound, nonce, thinking.encode())
-        return hmac.compare_digest(mac, expected)
+    def verify_thinking(
+        self, model: str, thinking: str, signature: str, *, prefix_digest: bytes | None = None
+    ) -> bool:
+        """Whether ``signature`` was issued by this emulator for exactly ``thinking`` under ``model`` (and,
+        for a preserved-thinking model, when ``prefix_digest`` is given, on exactly that prefix)."""
+        opened = self._open_signature(model, "thinking", signature, thinking)
+        return opened is not None and (prefix_digest is None or opened == prefix_digest)
 
-    def issue_redacted(self, model: str) -> str:
-        """Fresh opaque ``redacted_thinking.data`` for ``model``."""
+    def issue_redacted(self, model: str, *, prefix_digest: bytes | None = None) -> str:
+        """Fresh opaque ``redacted_thinking.data`` for ``model`` (bound to ``prefix_digest`` like
+        :meth:`sign_thinking` for a preserved-thinking model)."""
         nonce = os.urandom(_NONCE_LEN)
-        mac = self._mac(b"redacted", self.resolve_model(model).encode(), nonce)
+        bound = self.resolve_model(model)
+        if has_preserved_thinking(bound):
+            digest = prefix_digest if prefix_digest is not None else bytes(_DIGEST_LEN)
+            mac = self._mac(b"redacted-bound", bound.encode(), nonce, digest)
+            return base64.b64encode(bytes([_SIG_REDACTED_BOUND]) + nonce + digest + mac).decode()
+        mac = self._mac(b"redacted", bound.encode(), nonce)
         return base64.b64encode(bytes([_SIG_REDACTED]) + nonce + mac).decode()
 
-    def verify_redacted(self, model: str, data: str) -> bool:
-        """Whether ``data`` was issued by this emulator as redacted thinking of ``model``."""
-        raw = _b64(data)
-        if raw is None or len(raw) != 1 + _NONCE_LEN + _MAC_LEN or raw[0] != _SIG_REDACTED:
-            return False
-        nonce, mac = raw[1 : 1 + _NONCE_LEN], raw[1 + _NONCE_LEN :]
-        expected = self._mac(b"redacted", self.resolve_model(model).encode(), nonce)
-        return hmac.compare_digest(mac, expected)
+    def verify_redacted(self, model: str, data: str, *, prefix_digest: bytes | None = None) -> bool:
+        """Whether ``data`` was issued by this emulator as redacted thinking of ``model`` (and, for a
+        preserved-thinking model, when ``prefix_digest`` is given, on exactly that prefix)."""
+        opened = self._open_signature(model, "redacted", data)
+        return opened is not None and (prefix_digest is None or opened == prefix_digest)
+
+    def _open_signature(self, model: str, kind: str, encoded: str, thinking: str = "") -> bytes | None:
+        """The prefix digest a verified signature/data binds (``b""`` for a model without preserved
+        thinking), or None when it was not issued by this emulator for this text under ``model``."""
+        bound = self.resolve_model(model)
+        raw = _b64(encoded)
+        if raw is None:
+            return None
+        preserved = has_preserved_thinking(bound)
+        digest_len = _DIGEST_LEN if preserved else 0
+        if kind == "thinking":
+            tag = _SIG_THINKING_BOUND if preserved else _SIG_THINKING
+        else:
+            tag = _SIG_REDACTED_BOUND if preserved else _SIG_REDACTED
+        if len(raw) != 1 + _NONCE_LEN + digest_len + _MAC_LEN or raw[0] != tag:
+            return None
+        nonce = raw[1 : 1 + _NONCE_LEN]
+        digest = raw[1 + _NONCE_LEN : 1 + _NONCE_LEN + digest_len]
+        mac = raw[1 + _NONCE_LEN + digest_len :]
+        label = (kind + "-bound" if preserved else kind).encode()
+        parts = [label, bound.encode(), nonce]
+        if preserved:
+            parts.append(digest)
+        if kind == "thinking":
+            parts.append(thinking.encode())
+        if not hmac.compare_digest(mac, self._mac(*parts)):
+            return None
+        return digest
 
     # -- handlers --------------------------------------------------------------------------------------
     def _handle_messages(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
         rid = _request_id()
+        betas = _betas(request)
         with self._lock:
             try:
                 body = self._parse(request)
-                thinking = self._validate(body)
-                blocks = _prompt_blocks(body)
+                thinking, dropped = self._validate(body, betas)
+                blocks = _prompt_blocks(_without_blocks(body, dropped))
             except _Reject as exc:
                 return JSONResponse(exc.status, _envelope(exc.kind, exc.message, rid), {"request-id": rid})
             try:
@@ -449,7 +657,12 @@ class AnthropicEmulator:
                 return JSONResponse(500, _envelope("api_error", str(exc), rid), {"request-id": rid})
             model = self.resolve_model(str(body["model"]))
             usage = self._cache_usage(model, blocks, write=True)
-            message = self._build_message(model, thinking, action, usage)
+            message = self._build_message(model, thinking, action, usage, _response_prefix(body, model))
+            if BLOCK_BINDING_BETA in betas:
+                message["input_transformations"] = [
+                    {"type": "thinking_dropped", "path": f"messages.{n}.content.{m}", "reason": reason}
+                    for n, m, reason in dropped
+                ]
         if self.transform is not None:
             message = self.transform(message)
         if body.get("stream") is True:
@@ -485,7 +698,8 @@ class AnthropicEmulator:
         return body
 
     # -- validation ------------------------------------------------------------------------------------
-    def _validate(self, body: dict[str, Any]) -> _Thinking:
+    def _validate(self, body: dict[str, Any], betas: frozenset[str]) -> tuple[_Thinking, list[_Dropped]]:
+        """The request's thinking mode and the blocks ``drop_block`` removes; raises :class:`_Reject`."""
         for name in ("model", "max_tokens", "messages"):
             if name not in body:
                 raise _Reject(f"{name}: Field required")
@@ -496,15 +710,19 @@ class AnthropicEmulator:
             raise _Reject("max_tokens: Input should be a valid integer")
         if max_tokens < 1:
             raise _Reject("max_tokens: Input should be greater than or equal to 1")
-        thinking = _check_thinking(body.get("thinking"), max_tokens)
+        model = self.resolve_model(str(body["model"]))
+        thinking = _check_thinking(body.get("thinking"), max_tokens, betas)
+        _check_thinking_compatibility(body, model, thinking)
         _check_system_and_tools(body)
         messages = _check_messages(body["messages"])
         _check_cache_control_count(body)
         _check_tool_pairing(messages)
-        self._check_reasoning_rules(self.resolve_model(str(body["model"])), messages, thinking)
-        return thinking
+        dropped = self._check_reasoning_rules(body, model, messages, thinking)
+        return thinking, dropped
 
-    def _check_reasoning_rules(self, model: str, messages: list[dict[str, Any]], thinking: _Thinking) -> None:
+    def _check_reasoning_rules(
+        self, body: Mapping[str, Any], model: str, messages: list[dict[str, Any]], thinking: _Thinking
+    ) -> list[_Dropped]:
         last = len(messages) - 1
         # thinking disabled: an assistant prefill (final position) cannot contain thinking
         if thinking.kind in ("disabled", "absent") and messages[last]["role"] == "assistant":
@@ -532,7 +750,10 @@ class AnthropicEmulator:
                         "from previous turns. To avoid this requirement, disable `thinking`. Please "
                         f"consult our documentation at {DOCS_EXTENDED_THINKING}"
                     )
-        # every replayed thinking / redacted block must verify
+        # every replayed thinking / redacted block must verify; on a preserved-thinking model it must also
+        # have been produced on exactly the prefix it is sent after (else 400, or dropped on drop_block)
+        dropped: list[_Dropped] = []
+        prefix = _PrefixDigest(body) if has_preserved_thinking(model) else None
         for n, msg in enumerate(messages):
             for m, block in enumerate(_content(msg)):
                 kind = block.get("type")
@@ -544,16 +765,25 @@ class AnthropicEmulator:
                             raise _Reject(
                                 f"messages.{n}.content.{m}.thinking.{field}: Input should be a valid string"
                             )
-                    if not self.verify_thinking(model, block["thinking"], block["signature"]):
-                        raise _Reject(f"messages.{n}.content.{m}: Invalid `signature` in `thinking` block")
+                    invalid = f"messages.{n}.content.{m}: Invalid `signature` in `thinking` block"
+                    bound = self._open_signature(model, "thinking", block["signature"], block["thinking"])
                 elif kind == "redacted_thinking":
                     data = block.get("data")
                     if not isinstance(data, str):
                         raise _Reject(f"messages.{n}.content.{m}.redacted_thinking.data: Field required")
-                    if not self.verify_redacted(model, data):
-                        raise _Reject(
-                            f"messages.{n}.content.{m}: Invalid `data` in `redacted_thinking` block"
-                        )
+                    invalid = f"messages.{n}.content.{m}: Invalid `data` in `redacted_thinking` block"
+                    bound = self._open_signature(model, "redacted", data)
+                else:
+                    bound = b""
+                    invalid = ""
+                if bound is None:
+                    raise _Reject(invalid)
+                if prefix is not None:
+                    if kind in _REASONING_TYPES and bound != prefix.digest():
+                        if thinking.prefix_mismatch != "drop_block":
+                            raise _Reject(f"{invalid}. {_BOUND_TO_OTHER_CONVERSATION}")
+                        dropped.append((n, m, "prefix_binding_mismatch"))
+                    prefix.add(n, str(msg["role"]), block)
         # the latest assistant message's thinking must be exactly what was issued with its tool calls
         if latest is not None and issued is not None and thinking.on:
             sent = [
@@ -574,6 +804,7 @@ class AnthropicEmulator:
                     "latest assistant message cannot be modified. These blocks must remain as they were in "
                     "the original response."
                 )
+        return dropped
 
     # -- cache -----------------------------------------------------------------------------------------
     def _cache_usage(self, model: str, blocks: Sequence[_Block], *, write: bool) -> CacheUsage:
@@ -619,18 +850,33 @@ class AnthropicEmulator:
 
     # -- responses -------------------------------------------------------------------------------------
     def _build_message(
-        self, model: str, thinking: _Thinking, action: ModelAction, usage: CacheUsage
+        self,
+        model: str,
+        thinking: _Thinking,
+        action: ModelAction,
+        usage: CacheUsage,
+        prefix: tuple[_PrefixDigest, int] | None,
     ) -> dict[str, Any]:
+        """The response message; ``prefix`` (preserved-thinking models) is the request's prefix digest and
+        the message index the response's blocks take, so each thinking block is bound to what precedes it."""
         content: list[dict[str, Any]] = []
         thinking_tokens = 0
+
+        def here() -> bytes | None:
+            return prefix[0].digest() if prefix is not None else None
+
+        def append(block: dict[str, Any]) -> None:
+            content.append(block)
+            if prefix is not None:
+                prefix[0].add(prefix[1], "assistant", block)
+
         if thinking.on and action.reasoning is not None:
             shown = "" if thinking.display == "omitted" else action.reasoning
-            content.append(
-                {"type": "thinking", "thinking": shown, "signature": self.sign_thinking(model, shown)}
-            )
+            signature = self.sign_thinking(model, shown, prefix_digest=here())
+            append({"type": "thinking", "thinking": shown, "signature": signature})
             thinking_tokens = count_tokens(action.reasoning)
         if thinking.on and action.redacted:
-            content.append({"type": "redacted_thinking", "data": self.issue_redacted(model)})
+            append({"type": "redacted_thinking", "data": self.issue_redacted(model, prefix_digest=here())})
         output_tokens = thinking_tokens
         if action.text:
             content.append({"type": "text", "text": action.text})
@@ -680,10 +926,13 @@ class AnthropicEmulator:
 
 # -- request checks (pure functions) -------------------------------------------------------------------
 def _b64(text: str) -> bytes | None:
+    """Strict standard base64: only the alphabet, the exact padding, nothing after it — the decoded bytes
+    must encode back to ``text`` itself (so an extra ``=`` or a trailing byte is not the same value)."""
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (ValueError, UnicodeEncodeError):
         return None
+    return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
 def _tags(values: Iterable[str]) -> str:
@@ -698,7 +947,63 @@ def _content(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     return list(content)
 
 
-def _check_thinking(value: Any, max_tokens: int) -> _Thinking:
+def _betas(request: RecordedRequest) -> frozenset[str]:
+    """The ``anthropic-beta`` header's comma-separated values."""
+    header = request.headers.get("anthropic-beta", "")
+    return frozenset(part.strip() for part in header.split(",") if part.strip())
+
+
+def _without_blocks(body: Mapping[str, Any], dropped: Sequence[_Dropped]) -> Mapping[str, Any]:
+    """``body`` with the content blocks at ``dropped`` removed (what the model is shown)."""
+    if not dropped:
+        return body
+    gone = {(n, m) for n, m, _ in dropped}
+    messages = []
+    for n, msg in enumerate(body["messages"]):
+        blocks = _content(msg)
+        kept = [b for m, b in enumerate(blocks) if (n, m) not in gone]
+        messages.append({**msg, "content": kept} if len(kept) != len(blocks) else msg)
+    return {**body, "messages": messages}
+
+
+def _response_prefix(body: Mapping[str, Any], model: str) -> tuple[_PrefixDigest, int] | None:
+    """For a preserved-thinking ``model``: the digest of everything before the response's first block, and
+    the index of the message the response's blocks belong to (a final assistant prefill is continued)."""
+    if not has_preserved_thinking(model):
+        return None
+    messages = body["messages"]
+    prefix = _PrefixDigest(body)
+    for n, msg in enumerate(messages):
+        for block in _content(msg):
+            prefix.add(n, str(msg["role"]), block)
+    index = len(messages) - 1 if messages[-1]["role"] == "assistant" else len(messages)
+    return prefix, index
+
+
+def _check_thinking_compatibility(body: Mapping[str, Any], model: str, thinking: _Thinking) -> None:
+    """The request-level rules that tie ``thinking`` to the model, ``tool_choice`` and sampling options."""
+    if thinking.kind == "enabled" and is_adaptive_only(model):
+        raise _Reject(_ERR_ADAPTIVE_ONLY)
+    tool_choice = body.get("tool_choice")
+    if (
+        thinking.kind == "enabled"
+        and isinstance(tool_choice, dict)
+        and tool_choice.get("type") in ("any", "tool")
+    ):
+        raise _Reject(_ERR_FORCED_TOOL)
+    if not thinking.on:
+        return
+    temperature = body.get("temperature")
+    if temperature is not None and temperature != 1:
+        raise _Reject(_ERR_TEMPERATURE)
+    top_p = body.get("top_p")
+    if top_p is not None and (not isinstance(top_p, (int, float)) or top_p < 0.95):
+        raise _Reject(_ERR_TOP_P)
+    if body.get("top_k") is not None:
+        raise _Reject(_ERR_TOP_K)
+
+
+def _check_thinking(value: Any, max_tokens: int, betas: frozenset[str] = frozenset()) -> _Thinking:
     if value is None:
         return _Thinking(on=False, display=None, kind="absent")
     if not isinstance(value, dict):
@@ -727,7 +1032,24 @@ def _check_thinking(value: Any, max_tokens: int) -> _Thinking:
                 "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
                 f"documentation at {DOCS_EXTENDED_THINKING}#max-tokens-and-context-window-size"
             )
-    return _Thinking(on=kind in ("enabled", "adaptive"), display=display, kind=str(kind))
+    prefix_mismatch = "error"
+    binding = value.get("block_binding") if kind in ("enabled", "adaptive") else None
+    if binding is not None:
+        if BLOCK_BINDING_BETA not in betas:
+            raise _Reject(_ERR_BINDING_NEEDS_BETA)
+        if not isinstance(binding, dict):
+            raise _Reject(f"thinking.{kind}.block_binding: Input should be a valid dictionary")
+        behavior = binding.get("prefix_mismatch_behavior")
+        if behavior is not None:
+            if behavior not in _PREFIX_MISMATCH_BEHAVIORS:
+                raise _Reject(
+                    f"thinking.{kind}.block_binding.prefix_mismatch_behavior: Input should be 'error' or "
+                    "'drop_block'"
+                )
+            prefix_mismatch = str(behavior)
+    return _Thinking(
+        on=kind in ("enabled", "adaptive"), display=display, kind=str(kind), prefix_mismatch=prefix_mismatch
+    )
 
 
 def _check_system_and_tools(body: Mapping[str, Any]) -> None:

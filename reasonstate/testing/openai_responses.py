@@ -21,7 +21,11 @@ What it enforces (each rule cites its section; error texts are the ones observed
   body)``. A replayed blob that does not verify, names another model, or names another item id →
   400 ``code: invalid_encrypted_content``, ``param: null``:
   ``The encrypted content gAAA...xyz= could not be verified.`` (first 4 and last 4 characters of the
-  blob, the wording of openai/codex#8145 and #8132).
+  blob, the wording of openai/codex#8145 and #8132). The blob is decoded strictly: URL-safe alphabet only,
+  and the decoded bytes must encode back to the very string sent, so a character appended after its
+  padding, an extra ``=`` or a standard-alphabet ``+``/``/`` spelling is a different blob and gets the same
+  400 (the vendor treats the blob as opaque bytes to verify, §1.8; a relaxed decoder would accept such
+  strings as the original value, which the real service does not).
 * **Unpersisted references** (§1.4 B.5): an ``item_reference`` (or a bare ``{"id": …}``), or a reasoning
   item without ``encrypted_content``, resolves only against items of responses created with
   ``store=true``; otherwise **404** ``Item with id 'rs_…' not found. Items are not persisted when
@@ -415,10 +419,13 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
     def _open_blob(self, blob: str) -> dict[str, Any] | None:
         if not blob.startswith(_BLOB_PREFIX):
             return None
+        encoded = blob[len(_BLOB_PREFIX) :]
         try:
-            raw = base64.urlsafe_b64decode(blob[len(_BLOB_PREFIX) :].encode())
-        except (binascii.Error, ValueError):
+            raw = base64.b64decode(encoded.encode("ascii"), altchars=b"-_", validate=True)
+        except (binascii.Error, ValueError, UnicodeEncodeError):
             return None
+        if base64.urlsafe_b64encode(raw).decode("ascii") != encoded:
+            return None  # strict: exactly the padding it was minted with, nothing after it, no "+/"
         body, mac = raw[:-32], raw[-32:]
         if len(raw) <= 32 or not hmac.compare_digest(
             mac, hmac.new(self.secret, body, hashlib.sha256).digest()
