@@ -89,6 +89,7 @@ KEEP_PROMPTS = 8
 # the bare POST needs the body, so it is never first; the SDK and reasonstate lead equally often
 ORDERS = (("sdk", "ours", "bare"), ("ours", "sdk", "bare"), ("sdk", "bare", "ours"), ("ours", "bare", "sdk"))
 PROFILE_SENDS = 8
+BUSY = 0.2  # cores used by other processes above which a row's wall times are flagged
 
 
 @attrs.frozen
@@ -183,6 +184,50 @@ def fast_openai_transform() -> None:
 
 
 # -- measurement -------------------------------------------------------------------------------------------
+class CpuMeter:
+    """CPU time used by processes other than ``pids`` over an interval, in cores (Linux ``/proc``; None
+    elsewhere): on a quiet machine ~0. Other engineers' test runs show up here."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.start: tuple[float, int, int] | None = None
+
+    @staticmethod
+    def _busy() -> int:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields[:8]) - fields[3] - fields[4]  # all but idle and iowait (guest is inside user)
+
+    def _mine(self) -> int:
+        total = 0
+        for pid in self.pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total
+
+    def __enter__(self) -> CpuMeter:
+        try:
+            self.start = (time.perf_counter(), self._busy(), self._mine())
+        except (OSError, ValueError, IndexError):
+            self.start = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end = None
+        if self.start is not None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                self.end = (time.perf_counter(), self._busy(), self._mine())
+
+    @property
+    def other_cores(self) -> float | None:
+        if self.start is None or getattr(self, "end", None) is None:
+            return None
+        (t0, busy0, mine0), (t1, busy1, mine1) = self.start, self.end
+        ticks = os.sysconf("SC_CLK_TCK")
+        return max(0.0, ((busy1 - busy0) - (mine1 - mine0)) / ticks / (t1 - t0))
+
+
 @attrs.define
 class Row:
     turns: int
@@ -193,6 +238,7 @@ class Row:
     bare: list[float]
     sdk_cpu: list[float] = attrs.field(factory=list)
     ours_cpu: list[float] = attrs.field(factory=list)
+    other_cores: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -350,12 +396,13 @@ bytes POSTed with httpx2 and json.loads-ed. Times are medians. The three run bac
 so ours/SDK and own (ours - SDK: reasonstate's own work) are medians of the per-repeat ratio and
 difference; IQR: interquartile range of the per-repeat ratios; own/bare: own work in bare round trips;
 own CPU: the same difference in this process's CPU time (barely moved by other load on the machine);
-n: timed repeats; turns: history length of the timed requests.
+other: CPU cores used by other processes meanwhile (~0 on a quiet machine; above ~0.2 of 2 cores the
+wall-time columns are unreliable); n: timed repeats; turns: history length of the timed requests.
 """
 
 HEADER = (
     f"{'turns':>9} {'req KB':>7} {'n':>3} {'bare ms':>8} {'SDK ms':>9} {'ours ms':>9} "
-    f"{'ours/SDK':>8} {'IQR':>11} {'own ms':>7} {'own/bare':>8} {'own CPU ms':>10}"
+    f"{'ours/SDK':>8} {'IQR':>11} {'own ms':>7} {'own/bare':>8} {'own CPU ms':>10} {'other':>5}"
 )
 
 
@@ -367,7 +414,7 @@ def format_row(row: Row) -> str:
         f"{turns:>9} {row.request_bytes / 1024:>7.1f} {len(row.ours):>3} {bare * 1e3:>8.2f} "
         f"{statistics.median(row.sdk) * 1e3:>9.2f} {statistics.median(row.ours) * 1e3:>9.2f} "
         f"{row.ratio:>8.3f} {f'{low:.2f}-{high:.2f}':>11} {row.own * 1e3:>7.2f} {row.own / bare:>8.2f} "
-        f"{row.own_cpu * 1e3:>10.2f}"
+        f"{row.own_cpu * 1e3:>10.2f} {'?' if row.other_cores is None else f'{row.other_cores:.2f}':>5}"
     )
 
 
@@ -421,7 +468,7 @@ def print_profile(ours: pstats.Stats, sdk: pstats.Stats, sends: int, limit: int 
 
 # -- driver ------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _emulators(cases: list[Case]) -> Iterator[list[str]]:
+def _emulators(cases: list[Case]) -> Iterator[list[tuple[str, int]]]:
     servers, roots = [], []
     try:
         for case in cases:
@@ -429,7 +476,7 @@ def _emulators(cases: list[Case]) -> Iterator[list[str]]:
             server = multiprocessing.Process(target=_serve, args=(case, queue), daemon=True)
             server.start()
             servers.append(server)
-            roots.append(queue.get(timeout=60))
+            roots.append((queue.get(timeout=60), server.pid))
         yield roots
     finally:
         for server in servers:
@@ -466,11 +513,12 @@ def main(cases: list[Case], description: str) -> int:
     print(environment())
     print(LEGEND)
     worst: list[tuple[float, str]] = []
-    with tempfile.TemporaryDirectory(prefix="rs-bench-") as out, _emulators(cases) as roots:
+    with tempfile.TemporaryDirectory(prefix="rs-bench-") as out, _emulators(cases) as servers:
+        roots = [root for root, _pid in servers]
         t0 = time.perf_counter()
         snapshots = _build_all(cases, roots, sizes, out)
         print(f"(sessions grown for real to {max(sizes) - WARM} turns in {time.perf_counter() - t0:.0f} s)\n")
-        for case, root, paths in zip(cases, roots, snapshots, strict=True):
+        for case, (root, pid), paths in zip(cases, servers, snapshots, strict=True):
             bench = Bench(case, root)
             try:
                 if args.profile:
@@ -482,12 +530,22 @@ def main(cases: list[Case], description: str) -> int:
                     continue
                 print(f"{case.title}: Session.send vs the raw SDK call vs a bare POST (medians)")
                 print(HEADER)
+                busy = []
                 for size in sizes:
                     text = Path(paths[max(1, size - WARM)]).read_text()
-                    row = bench.measure(text, size, case.repeats.get(size, 11))
+                    with CpuMeter([os.getpid(), pid]) as meter:
+                        row = bench.measure(text, size, case.repeats.get(size, 11))
+                    row.other_cores = meter.other_cores
                     del text
                     print(format_row(row), flush=True)
                     worst.append((row.ratio, f"{case.title} at {size} turns"))
+                    if (row.other_cores or 0.0) > BUSY:
+                        busy.append(size)
+                if busy:
+                    print(
+                        f"warning: other processes kept the machine busy at {busy} turns: the wall-time "
+                        "columns (ratio included) are noisy there; own CPU ms is the steadier figure"
+                    )
                 print()
             finally:
                 bench.close()
