@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean fuzz
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,11 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+
+# the hypothesis properties of tests/test_fuzz.py with 20x their default 1,000 examples each
+FUZZ_EXAMPLES ?= 20000
+fuzz: $(STAMP)
+	REASONSTATE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q tests/test_fuzz.py
 
 # every benchmark runs even when an earlier one misses its target; the target fails at the end if any did
 bench: $(STAMP)
