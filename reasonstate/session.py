@@ -249,6 +249,7 @@ class _Core:
             adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
         )
         self._model = model
+        self._refuse_options(self._adapter, model, request_options)
         self._prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
         self._policy: Policy = Keep() if policy is None else policy
         self._stream = stream
@@ -285,6 +286,12 @@ class _Core:
             f"{type(client).__name__} is a sync client: use rs.Session with it "
             "(or an async client such as AsyncAnthropic / AsyncOpenAI with rs.AsyncSession)"
         )
+
+    @staticmethod
+    def _refuse_options(adapter: Adapter, model: str, options: Mapping[str, Any]) -> None:
+        why = adapter.rules.refuse(model, options)
+        if why is not None:
+            raise InvalidOption(why)
 
     # -- the four layers -------------------------------------------------------------------------------
     @property
@@ -545,6 +552,7 @@ class _Core:
         """
         self._require("switch_model")
         _check_model(model)
+        self._refuse_options(self._adapter, model, self._options)
         if model != self._model:
             self._traced(
                 EventKind.MODEL_CHANGED,
@@ -584,6 +592,7 @@ class _Core:
             raise InvalidOption(f"stream= must be True or False, got {stream!r}")
         self._check_client(client)
         new = adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
+        self._refuse_options(new, model, request_options)
         old = (self._adapter.vendor, self._adapter.api, self._model)
         self._traced(
             EventKind.VENDOR_CHANGED,

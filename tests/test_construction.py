@@ -119,3 +119,24 @@ def test_a_bad_tool_or_policy_argument_is_an_invalid_option_naming_it(build: Any
 def test_duplicate_tool_names_are_refused(emulator: AnthropicEmulator) -> None:
     with pytest.raises(rs.InvalidOption, match="tool names must be unique"):
         rs.Session(emulator.client(), model="m", tools=[WEATHER, WEATHER])
+
+
+def test_thinking_a_model_always_rejects_is_refused_at_construction_and_at_a_switch(
+    emulator: AnthropicEmulator,
+) -> None:
+    enabled = {"type": "enabled", "budget_tokens": 2048}
+    with pytest.raises(rs.InvalidOption, match="claude-opus-4-7 takes adaptive thinking only"):
+        rs.Session(emulator.client(), model="claude-opus-4-7", max_tokens=4096, thinking=enabled)
+    session = rs.Session(emulator.client(), model="claude-sonnet-4-6", max_tokens=4096, thinking=enabled)
+    with pytest.raises(rs.InvalidOption, match="claude-opus-5-5 takes adaptive thinking only"):
+        session.switch_model("claude-opus-5-5")
+    assert session.model == "claude-sonnet-4-6" and len(session.trace) == 0
+    with pytest.raises(rs.InvalidOption, match="tool_choice forces tool use"):
+        rs.Session(
+            emulator.client(),
+            model="claude-sonnet-4-6",
+            max_tokens=4096,
+            thinking=enabled,
+            tool_choice={"type": "any"},
+        )
+    assert len(emulator.requests) == 0

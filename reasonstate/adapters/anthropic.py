@@ -96,6 +96,38 @@ class _TurnEncoding:
             raise ContinuationMismatch("a replayed payload changed since capture")
 
 
+_CLAUDE_VERSION = re.compile(r"claude-(?:opus|sonnet|haiku)-(\d+)-(\d{1,2})(?!\d)")
+
+
+def adaptive_only(model: str) -> bool:
+    """Models that take ``thinking: {"type": "adaptive"}`` only: Claude 4.7 and later, Fable and Mythos
+    (docs/protocols.md §4.1)."""
+    m = model.lower()
+    if "fable" in m or "mythos" in m:
+        return True
+    found = _CLAUDE_VERSION.search(m)
+    return found is not None and (int(found[1]), int(found[2])) >= (4, 7)
+
+
+@attrs.frozen(slots=True)
+class AnthropicRules(ProtocolRules):
+    """The Messages rules, plus the thinking configurations the vendor always rejects (§4.1)."""
+
+    def refuse(self, model: str, options: Mapping[str, Any]) -> str | None:
+        thinking = options.get("thinking")
+        kind = thinking.get("type") if isinstance(thinking, Mapping) else None
+        if kind == "enabled" and adaptive_only(model):
+            return (
+                f"{model} takes adaptive thinking only (docs/protocols.md §4.1): pass "
+                "thinking={'type': 'adaptive'} (switch to it with session.switch(client, model=..., "
+                "thinking={'type': 'adaptive'}, ...))"
+            )
+        choice = options.get("tool_choice")
+        if kind == "enabled" and isinstance(choice, Mapping) and choice.get("type") in ("any", "tool"):
+            return "thinking may not be enabled when tool_choice forces tool use (docs/protocols.md §4.1)"
+        return None
+
+
 class AnthropicAdapter:
     """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length,
     ``lookback_units`` the vendor's breakpoint lookback (docs/protocols.md §4.4)."""
@@ -115,7 +147,7 @@ class AnthropicAdapter:
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
-        self.rules = ProtocolRules(
+        self.rules: ProtocolRules = AnthropicRules(
             vendor=VENDOR,
             api=API,
             # preserved thinking: each block is checked against the exact system/tools/messages before it

@@ -193,6 +193,11 @@ class ProtocolRules:
     #: turn's view can never be rewritten later (Anthropic preserved thinking, docs/protocols.md §4.3)
     append_only_models: tuple[str, ...] = ()
 
+    def refuse(self, model: str, options: Mapping[str, Any]) -> str | None:
+        """Why ``options`` can never work on ``model`` (a request the vendor always rejects), or None.
+        Checked when a session is built or switched, before any request."""
+        return None
+
     def may_rewrite_past(self, model: str) -> bool:
         """Whether a policy may change an earlier closed turn's view (``KeepLast`` compaction)."""
         return not any(fragment in model for fragment in self.append_only_models)
