@@ -455,6 +455,8 @@ def _part(kind: str, block: Mapping[str, Any], i: int) -> Part:
     if kind == "text":
         if not isinstance(block.get("text"), str):
             raise MalformedResponse(f"content[{i}]: text block without text")
+        if not isinstance(block.get("citations"), (list, type(None))):
+            raise MalformedResponse(f"content[{i}]: text block citations is not a list")
         return TextPart(text=block["text"], continuation=i)
     if kind == "tool_use":
         cid, name, args = block.get("id"), block.get("name"), block.get("input")

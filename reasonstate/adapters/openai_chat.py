@@ -319,18 +319,25 @@ class OpenAIChatAdapter:
         )
 
     def _parts(self, message: Mapping[str, Any]) -> list[Part]:
+        """Canonical parts of a response message, after checking that every field that goes back verbatim
+        has the type the input schema requires (an accepted message is one the server accepts replayed)."""
+        if message.get("role") != "assistant":
+            raise MalformedResponse("the response message's role is not 'assistant'")
         parts: list[Part] = []
+        for field in _READ[self.dialect]:
+            if not isinstance(message.get(field), (str, type(None))):
+                raise MalformedResponse(f"the message's {field} is not a string")
         for field in _READ[self.dialect]:
             if isinstance(message.get(field), str):
                 parts.append(ReasoningPart(text=message[field], continuation=0))
                 break
         content = message.get("content")
         if isinstance(content, list):  # content parts (some servers): the text parts, in order
-            content = "".join(
-                p.get("text", "")
-                for p in content
-                if isinstance(p, Mapping) and isinstance(p.get("text"), str)
-            )
+            for k, p in enumerate(content):
+                text_part = isinstance(p, Mapping) and p.get("type") == "text"
+                if not isinstance(p, Mapping) or (text_part and not isinstance(p.get("text"), str)):
+                    raise MalformedResponse(f"message content[{k}] is not a content part with a string text")
+            content = "".join(p["text"] for p in content if isinstance(p.get("text"), str))
         if isinstance(content, str):
             if content:
                 parts.append(TextPart(text=content, continuation=0))
@@ -345,6 +352,8 @@ class OpenAIChatAdapter:
             function = call.get("function") if isinstance(call, Mapping) else None
             if not isinstance(function, Mapping) or not isinstance(call.get("id"), str):
                 raise MalformedResponse(f"tool_calls[{i}] needs an id and a function")
+            if "type" in call and not isinstance(call["type"], str):
+                raise MalformedResponse(f"tool_calls[{i}].type is not a string")
             name, raw = function.get("name"), function.get("arguments")
             if not isinstance(name, str) or not isinstance(raw, str):
                 raise MalformedResponse(f"tool_calls[{i}] needs a function name and an arguments string")

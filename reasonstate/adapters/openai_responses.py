@@ -513,20 +513,27 @@ def _canonical_item(part: Part) -> _Item | None:
 
 
 def _part(kind: str, item: Mapping[str, Any], i: int) -> Part:
+    """The canonical part of an output item, after checking every field that goes back verbatim has the type
+    the input schema requires (§1.2, §1.3): an item accepted here is one the vendor accepts replayed."""
     if kind == "reasoning":
-        summary = item.get("summary", [])
-        if not isinstance(summary, list):
-            raise MalformedResponse(f"output[{i}]: reasoning summary is not a list")
-        content = item.get("content")
-        raw = [p.get("text") for p in content if isinstance(p, Mapping)] if isinstance(content, list) else []
-        shown = [p.get("text") for p in summary if isinstance(p, Mapping)]
-        texts = [t for t in (raw or shown) if isinstance(t, str)]
+        summary, content = item.get("summary"), item.get("content")
+        if not _text_parts(summary):
+            raise MalformedResponse(f"output[{i}]: a reasoning item needs a summary list of text parts")
+        if "content" in item and not _text_parts(content):
+            raise MalformedResponse(f"output[{i}]: reasoning content is not a list of text parts")
+        if not isinstance(item.get("encrypted_content"), (str, type(None))):
+            raise MalformedResponse(f"output[{i}]: encrypted_content is not a string")
+        if "id" in item and not isinstance(item["id"], str):
+            raise MalformedResponse(f"output[{i}]: a reasoning item id is not a string")
+        texts = [p["text"] for p in (content or summary or ())]
         text = "\n\n".join(texts)
         return ReasoningPart(text=text, redacted=not text, continuation=i)
     if kind == "function_call":
         call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
         if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
             raise MalformedResponse(f"output[{i}]: function_call needs call_id, name and an arguments string")
+        if not isinstance(item.get("id"), (str, type(None))):
+            raise MalformedResponse(f"output[{i}]: a function_call id is not a string")
         # raw_arguments is the truth (replayed byte for byte); parsed is a convenience for handlers
         parsed, error = parse_arguments(arguments)
         return ToolCallPart(
@@ -539,15 +546,29 @@ def _part(kind: str, item: Mapping[str, Any], i: int) -> Part:
         )
     if kind == "message":
         content = item.get("content")
+        if item.get("role") != "assistant" or not isinstance(item.get("id"), (str, type(None))):
+            raise MalformedResponse(f"output[{i}]: an output message needs role assistant and a string id")
         if not isinstance(content, list):
             raise MalformedResponse(f"output[{i}]: message without a content list")
-        text = "".join(
-            str(p.get("text") if p.get("type") == "output_text" else p.get("refusal", ""))
-            for p in content
-            if isinstance(p, Mapping)
-        )
-        return TextPart(text=text, continuation=i)
+        texts = []
+        for k, p in enumerate(content):
+            kind_k = p.get("type") if isinstance(p, Mapping) else None
+            known = {"output_text": "text", "refusal": "refusal"}
+            field = known.get(kind_k) if isinstance(kind_k, str) else ""
+            if field is None:
+                continue  # a content part of another type: kept verbatim in the payload, no text
+            if not field or not isinstance(p.get(field), str):
+                raise MalformedResponse(f"output[{i}].content[{k}] is not a typed part with a string {field}")
+            texts.append(p[field])
+        return TextPart(text="".join(texts), continuation=i)
     return OpaquePart(type=kind, continuation=i)
+
+
+def _text_parts(value: Any) -> bool:
+    """A list of ``{"type": ..., "text": str}`` (a reasoning summary or raw reasoning content)."""
+    return isinstance(value, list) and all(
+        isinstance(p, Mapping) and isinstance(p.get("text"), str) for p in value
+    )
 
 
 def _usage(raw: Any) -> Usage:

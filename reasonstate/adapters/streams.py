@@ -12,6 +12,8 @@ Sans-I/O: nothing here imports a vendor SDK, opens a socket or reads a clock. Th
 * :class:`AnthropicAssembler` — Messages (§4.5): the ``message`` object of a non-streamed call.
 * :class:`ResponsesAssembler` — Responses (§1.6): the ``response`` object of a non-streamed call.
 * :class:`ChatAssembler` — Chat Completions and its dialects (§2, §3): the ``chat.completion`` object.
+* :class:`GeminiAssembler` — Gemini ``streamGenerateContent?alt=sse`` (§5.5): the
+  ``GenerateContentResponse`` object.
 
 Each assembler's invariant, for a server that streams what it would return: ``finish(stream(r)) == r``,
 key order included (so both serialize to the same compact JSON bytes, and a streamed session captures
@@ -43,6 +45,7 @@ from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 __all__ = [
     "AnthropicAssembler",
     "ChatAssembler",
+    "GeminiAssembler",
     "ResponsesAssembler",
     "SSEEvent",
     "SSEParser",
@@ -489,7 +492,9 @@ class ResponsesAssembler(StreamAssembler):
         if self._terminal is None:
             raise StreamInterrupted("the stream ended before response.completed")
         output = self._terminal.get("output")
-        if isinstance(output, list) and output:
+        if not isinstance(output, list):  # the non-streamed answer without it is refused too
+            raise MalformedResponse("the terminal response event has no output list")
+        if output:
             merged = [self._items.get(i, item) for i, item in enumerate(output)]
         else:
             merged = [self._items[i] for i in sorted(self._items)]
@@ -550,38 +555,57 @@ class ChatAssembler(StreamAssembler):
                 self._head[key] = chunk[key]
         if chunk.get("usage") is not None:
             self._usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            raise MalformedResponse("a stream chunk's choices is not a list")
+        for choice in choices or ():
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue
             if isinstance(choice.get("finish_reason"), str):
                 self._finish_reason = choice["finish_reason"]
-            delta = choice.get("delta") or {}
+            delta = choice.get("delta")
+            delta = {} if delta is None else delta
             if not isinstance(delta, Mapping):
                 raise MalformedResponse("a choice delta is not an object")
             for key, value in delta.items():
                 if key == "tool_calls":
                     self._call_deltas(value)
+                elif key == "role":  # names the message (some servers repeat it): not text to join
+                    if value is not None and not isinstance(value, str):
+                        raise MalformedResponse("a delta role is not a string")
+                    if value is not None:
+                        self._fields["role"] = [value]
                 else:
                     self._fields.setdefault(key, []).append(value)
 
     def _call_deltas(self, deltas: Any) -> None:
+        if deltas is not None and not isinstance(deltas, list):
+            raise MalformedResponse("a delta's tool_calls is not a list")
         for delta in deltas or ():
             if not isinstance(delta, Mapping):
                 raise MalformedResponse("a tool_calls delta is not an object")
             index = delta.get("index")
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise MalformedResponse("a tool_calls delta has no integer index")
             call = self._calls.setdefault(
-                index if isinstance(index, int) else 0,
+                index,
                 {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
             )
             for key in ("id", "type"):
+                if delta.get(key) is not None and not isinstance(delta[key], str):
+                    raise MalformedResponse(f"a tool_calls delta's {key} is not a string")
                 if isinstance(delta.get(key), str):
                     call[key] = delta[key]
-            function = delta.get("function") or {}
+            function = delta.get("function")
+            function = {} if function is None else function
             if not isinstance(function, Mapping):
                 raise MalformedResponse("a tool_calls delta has a non-object function")
             for key in ("name", "arguments"):
-                if isinstance(function.get(key), str):
-                    call["function"][key] += function[key]
+                piece = function.get(key)
+                if piece is not None and not isinstance(piece, str):
+                    raise MalformedResponse(f"a tool_calls delta's function.{key} is not a string")
+                if isinstance(piece, str):
+                    call["function"][key] += piece
 
     def _result(self) -> dict[str, Any]:
         if self._finish_reason is None or not self._done:
@@ -618,6 +642,121 @@ def _joined(pieces: list[Any]) -> Any:
     """String deltas concatenate; a field that only ever came as null stays null; else the last value."""
     strings = [p for p in pieces if isinstance(p, str)]
     if strings:
+        if len(strings) != len([p for p in pieces if p is not None]):
+            raise MalformedResponse("a streamed text field mixes text with other values")
         return "".join(strings)
     values = [p for p in pieces if p is not None]
     return values[-1] if values else None
+
+
+# -- Gemini generateContent (§5.5) ------------------------------------------------------------------------
+
+
+class GeminiAssembler(StreamAssembler):
+    """The ``GenerateContentResponse`` of a ``streamGenerateContent?alt=sse`` stream (docs/protocols.md §5.5).
+
+    Each event's data is a ``GenerateContentResponse`` chunk; the answer is their union. Invariant, for a
+    server that streams what it would return (each Part whole, or a text Part cut into consecutive text
+    fragments whose last one carries the Part's signature): ``finish(stream(r)) == r``, key order included,
+    so a streamed and a non-streamed call capture the same Part payload bytes.
+
+    Assembly, per candidate (by ``index``, else position): the Parts of every chunk are appended in order,
+    except that a text fragment continues the previous Part when both are text Parts with the same
+    ``thought`` flag and the previous one has no ``thoughtSignature`` yet (a signature ends its Part: a
+    signed Part is never merged with another, §5.4): its text is appended and its other fields (the
+    signature) are added. Function calls and every other Part stay whole. Any other candidate or top-level
+    field takes its last value (``usageMetadata`` is cumulative, on the last chunk), keys in first-seen
+    order. A chunk with an ``error`` → :class:`VendorError` (body = that error); a chunk that is not a JSON
+    object → :class:`MalformedResponse`; a stream whose first candidate never got a ``finishReason`` →
+    :class:`StreamInterrupted` (the API has no end-of-stream event).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._response: dict[str, Any] = {}
+        self._candidates: dict[int, dict[str, Any]] = {}  # index -> candidate fields (content built last)
+        self._contents: dict[int, dict[str, Any]] = {}  # index -> content fields other than parts
+        self._parts: dict[int, list[dict[str, Any]]] = {}
+
+    def _event(self, event: SSEEvent) -> None:
+        chunk = _json_object(event, "stream chunk")
+        error = chunk.get("error")
+        if error is not None:
+            detail = error.get("message") if isinstance(error, Mapping) else error
+            raise VendorError(f"Gemini stream error: {detail}", body=chunk)
+        for key, value in chunk.items():
+            if key == "candidates":
+                if not isinstance(value, list):
+                    raise MalformedResponse("a stream chunk's candidates is not a list")
+                self._response.setdefault("candidates", None)
+                for position, candidate in enumerate(value):
+                    self._candidate(position, candidate)
+            else:
+                self._response[key] = value
+
+    def _candidate(self, position: int, candidate: Any) -> None:
+        if not isinstance(candidate, Mapping):
+            raise MalformedResponse("a stream chunk's candidate is not an object")
+        index = candidate.get("index", position)
+        index = index if isinstance(index, int) and not isinstance(index, bool) else position
+        fields = self._candidates.setdefault(index, {})
+        for key, value in candidate.items():
+            if key != "content":
+                fields[key] = value
+                continue
+            fields.setdefault("content", None)
+            if not isinstance(value, Mapping):
+                raise MalformedResponse("a stream chunk's candidate content is not an object")
+            content = self._contents.setdefault(index, {})
+            parts = self._parts.setdefault(index, [])
+            for name, field in value.items():
+                if name != "parts":
+                    content[name] = field
+                    continue
+                content.setdefault("parts", None)
+                if not isinstance(field, list):
+                    raise MalformedResponse("a stream chunk's content parts is not a list")
+                for part in field:
+                    if not isinstance(part, Mapping):
+                        raise MalformedResponse("a stream chunk's part is not an object")
+                    _add_part(parts, part)
+
+    def _result(self) -> dict[str, Any]:
+        first = self._candidates.get(min(self._candidates)) if self._candidates else None
+        if first is None or not isinstance(first.get("finishReason"), str):
+            if not self._candidates and "promptFeedback" in self._response:
+                return dict(self._response)  # a blocked prompt: no candidate ever comes
+            raise StreamInterrupted("the stream ended before the candidate's finishReason")
+        candidates = []
+        for index in sorted(self._candidates):
+            candidate = dict(self._candidates[index])
+            if index in self._contents:
+                content = dict(self._contents[index])
+                if "parts" in content:
+                    content["parts"] = self._parts[index]
+                candidate["content"] = content
+            candidates.append(candidate)
+        return {**self._response, "candidates": candidates}
+
+
+def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
+    """Append a streamed Part, or continue the previous text Part with it (see :class:`GeminiAssembler`)."""
+    previous = parts[-1] if parts else None
+    if (
+        previous is not None
+        and isinstance(previous.get("text"), str)
+        and isinstance(part.get("text"), str)
+        and previous.get("thought") == part.get("thought")
+        and "thoughtSignature" not in previous
+        and not any(key not in _TEXT_FIELDS for key in (*previous, *part))
+    ):
+        previous["text"] += part["text"]
+        for key, value in part.items():
+            if key != "text":
+                previous[key] = value
+        return
+    parts.append(dict(part))
+
+
+#: the fields of a text Part that may be streamed in fragments (types.Part, §5.1)
+_TEXT_FIELDS = frozenset({"text", "thought", "thoughtSignature"})

@@ -75,7 +75,7 @@ from reasonstate.state import (
     Usage,
     digest_of,
 )
-from reasonstate.tokens.errors import InvalidUTF8, TokensError
+from reasonstate.tokens.errors import InvalidUTF8, TokensError, UnknownTokenId
 from reasonstate.tokens.protocol import Message, ParsedResponse, Renderer
 from reasonstate.tokens.renderer import ChatTemplateRenderer
 
@@ -377,6 +377,8 @@ class TokenAdapter:
         Anywhere else, bytes that are not UTF-8 are a :class:`MalformedResponse`."""
         try:
             return self.renderer.decode(ids)
+        except UnknownTokenId as exc:
+            raise MalformedResponse(f"completion token ids are not this model's: {exc}") from exc
         except InvalidUTF8 as exc:
             if truncated:
                 held = self._held_back(ids)
@@ -512,6 +514,6 @@ def _parts(parsed: ParsedResponse) -> tuple[Part, ...]:
 
 
 def _ids(value: Any) -> tuple[int, ...] | None:
-    if not isinstance(value, list) or not all(isinstance(i, int) and i >= 0 for i in value):
+    if not isinstance(value, list) or not all(type(i) is int and i >= 0 for i in value):
         return None
     return tuple(value)

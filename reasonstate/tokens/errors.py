@@ -16,6 +16,7 @@ __all__ = [
     "TokensError",
     "ToolCallParseError",
     "UnknownTemplateFamily",
+    "UnknownTokenId",
 ]
 
 
@@ -33,6 +34,10 @@ class TokenizerRequired(TokensError):
 
 class TemplateRenderError(TokensError):
     """The chat template raised (``raise_exception`` or a jinja error) or could not be compiled."""
+
+
+class UnknownTokenId(TokensError):
+    """A token id the tokenizer's vocabulary does not have (a server or a record that is not this model's)."""
 
 
 class InvalidUTF8(TokensError):

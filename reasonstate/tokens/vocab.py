@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from reasonstate.tokens.errors import InvalidUTF8, TokenizerNotFound
+from reasonstate.tokens.errors import InvalidUTF8, TokenizerNotFound, UnknownTokenId
 
 __all__ = ["TOKENIZER_NAMES", "Tokenizer", "decode_lossy", "decode_strict", "load_tokenizer"]
 
@@ -67,7 +67,10 @@ class _QwenTokenizer:
         return list(self._tok.encode(unicodedata.normalize("NFC", text), allowed_special="all"))
 
     def token_bytes(self, token_id: int) -> bytes:
-        piece = self._decoder[token_id]
+        try:
+            piece = self._decoder[token_id]
+        except KeyError:
+            raise UnknownTokenId(f"token id {token_id} is not in the {self.name} vocabulary") from None
         return piece.encode("utf-8") if isinstance(piece, str) else piece
 
     def special_id(self, text: str) -> int | None:
@@ -108,9 +111,9 @@ class _HFTokenizer:
         added = self._added.get(token_id)
         if added is not None:
             return added.encode("utf-8")
-        piece = self._tok.id_to_token(token_id)
+        piece = self._tok.id_to_token(token_id) if 0 <= token_id < 2**32 else None
         if piece is None:
-            raise KeyError(token_id)
+            raise UnknownTokenId(f"token id {token_id} is not in the {self.name} vocabulary")
         table = _byte_decoder()
         return bytes(table[ch] for ch in piece)
 
