@@ -55,7 +55,7 @@ from reasonstate.errors import (
 )
 from reasonstate.policies import Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool
-from reasonstate.runtime.commit import Layers, ToolCall, commit, lost_responses, predict
+from reasonstate.runtime.commit import Layers, ToolCall, commit, predict
 from reasonstate.runtime.dispatch import ToolResult, dispatch
 from reasonstate.snapshot import SessionSnapshot, restore_args, restored_layers, session_snapshot
 from reasonstate.state import (
@@ -165,11 +165,6 @@ class _Call:
     started: float
     previous: TurnState
     retry: bool = False
-
-
-def _stripped(trace: Trace) -> frozenset[str]:
-    """Digests of the payloads a vendor rejected and the session left out (``continuation.stripped``)."""
-    return frozenset(d for e in trace.of_kind(EventKind.CONTINUATION_STRIPPED) for d in e.data["digests"])
 
 
 def _check_model(model: Any) -> None:
@@ -390,7 +385,7 @@ class _Core:
 
     def _encode(self, history: History) -> VendorRequest:
         layers = self._layers
-        history = without_payloads(history, _stripped(layers.trace))
+        history = without_payloads(history, layers.stripped)
         if self._foreign_reasoning == "text":
             adapter = self._adapter
             history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, self._model)
@@ -400,7 +395,7 @@ class _Core:
             self._model,
             self._options,
             layers.records,
-            lost_responses=lost_responses(layers.trace),
+            lost_responses=layers.lost,
         )
 
     # -- one request: begin → send (Session / AsyncSession) → finish or fail -------------------------------
@@ -476,7 +471,7 @@ class _Core:
         offending = [c for c in self.continuation if c.payload in sent]
         if not offending:
             return None
-        digests = _stripped(self._layers.trace) | {c.digest for c in offending}
+        digests = self._layers.stripped | {c.digest for c in offending}
         history = without_payloads(call.attempt.history, digests)
         try:
             request = self._adapter.encode(
@@ -485,12 +480,13 @@ class _Core:
                 self._model,
                 self._options,
                 self._layers.records,
-                lost_responses=lost_responses(self._layers.trace),
+                lost_responses=self._layers.lost,
             )
         except ReasonStateError:
             return None
         self._fail(call, exc)
         self._state = TurnState.AWAITING_MODEL
+        self._layers = attrs.evolve(self._layers, stripped=digests)
         self._traced(
             EventKind.CONTINUATION_STRIPPED,
             digests=[c.digest for c in offending],
@@ -516,6 +512,7 @@ class _Core:
         lost = getattr(exc, "response_id", None)
         if lost is not None:  # the vendor no longer holds this stored response: never refer to it again
             data["lost_response_id"] = lost
+            self._layers = attrs.evolve(self._layers, lost=self._layers.lost | {str(lost)})
         self._traced(EventKind.CALL_FAILED, **data)
 
     # -- prefix and model changes ----------------------------------------------------------------------

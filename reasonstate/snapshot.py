@@ -306,7 +306,7 @@ def restored_layers(snap: SessionSnapshot) -> Layers:
     trace = Trace(
         tuple(TraceEvent(seq=e["seq"], kind=e["kind"], data=e["data"], at=e["at"]) for e in snap.trace)
     ).appended(EventKind.RESTORED, turns=len(history), requests=len(records))
-    return Layers(history, trace, records)
+    return Layers.of(history, trace, records)
 
 
 def restore_args(

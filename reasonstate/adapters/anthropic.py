@@ -60,6 +60,7 @@ from reasonstate.state import (
     Usage,
     digest_of,
     parse_arguments,
+    thaw,
 )
 
 __all__ = ["AnthropicAdapter"]
@@ -400,8 +401,9 @@ def _assistant_content(
                 blocks.append(sent)
                 digests.append(unit_digest(sent))
                 continue
-            # digest-verified, frozen: the bytes captured are the bytes sent (markers copy the block)
-            blocks.append(value)
+            # a plain copy of the digest-verified, frozen value: the bytes captured are the bytes sent, and
+            # the SDK's exact-type fast path applies (it walks frozen subclasses through slow ABC checks)
+            blocks.append(thaw(value))
             digests.append(payload.digest)
             continue
         block = _canonical_block(part)

@@ -65,6 +65,7 @@ from reasonstate.state import (
     Usage,
     digest_of,
     parse_arguments,
+    thaw,
 )
 
 __all__ = ["Dialect", "OpenAIChatAdapter"]
@@ -261,7 +262,8 @@ class OpenAIChatAdapter:
         # required unless there are tool calls (§2), so it goes back as ""
         empty = payload.get("content") is None and not payload.get("tool_calls")
         if keep and summary is None and not rename and not empty:
-            return payload  # the verbatim payload, frozen
+            verbatim: Mapping[str, Any] = thaw(payload)  # a plain copy: the SDK's exact-type fast path
+            return verbatim
         message: dict[str, Any] = {}
         for key, value in payload.items():
             if key in _REASONING_FIELDS and not keep:

@@ -89,6 +89,7 @@ from reasonstate.state import (
     Usage,
     digest_of,
     parse_arguments,
+    thaw,
 )
 
 __all__ = [
@@ -481,15 +482,15 @@ def _step_items(
             reasoning_absent = not (keep and paired and replayable)
             if not reasoning_absent:
                 replayed.append(c)
-                yield _Item(value, c.digest)
+                yield _Item(thaw(value), c.digest)
             continue
         strip = _ID_KEYS.get(c.kind)
         replayed.append(c)  # the source of what is sent, verified with the turn's seal
         if reasoning_absent and strip is not None:
-            idless = {key: v for key, v in value.items() if key not in strip}
+            idless = {key: thaw(v) for key, v in value.items() if key not in strip}
             yield _Item(idless, unit_digest(idless))
             continue
-        yield _Item(value, c.digest)
+        yield _Item(thaw(value), c.digest)  # a plain copy: the SDK's fast path (see anthropic.py)
 
 
 def _canonical_item(part: Part) -> _Item | None:

@@ -21,6 +21,7 @@ from reasonstate.state import ExecutionRecord
 __all__ = [
     "ANTHROPIC",
     "DEEPSEEK",
+    "GEMINI",
     "OPENAI_CHAT",
     "OPENAI_RESPONSES",
     "SELF_HOSTED_CHAT",
@@ -89,6 +90,15 @@ ANTHROPIC = CacheRules(
 OPENAI_RESPONSES = CacheRules(scheme="items", source="docs/protocols.md §1.5", min_tokens=1024, step=128)
 OPENAI_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §1.5, §2.1", min_tokens=1024, step=128)
 DEEPSEEK = CacheRules(scheme="persisted", source="docs/protocols.md §3.4")
+#: Gemini implicit caching (on by default for 2.5+): automatic, any earlier prompt of the same model, by
+#: content; the minimum prompt size from the 2026-10 caching page (3.x Flash / 3.1 Pro / 4: 4096, 2.5:
+#: 2048; the 2026-05 page listed 1024 for Flash models)
+GEMINI = CacheRules(
+    scheme="items",
+    source="docs/protocols.md §5.3",
+    min_tokens=4096,
+    min_tokens_by_model=((("gemini-2.5",), 2048),),
+)
 #: vLLM automatic prefix caching and SGLang RadixAttention behind the chat API: full 16-token KV blocks
 SELF_HOSTED_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §2.2", block=16)
 TOKENS_VLLM = CacheRules(scheme="tokens", source="docs/protocols.md §2.2 (vLLM block_size 16)", block=16)
@@ -138,22 +148,24 @@ def _breakpoints(
     stable prefix may have cached that prefix alone (of unknown size), the answer is None.
     """
     minimum = rules.minimum(model)
-    best = 0
-    matched_prefix_only = False
     units_t = tuple(units)
-    for rec in reversed(records):
+
+    def is_prefix(rec: ExecutionRecord) -> bool:
         n = len(rec.blocks)
-        if n > len(units_t) or units_t[:n] != rec.blocks:
-            if prefix_units and rec.blocks[:prefix_units] == units_t[:prefix_units]:
-                matched_prefix_only = True
-            continue
-        tokens = rec.usage.prompt_tokens
-        if tokens < minimum or tokens <= best:
-            continue
-        if any(n <= b <= n + rules.lookback_units for b in breakpoints):
-            best = tokens
-    if best == 0 and matched_prefix_only:
-        return None
+        return n <= len(units_t) and units_t[:n] == rec.blocks
+
+    best = 0
+    for rec in records:
+        n = len(rec.blocks)
+        # only entries a breakpoint reaches can be read: checked first, it spares the prefix comparison
+        if any(n <= b <= n + rules.lookback_units for b in breakpoints) and is_prefix(rec):
+            tokens = rec.usage.prompt_tokens
+            if tokens >= minimum:
+                best = max(best, tokens)
+    if best == 0 and prefix_units:
+        head = units_t[:prefix_units]
+        if any(rec.blocks[:prefix_units] == head and not is_prefix(rec) for rec in records):
+            return None
     return best
 
 

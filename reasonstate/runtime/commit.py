@@ -36,7 +36,7 @@ from reasonstate.state import (
 )
 from reasonstate.state.history import frozen_arguments
 
-__all__ = ["Layers", "ToolCall", "commit", "lost_responses", "predict"]
+__all__ = ["Layers", "ToolCall", "commit", "lost_responses", "predict", "stripped_payloads"]
 
 _log = logging.getLogger("reasonstate")
 
@@ -62,11 +62,23 @@ class ToolCall:
 
 @attrs.frozen(slots=True)
 class Layers:
-    """The session's history, trace and execution records: swapped as one value, so a commit is atomic."""
+    """The session's history, trace and execution records: swapped as one value, so a commit is atomic.
+
+    ``lost`` (response ids the vendor no longer holds) and ``stripped`` (digests of payloads a vendor
+    rejected and the session leaves out) are derived from the trace — :func:`lost_responses`,
+    :func:`stripped_payloads` — and kept here as they grow, so no request rescans the trace.
+    """
 
     history: History = attrs.field(factory=History)
     trace: Trace = attrs.field(factory=Trace)
     records: tuple[ExecutionRecord, ...] = ()
+    lost: frozenset[str] = frozenset()
+    stripped: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, history: History, trace: Trace, records: tuple[ExecutionRecord, ...]) -> Layers:
+        """The layers with their derived sets computed from ``trace`` (a restore)."""
+        return cls(history, trace, records, lost_responses(trace), stripped_payloads(trace))
 
 
 def lost_responses(trace: Trace) -> frozenset[str]:
@@ -76,6 +88,11 @@ def lost_responses(trace: Trace) -> frozenset[str]:
         for e in trace.of_kind(EventKind.CALL_FAILED)
         if e.data.get("lost_response_id") is not None
     )
+
+
+def stripped_payloads(trace: Trace) -> frozenset[str]:
+    """Digests of the payloads a vendor rejected and the session left out (``continuation.stripped``)."""
+    return frozenset(d for e in trace.of_kind(EventKind.CONTINUATION_STRIPPED) for d in e.data["digests"])
 
 
 def predict(adapter: Adapter, request: VendorRequest, records: tuple[ExecutionRecord, ...]) -> int | None:
@@ -217,7 +234,7 @@ def commit(
             options=options,
             policy=policy,
         )
-    return Layers(history, trace, records), step
+    return attrs.evolve(layers, history=history, trace=trace, records=records), step
 
 
 def _why_diverged(trace: Trace, since: int, record: ExecutionRecord, previous: ExecutionRecord) -> str:
