@@ -26,10 +26,20 @@ def _sdk_modules(client: Any) -> set[str]:
     return {cls.__module__.split(".")[0] for cls in type(client).__mro__}
 
 
+def _genai_class(client: Any) -> str | None:
+    """``"Client"`` / ``"AsyncClient"`` for google-genai's clients (or subclasses), else None."""
+    return next((c.__name__ for c in type(client).__mro__ if c.__module__.startswith("google.genai")), None)
+
+
 def client_is_async(client: Any) -> bool | None:
-    """True for the SDKs' async clients (``AsyncAnthropic``, ``AsyncOpenAI``, ...), False for their sync
-    clients, None for a client of no SDK this package knows."""
-    if not _sdk_modules(client) & {"anthropic", "openai"}:
+    """True for the SDKs' async clients (``AsyncAnthropic``, ``AsyncOpenAI``, google-genai's
+    ``client.aio``), False for their sync clients, None for a client that serves both (google-genai's
+    ``genai.Client``: ``client.models`` sync, ``client.aio.models`` async) or of no SDK this package knows."""
+    genai = _genai_class(client)
+    if genai is not None:
+        return True if genai == "AsyncClient" else None
+    modules = _sdk_modules(client)
+    if not modules & {"anthropic", "openai"}:
         return None
     return any(cls.__name__.startswith("Async") for cls in type(client).__mro__)
 
@@ -39,7 +49,16 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
 
     ``anthropic.Anthropic`` → Messages. ``openai.OpenAI`` → Responses by default; ``api="chat"`` or a
     ``dialect`` (``"openai"``, ``"deepseek"``, ``"vllm"``, ``"sglang"``) → Chat Completions.
+    ``google.genai.Client`` (or its ``.aio``) → Gemini generateContent.
     """
+    if _genai_class(client) is not None:
+        if dialect is not None or api not in (None, "generate_content"):
+            raise InvalidOption(
+                "the google-genai client speaks generateContent only here: pass no dialect= or api="
+            )
+        from reasonstate.adapters.gemini import GeminiAdapter
+
+        return GeminiAdapter()
     modules = _sdk_modules(client)
     if "anthropic" in modules:
         if dialect is not None or api not in (None, "messages"):
@@ -66,5 +85,5 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
         return OpenAIResponsesAdapter()
     raise InvalidOption(
         f"no adapter for client type {type(client).__module__}.{type(client).__qualname__}: pass an "
-        "anthropic or openai client, or adapter="
+        "anthropic, openai or google-genai client, or adapter="
     )

@@ -1,0 +1,533 @@
+"""Google Gemini ``generateContent`` codec (docs/protocols.md §5, google-genai 3.x): pure encode/decode.
+
+``encode`` gives the keyword arguments of ``client.models.generate_content(model=..., contents=[...],
+config={...})``: ``contents`` are REST-shaped content dicts (the SDK reads both its Python names and the
+camelCase REST names), ``config`` a ``GenerateContentConfig`` as a dict (``system_instruction``, ``tools``,
+then every session option: ``thinking_config={"include_thoughts": True}``, ``temperature``, ...).
+``decode`` reads the ``GenerateContentResponse`` JSON exactly as received (camelCase REST), which the
+transport captures from the client's own HTTP exchange.
+
+Rules encoded here, each from docs/protocols.md §5.4:
+  * one continuation per Part, its payload the Part's JSON as received. A model turn goes back as the list
+    of its Parts' payloads, in order: a ``thoughtSignature`` stays on the exact Part it came on, and no
+    Part is ever merged, moved or split ("you must return the signature in the exact part in which it was
+    received"; Gemini 3 rejects a function call without its signature in the current turn with a 400);
+  * a Part carrying a signature or ``thought: true`` is model-bound: it goes back to the model that
+    produced it only. A step whose payloads may not be sent (another vendor, API or model) is rendered
+    from its canonical parts: text as ``{"text"}``, calls as ``{"functionCall": {"name", "args"}}`` (no
+    signature, no id); foreign reasoning is never disguised as a thought. Inside the open tool chain such
+    a step would be rejected (the current turn is validated), so it is refused with
+    :class:`~reasonstate.errors.ContinuationMismatch` before anything is sent;
+  * a closed turn whose reasoning a policy dropped loses its ``thought`` Parts as whole Parts; every other
+    Part (signature included) goes back as received (earlier turns are not validated, §5.4);
+  * function responses go back in one user content, in the model's declared call order, each named after
+    its call and carrying the call's ``id`` when the call had one (Gemini 3 may send none). A call without
+    an id gets a stable ``ToolCall.id`` derived from the response id (or, without one, from the request and
+    the answer) and its Part index, so it is the same after restore and replay;
+  * a result is sent as ``response``: a result whose text is a JSON object goes as that object, an error
+    as ``{"error": text}``, any other text as ``{"output": text}`` (the API's documented keys);
+  * provenance is the requested model (``modelVersion`` is echoed and traced, never used to bind);
+  * usage: ``promptTokenCount`` includes ``cachedContentTokenCount``, so ``uncached = prompt - cached``;
+    output is ``candidatesTokenCount + thoughtsTokenCount`` (``totalTokenCount`` = prompt + candidates +
+    toolUsePrompt + thoughts, §5.3), reasoning ``thoughtsTokenCount``. ``toolUsePromptTokenCount``
+    (server-side tools) is not part of the prompt this session sent and is not counted.
+
+Prefix units (cache guard and prediction): a namespace unit (the model: implicit caching is per model), one
+for ``systemInstruction``, one for the tool list, then one per content: the digest of its role and its
+Parts' digests, so a content is one unit however the SDK spells it on the wire.
+
+Cache prediction (§5.3): :data:`reasonstate.cache.rules.GEMINI`.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from reasonstate.adapters.base import (
+    DecodedStep,
+    Endpoint,
+    ProtocolRules,
+    VendorRequest,
+    compact,
+    count,
+    payload_of,
+    summary_note,
+    unit_digest,
+)
+from reasonstate.adapters.streams import GeminiAssembler
+from reasonstate.cache import rules as cache_rules
+from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
+from reasonstate.prefix import Prefix
+from reasonstate.state import (
+    Continuation,
+    ExecutionRecord,
+    History,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    Step,
+    TextPart,
+    ToolCallPart,
+    Turn,
+    Usage,
+    digest_of,
+    freeze,
+)
+
+__all__ = ["GeminiAdapter", "GeminiRules"]
+
+VENDOR = "google"
+API = "generate_content"
+#: continuation kinds: a thought part, a text part, a function call, else the Part's data field name
+THOUGHT, TEXT, FUNCTION_CALL = "thought", "text", "functionCall"
+#: Part fields that describe the data field next to them rather than being one (types.Part, §5.1)
+_PART_METADATA = frozenset(
+    {"thought", "thoughtSignature", "partMetadata", "videoMetadata", "mediaResolution"}
+)
+#: every Part field google-genai 3.6.1 can send back (``types.Part``; its models refuse any other field, so
+#: a Part holding one could never be replayed: it is refused when decoded, not on every later request)
+_PART_FIELDS = frozenset(
+    {
+        "text",
+        "thought",
+        "thoughtSignature",
+        "functionCall",
+        "functionResponse",
+        "inlineData",
+        "fileData",
+        "executableCode",
+        "codeExecutionResult",
+        "videoMetadata",
+        "mediaResolution",
+        "toolCall",
+        "toolResponse",
+        "partMetadata",
+        "audioTranscription",
+        "mediaProcessing",
+        "speechMetadata",
+        "documentMetadata",
+        "spreadsheetMetadata",
+        "audioMetadata",
+    }
+)
+_FUNCTION_CALL_FIELDS = frozenset({"id", "name", "args", "partialArgs", "willContinue"})
+#: config fields the session builds itself or must control: the contents and prefix are its state, and
+#: one SDK call must be one HTTP exchange (automatic continuation and automatic function calling would
+#: send more requests and merge their answers: the captured answer would not be the answer decoded)
+_OWNED_CONFIG = ("contents", "config", "system_instruction", "automatic_continuation")
+
+_PAYLOAD = operator.attrgetter("payload")
+
+
+@attrs.frozen(slots=True)
+class GeminiRules(ProtocolRules):
+    """The generateContent rules, plus the options this codec cannot honour (refused at construction)."""
+
+    def refuse(self, model: str, options: Mapping[str, Any]) -> str | None:
+        owned = sorted(k for k in options if k in _OWNED_CONFIG)
+        if owned:
+            return (
+                f"{owned} are built by the session (contents, system prompt and tools are its state; one "
+                "call is one request, so automatic continuation is off)"
+            )
+        candidates = options.get("candidate_count")
+        if candidates not in (None, 1):
+            return "candidate_count must be 1: a session continues one answer (the first candidate)"
+        if options.get("automatic_function_calling") is not None:
+            return "automatic_function_calling is the SDK's tool loop; use Session.run with Tool handlers"
+        return None
+
+
+@attrs.frozen(slots=True)
+class _TurnEncoding:
+    """A turn's contents as ``(role, parts, part digests, unit)``, shared read-only between requests."""
+
+    contents: tuple[tuple[str, tuple[Any, ...], tuple[str, ...], str], ...]
+    replayed: tuple[Continuation, ...]
+    withheld: tuple[Continuation, ...]
+    seal: str
+
+    def verify(self) -> None:
+        """Re-check every replayed payload: one hash per turn, per-payload checks only on a mismatch."""
+        if digest_of(b"".join(map(_PAYLOAD, self.replayed))) != self.seal:
+            for c in self.replayed:
+                c.verify()
+            raise ContinuationMismatch("a replayed payload changed since capture")
+
+
+class GeminiAdapter:
+    """The generateContent codec for ``google.genai.Client`` (sync ``client.models``, async
+    ``client.aio.models``). ``min_cacheable`` overrides the implicit-cache minimum prompt length."""
+
+    vendor = VENDOR
+    api = API
+    endpoint = Endpoint(
+        sdk="google.genai",
+        resource=("models",),
+        label="Gemini",
+        assembler=GeminiAssembler,
+    )
+
+    def __init__(self, *, min_cacheable: int | None = None) -> None:
+        cache = cache_rules.GEMINI
+        if min_cacheable is not None:
+            cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
+        self.cache = cache
+        self.rules: ProtocolRules = GeminiRules(vendor=VENDOR, api=API)
+
+    # -- encode ------------------------------------------------------------------------------------------
+    def encode(
+        self,
+        prefix: Prefix,
+        history: History,
+        model: str,
+        options: Mapping[str, Any],
+        records: Sequence[ExecutionRecord],
+        *,
+        lost_responses: frozenset[str] = frozenset(),
+    ) -> VendorRequest:
+        """Build the ``models.generate_content`` kwargs for the next call on ``history``."""
+        units: list[str] = [unit_digest({"model": model})]
+        config: dict[str, Any] = {}
+        if prefix.system:
+            config["system_instruction"] = {"parts": [{"text": prefix.system}]}
+            units.append(unit_digest({"systemInstruction": prefix.system}))
+        if prefix.tools:
+            declarations = [
+                {"name": t.name, "description": t.description, "parameters_json_schema": t.parameters}
+                for t in prefix.tools
+            ]
+            config["tools"] = [{"function_declarations": declarations}]
+            units.append(unit_digest({"tools": declarations}))
+        n_head = len(units)
+        contents: list[dict[str, Any]] = []
+        # the parts and part digests of the last content, while it may still grow (same-role merge)
+        last: tuple[str, list[Any], list[str]] | None = None
+        withheld: list[Continuation] = []
+
+        def add(role: str, parts: Sequence[Any], digests: Sequence[str], unit: str) -> None:
+            nonlocal last
+            if last is not None and last[0] == role:
+                # consecutive contents of one role arise when a step has nothing to send (an empty answer):
+                # one content to the vendor, its unit recomputed; the Parts themselves are untouched
+                last[1].extend(parts)
+                last[2].extend(digests)
+                contents[-1] = {"role": role, "parts": last[1]}
+                units[-1] = _content_unit(role, last[2])
+                return
+            last = (role, list(parts), list(digests))
+            contents.append({"role": role, "parts": last[1]})
+            units.append(unit)
+
+        for user, answer in prefix.few_shots:
+            add(*_text_content("user", user))
+            add(*_text_content("model", answer))
+        for turn in history.turns:
+            if turn.closed:  # a closed turn's view is frozen: its encoding is too (re-verified per send)
+                encoded = turn.encoded((API, model), functools.partial(_encode_turn, turn, model))
+                encoded.verify()
+            else:
+                encoded = _encode_turn(turn, model)
+                if encoded.withheld:
+                    raise ContinuationMismatch(
+                        f"the open tool chain holds {len(encoded.withheld)} payload(s) from "
+                        f"{sorted({f'{c.vendor}/{c.model}' for c in encoded.withheld})} that {model} cannot "
+                        "accept; the current turn's signatures are validated (docs/protocols.md §5.4). "
+                        "Nothing was sent."
+                    )
+            withheld.extend(encoded.withheld)
+            for role, parts, digests, unit in encoded.contents:
+                add(role, parts, digests, unit)
+        for key, value in options.items():
+            if key != "stream":
+                config[key] = value
+        config["automatic_continuation"] = False  # one call, one exchange: the captured answer is decoded
+        kwargs: dict[str, Any] = {"model": model, "contents": contents, "config": config}
+        return VendorRequest(
+            kwargs=kwargs,
+            units=tuple(units),
+            model=model,
+            prefix_units=n_head,
+            withheld=tuple(withheld),
+        )
+
+    # -- decode ------------------------------------------------------------------------------------------
+    def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
+        """Split a ``GenerateContentResponse`` (the JSON as received) into the layers' material.
+
+        The first candidate is the answer. Payloads are bound to the model the request asked for.
+        """
+        if not isinstance(response, Mapping):
+            raise MalformedResponse("Gemini response is not a JSON object")
+        candidates = response.get("candidates")
+        if not candidates:
+            feedback = response.get("promptFeedback")
+            reason = feedback.get("blockReason") if isinstance(feedback, Mapping) else None
+            if reason is not None:
+                raise VendorError(f"Gemini blocked the prompt: {reason}", body=feedback)
+            raise MalformedResponse("Gemini response has no candidates")
+        if not isinstance(candidates, list) or not isinstance(candidates[0], Mapping):
+            raise MalformedResponse("Gemini candidates is not a list of objects")
+        candidate = candidates[0]
+        content = candidate.get("content")
+        raw_parts = content.get("parts") if isinstance(content, Mapping) else None
+        if raw_parts is None:
+            raw_parts = []  # a candidate stopped before any output (MAX_TOKENS, SAFETY) has no content
+        if not isinstance(raw_parts, list):
+            raise MalformedResponse("Gemini candidate content parts is not a list")
+        rid = response.get("responseId")
+        rid = rid if isinstance(rid, str) and rid else None
+        call_ids = _CallIds(rid, request, raw_parts)
+        parts: list[Part] = []
+        payloads: list[Continuation] = []
+        for i, raw in enumerate(raw_parts):
+            part, kind = _part(raw, i, call_ids)
+            parts.append(part)
+            signed = raw.get("thoughtSignature") is not None
+            payloads.append(
+                Continuation.capture(
+                    vendor=VENDOR,
+                    api=API,
+                    model=request.model,
+                    kind=kind,
+                    value=raw,
+                    model_bound=signed or kind == THOUGHT,
+                )
+            )
+        stop = candidate.get("finishReason")
+        echoed = response.get("modelVersion")
+        return DecodedStep(
+            parts=tuple(parts),
+            continuation=tuple(payloads),
+            stop_reason=stop if isinstance(stop, str) else "unknown",
+            usage=_usage(response.get("usageMetadata")),
+            model=request.model,
+            response_id=rid,
+            response_model=echoed if isinstance(echoed, str) else None,
+        )
+
+
+# -- encoding helpers ---------------------------------------------------------------------------------------
+
+
+def _content_unit(role: str, digests: Sequence[str]) -> str:
+    """One content's prefix unit: its role and its Parts' digests (each memoized), hashed together."""
+    return digest_of("\n".join((role, *digests)).encode())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _text_part(text: str) -> tuple[dict[str, Any], str]:
+    part: dict[str, Any] = freeze({"text": text})
+    return part, unit_digest(part)
+
+
+def _text_content(role: str, text: str) -> tuple[str, tuple[Any, ...], tuple[str, ...], str]:
+    part, digest = _text_part(text)
+    return role, (dict(part),), (digest,), _content_unit(role, (digest,))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _function_response(
+    name: str, call_id: str | None, content: str, is_error: bool
+) -> tuple[dict[str, Any], str]:
+    """A ``functionResponse`` Part (§5.1). Memoized: history's results are the same on every request
+    (the returned dict is copied before use)."""
+    response: Any
+    if is_error:
+        response = {"error": content}
+    else:
+        try:
+            response = json.loads(content)
+        except ValueError:
+            response = None
+        if not isinstance(response, dict):
+            response = {"output": content}
+    body: dict[str, Any] = {"name": name, "response": response}
+    if call_id is not None:
+        body = {"id": call_id, **body}
+    part: dict[str, Any] = freeze({"functionResponse": body})
+    return part, unit_digest(part)
+
+
+def _encode_turn(turn: Turn, model: str) -> _TurnEncoding:
+    contents = [_text_content("user", turn.user)]
+    replayed: list[Continuation] = []
+    withheld: list[Continuation] = []
+    last = len(turn.steps) - 1
+    for i, step in enumerate(turn.steps):
+        keep = turn.view is None or turn.view.keep_reasoning[i]
+        summary = turn.view.summary if turn.view is not None and i == last else None
+        parts, digests, call_ids = _model_parts(step, keep, model, replayed, withheld)
+        if summary is not None:
+            note, digest = _text_part(summary_note(summary))
+            parts.insert(0, dict(note))
+            digests.insert(0, digest)
+        if parts:  # a step with nothing this model may see (foreign reasoning only) adds no content
+            contents.append(("model", tuple(parts), tuple(digests), _content_unit("model", digests)))
+        if step.tool_results:
+            names = {c.id: c.name for c in step.tool_calls}
+            pairs = [
+                _function_response(names[r.call_id], call_ids.get(r.call_id), r.content, r.is_error)
+                for r in step.tool_results
+            ]
+            results = tuple(dict(p) for p, _ in pairs)
+            result_digests = tuple(d for _, d in pairs)
+            contents.append(("user", results, result_digests, _content_unit("user", result_digests)))
+    seal = digest_of(b"".join(c.payload for c in replayed))
+    return _TurnEncoding(tuple(contents), tuple(replayed), tuple(withheld), seal)
+
+
+def _model_parts(
+    step: Step,
+    keep_reasoning: bool,
+    model: str,
+    replayed: list[Continuation],
+    withheld: list[Continuation],
+) -> tuple[list[Any], list[str], dict[str, str]]:
+    """A step's Parts: each Part's verbatim payload where this model may receive it, else the canonical
+    part (text, calls; reasoning has no canonical form). Also the vendor id of each replayed call that had
+    one, for its function response."""
+    parts: list[Any] = []
+    digests: list[str] = []
+    call_ids: dict[str, str] = {}
+    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model))
+    for part in step.parts:
+        payload = payload_of(step, part)
+        if payload is not None and payload.replayable_to(VENDOR, API, model):
+            if payload.kind == THOUGHT and not keep_reasoning:
+                continue  # dropped as a whole Part, never edited
+            replayed.append(payload)
+            value = payload.value  # digest-verified, frozen: the Part as received
+            if isinstance(part, ToolCallPart):
+                vendor_id = value[FUNCTION_CALL].get("id")
+                if isinstance(vendor_id, str):
+                    call_ids[part.id] = vendor_id
+            parts.append(value)
+            digests.append(payload.digest)
+            continue
+        canonical = _canonical_part(part)
+        if canonical is not None:
+            parts.append(canonical)
+            digests.append(unit_digest(canonical))
+    return parts, digests, call_ids
+
+
+def _canonical_part(part: Part) -> dict[str, Any] | None:
+    """A part as a Gemini Part when its payload cannot be sent: no signature, no foreign call id, and no
+    reasoning (another model's reasoning is never disguised as a thought)."""
+    if isinstance(part, TextPart):
+        return {"text": part.text} if part.text else None
+    if isinstance(part, ToolCallPart):
+        return {"functionCall": {"name": part.name, "args": part.parsed_arguments()}}
+    return None
+
+
+# -- decoding helpers ---------------------------------------------------------------------------------------
+
+
+class _CallIds:
+    """Stable ids for function calls the vendor sent without one: ``<base>-<part index>``, where the base
+    is the response id, or (without one) a digest of the request's prefix units and the answer's Parts.
+    The id lives in the history afterwards, so restore and replay see the same one."""
+
+    def __init__(self, response_id: str | None, request: VendorRequest, parts: list[Any]) -> None:
+        self._response_id = response_id
+        self._request = request
+        self._parts = parts
+        self._base: str | None = None
+
+    def derived(self, index: int) -> str:
+        if self._base is None:
+            if self._response_id is not None:
+                self._base = self._response_id
+            else:
+                seen = compact([list(self._request.units), self._parts])
+                self._base = digest_of(seen).removeprefix("sha256:")[:24]
+        return f"gemini-call-{self._base}-{index}"
+
+
+def _part(raw: Any, i: int, call_ids: _CallIds) -> tuple[Part, str]:
+    """A Part as a canonical part, and the kind its payload is captured under."""
+    if not isinstance(raw, Mapping):
+        raise MalformedResponse(f"parts[{i}] is not an object")
+    unknown = sorted(k for k in raw if k not in _PART_FIELDS)
+    if unknown:
+        raise MalformedResponse(f"parts[{i}]: fields {unknown} that google-genai cannot send back")
+    signature = raw.get("thoughtSignature")
+    if signature is not None and not _is_base64(signature):
+        # the field is bytes (proto3 JSON: base64, either alphabet, §5.1): anything else is refused on replay
+        raise MalformedResponse(f"parts[{i}]: thoughtSignature is not base64")
+    thought = raw.get("thought")
+    if thought is not None and not isinstance(thought, bool):
+        raise MalformedResponse(f"parts[{i}]: thought is not a boolean")
+    if FUNCTION_CALL in raw:
+        return _function_call(raw[FUNCTION_CALL], i, call_ids), FUNCTION_CALL
+    text = raw.get("text")
+    if thought:
+        if text is not None and not isinstance(text, str):
+            raise MalformedResponse(f"parts[{i}]: thought text is not a string")
+        return ReasoningPart(text=text or "", redacted=not text, continuation=i), THOUGHT
+    if "text" in raw:
+        if not isinstance(text, str):
+            raise MalformedResponse(f"parts[{i}]: text is not a string")
+        return TextPart(text=text, continuation=i), TEXT
+    kind = next((k for k in raw if k not in _PART_METADATA), None)
+    if kind is None:  # a Part with a signature and nothing else: kept and replayed as it came
+        kind = "thoughtSignature" if signature is not None else "empty"
+    return OpaquePart(type=kind, continuation=i), kind
+
+
+def _is_base64(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
+    except ValueError:
+        return False
+    return True
+
+
+def _function_call(call: Any, i: int, call_ids: _CallIds) -> ToolCallPart:
+    if not isinstance(call, Mapping) or not isinstance(call.get("name"), str) or not call["name"]:
+        raise MalformedResponse(f"parts[{i}]: functionCall needs a name")
+    unknown = sorted(k for k in call if k not in _FUNCTION_CALL_FIELDS)
+    if unknown:
+        raise MalformedResponse(f"parts[{i}]: functionCall fields {unknown} google-genai cannot send back")
+    args = call.get("args", {})
+    if args is None:
+        args = {}
+    if not isinstance(args, Mapping):
+        # the API sends args as a JSON object (§5.1); anything else is not a call we can replay or run
+        raise MalformedResponse(f"parts[{i}]: functionCall args is not an object")
+    vendor_id = call.get("id")
+    if vendor_id is not None and not isinstance(vendor_id, str):
+        raise MalformedResponse(f"parts[{i}]: functionCall id is not a string")
+    raw = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    return ToolCallPart(
+        id=vendor_id or call_ids.derived(i),
+        name=call["name"],
+        arguments=args,
+        raw_arguments=raw,
+        continuation=i,
+    )
+
+
+def _usage(raw: Any) -> Usage:
+    """``promptTokenCount`` includes ``cachedContentTokenCount``; Usage keeps them disjoint (§5.3)."""
+    if not isinstance(raw, Mapping):
+        return Usage()
+    cached = count(raw.get("cachedContentTokenCount"))
+    thoughts = raw.get("thoughtsTokenCount")
+    return Usage(
+        uncached_input=max(0, count(raw.get("promptTokenCount")) - cached),
+        cache_read=cached,
+        output=count(raw.get("candidatesTokenCount")) + count(thoughts),
+        reasoning=thoughts if isinstance(thoughts, int) and not isinstance(thoughts, bool) else None,
+    )
