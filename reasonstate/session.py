@@ -498,6 +498,14 @@ class _Core:
         predicted = predict(self._adapter, request, self._layers.records)
         return attrs.evolve(call, request=request, predicted=predicted, retry=True)
 
+    def _retry_or_raise(self, call: _Call, exc: BaseException) -> _Call:
+        """After ``exc``: the recovery's retry, or else the failure recorded and ``exc`` raised."""
+        retry = self._recovery(call, exc)
+        if retry is None:
+            self._fail(call, exc)
+            raise exc
+        return retry
+
     def _fail(self, call: _Call, exc: BaseException) -> None:
         """Back to the state the call came from; a reasonstate error is traced (cancellation is not)."""
         self._state = call.previous
@@ -716,19 +724,14 @@ class Session(_Core):
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     def _call(self, attempt: _Attempt) -> Reply:
-        call: _Call | None = self._begin(attempt)
-        while call is not None:
+        call = self._begin(attempt)
+        while True:
             try:
                 result = transport.call(self._adapter, self._client, call.request, self._stream)
             except BaseException as exc:
-                retry = self._recovery(call, exc)
-                if retry is None:
-                    self._fail(call, exc)
-                    raise
-                call = retry
+                call = self._retry_or_raise(call, exc)
                 continue
             return self._finish(call, result)
-        raise AssertionError("unreachable")
 
 
 class AsyncSession(_Core):
@@ -751,16 +754,11 @@ class AsyncSession(_Core):
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     async def _call(self, attempt: _Attempt) -> Reply:
-        call: _Call | None = self._begin(attempt)
-        while call is not None:
+        call = self._begin(attempt)
+        while True:
             try:
                 result = await transport.acall(self._adapter, self._client, call.request, self._stream)
             except BaseException as exc:
-                retry = self._recovery(call, exc)
-                if retry is None:
-                    self._fail(call, exc)
-                    raise
-                call = retry
+                call = self._retry_or_raise(call, exc)
                 continue
             return self._finish(call, result)
-        raise AssertionError("unreachable")

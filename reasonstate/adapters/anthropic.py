@@ -39,6 +39,7 @@ from reasonstate.adapters.base import (
     count,
     payload_of,
     summary_note,
+    turn_encodings,
     unit_digest,
 )
 from reasonstate.adapters.streams import AnthropicAssembler
@@ -195,19 +196,8 @@ class AnthropicAdapter:
             add("user", *_text_block(user))
             add("assistant", *_text_block(answer))
         prefix_units = len(units)
-        for turn in history.turns:
-            if turn.closed:  # a closed turn's view is frozen: its encoding is too (re-verified per send)
-                encoded = turn.encoded((API, model), functools.partial(_encode_turn, turn, model))
-                encoded.verify()
-            else:
-                encoded = _encode_turn(turn, model)
-                if encoded.withheld:
-                    raise ContinuationMismatch(
-                        f"the open tool chain holds {len(encoded.withheld)} payload(s) from "
-                        f"{sorted({f'{c.vendor}/{c.model}' for c in encoded.withheld})} that {model} cannot "
-                        "accept; the vendor would reject the request (docs/protocols.md §4.3). Nothing "
-                        "was sent."
-                    )
+        build = functools.partial(_encode_turn, model=model)
+        for encoded in turn_encodings(history, (API, model), build, model, "docs/protocols.md §4.3"):
             withheld.extend(encoded.withheld)
             for role, blocks, digests in encoded.messages:
                 add(role, blocks, digests)
@@ -353,7 +343,7 @@ def _blamed_blocks(request: VendorRequest, error: VendorError) -> tuple[Any, ...
     return tuple(blamed)
 
 
-def _encode_turn(turn: Turn, model: str) -> _TurnEncoding:
+def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
     messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user))]
     withheld: list[Continuation] = []
     replayed: list[Continuation] = []

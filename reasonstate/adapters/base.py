@@ -14,13 +14,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
 from reasonstate.cache.rules import CacheRules
-from reasonstate.errors import VendorError
+from reasonstate.errors import ContinuationMismatch, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -50,6 +50,7 @@ __all__ = [
     "payload_of",
     "request_digest",
     "summary_note",
+    "turn_encodings",
     "unit_digest",
     "without_payloads",
 ]
@@ -165,6 +166,41 @@ def without_payloads(history: History, digests: frozenset[str]) -> History:
     if all(a is b for a, b in zip(turns, history.turns, strict=True)):
         return history
     return History(turns)
+
+
+class TurnEncoding(Protocol):
+    """A codec's encoding of one turn: what it withheld, and a check of the payloads it was built from."""
+
+    @property
+    def withheld(self) -> tuple[Continuation, ...]: ...
+
+    def verify(self) -> None: ...
+
+
+_E = TypeVar("_E", bound=TurnEncoding)
+
+
+def turn_encodings(
+    history: History, key: Hashable, build: Callable[[Turn], _E], model: str, rule: str
+) -> Iterator[_E]:
+    """Each turn's encoding, in order: a closed turn's is built once per ``key`` (its view is frozen, so its
+    encoding is too) and its payloads re-verified on every request; the open turn's is built fresh, and
+    if it would withhold a payload the request is refused before anything is sent: inside a tool chain
+    the vendor requires the chain's continuation back (``rule`` cites where), so it would fail anyway.
+    """
+    for turn in history.turns:
+        if turn.closed:
+            encoded = turn.encoded(key, functools.partial(build, turn))
+            encoded.verify()
+        else:
+            encoded = build(turn)
+            if encoded.withheld:
+                sources = sorted({f"{c.vendor}/{c.model}" for c in encoded.withheld})
+                raise ContinuationMismatch(
+                    f"the open tool chain holds {len(encoded.withheld)} payload(s) from {sources} that "
+                    f"{model} cannot accept, and the vendor requires them back ({rule}). Nothing was sent."
+                )
+        yield encoded
 
 
 def payload_of(step: Step, part: Part) -> Continuation | None:

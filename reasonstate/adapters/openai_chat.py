@@ -47,6 +47,7 @@ from reasonstate.adapters.base import (
     VendorRequest,
     count,
     summary_note,
+    turn_encodings,
 )
 from reasonstate.adapters.streams import ChatAssembler
 from reasonstate.cache import rules as cache_rules
@@ -185,19 +186,9 @@ class OpenAIChatAdapter:
             add({"role": "assistant", "content": answer})
         n_head = len(units)
         withheld: list[Continuation] = []
-        for turn in history.turns:
-            if turn.closed:  # a closed turn's view is frozen: so is its encoding (re-verified per send)
-                build = functools.partial(self._encode_turn, turn, model)
-                encoded = turn.encoded((API, self.dialect, model), build)
-                encoded.verify()
-            else:
-                encoded = self._encode_turn(turn, model)
-                if encoded.withheld:
-                    raise ContinuationMismatch(
-                        f"the open tool chain holds {len(encoded.withheld)} message(s) from "
-                        f"{sorted({f'{c.vendor}/{c.model}' for c in encoded.withheld})} whose reasoning "
-                        f"{model} cannot receive (docs/protocols.md §2.2, §3.3). Nothing was sent."
-                    )
+        build = functools.partial(self._encode_turn, model=model)
+        rule = "docs/protocols.md §2.2, §3.3"
+        for encoded in turn_encodings(history, (API, self.dialect, model), build, model, rule):
             messages.extend(encoded.messages)
             units.extend(encoded.units)
             withheld.extend(encoded.withheld)
@@ -215,7 +206,7 @@ class OpenAIChatAdapter:
             kwargs=kwargs, units=tuple(units), model=model, prefix_units=n_head, withheld=tuple(withheld)
         )
 
-    def _encode_turn(self, turn: Turn, model: str) -> _TurnEncoding:
+    def _encode_turn(self, turn: Turn, *, model: str) -> _TurnEncoding:
         messages: list[Mapping[str, Any]] = [{"role": "user", "content": turn.user}]
         replayed: list[Continuation] = []
         withheld: list[Continuation] = []

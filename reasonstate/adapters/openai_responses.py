@@ -67,6 +67,7 @@ from reasonstate.adapters.base import (
     count,
     payload_of,
     summary_note,
+    turn_encodings,
     unit_digest,
 )
 from reasonstate.adapters.streams import ResponsesAssembler
@@ -258,19 +259,8 @@ class OpenAIResponsesAdapter:
             items.append(_message_item("user", user))
             items.append(_message_item("assistant", answer))
         withheld: list[Continuation] = []
-        for turn in history.turns:
-            if turn.closed:  # a closed turn's view is frozen: its encoding is too (re-verified per send)
-                build = functools.partial(_encode_turn, turn, model, by_reference=store)
-                encoded = turn.encoded((API, model, store), build)
-                encoded.verify()
-            else:
-                encoded = _encode_turn(turn, model, by_reference=store)
-                if encoded.withheld:
-                    raise ContinuationMismatch(
-                        f"the open tool chain holds {len(encoded.withheld)} payload(s) from "
-                        f"{sorted({f'{c.vendor}/{c.model}' for c in encoded.withheld})} that {model} cannot "
-                        "accept (docs/protocols.md §1.4). Nothing was sent."
-                    )
+        build = functools.partial(_encode_turn, model=model, by_reference=store)
+        for encoded in turn_encodings(history, (API, model, store), build, model, "docs/protocols.md §1.4"):
             items.extend(encoded.items)
             withheld.extend(encoded.withheld)
         units.extend(i.unit for i in items)
@@ -430,7 +420,7 @@ def _last_step(history: History) -> Step | None:
     return None
 
 
-def _encode_turn(turn: Turn, model: str, *, by_reference: bool) -> _TurnEncoding:
+def _encode_turn(turn: Turn, *, model: str, by_reference: bool) -> _TurnEncoding:
     """The turn's items: its user message, each step's output items, each step's tool outputs.
 
     ``by_reference``: reasoning items without ``encrypted_content`` may be sent (the server resolves them
