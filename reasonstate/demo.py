@@ -140,15 +140,15 @@ HEADER = [
 ]
 
 
-def table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+def table(rows: Sequence[Sequence[str]], header: Sequence[str] = HEADER) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
             c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         )
 
-    return "\n".join([line(HEADER), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
 POLICIES: list[tuple[str, Callable[[], Policy]]] = [
@@ -266,6 +266,84 @@ def vendor_section(vendor: Vendor, live: bool) -> str:
     return f"{vendor.title} — {TURNS} user turns, tool chains with parallel calls, on {where}\n" + table(rows)
 
 
+#: the vendors one session moves through in :func:`switch_section`, with the options each takes
+SWITCH_ROUTE: list[tuple[str, Callable[[list[Any]], Any], str, Mapping[str, Any]]] = [
+    (
+        "Anthropic",
+        _anthropic_emulator,
+        MODEL,
+        {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}},
+    ),
+    (
+        "OpenAI Responses",
+        _responses_emulator,
+        "gpt-5.5",
+        {"reasoning": {"effort": "medium", "summary": "auto"}},
+    ),
+    ("DeepSeek", _deepseek_emulator, "deepseek-v4-pro", {"dialect": "deepseek"}),
+]
+
+
+SWITCH_HEADER = [
+    "turn",
+    "vendor",
+    "requests",
+    "withheld (foreign payloads)",
+    "opaque kinds withheld",
+    "protocol errors",
+]
+
+
+def switch_section() -> str:
+    """One conversation that moves vendor between turns (``Session.switch``): what each vendor was sent of
+    the earlier vendors' state. Opaque continuation never crosses; earlier steps go in the new API's own
+    format; every request is accepted by that vendor's strict emulator."""
+    asked = questions()[: len(SWITCH_ROUTE)]
+    actions = scripted_actions()
+    lines = [
+        "One conversation, switching vendor between turns (Session.switch) — on the emulators",
+        table(_switch_rows(asked, actions), SWITCH_HEADER),
+        "withheld: payloads of earlier vendors left out of this vendor's requests (signatures, encrypted",
+        "items, model-bound reasoning); their text and tool calls were sent in this vendor's own format.",
+    ]
+    return "\n".join(lines)
+
+
+def _switch_rows(asked: list[str], actions: list[Any]) -> list[list[str]]:
+    from contextlib import ExitStack
+
+    rows: list[list[str]] = []
+    per_turn = [actions[:3], *[[a] for a in actions[3:]]]  # the first turn is a tool chain
+    with ExitStack() as stack:
+        session: rs.Session | None = None
+        for i, (name, make, model, options) in enumerate(SWITCH_ROUTE):
+            emulator = stack.enter_context(make(list(per_turn[i])))
+            client = emulator.client()
+            stack.callback(client.close)
+            if session is None:
+                session = rs.Session(client, model=model, system=SYSTEM, tools=TOOLS, **options)
+            else:
+                session.switch(client, model=model, **options)
+            before = len(session.trace)
+            session.run(asked[i])
+            events = session.trace.events[before:]
+            withheld = [e for e in events if e.kind == "continuation.withheld"]
+            kinds = sorted(
+                {k for e in withheld for k in e.data["kinds"] if k.endswith(("thinking", "reasoning"))}
+            )
+            rows.append(
+                [
+                    str(i),
+                    name,
+                    str(sum(1 for e in events if e.kind == "request.sent")),
+                    str(max((e.data["count"] for e in withheld), default=0)),
+                    ", ".join(kinds) or "-",
+                    str(session.report().protocol_errors),
+                ]
+            )
+    return rows
+
+
 def main(argv: Sequence[str] = ()) -> int:
     live = "--live" in argv
     ran = 0
@@ -284,6 +362,8 @@ def main(argv: Sequence[str] = ()) -> int:
     print("sent KB is the request bytes on the wire. Protocol errors must be 0.")
     if live:
         return 0
+    print()
+    print(switch_section())
     try:
         from reasonstate.tokens.matrix import demo_section
     except ImportError:  # the `tokens` extra is not installed

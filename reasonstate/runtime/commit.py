@@ -179,6 +179,7 @@ def commit(
             count=len(request.withheld),
             reason="produced by another vendor or model: rendered from canonical parts",
             models=sorted({c.model for c in request.withheld}),
+            kinds=sorted({f"{c.vendor}:{c.kind}" for c in request.withheld}),
             digests=[c.digest for c in request.withheld],
         )
     trace = trace.appended(
