@@ -6,22 +6,39 @@ Each test names the docs/protocols.md §5 rule it pins down.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
+import hashlib
 import json
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import httpx2
 import pytest
 from google import genai
+from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 import reasonstate as rs
 from reasonstate.adapters import adapter_for, client_is_async
-from reasonstate.adapters.base import VendorRequest
+from reasonstate.adapters.base import VendorRequest, compact
 from reasonstate.adapters.gemini import GeminiAdapter
 from reasonstate.adapters.streams import GeminiAssembler
+from reasonstate.policies import Drop, Keep, KeepLast
 from reasonstate.prefix import Prefix
-from reasonstate.state import History, OpaquePart, ReasoningPart, TextPart, ToolCallPart, Turn, Usage
+from reasonstate.state import (
+    EventKind,
+    History,
+    OpaquePart,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    Turn,
+    Usage,
+)
+from reasonstate.testing import Fault, ModelAction, ToolCallSpec, count_tokens
+from reasonstate.testing.gemini import GeminiEmulator
 
 # -- the documented example (§5.5): a thought part and a signed function call -----------------------------
 
@@ -289,3 +306,461 @@ def test_a_stream_error_chunk_is_a_vendor_error() -> None:
 def test_signatures_decode_to_the_same_bytes_whatever_base64_alphabet_the_sdk_resends() -> None:
     # §5.1: the SDK re-sends signatures in the URL-safe alphabet; the bytes are what must not change
     assert base64.urlsafe_b64decode("-_-_AA==") == base64.b64decode("+/+/AA==")
+
+
+# -- end to end: the real SDK against the strict emulator ---------------------------------------------------
+
+MODEL = "gemini-3-flash"
+# long enough that the stable prefix alone passes gemini-3's 4,096-token implicit-cache minimum (§5.3)
+SYSTEM = "You are a careful travel assistant. Always check the weather before advising. " * 230
+CLOCK = rs.Tool(
+    name="get_time",
+    description="Local time for a city",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+THOUGHTS = {"include_thoughts": True}
+
+
+def chain() -> list[ModelAction]:
+    """thought → 2 parallel calls; thought → 1 call; thought → final answer (each step signed, §5.4)."""
+    return [
+        ModelAction(
+            reasoning="Two cities: call the weather tool for both, in parallel.",
+            tool_calls=(
+                ToolCallSpec("get_weather", {"city": "Paris"}),
+                ToolCallSpec("get_weather", {"city": "Rome"}),
+            ),
+        ),
+        ModelAction(
+            reasoning="Paris is mild. Check the local time in Rome too.",
+            tool_calls=(ToolCallSpec("get_time", {"city": "Rome"}),),
+        ),
+        ModelAction(
+            reasoning="I have everything; Rome is warmer.", text="Rome is warmer (22C) than Paris (18C)."
+        ),
+    ]
+
+
+def answer(i: int) -> ModelAction:
+    return ModelAction(reasoning=f"Thinking about follow-up {i}. " * 6, text=f"Follow-up answer {i}.")
+
+
+@pytest.fixture
+def emulator() -> Iterator[GeminiEmulator]:
+    with GeminiEmulator() as emu:
+        yield emu
+
+
+class Recorder:
+    """The emulator's ``transform`` hook: keeps every response exactly as the emulator answered it."""
+
+    def __init__(self, edit: Callable[[int, dict[str, Any]], None] | None = None) -> None:
+        self.responses: list[dict[str, Any]] = []
+        self._edit = edit
+
+    def __call__(self, response: dict[str, Any]) -> dict[str, Any]:
+        if self._edit is not None:
+            self._edit(len(self.responses), response)
+        self.responses.append(json.loads(json.dumps(response)))
+        return response
+
+
+def make_session(emulator: GeminiEmulator, client: Any = None, **kw: Any) -> rs.Session:
+    options: dict[str, Any] = {"system": SYSTEM, "tools": [WEATHER, CLOCK], "thinking_config": THOUGHTS}
+    options.update(kw)
+    return rs.Session(client if client is not None else emulator.client(), model=MODEL, **options)
+
+
+def run_chain(session: rs.Session, question: str = "Paris or Rome: which is warmer?") -> rs.Reply:
+    reply = session.send(question)
+    while reply.tool_calls:
+        reply = session.send_tool_results(
+            {c.id: {"city": (c.arguments or {}).get("city"), "tool": c.name} for c in reply.tool_calls}
+        )
+    return reply
+
+
+def sent(emulator: GeminiEmulator, i: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(emulator.requests[i].body)
+    return data
+
+
+def signature_bytes(part: Mapping[str, Any]) -> bytes | None:
+    """A part's signature as bytes: the SDK re-sends the URL-safe alphabet (§5.1), so compare decoded."""
+    value = part.get("thoughtSignature")
+    if value is None:
+        return None
+    return base64.urlsafe_b64decode(value.replace("+", "-").replace("/", "_"))
+
+
+def without_signature(part: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in part.items() if k != "thoughtSignature"}
+
+
+def assert_parts_sent_as_received(sent_parts: list[Any], received: list[Any]) -> None:
+    """Same Parts, in the same order, each signature on the very Part it came on, with the same bytes."""
+    assert [without_signature(p) for p in sent_parts] == [without_signature(p) for p in received]
+    assert [signature_bytes(p) for p in sent_parts] == [signature_bytes(p) for p in received]
+
+
+def _layers(session: rs.Session) -> tuple[Any, ...]:
+    return (session.history, session.continuation, session.execution, session.state)
+
+
+def test_every_signature_goes_back_on_its_part_with_its_bytes_in_the_chain_and_in_later_turns(
+    emulator: GeminiEmulator,
+) -> None:
+    recorder = Recorder()
+    emulator.transform = recorder
+    emulator.script.extend([*chain(), answer(1), answer(2)])
+    session = make_session(emulator)  # Keep: closed turns go back as they were
+    run_chain(session)
+    session.send("And tomorrow?")
+    session.send("And the day after?")
+    received = [r["candidates"][0]["content"]["parts"] for r in recorder.responses]
+    for parts in received:  # signed: the first call of a step with calls, else the last part (§5.4)
+        calls = [p for p in parts if "functionCall" in p]
+        assert signature_bytes(calls[0] if calls else parts[-1])
+    # contents: user 0, step 0 at 1, results 2, step 1 at 3, results 4, step 2 at 5, user 6, step 3 at 7, ...
+    where = {0: 1, 1: 3, 2: 5, 3: 7, 4: 9}
+    for step, index in where.items():
+        for request in range(step + 1, len(emulator.requests)):
+            assert_parts_sent_as_received(sent(emulator, request)["contents"][index]["parts"], received[step])
+    # the first call of the parallel step carries the signature; the second goes back without one (§5.4)
+    first_step = sent(emulator, 1)["contents"][1]["parts"]
+    assert [("thoughtSignature" in p, "functionCall" in p) for p in first_step] == [
+        (False, False),
+        (True, True),
+        (False, True),
+    ]
+    assert session.report().protocol_errors == 0
+
+
+def test_one_continuation_per_part_each_the_part_as_received(emulator: GeminiEmulator) -> None:
+    recorder = Recorder()
+    emulator.transform = recorder
+    emulator.script.extend(chain())
+    session = make_session(emulator)
+    run_chain(session)
+    for step, response in zip(session.history.turns[0].steps, recorder.responses, strict=True):
+        parts = response["candidates"][0]["content"]["parts"]
+        assert [c.payload for c in step.continuation] == [compact(p) for p in parts]
+        assert [c.model_bound for c in step.continuation] == [
+            bool(p.get("thought")) or "thoughtSignature" in p for p in parts
+        ]
+
+
+def test_parallel_results_go_back_in_declared_order_named_after_their_calls(emulator: GeminiEmulator) -> None:
+    emulator.script.extend(chain()[:2])
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    paris, rome = reply.tool_calls
+    assert (paris.id, rome.id) == ("gemini-call-emu-resp-001-1", "gemini-call-emu-resp-001-2")
+    session.send_tool_results({rome.id: {"temp_c": 22}, paris.id: {"temp_c": 18}})  # any order
+    results = sent(emulator, 1)["contents"][2]
+    assert results == {
+        "parts": [
+            {"functionResponse": {"name": "get_weather", "response": {"temp_c": 18}}},
+            {"functionResponse": {"name": "get_weather", "response": {"temp_c": 22}}},
+        ],
+        "role": "user",
+    }
+
+
+def test_drop_leaves_out_closed_turns_thought_parts_whole_and_keeps_every_other_part(
+    emulator: GeminiEmulator,
+) -> None:
+    emulator.script.extend([*chain(), answer(1)])
+    session = make_session(emulator, policy=Drop())
+    run_chain(session)
+    session.send("And tomorrow?")
+    contents = sent(emulator, 3)["contents"]
+    steps = session.history.turns[0].steps
+    for index, step in zip((1, 3, 5), steps, strict=True):
+        kept = [json.loads(c.payload) for c in step.continuation if c.kind != "thought"]
+        assert_parts_sent_as_received(contents[index]["parts"], kept)  # signatures stay on their parts
+    assert not any(p.get("thought") for c in contents[:6] for p in c["parts"])
+    assert contents[6:] == [{"parts": [{"text": "And tomorrow?"}], "role": "user"}]
+
+
+def test_keep_last_rewrites_only_the_turn_that_falls_out_of_the_window(emulator: GeminiEmulator) -> None:
+    emulator.script.extend([answer(0), answer(1), answer(2)])
+    session = make_session(emulator, policy=KeepLast(1))
+    for question in ("one?", "two?", "three?"):
+        session.send(question)
+    last = sent(emulator, 2)["contents"]
+    assert [any(p.get("thought") for p in c["parts"]) for c in last] == [False, False, False, True, False]
+    first = session.history.turns[0].steps[0]
+    assert_parts_sent_as_received(last[1]["parts"], [json.loads(c.payload) for c in first.continuation[1:]])
+
+
+def test_streamed_and_unstreamed_calls_give_the_same_state_and_the_payload_bytes_as_received() -> None:
+    histories = []
+    for stream in (False, True):
+        recorder = Recorder()
+        with GeminiEmulator([*chain(), answer(1)], transform=recorder) as emu:
+            session = make_session(emu, stream=stream)
+            run_chain(session)
+            session.send("And tomorrow?")
+        received = [r["candidates"][0]["content"]["parts"] for r in recorder.responses]
+        steps = [s for t in session.history.turns for s in t.steps]
+        assert [[c.payload for c in s.continuation] for s in steps] == [
+            [compact(p) for p in r] for r in received
+        ]
+        assert [s.usage for s in steps] == [_usage_of(r) for r in recorder.responses]
+        histories.append([(s.parts, s.stop_reason, s.usage) for s in steps])
+        if stream:
+            assert all(r.query.get("alt") == ["sse"] for r in emu.requests)
+            assert all(r.path.endswith(":streamGenerateContent") for r in emu.requests)
+    assert histories[0] == histories[1]
+
+
+def _usage_of(response: Mapping[str, Any]) -> Usage:
+    """§5.3 by hand: prompt includes cached; output = candidates + thoughts; absent counts are 0."""
+    u = response["usageMetadata"]
+    prompt, cached = u["promptTokenCount"], u.get("cachedContentTokenCount", 0)
+    thoughts = u.get("thoughtsTokenCount")
+    return Usage(
+        uncached_input=prompt - cached,
+        cache_read=cached,
+        output=u.get("candidatesTokenCount", 0) + (thoughts or 0),
+        reasoning=thoughts,
+    )
+
+
+def test_usage_figures_are_exact(emulator: GeminiEmulator) -> None:
+    recorder = Recorder()
+    emulator.transform = recorder
+    emulator.script.extend([*chain(), answer(1)])
+    session = make_session(emulator)
+    run_chain(session)
+    reply = session.send("And tomorrow?")
+    for record, response in zip(session.execution, recorder.responses, strict=True):
+        u = response["usageMetadata"]
+        assert record.usage == _usage_of(response)
+        assert record.usage.prompt_tokens == u["promptTokenCount"]
+        assert record.usage.prompt_tokens + record.usage.output == u["totalTokenCount"]
+    reasoning = "Thinking about follow-up 1. " * 6
+    assert reply.usage.reasoning == count_tokens(reasoning)
+    assert reply.usage.output == count_tokens(reasoning) + count_tokens("Follow-up answer 1.")
+    assert reply.usage.cache_read > 0
+
+
+@pytest.mark.parametrize("policy", [Keep(), Drop(), KeepLast(1)], ids=["keep", "drop", "keep_last"])
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
+def test_cache_predictions_are_exact_against_the_emulator(policy: Any, stream: bool) -> None:
+    with GeminiEmulator([*chain(), answer(1), answer(2), *chain(), answer(3)]) as emu:
+        session = make_session(emu, policy=policy, stream=stream)
+        run_chain(session)
+        session.send("And tomorrow?")
+        session.send("And the day after?")
+        run_chain(session, "And Madrid or Lisbon?")
+        session.send("Thanks?")
+    report = session.report()
+    assert report.predicted_total >= 6
+    assert report.predicted_matches == report.predicted_total
+    assert report.cache_read > 0
+
+
+def test_the_recorded_request_digest_is_of_the_exact_bytes_the_emulator_received(
+    emulator: GeminiEmulator,
+) -> None:
+    emulator.script.extend(chain())
+    session = make_session(emulator)
+    run_chain(session)
+    for record, request in zip(session.execution, emulator.requests, strict=True):
+        assert record.request_digest == "sha256:" + hashlib.sha256(request.body).hexdigest()
+        assert record.request_bytes == len(request.body)
+
+
+def test_a_missing_signature_is_the_vendors_400_as_a_vendor_error_and_changes_nothing(
+    emulator: GeminiEmulator,
+) -> None:
+    def strip(i: int, response: dict[str, Any]) -> None:  # something between us and Gemini lost it
+        if i == 0:
+            for part in response["candidates"][0]["content"]["parts"]:
+                part.pop("thoughtSignature", None)
+
+    emulator.transform = Recorder(strip)
+    emulator.script.extend(chain())
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    before = _layers(session)
+    results = {c.id: "ok" for c in reply.tool_calls}
+    for _ in range(2):
+        with pytest.raises(rs.VendorError) as caught:
+            session.send_tool_results(results)
+        assert caught.value.status == 400
+        assert "Function call is missing a thought_signature" in str(caught.value)
+        assert caught.value.body["error"]["status"] == "INVALID_ARGUMENT"  # type: ignore[index]
+        assert isinstance(caught.value.__cause__, genai_errors.ClientError)
+        assert _layers(session) == before
+        assert session.state is rs.TurnState.AWAITING_TOOL_RESULTS
+    assert emulator.requests[1].body == emulator.requests[2].body  # a retry sends the same bytes
+    assert session.report().protocol_errors == 2
+    assert emulator.script.taken == 1
+
+
+def test_a_corrupted_signature_is_refused_by_the_vendor_and_changes_nothing(emulator: GeminiEmulator) -> None:
+    def corrupt(i: int, response: dict[str, Any]) -> None:
+        if i == 0:
+            part = response["candidates"][0]["content"]["parts"][1]
+            raw = base64.b64decode(part["thoughtSignature"])
+            part["thoughtSignature"] = base64.b64encode(raw[:-1] + bytes([raw[-1] ^ 1])).decode()
+
+    emulator.transform = Recorder(corrupt)
+    emulator.script.extend(chain())
+    session = make_session(emulator)
+    reply = session.send("Paris or Rome?")
+    before = _layers(session)
+    with pytest.raises(rs.VendorError, match="Corrupted thought signature") as caught:
+        session.send_tool_results({c.id: "ok" for c in reply.tool_calls})
+    assert caught.value.status == 400
+    assert _layers(session) == before
+
+
+@pytest.mark.parametrize("api_version", ["v1", "v1beta"])
+def test_both_api_versions_carry_a_signed_chain(emulator: GeminiEmulator, api_version: str) -> None:
+    emulator.script.extend(chain())
+    session = make_session(emulator, emulator.client(api_version=api_version))
+    reply = run_chain(session)
+    assert reply.text == "Rome is warmer (22C) than Paris (18C)."
+    assert {r.path for r in emulator.requests} == {f"/{api_version}/models/{MODEL}:generateContent"}
+
+
+def test_snapshot_to_json_and_restore_gives_a_byte_identical_next_request(emulator: GeminiEmulator) -> None:
+    first, second, final = chain()
+    emulator.script.extend([first, second, second, final, final, answer(1), answer(1)])
+    session = make_session(emulator, policy=Drop())
+    reply = session.send("Paris or Rome?")
+    text = session.snapshot().model_dump_json()
+    restored = rs.Session.restore(text, emulator.client())
+    assert restored.history == session.history and restored.execution == session.execution
+    results = {c.id: {"ok": True} for c in reply.tool_calls}
+    session.send_tool_results(results)
+    restored.send_tool_results(results)
+    assert emulator.requests[-1].body == emulator.requests[-2].body
+    # across a closed turn too (Drop's view is part of the snapshot)
+    for s in (session, restored):
+        s.send_tool_results({c.id: "ok" for c in s.pending_calls})
+    snap = rs.Session.restore(session.snapshot().model_dump_json().encode(), emulator.client())
+    snap.send("And tomorrow?")
+    session.send("And tomorrow?")
+    assert emulator.requests[-1].body == emulator.requests[-2].body
+
+
+def test_an_async_session_takes_the_same_genai_client_and_calls_client_aio(emulator: GeminiEmulator) -> None:
+    emulator.script.extend([*chain(), *chain()])
+    client = emulator.client()
+
+    async def main(stream: bool) -> rs.Reply:
+        session = rs.AsyncSession(
+            client,
+            model=MODEL,
+            system=SYSTEM,
+            tools=[WEATHER, CLOCK],
+            stream=stream,
+            thinking_config=THOUGHTS,
+        )
+        reply = await session.send("Paris or Rome?")
+        while reply.tool_calls:
+            reply = await session.send_tool_results({c.id: "ok" for c in reply.tool_calls})
+        assert session.report().predicted_matches == session.report().predicted_total
+        return reply
+
+    unstreamed = asyncio.run(main(False))
+    emulator.clear_cache()  # each session predicts from its own requests
+    streamed = asyncio.run(main(True))
+    assert unstreamed.text == streamed.text == "Rome is warmer (22C) than Paris (18C)."
+    assert [r.path.rsplit(":", 1)[1] for r in emulator.requests] == [
+        *["generateContent"] * 3,
+        *["streamGenerateContent"] * 3,
+    ]
+
+
+def test_sessions_sharing_one_client_in_threads_each_capture_their_own_exchange(
+    emulator: GeminiEmulator,
+) -> None:
+    emulator.script.extend([answer(i) for i in range(8)])
+    client = emulator.client()
+    sessions = [make_session(emulator, client) for _ in range(8)]
+
+    def run(i: int) -> None:
+        sessions[i].send(f"Question {i}?")
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(run, range(8)))
+    bodies = {"sha256:" + hashlib.sha256(r.body).hexdigest(): r.json() for r in emulator.requests}
+    for i, session in enumerate(sessions):
+        (record,) = session.execution
+        assert bodies[record.request_digest]["contents"][0]["parts"] == [{"text": f"Question {i}?"}]
+    hooks = client._api_client._httpx_client.event_hooks
+    assert len(hooks["request"]) == len(hooks["response"]) == 1  # installed once, whatever the traffic
+
+
+def test_a_model_switch_renders_earlier_bound_parts_canonically_never_as_thoughts(
+    emulator: GeminiEmulator,
+) -> None:
+    emulator.script.extend([*chain(), answer(1)])
+    session = make_session(emulator)
+    run_chain(session)
+    session.switch_model("gemini-3-pro")
+    session.send("And tomorrow?")
+    contents = sent(emulator, 3)["contents"]
+    assert not any("thoughtSignature" in p or p.get("thought") for c in contents[:6] for p in c["parts"])
+    assert contents[1]["parts"] == [
+        {"functionCall": {"args": {"city": "Paris"}, "name": "get_weather"}},
+        {"functionCall": {"args": {"city": "Rome"}, "name": "get_weather"}},
+    ]
+    assert contents[5]["parts"] == [{"text": "Rome is warmer (22C) than Paris (18C)."}]
+    assert session.trace.of_kind(EventKind.CONTINUATION_WITHHELD)
+
+
+def test_the_open_chain_refuses_payloads_it_would_have_to_withhold() -> None:
+    step = GeminiAdapter().decode(DOCUMENTED_RESPONSE, _request("gemini-2.5-flash"))
+    from reasonstate.state import Step
+
+    open_turn = Turn(
+        index=0,
+        user="Weather?",
+        steps=(Step(step.parts, step.continuation, step.stop_reason, step.usage, step.model),),
+    )
+    with pytest.raises(rs.ContinuationMismatch, match="Nothing was sent"):
+        GeminiAdapter().encode(Prefix(), History((open_turn,)), "gemini-3-flash", {}, [])
+
+
+def test_a_cut_stream_is_interrupted_and_changes_nothing(emulator: GeminiEmulator) -> None:
+    emulator.script.extend(chain())
+    session = make_session(emulator, stream=True)
+    before = _layers(session)
+    emulator.inject(Fault.truncate_stream(after_events=2))
+    with pytest.raises(rs.StreamInterrupted):
+        session.send("Paris or Rome?")
+    assert _layers(session) == before
+    assert run_chain(session).text == "Rome is warmer (22C) than Paris (18C)."
+
+
+@pytest.mark.parametrize("fault", ["rate_limited", "server_error", "overloaded"])
+def test_vendor_status_errors_are_typed_vendor_errors(emulator: GeminiEmulator, fault: str) -> None:
+    emulator.inject(getattr(GeminiEmulator, fault)())
+    session = make_session(emulator)
+    with pytest.raises(rs.VendorError) as caught:
+        session.send("Paris or Rome?")
+    assert caught.value.status in (429, 500, 503)
+    assert isinstance(caught.value.__cause__, genai_errors.APIError)
+    assert session.history == History()
+
+
+def test_gemini_2_5_signs_the_first_part_and_it_goes_back_on_that_part(emulator: GeminiEmulator) -> None:
+    # 2.5 signs the first part of a step with calls, here its thought part; optional, never validated (§5.4)
+    recorder = Recorder()
+    emulator.transform = recorder
+    emulator.script.extend(chain())
+    session = rs.Session(
+        emulator.client(), model="gemini-2.5-flash", tools=[WEATHER, CLOCK], thinking_config=THOUGHTS
+    )
+    run_chain(session)
+    first = recorder.responses[0]["candidates"][0]["content"]["parts"]
+    assert first[0].get("thought") is True and signature_bytes(first[0])
+    for request in (1, 2):
+        assert_parts_sent_as_received(sent(emulator, request)["contents"][1]["parts"], first)

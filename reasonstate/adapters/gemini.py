@@ -59,12 +59,13 @@ from reasonstate.adapters.base import (
     count,
     payload_of,
     summary_note,
+    turn_encodings,
     unit_digest,
 )
 from reasonstate.adapters.streams import GeminiAssembler
 from reasonstate.cache import rules as cache_rules
 from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
-from reasonstate.prefix import Prefix
+from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
     ExecutionRecord,
@@ -194,18 +195,15 @@ class GeminiAdapter:
         lost_responses: frozenset[str] = frozenset(),
     ) -> VendorRequest:
         """Build the ``models.generate_content`` kwargs for the next call on ``history``."""
-        units: list[str] = [unit_digest({"model": model})]
+        units: list[str] = [_head_unit("model", model)]
         config: dict[str, Any] = {}
         if prefix.system:
             config["system_instruction"] = {"parts": [{"text": prefix.system}]}
-            units.append(unit_digest({"systemInstruction": prefix.system}))
+            units.append(_head_unit("systemInstruction", prefix.system))
         if prefix.tools:
-            declarations = [
-                {"name": t.name, "description": t.description, "parameters_json_schema": t.parameters}
-                for t in prefix.tools
-            ]
-            config["tools"] = [{"function_declarations": declarations}]
-            units.append(unit_digest({"tools": declarations}))
+            tools, unit = _tools(prefix.tools)
+            config["tools"] = [{"function_declarations": list(tools)}]
+            units.append(unit)
         n_head = len(units)
         contents: list[dict[str, Any]] = []
         # the parts and part digests of the last content, while it may still grow (same-role merge)
@@ -229,19 +227,9 @@ class GeminiAdapter:
         for user, answer in prefix.few_shots:
             add(*_text_content("user", user))
             add(*_text_content("model", answer))
-        for turn in history.turns:
-            if turn.closed:  # a closed turn's view is frozen: its encoding is too (re-verified per send)
-                encoded = turn.encoded((API, model), functools.partial(_encode_turn, turn, model))
-                encoded.verify()
-            else:
-                encoded = _encode_turn(turn, model)
-                if encoded.withheld:
-                    raise ContinuationMismatch(
-                        f"the open tool chain holds {len(encoded.withheld)} payload(s) from "
-                        f"{sorted({f'{c.vendor}/{c.model}' for c in encoded.withheld})} that {model} cannot "
-                        "accept; the current turn's signatures are validated (docs/protocols.md §5.4). "
-                        "Nothing was sent."
-                    )
+        build = functools.partial(_encode_turn, model=model)
+        # the current turn's signatures are validated (§5.4): the open chain is refused if it would withhold
+        for encoded in turn_encodings(history, (API, model), build, model, "docs/protocols.md §5.4"):
             withheld.extend(encoded.withheld)
             for role, parts, digests, unit in encoded.contents:
                 add(role, parts, digests, unit)
@@ -317,6 +305,24 @@ class GeminiAdapter:
 # -- encoding helpers ---------------------------------------------------------------------------------------
 
 
+# The prefix is the same on every request of a session: its units are memoized (values are frozen).
+@functools.lru_cache(maxsize=256)
+def _head_unit(key: str, value: str) -> str:
+    return unit_digest({key: value})
+
+
+@functools.lru_cache(maxsize=256)
+def _tools(tools: tuple[Tool, ...]) -> tuple[tuple[Any, ...], str]:
+    """Function declarations (names sorted by the Prefix, schemas key-sorted: stable bytes) and their unit;
+    ``parameters_json_schema`` passes the JSON schema through the SDK untouched (``parameters`` would be
+    converted to its own Schema type)."""
+    declarations = tuple(
+        freeze({"name": t.name, "description": t.description, "parameters_json_schema": t.parameters})
+        for t in tools
+    )
+    return declarations, unit_digest({"tools": declarations})
+
+
 def _content_unit(role: str, digests: Sequence[str]) -> str:
     """One content's prefix unit: its role and its Parts' digests (each memoized), hashed together."""
     return digest_of("\n".join((role, *digests)).encode())
@@ -356,7 +362,7 @@ def _function_response(
     return part, unit_digest(part)
 
 
-def _encode_turn(turn: Turn, model: str) -> _TurnEncoding:
+def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
     contents = [_text_content("user", turn.user)]
     replayed: list[Continuation] = []
     withheld: list[Continuation] = []

@@ -657,8 +657,10 @@ class GeminiAssembler(StreamAssembler):
 
     Each event's data is a ``GenerateContentResponse`` chunk; the answer is their union. Invariant, for a
     server that streams what it would return (each Part whole, or a text Part cut into consecutive text
-    fragments whose last one carries the Part's signature): ``finish(stream(r)) == r``, key order included,
-    so a streamed and a non-streamed call capture the same Part payload bytes.
+    fragments, its signature on the last one or on an empty-text fragment after them): ``finish(stream(r))
+    == r``, key order included (the response and candidate keys the API writes in proto field order are
+    put in that order; content and Part keys stay in first-seen order), so a streamed and a non-streamed
+    call capture the same Part payload bytes.
 
     Assembly, per candidate (by ``index``, else position): the Parts of every chunk are appended in order,
     except that a text fragment continues the previous Part when both are text Parts with the same
@@ -735,8 +737,8 @@ class GeminiAssembler(StreamAssembler):
                 if "parts" in content:
                     content["parts"] = self._parts[index]
                 candidate["content"] = content
-            candidates.append(candidate)
-        return {**self._response, "candidates": candidates}
+            candidates.append(_in_wire_order(candidate, _GEMINI_CANDIDATE_ORDER))
+        return _in_wire_order({**self._response, "candidates": candidates}, _GEMINI_RESPONSE_ORDER)
 
 
 def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
@@ -758,5 +760,21 @@ def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
     parts.append(dict(part))
 
 
+#: the key order of a non-streamed response and candidate (proto field order, as the REST API writes them:
+#: §5.5); the last chunk carries ``finishReason`` and ``usageMetadata`` after the keys every chunk has
+_GEMINI_RESPONSE_ORDER = ("candidates", "promptFeedback", "usageMetadata", "modelVersion", "responseId")
+_GEMINI_CANDIDATE_ORDER = (
+    "content",
+    "finishReason",
+    "finishMessage",
+    "index",
+    "safetyRatings",
+    "citationMetadata",
+    "tokenCount",
+    "groundingMetadata",
+    "avgLogprobs",
+    "logprobsResult",
+    "urlContextMetadata",
+)
 #: the fields of a text Part that may be streamed in fragments (types.Part, §5.1)
 _TEXT_FIELDS = frozenset({"text", "thought", "thoughtSignature"})

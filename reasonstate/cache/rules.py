@@ -79,6 +79,9 @@ class CacheRules:
         return floor + self.step * ((matched - floor) // self.step)
 
 
+#: a minimum no prompt reaches: the model has no implicit cache
+_NEVER = 1 << 62
+
 ANTHROPIC = CacheRules(
     scheme="breakpoints",
     source="docs/protocols.md §4.4",
@@ -90,14 +93,17 @@ ANTHROPIC = CacheRules(
 OPENAI_RESPONSES = CacheRules(scheme="items", source="docs/protocols.md §1.5", min_tokens=1024, step=128)
 OPENAI_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §1.5, §2.1", min_tokens=1024, step=128)
 DEEPSEEK = CacheRules(scheme="persisted", source="docs/protocols.md §3.4")
-#: Gemini implicit caching (on by default for 2.5+): automatic, any earlier prompt of the same model, by
-#: content; the minimum prompt size from the 2026-10 caching page (3.x Flash / 3.1 Pro / 4: 4096, 2.5:
-#: 2048; the 2026-05 page listed 1024 for Flash models)
+#: Gemini implicit caching (on by default for 2.5+, none before): automatic, any earlier prompt of the same
+#: model, by content, reported exactly; the minimum prompt size from the 2026-10 caching page (3.x Flash /
+#: 3.1 Pro / 4: 4096, 2.5: 2048; the 2026-05 page listed 1024 for Flash models)
 GEMINI = CacheRules(
     scheme="items",
     source="docs/protocols.md §5.3",
     min_tokens=4096,
-    min_tokens_by_model=((("gemini-2.5",), 2048),),
+    min_tokens_by_model=(
+        (("gemini-2.5",), 2048),
+        (("gemini-1.", "gemini-2.0"), _NEVER),
+    ),
 )
 #: vLLM automatic prefix caching and SGLang RadixAttention behind the chat API: full 16-token KV blocks
 SELF_HOSTED_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §2.2", block=16)
