@@ -38,6 +38,7 @@ from reasonstate.state import (
     Usage,
 )
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec, count_tokens
+from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
 
 # -- the documented example (§5.5): a thought part and a signed function call -----------------------------
@@ -764,3 +765,52 @@ def test_gemini_2_5_signs_the_first_part_and_it_goes_back_on_that_part(emulator:
     assert first[0].get("thought") is True and signature_bytes(first[0])
     for request in (1, 2):
         assert_parts_sent_as_received(sent(emulator, request)["contents"][1]["parts"], first)
+
+
+def test_switching_vendors_renders_the_other_vendors_steps_canonically_both_ways(
+    emulator: GeminiEmulator,
+) -> None:
+    calls = chain()[0]
+    done = ModelAction(reasoning="Done.", text="Rome is warmer.")
+    emulator.script.extend([calls, done])
+    with AnthropicEmulator([calls, done, answer(1)]) as anthropic_emulator:
+        anthropic_options = {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}}
+        session = rs.Session(
+            anthropic_emulator.client(), model="claude-sonnet-4-6", tools=[WEATHER], **anthropic_options
+        )
+        run_chain(session)
+        session.switch(emulator.client(), model=MODEL, thinking_config=THOUGHTS)
+        run_chain(session, "And again?")
+        contents = sent(emulator, 1)["contents"]
+        assert contents[:4] == [
+            {"parts": [{"text": "Paris or Rome: which is warmer?"}], "role": "user"},
+            {
+                "parts": [
+                    {"functionCall": {"args": {"city": "Paris"}, "name": "get_weather"}},
+                    {"functionCall": {"args": {"city": "Rome"}, "name": "get_weather"}},
+                ],
+                "role": "model",
+            },
+            {
+                "parts": [
+                    {
+                        "functionResponse": {
+                            "name": "get_weather",
+                            "response": {"city": "Paris", "tool": "get_weather"},
+                        }
+                    },
+                    {
+                        "functionResponse": {
+                            "name": "get_weather",
+                            "response": {"city": "Rome", "tool": "get_weather"},
+                        }
+                    },
+                ],
+                "role": "user",
+            },
+            {"parts": [{"text": "Rome is warmer."}], "role": "model"},
+        ]
+        session.switch(anthropic_emulator.client(), model="claude-sonnet-4-6", **anthropic_options)
+        assert session.send("Thanks?").text == "Follow-up answer 1."
+        gemini_turn = json.loads(anthropic_emulator.requests[-1].body)["messages"][5]
+        assert [b["type"] for b in gemini_turn["content"]] == ["tool_use", "tool_use"]  # no foreign thought

@@ -45,6 +45,7 @@ import base64
 import functools
 import json
 import operator
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -438,6 +439,9 @@ def _canonical_part(part: Part) -> dict[str, Any] | None:
 # -- decoding helpers ---------------------------------------------------------------------------------------
 
 
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
 class _CallIds:
     """Stable ids for function calls the vendor sent without one: ``<base>-<part index>``, where the base
     is the response id, or (without one) a digest of the request's prefix units and the answer's Parts.
@@ -452,7 +456,8 @@ class _CallIds:
     def derived(self, index: int) -> str:
         if self._base is None:
             if self._response_id is not None:
-                self._base = self._response_id
+                # tool-call ids other APIs accept (``^[a-zA-Z0-9_-]+$``), for a switch to another vendor
+                self._base = _ID_UNSAFE.sub("_", self._response_id)
             else:
                 seen = compact([list(self._request.units), self._parts])
                 self._base = digest_of(seen).removeprefix("sha256:")[:24]

@@ -271,17 +271,20 @@ def _install_hooks(api_client: Any, *, is_async: bool) -> None:
     with _HOOKS_LOCK:
         _add_hooks(http, hooks)
         # google-genai's default async client sends through one inner client per event loop, built from
-        # its construction kwargs (``_PerLoopAsyncClientMixin``): the hooks go on those as well
+        # its construction kwargs (``_PerLoopAsyncClientMixin``): the hooks go on those as well, under the
+        # lock it builds them under, so none is built from the kwargs as they were before
         kwargs = getattr(http, "_client_kwargs", None)
-        if isinstance(kwargs, dict):
+        if not isinstance(kwargs, dict):
+            return
+        with getattr(http, "_loop_clients_lock", None) or contextlib.nullcontext():
             existing = kwargs.get("event_hooks") or {}
             if hooks[0] not in existing.get("request", ()):
                 kwargs["event_hooks"] = {
                     "request": [*existing.get("request", ()), hooks[0]],
                     "response": [*existing.get("response", ()), hooks[1]],
                 }
-        for inner in list(dict(getattr(http, "_loop_clients", None) or {}).values()):
-            _add_hooks(inner, hooks)
+            for inner in list(dict(getattr(http, "_loop_clients", None) or {}).values()):
+                _add_hooks(inner, hooks)
 
 
 def _add_hooks(http: Any, hooks: tuple[Any, Any]) -> None:
