@@ -35,6 +35,7 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Endpoint,
     ProtocolRules,
+    Seal,
     VendorRequest,
     count,
     payload_of,
@@ -45,7 +46,7 @@ from reasonstate.adapters.base import (
 from reasonstate.adapters.streams import AnthropicAssembler
 from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.guard import divergence
-from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
+from reasonstate.errors import MalformedResponse, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -59,7 +60,6 @@ from reasonstate.state import (
     ToolCallPart,
     Turn,
     Usage,
-    digest_of,
     parse_arguments,
     thaw,
 )
@@ -86,16 +86,11 @@ class _TurnEncoding:
     turn: Turn
     model: str
     messages: tuple[tuple[str, list[Any], list[str]], ...]
-    replayed: tuple[Continuation, ...]
     withheld: tuple[Continuation, ...]
-    seal: str  # digest of the replayed payloads, each verified against its own digest when sealed
+    seal: Seal  # the replayed payloads, checked before every send
 
     def verify(self) -> None:
-        """Re-check every replayed payload: one hash per turn, per-payload checks only on a mismatch."""
-        if digest_of(b"".join(map(_PAYLOAD, self.replayed))) != self.seal:
-            for c in self.replayed:
-                c.verify()
-            raise ContinuationMismatch("a replayed payload changed since capture")
+        self.seal.check()
 
 
 _CLAUDE_VERSION = re.compile(r"claude-(?:opus|sonnet|haiku)-(\d+)-(\d{1,2})(?!\d)")
@@ -354,8 +349,7 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
         if step.tool_results:
             pairs = [_tool_result(r.call_id, r.content, r.is_error) for r in step.tool_results]
             messages.append(("user", [dict(b) for b, _ in pairs], [d for _, d in pairs]))
-    seal = digest_of(b"".join(c.payload for c in replayed))
-    return _TurnEncoding(turn, model, tuple(messages), tuple(replayed), tuple(withheld), seal)
+    return _TurnEncoding(turn, model, tuple(messages), tuple(withheld), Seal.of(replayed))
 
 
 def _assistant_content(

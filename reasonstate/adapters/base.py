@@ -43,6 +43,7 @@ __all__ = [
     "DecodedStep",
     "Endpoint",
     "ProtocolRules",
+    "Seal",
     "VendorRequest",
     "compact",
     "count",
@@ -166,6 +167,31 @@ def without_payloads(history: History, digests: frozenset[str]) -> History:
     if all(a is b for a, b in zip(turns, history.turns, strict=True)):
         return history
     return History(turns)
+
+
+@attrs.frozen(slots=True)
+class Seal:
+    """The payloads an encoding was built from, each checked against its digest when sealed.
+
+    ``check`` runs before every send. ``bytes`` are immutable, so while a continuation still holds the very
+    payload and digest objects it was sealed with, ``sha256(payload) == digest`` still holds and nothing is
+    re-hashed; a replaced attribute (an edit in memory) is re-hashed, and a sealed encoding whose source
+    changed is refused either way: :class:`ContinuationMismatch`, never a send.
+    """
+
+    entries: tuple[tuple[Continuation, bytes, str], ...]
+
+    @classmethod
+    def of(cls, payloads: Sequence[Continuation]) -> Seal:
+        for c in payloads:
+            c.verify()
+        return cls(tuple((c, c.payload, c.digest) for c in payloads))
+
+    def check(self) -> None:
+        for c, payload, digest in self.entries:
+            if c.payload is not payload or c.digest is not digest:
+                c.verify()
+                raise ContinuationMismatch(f"a replayed {c.vendor} {c.kind} payload changed since capture")
 
 
 class TurnEncoding(Protocol):

@@ -44,6 +44,7 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Endpoint,
     ProtocolRules,
+    Seal,
     VendorRequest,
     count,
     summary_note,
@@ -124,12 +125,11 @@ class _TurnEncoding:
 
     messages: tuple[Mapping[str, Any], ...]
     units: tuple[str, ...]
-    replayed: tuple[Continuation, ...]
     withheld: tuple[Continuation, ...]
+    seal: Seal  # the replayed payloads, checked before every send
 
     def verify(self) -> None:
-        for c in self.replayed:  # a payload changed in memory is refused, never sent
-            c.verify()
+        self.seal.check()
 
 
 class OpenAIChatAdapter:
@@ -220,7 +220,7 @@ class OpenAIChatAdapter:
                 {"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in step.tool_results
             )
         units = tuple(_unit(_server_view(m, self.dialect)) for m in messages)
-        return _TurnEncoding(tuple(messages), units, tuple(replayed), tuple(withheld))
+        return _TurnEncoding(tuple(messages), units, tuple(withheld), Seal.of(replayed))
 
     def _assistant(
         self,

@@ -63,6 +63,7 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Endpoint,
     ProtocolRules,
+    Seal,
     VendorRequest,
     count,
     payload_of,
@@ -73,7 +74,7 @@ from reasonstate.adapters.base import (
 from reasonstate.adapters.streams import ResponsesAssembler
 from reasonstate.adapters.transport import status_message
 from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
+from reasonstate.errors import MalformedResponse, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -88,7 +89,6 @@ from reasonstate.state import (
     Turn,
     TurnView,
     Usage,
-    digest_of,
     parse_arguments,
     thaw,
 )
@@ -190,16 +190,11 @@ class _TurnEncoding:
     """A turn's input items, shared read-only between requests while the turn stays the same."""
 
     items: tuple[_Item, ...]
-    replayed: tuple[Continuation, ...]
     withheld: tuple[Continuation, ...]
-    seal: str
+    seal: Seal  # the replayed payloads, checked before every send
 
     def verify(self) -> None:
-        """Re-check every replayed payload: one hash per turn, per-payload checks only on a mismatch."""
-        if digest_of(b"".join(c.payload for c in self.replayed)) != self.seal:
-            for c in self.replayed:
-                c.verify()
-            raise ContinuationMismatch("a replayed payload changed since capture")
+        self.seal.check()
 
 
 class OpenAIResponsesAdapter:
@@ -439,8 +434,7 @@ def _encode_turn(turn: Turn, *, model: str, by_reference: bool) -> _TurnEncoding
         for r in step.tool_results:
             value = {"type": "function_call_output", "call_id": r.call_id, "output": r.content}
             items.append(_Item(value, unit_digest(value)))
-    seal = digest_of(b"".join(c.payload for c in replayed))
-    return _TurnEncoding(tuple(items), tuple(replayed), tuple(withheld), seal)
+    return _TurnEncoding(tuple(items), tuple(withheld), Seal.of(replayed))
 
 
 def _step_items(
