@@ -169,39 +169,39 @@ class AnthropicAdapter:
             for t in prefix.tools
         ]
         system: list[dict[str, Any]] = [{"type": "text", "text": prefix.system}] if prefix.system else []
-        messages: list[dict[str, Any]] = []
         units: list[str] = [unit_digest(t) for t in tools] + [unit_digest(b) for b in system]
         n_head = len(units)
-        # unit index of each message's first block: locating a unit is a bisect, not a table per block
-        starts: list[int] = []
-        withheld: list[Continuation] = []
-
-        def add(role: str, blocks: list[Any], digests: list[str]) -> None:
-            if messages and messages[-1]["role"] == role:
-                # consecutive turns of one role are one turn to the vendor (§4.2); they arise when a step
-                # has nothing to send (an empty final answer: content []). Merged here, into a new list:
-                # the blocks may be shared with a closed turn's encoding
-                messages[-1]["content"] = [*messages[-1]["content"], *blocks]
-            else:
-                starts.append(len(units))
-                messages.append({"role": role, "content": blocks})
-            units.extend(digests)
-
+        few: list[tuple[str, list[Any], list[str]]] = []
         for user, answer in prefix.few_shots:
-            add("user", *_text_block(user))
-            add("assistant", *_text_block(answer))
+            few.append(("user", *_text_block(user)))
+            few.append(("assistant", *_text_block(answer)))
+        offset = n_head + sum(len(d) for _, _, d in few)
+        closed = history.turns[:-1] if history.open_turn is not None else history.turns
+        run = _closed_run(closed, model, offset)
+        # the run's lists are shared between requests: copied here, and message dicts are replaced, never
+        # changed, when a block is marked or two turns of one role merge
+        messages: list[dict[str, Any]] = []
+        starts: list[int] = []  # unit index of each message's first block (a bisect finds a unit's block)
+        for role, blocks, digests in few:
+            _append(messages, starts, units, role, blocks, digests)
         prefix_units = len(units)
-        build = functools.partial(_encode_turn, model=model)
-        for encoded in turn_encodings(history, (API, model), build, model, "docs/protocols.md §4.3"):
-            withheld.extend(encoded.withheld)
-            for role, blocks, digests in encoded.messages:
-                add(role, blocks, digests)
+        messages.extend(run.messages)
+        starts.extend(run.starts)
+        units.extend(run.units)
+        run.check()
+        withheld: list[Continuation] = list(run.withheld)
+        if history.open_turn is not None:
+            build = functools.partial(_encode_turn, model=model)
+            for encoded in turn_encodings(History((history.turns[-1],)), (API, model), build, model, _RULE):
+                withheld.extend(encoded.withheld)
+                for role, blocks, digests in encoded.messages:
+                    _append(messages, starts, units, role, blocks, digests)
 
         def block_at(k: int) -> tuple[list[Any], int]:
             mi = bisect.bisect_right(starts, k) - 1
-            message = messages[mi]
-            # content lists may be shared with a memoized turn: copy before marking a block
-            content = message["content"] = list(message["content"])
+            # messages and content lists may be shared with memoized turns: copy before marking a block
+            content = list(messages[mi]["content"])
+            messages[mi] = {**messages[mi], "content": content}
             return content, k - starts[mi]
 
         def markable(k: int) -> bool:
@@ -336,6 +336,82 @@ def _blamed_blocks(request: VendorRequest, error: VendorError) -> tuple[Any, ...
             continue
         blamed.append({k: v for k, v in block.items() if k != "cache_control"})
     return tuple(blamed)
+
+
+_RULE = "docs/protocols.md §4.3"
+
+
+def _append(
+    messages: list[dict[str, Any]],
+    starts: list[int],
+    units: list[str],
+    role: str,
+    blocks: list[Any],
+    digests: list[str],
+) -> None:
+    """Add one message's blocks. Consecutive turns of one role are one turn to the vendor (§4.2); they
+    arise when a step has nothing to send (an empty final answer: content []), and are merged here into a
+    new message dict (the old one may be shared with a memoized run)."""
+    if messages and messages[-1]["role"] == role:
+        messages[-1] = {"role": role, "content": [*messages[-1]["content"], *blocks]}
+    else:
+        starts.append(len(units))
+        messages.append({"role": role, "content": blocks})
+    units.extend(digests)
+
+
+@attrs.frozen(slots=True)
+class _Run:
+    """The encoding of a run of closed turns (the whole closed history), shared between requests.
+
+    Built incrementally: the run ending at turn ``k`` extends the run ending at turn ``k - 1`` (memoized on
+    that turn), so each request pays O(1) to extend it and O(payloads) identity checks to verify it.
+    """
+
+    turns: tuple[Turn, ...]
+    messages: tuple[dict[str, Any], ...]
+    starts: tuple[int, ...]
+    units: tuple[str, ...]
+    withheld: tuple[Continuation, ...]
+    seals: tuple[Seal, ...]
+
+    def check(self) -> None:
+        for seal in self.seals:
+            seal.check()
+
+
+def _closed_run(turns: tuple[Turn, ...], model: str, offset: int) -> _Run:
+    """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``: the latest
+    memoized run that is still a prefix of ``turns`` (checked by identity), extended by the turns after it."""
+    key = (API, "run", model, offset)
+    k, run = len(turns), _Run((), (), (), (), (), ())
+    while k > 0:
+        cached = turns[k - 1].cached(key)
+        if isinstance(cached, _Run) and len(cached.turns) == k and all(
+            a is b for a, b in zip(cached.turns, turns, strict=False)
+        ):
+            run = cached
+            break
+        k -= 1
+    for turn in turns[k:]:
+        run = _extend(run, turn, model, offset)
+        turn.remember(key, run)
+    return run
+
+
+def _extend(run: _Run, turn: Turn, model: str, offset: int) -> _Run:
+    encoded = turn.encoded((API, model), functools.partial(_encode_turn, turn, model=model))
+    messages, starts, units = list(run.messages), list(run.starts), [*([""] * offset), *run.units]
+    for role, blocks, digests in encoded.messages:
+        _append(messages, starts, units, role, blocks, digests)
+    return _Run(
+        (*run.turns, turn),
+        tuple(messages),
+        tuple(starts),
+        tuple(units[offset:]),
+        (*run.withheld, *encoded.withheld),
+        (*run.seals, encoded.seal),
+    )
 
 
 def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:

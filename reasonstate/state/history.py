@@ -190,6 +190,15 @@ class Turn:
         result: _T = cached
         return result
 
+    def cached(self, key: Hashable) -> Any:
+        """The encoding memoized under ``key`` (None if there is none)."""
+        return self._encodings.get(key)
+
+    def remember(self, key: Hashable, value: Any) -> None:
+        """Memoize ``value`` under ``key`` (replacing what was there): for encodings that depend on the
+        turns before this one too, which the caller checks before use."""
+        self._encodings[key] = value
+
     @property
     def closed(self) -> bool:
         return self.view is not None
