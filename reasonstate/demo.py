@@ -3,9 +3,10 @@
 The job: 12 user turns of a travel-desk agent; every third turn runs a tool chain (two parallel weather
 calls, then a long itinerary lookup), the others are plain follow-ups. Reasoning is long and answers short,
 as with real reasoning models. By default it runs on the embedded emulators (Anthropic Messages,
-OpenAI Responses stateless and stateful, DeepSeek chat; no API key), then shows the token-level PRR
-matrix and a token-in/token-out session; ``--live`` runs the same turns against each real API whose
-key is set (ANTHROPIC_API_KEY, OPENAI_API_KEY, DEEPSEEK_API_KEY).
+OpenAI Responses stateless and stateful, DeepSeek chat, Gemini; no API key), then one conversation that
+switches vendor between turns, the token-level PRR matrix and a token-in/token-out session; ``--live``
+runs the same turns against each real API whose key is set (ANTHROPIC_API_KEY, OPENAI_API_KEY,
+DEEPSEEK_API_KEY, GEMINI_API_KEY).
 """
 
 from __future__ import annotations
@@ -190,6 +191,18 @@ def _deepseek_emulator(actions: list[Any]) -> Any:
     return OpenAIChatEmulator(actions, dialect="deepseek")
 
 
+def _gemini_emulator(actions: list[Any]) -> Any:
+    from reasonstate.testing.gemini import GeminiEmulator
+
+    return GeminiEmulator(actions)
+
+
+def _gemini_live() -> Any:
+    from google import genai
+
+    return genai.Client()
+
+
 def _anthropic_live() -> Any:
     import anthropic
 
@@ -246,6 +259,15 @@ VENDORS = [
         _deepseek_live,
         {"dialect": "deepseek"},
     ),
+    Vendor(
+        "Gemini generateContent (thought signatures on their Parts)",
+        "GEMINI_API_KEY",
+        "gemini-3-flash",
+        os.environ.get("REASONSTATE_DEMO_GEMINI_MODEL", "gemini-3-flash"),
+        {"thinking_config": {"include_thoughts": True}},
+        _gemini_emulator,
+        _gemini_live,
+    ),
 ]
 
 
@@ -280,6 +302,7 @@ SWITCH_ROUTE: list[tuple[str, Callable[[list[Any]], Any], str, Mapping[str, Any]
         "gpt-5.5",
         {"reasoning": {"effort": "medium", "summary": "auto"}},
     ),
+    ("Gemini", _gemini_emulator, "gemini-3-flash", {"thinking_config": {"include_thoughts": True}}),
     ("DeepSeek", _deepseek_emulator, "deepseek-v4-pro", {"dialect": "deepseek"}),
 ]
 
@@ -313,7 +336,11 @@ def _switch_rows(asked: list[str], actions: list[Any]) -> list[list[str]]:
     from contextlib import ExitStack
 
     rows: list[list[str]] = []
-    per_turn = [actions[:3], *[[a] for a in actions[3:]]]  # the first turn is a tool chain
+    per_turn: list[list[Any]] = []  # every third turn is a tool chain: three model calls
+    for i in range(TURNS):
+        n = 3 if i % 3 == 0 else 1
+        start = sum(len(t) for t in per_turn)
+        per_turn.append(actions[start : start + n])
     with ExitStack() as stack:
         session: rs.Session | None = None
         for i, (name, make, model, options) in enumerate(SWITCH_ROUTE):
