@@ -55,6 +55,7 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Endpoint,
     ProtocolRules,
+    Seal,
     VendorRequest,
     compact,
     count,
@@ -65,7 +66,7 @@ from reasonstate.adapters.base import (
 )
 from reasonstate.adapters.streams import GeminiAssembler
 from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import ContinuationMismatch, MalformedResponse, VendorError
+from reasonstate.errors import MalformedResponse, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
@@ -152,16 +153,11 @@ class _TurnEncoding:
     """A turn's contents as ``(role, parts, part digests, unit)``, shared read-only between requests."""
 
     contents: tuple[tuple[str, tuple[Any, ...], tuple[str, ...], str], ...]
-    replayed: tuple[Continuation, ...]
     withheld: tuple[Continuation, ...]
-    seal: str
+    seal: Seal  # the replayed payloads, checked before every send
 
     def verify(self) -> None:
-        """Re-check every replayed payload: one hash per turn, per-payload checks only on a mismatch."""
-        if digest_of(b"".join(map(_PAYLOAD, self.replayed))) != self.seal:
-            for c in self.replayed:
-                c.verify()
-            raise ContinuationMismatch("a replayed payload changed since capture")
+        self.seal.check()
 
 
 class GeminiAdapter:
@@ -387,8 +383,7 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
             results = tuple(dict(p) for p, _ in pairs)
             result_digests = tuple(d for _, d in pairs)
             contents.append(("user", results, result_digests, _content_unit("user", result_digests)))
-    seal = digest_of(b"".join(c.payload for c in replayed))
-    return _TurnEncoding(tuple(contents), tuple(replayed), tuple(withheld), seal)
+    return _TurnEncoding(tuple(contents), tuple(withheld), Seal.of(replayed))
 
 
 def _model_parts(
