@@ -117,3 +117,27 @@ def test_strip_and_retry_on_an_encrypted_reasoning_item_the_server_cannot_verify
         calls = [i for i in retried if i.get("type") == "function_call"]
         assert "id" not in calls[0]  # its function call goes id-less: nothing refers to the absent item
         assert len(session.trace.of_kind(EventKind.CONTINUATION_STRIPPED)) == 1
+
+
+def test_gemini_rejections_are_never_stripped_its_signatures_are_checked_inside_the_chain_only() -> None:
+    # docs/protocols.md §5.4: only the current turn's signatures are validated, and the current turn is the
+    # open tool chain, where they must go back; "Corrupted thought signature." names no part either
+    from reasonstate.testing.gemini import GeminiEmulator
+
+    with GeminiEmulator() as emu:
+        emu.script.extend([CALL])
+        session = rs.Session(
+            emu.client(),
+            model="gemini-3-flash",
+            tools=[WEATHER],
+            thinking_config={"include_thoughts": True},
+            on_rejected_continuation="strip_and_retry",
+        )
+        reply = session.send("Paris weather?")
+        snap = _tampered(session, 0, "thoughtSignature")
+        restored = rs.Session.restore(snap, emu.client())
+        sent = len(emu.requests)
+        with pytest.raises(rs.VendorError) as info:
+            restored.send_tool_results({c.id: "18C" for c in reply.tool_calls})
+        assert info.value.status == 400 and len(emu.requests) == sent + 1  # raised, never retried
+        assert restored.trace.of_kind(EventKind.CONTINUATION_STRIPPED) == []
