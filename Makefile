@@ -32,6 +32,7 @@ bench: $(STAMP)
 	@status=0; \
 	$(BIN)/python benchmarks/overhead.py || status=1; \
 	$(BIN)/python benchmarks/overhead_openai.py || status=1; \
+	$(BIN)/python benchmarks/overhead_gemini.py || status=1; \
 	$(BIN)/python benchmarks/bridge.py || status=1; \
 	exit $$status
 

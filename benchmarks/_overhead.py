@@ -106,6 +106,10 @@ class Case:
     raw_call: Callable[[Any, dict[str, Any]], None]
     repeats: dict[int, int]
     growth_setup: Callable[[], None] | None = None
+    # an SDK other than anthropic/openai: its client from (base_url, **httpx client options), and the
+    # bare httpx client of the class it uses
+    make_client: Callable[..., Any] | None = None
+    make_bare: Callable[[], Any] | None = None
 
 
 # -- processes: emulator and builder -------------------------------------------------------------------
@@ -129,6 +133,8 @@ def _serve(case: Case, port_queue: Any) -> None:
 
 
 def _client(case: Case, root: str, **http_options: Any) -> Any:
+    if case.make_client is not None:
+        return case.make_client(root + case.base_path, **http_options)
     sdk = __import__(case.sdk)
     client_class = sdk.Anthropic if case.sdk == "anthropic" else sdk.OpenAI
     base_url = root + case.base_path
@@ -270,7 +276,9 @@ class Bench:
         self.case = case
         self.captured: list[Any] = []
         self.client = _client(case, root, event_hooks={"request": [self.captured.append], "response": []})
-        self.bare = __import__(case.sdk).DefaultHttpxClient()
+        self.bare = (
+            case.make_bare() if case.make_bare is not None else __import__(case.sdk).DefaultHttpxClient()
+        )
 
     def close(self) -> None:
         self.client.close()
