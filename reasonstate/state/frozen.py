@@ -98,14 +98,24 @@ def _rebuild_list(items: Iterable[Any]) -> FrozenList:
     return out
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def freeze(value: Any) -> Any:
     """``value`` with every dict and list (and tuple) replaced by a frozen copy; scalars as they are."""
+    kind = type(value)
+    if kind in _SCALARS or kind is FrozenDict or kind is FrozenList:  # the common cases, by exact type
+        return value
     if isinstance(value, (FrozenDict, FrozenList)):
         return value
     if isinstance(value, Mapping):
-        return _rebuild_dict((str(k), freeze(v)) for k, v in value.items())
+        out = FrozenDict()
+        dict.update(out, {k if type(k) is str else str(k): freeze(v) for k, v in value.items()})
+        return out
     if isinstance(value, (list, tuple)):
-        return _rebuild_list(freeze(v) for v in value)
+        items = FrozenList()
+        list.extend(items, [freeze(v) for v in value])
+        return items
     return value
 
 
