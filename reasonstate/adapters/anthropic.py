@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -76,7 +75,6 @@ PRESERVED_THINKING_MODELS = ("fable-5", "opus-5-5", "sonnet-5-5", "haiku-5-5")
 #: how many earlier requests breakpoint placement looks back at
 _RECENT = cache_rules.ANTHROPIC.recent
 
-_PAYLOAD = operator.attrgetter("payload")
 
 
 @attrs.frozen(slots=True)

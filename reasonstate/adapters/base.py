@@ -12,7 +12,6 @@ rules and predictor are :mod:`reasonstate.cache`.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -320,7 +319,7 @@ def request_digest(kwargs: Mapping[str, Any], body: bytes | None = None) -> tupl
     """``(sha256 digest, size)`` of the request body the SDK sent (else of the kwargs' compact JSON)."""
     if body is None:
         body = json.dumps(kwargs, ensure_ascii=False, separators=(",", ":"), default=str).encode()
-    return "sha256:" + hashlib.sha256(body).hexdigest(), len(body)
+    return digest_of(body), len(body)
 
 
 @attrs.frozen(slots=True)

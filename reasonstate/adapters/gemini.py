@@ -44,7 +44,6 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import operator
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -126,7 +125,6 @@ _FUNCTION_CALL_FIELDS = frozenset({"id", "name", "args", "partialArgs", "willCon
 #: send more requests and merge their answers: the captured answer would not be the answer decoded)
 _OWNED_CONFIG = ("contents", "config", "system_instruction", "automatic_continuation")
 
-_PAYLOAD = operator.attrgetter("payload")
 
 
 @attrs.frozen(slots=True)
