@@ -383,9 +383,11 @@ class _Core:
             results_given=parts,
         )
 
-    def _encode(self, history: History) -> VendorRequest:
+    def _encode(self, history: History, stripped: frozenset[str] | None = None) -> VendorRequest:
+        """The request on ``history``, leaving out the payloads a vendor rejected (``stripped``: the
+        session's own set unless given)."""
         layers = self._layers
-        history = without_payloads(history, layers.stripped)
+        history = without_payloads(history, layers.stripped if stripped is None else stripped)
         if self._foreign_reasoning == "text":
             adapter = self._adapter
             history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, self._model)
@@ -472,16 +474,8 @@ class _Core:
         if not offending:
             return None
         digests = self._layers.stripped | {c.digest for c in offending}
-        history = without_payloads(call.attempt.history, digests)
         try:
-            request = self._adapter.encode(
-                self._prefix,
-                history,
-                self._model,
-                self._options,
-                self._layers.records,
-                lost_responses=self._layers.lost,
-            )
+            request = self._encode(call.attempt.history, digests)
         except ReasonStateError:
             return None
         self._fail(call, exc)
