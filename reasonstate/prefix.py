@@ -14,13 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
 from reasonstate.errors import InvalidOption
 from reasonstate.state.frozen import freeze
+
+_T = TypeVar("_T")
 
 __all__ = ["Prefix", "Tool", "canonical_json"]
 
@@ -130,6 +132,10 @@ def _pairs(pairs: Any) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 @attrs.frozen(slots=True)
 class Prefix:
     """System prompt + tools + few-shot (user, assistant) pairs; see the module invariants."""
@@ -137,6 +143,8 @@ class Prefix:
     system: str = attrs.field(default="", validator=_text("system=..."))
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_sorted_tools)
     few_shots: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
+    # values derived from this immutable prefix (fingerprint, a codec's encoded head), computed once
+    _derived: dict[Hashable, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @tools.validator
     def _unique_names(self, _attr: object, tools: Sequence[Tool]) -> None:
@@ -156,7 +164,17 @@ class Prefix:
 
     @property
     def fingerprint(self) -> str:
-        return "sha256:" + hashlib.sha256(self.canonical_bytes).hexdigest()
+        return self.derived("fingerprint", lambda: "sha256:" + _sha256_hex(self.canonical_bytes))
+
+    def derived(self, key: Hashable, build: Callable[[], _T]) -> _T:
+        """``build()``, computed once per ``key`` for this prefix (which never changes). Whatever is built
+        is shared by every caller: it must be immutable, or copied before it is changed."""
+        derived = self._derived
+        if key in derived:
+            value: _T = derived[key]
+            return value
+        value = derived[key] = build()
+        return value
 
     def volatile_spans(self) -> list[str]:
         """Clock times with seconds in the system prompt: they change every request across sessions

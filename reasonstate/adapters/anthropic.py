@@ -60,7 +60,6 @@ from reasonstate.state import (
     Turn,
     Usage,
     parse_arguments,
-    thaw,
 )
 
 __all__ = ["AnthropicAdapter"]
@@ -162,12 +161,9 @@ class AnthropicAdapter:
         lost_responses: frozenset[str] = frozenset(),
     ) -> VendorRequest:
         """Build the ``messages.create`` kwargs for the next call on ``history`` (whose last turn is open)."""
-        tools = [
-            {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
-            for t in prefix.tools
-        ]
-        system: list[dict[str, Any]] = [{"type": "text", "text": prefix.system}] if prefix.system else []
-        units: list[str] = [unit_digest(t) for t in tools] + [unit_digest(b) for b in system]
+        head_tools, head_system, head_units = prefix.derived((API, "head"), functools.partial(_head, prefix))
+        # shared with every request on this prefix: the lists are copied, and a marked block is a new dict
+        tools, system, units = list(head_tools), list(head_system), list(head_units)
         n_head = len(units)
         few: list[tuple[str, list[Any], list[str]]] = []
         for user, answer in prefix.few_shots:
@@ -339,6 +335,16 @@ def _blamed_blocks(request: VendorRequest, error: VendorError) -> tuple[Any, ...
 _RULE = "docs/protocols.md §4.3"
 
 
+def _head(prefix: Prefix) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], tuple[str, ...]]:
+    """The tools and system blocks of ``prefix`` and their unit digests (built once per prefix)."""
+    tools = tuple(
+        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+        for t in prefix.tools
+    )
+    system = ({"type": "text", "text": prefix.system},) if prefix.system else ()
+    return tools, system, tuple(unit_digest(b) for b in (*tools, *system))
+
+
 def _append(
     messages: list[dict[str, Any]],
     starts: list[int],
@@ -451,7 +457,9 @@ def _assistant_content(
             if payload.kind in _REASONING_KINDS and not keep_reasoning:
                 continue
             replayed.append(payload)
-            value = payload.value
+            # a plain value parsed from the digest-verified bytes: the bytes captured are the bytes sent,
+            # and the SDK's exact-type fast path applies (it walks frozen subclasses through slow ABC checks)
+            value = payload.checked()
             if payload.kind == "tool_use" and isinstance(value.get("input"), str):
                 # broken streamed arguments: the vendor takes only an object here (§4.2), so the call goes
                 # back with an empty one; its result tells the model the arguments were invalid
@@ -459,9 +467,7 @@ def _assistant_content(
                 blocks.append(sent)
                 digests.append(unit_digest(sent))
                 continue
-            # a plain copy of the digest-verified, frozen value: the bytes captured are the bytes sent, and
-            # the SDK's exact-type fast path applies (it walks frozen subclasses through slow ABC checks)
-            blocks.append(thaw(value))
+            blocks.append(value)
             digests.append(payload.digest)
             continue
         block = _canonical_block(part)

@@ -10,6 +10,7 @@ rule lives in one place; the Anthropic breakpoint placement reads the same entry
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Literal
 
@@ -40,7 +41,7 @@ __all__ = [
 Scheme = Literal["breakpoints", "items", "messages", "persisted", "tokens"]
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, cache_hash=True)
 class CacheRules:
     """How one vendor API's prefix cache behaves.
 
@@ -65,6 +66,9 @@ class CacheRules:
 
     def minimum(self, model: str) -> int:
         """The minimum cacheable prompt length for ``model``."""
+        return _minimum(self, model)
+
+    def _minimum(self, model: str) -> int:
         m = model.lower()
         for fragments, tokens in self.min_tokens_by_model:
             if any(f in m for f in fragments):
@@ -77,6 +81,11 @@ class CacheRules:
         if matched < floor:
             return 0
         return floor + self.step * ((matched - floor) // self.step)
+
+
+@functools.lru_cache(maxsize=256)
+def _minimum(rules: CacheRules, model: str) -> int:
+    return rules._minimum(model)  # a few fragment searches, once per (rules, model)
 
 
 #: a minimum no prompt reaches: the model has no implicit cache
@@ -127,7 +136,13 @@ def predict_cache_read(
     engines. ``records`` are the session's earlier successful requests, oldest first.
     """
     if rules.scheme == "breakpoints":  # entries of other models are never read: filter before the window
-        own = [r for r in records if r.model == model][-rules.recent :]
+        own: list[ExecutionRecord] = []
+        for r in reversed(records):  # the newest ``recent`` of this model, without a pass over all records
+            if r.model == model:
+                own.append(r)
+                if len(own) == rules.recent:
+                    break
+        own.reverse()
         return _breakpoints(rules, model, units, own, breakpoints, prefix_units)
     recent = records[-rules.recent :]
     if rules.scheme == "items":
@@ -160,18 +175,26 @@ def _breakpoints(
         n = len(rec.blocks)
         return n <= len(units_t) and units_t[:n] == rec.blocks
 
-    best = 0
+    best, lookback = 0, rules.lookback_units
     for rec in records:
         n = len(rec.blocks)
         # only entries a breakpoint reaches can be read: checked first, it spares the prefix comparison
-        if any(n <= b <= n + rules.lookback_units for b in breakpoints) and is_prefix(rec):
+        for b in breakpoints:
+            if n <= b <= n + lookback:
+                break
+        else:
+            continue
+        if is_prefix(rec):
             tokens = rec.usage.prompt_tokens
-            if tokens >= minimum:
-                best = max(best, tokens)
+            if tokens >= minimum and tokens > best:
+                best = tokens
     if best == 0 and prefix_units:
+        # a prefix-alone entry is no longer than its request: below the minimum, it was never cached
         head = units_t[:prefix_units]
-        if any(rec.blocks[:prefix_units] == head and not is_prefix(rec) for rec in records):
-            return None
+        for rec in records:
+            reached = rec.usage.prompt_tokens >= minimum
+            if reached and rec.blocks[:prefix_units] == head and not is_prefix(rec):
+                return None
     return best
 
 

@@ -164,70 +164,85 @@ def commit(
         ids_seal=ids,
     )
     trace = layers.trace
-    since = len(trace)  # events before this request's own, for naming a cache break's cause
+    events: list[tuple[str, Mapping[str, Any]]] = []  # this request's events, appended as one batch
     if len(turn.steps) == 1:
-        trace = trace.appended(EventKind.TURN_OPENED, turn=turn.index, user=turn.user)
+        events.append((EventKind.TURN_OPENED, {"turn": turn.index, "user": turn.user}))
     if results_given:
-        trace = trace.appended(
-            EventKind.TOOL_RESULTS, turn=turn.index, call_ids=[r.call_id for r in results_given]
+        events.append(
+            (EventKind.TOOL_RESULTS, {"turn": turn.index, "call_ids": [r.call_id for r in results_given]})
         )
-    for kind, data in request.events:
-        trace = trace.appended(kind, **data)
+    events.extend(request.events)
     if request.withheld:
-        trace = trace.appended(
-            EventKind.CONTINUATION_WITHHELD,
-            count=len(request.withheld),
-            reason="produced by another vendor or model: rendered from canonical parts",
-            models=sorted({c.model for c in request.withheld}),
-            kinds=sorted({f"{c.vendor}:{c.kind}" for c in request.withheld}),
-            digests=[c.digest for c in request.withheld],
+        events.append(
+            (
+                EventKind.CONTINUATION_WITHHELD,
+                {
+                    "count": len(request.withheld),
+                    "reason": "produced by another vendor or model: rendered from canonical parts",
+                    "models": sorted({c.model for c in request.withheld}),
+                    "kinds": sorted({f"{c.vendor}:{c.kind}" for c in request.withheld}),
+                    "digests": [c.digest for c in request.withheld],
+                },
+            )
         )
-    trace = trace.appended(
-        EventKind.REQUEST_SENT,
-        index=record.index,
-        request_digest=digest,
-        bytes=size,
-        prefix_fingerprint=record.prefix_fingerprint,
-        divergence=record.divergence,
-        predicted_cache_read=predicted,
+    events.append(
+        (
+            EventKind.REQUEST_SENT,
+            {
+                "index": record.index,
+                "request_digest": digest,
+                "bytes": size,
+                "prefix_fingerprint": record.prefix_fingerprint,
+                "divergence": record.divergence,
+                "predicted_cache_read": predicted,
+            },
+        )
     )
     if record.divergence is not None and previous is not None:
-        trace = trace.appended(
-            EventKind.CACHE_BREAK,
-            index=record.index,
-            unit=record.divergence,
-            why=_why_diverged(layers.trace, since, record, previous),
+        # the cause is read from the events before this request's own (``trace``)
+        why = _why_diverged(trace, len(trace), record, previous)
+        events.append((EventKind.CACHE_BREAK, {"index": record.index, "unit": record.divergence, "why": why}))
+    usage = step.usage
+    events.append(
+        (
+            EventKind.RESPONSE_RECEIVED,
+            {
+                "index": record.index,
+                "stop_reason": step.stop_reason,
+                "usage": {
+                    "uncached_input": usage.uncached_input,
+                    "cache_read": usage.cache_read,
+                    "cache_write": usage.cache_write,
+                    "output": usage.output,
+                    "reasoning": usage.reasoning,
+                },
+                "duration_s": round(duration, 6),
+                "response_id": decoded.response_id,
+                "response_model": decoded.response_model,
+            },
         )
-    trace = trace.appended(
-        EventKind.RESPONSE_RECEIVED,
-        index=record.index,
-        stop_reason=step.stop_reason,
-        usage=attrs.asdict(step.usage),
-        duration_s=round(duration, 6),
-        response_id=decoded.response_id,
-        response_model=decoded.response_model,
     )
-    for kind, data in decoded.events:
-        trace = trace.appended(kind, **data)
+    events.extend(decoded.events)
     if step.reasoning_text or any(c.kind.endswith("thinking") for c in step.continuation):
-        trace = trace.appended(
-            EventKind.REASONING,
-            turn=turn.index,
-            step=len(turn.steps) - 1,
-            text=step.reasoning_text,
-            payload_digests=[c.digest for c in step.continuation if c.model_bound],
+        events.append(
+            (
+                EventKind.REASONING,
+                {
+                    "turn": turn.index,
+                    "step": len(turn.steps) - 1,
+                    "text": step.reasoning_text,
+                    "payload_digests": [c.digest for c in step.continuation if c.model_bound],
+                },
+            )
         )
     records = (*records, record)
     if step.tool_calls:
-        trace = trace.appended(
-            EventKind.TOOL_CALLS,
-            turn=turn.index,
-            calls=[{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in step.tool_calls],
-        )
+        calls = [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in step.tool_calls]
+        events.append((EventKind.TOOL_CALLS, {"turn": turn.index, "calls": calls}))
     else:
-        history, trace = _close_turn(
+        history = _close_turn(
             history,
-            trace,
+            events,
             records,
             adapter=adapter,
             prefix=prefix,
@@ -235,6 +250,7 @@ def commit(
             options=options,
             policy=policy,
         )
+    trace = trace.extended(events)
     return attrs.evolve(layers, history=history, trace=trace, records=records), step
 
 
@@ -262,7 +278,7 @@ def _cause(trace: Trace, kinds: Iterable[str], fallback: str) -> str:
 
 def _close_turn(
     history: History,
-    trace: Trace,
+    events: list[tuple[str, Mapping[str, Any]]],
     records: tuple[ExecutionRecord, ...],
     *,
     adapter: Adapter,
@@ -270,8 +286,9 @@ def _close_turn(
     model: str,
     options: Mapping[str, Any],
     policy: Policy,
-) -> tuple[History, Trace]:
-    """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules."""
+) -> History:
+    """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules; the
+    decision's events are added to ``events``."""
     turn = history.turns[-1]
     try:
         views = _decided(policy, history, turn.index)
@@ -282,50 +299,51 @@ def _close_turn(
         _log.warning(
             "policy %s failed on turn %d; the turn closes under Keep: %s", policy.name, turn.index, message
         )
-        trace = trace.appended(
-            EventKind.POLICY_FAILED,
-            turn=turn.index,
-            policy=policy.name,
-            error=type(exc).__name__,
-            message=message,
+        events.append(
+            (
+                EventKind.POLICY_FAILED,
+                {"turn": turn.index, "policy": policy.name, "error": type(exc).__name__, "message": message},
+            )
         )
     if not adapter.rules.may_rewrite_past(model):
         for index in sorted(i for i in views if i != turn.index):
             del views[index]
-            trace = trace.appended(
-                EventKind.POLICY_CLAMPED,
-                turn=index,
-                policy=policy.name,
-                reasons=[
-                    f"{model}: history must stay append-only (later reasoning is bound to "
-                    "the prefix it was produced on), so an earlier turn's view cannot change"
-                ],
+            reason = (
+                f"{model}: history must stay append-only (later reasoning is bound to the prefix it was "
+                "produced on), so an earlier turn's view cannot change"
             )
+            clamp = {"turn": index, "policy": policy.name, "reasons": [reason]}
+            events.append((EventKind.POLICY_CLAMPED, clamp))
     for index in sorted(views):
         target = history.turns[index]
         view, reasons = adapter.rules.clamp(target, views[index])
         if reasons:
-            trace = trace.appended(
-                EventKind.POLICY_CLAMPED, turn=index, policy=policy.name, reasons=list(reasons)
+            events.append(
+                (EventKind.POLICY_CLAMPED, {"turn": index, "policy": policy.name, "reasons": list(reasons)})
             )
         history = history.with_view(index, view)
     closed = history.turns[-1]
     assert closed.view is not None
     effect = _predict_effect(history, views.keys(), records, adapter, prefix, model, options)
-    trace = trace.appended(
-        EventKind.POLICY_DECISION,
-        turn=closed.index,
-        policy=policy.name,
-        views={
-            str(i): {"keep_reasoning": list(v.keep_reasoning), "summary": v.summary}
-            for i, v in ((i, history.turns[i].view) for i in sorted(views))
-            if v is not None
-        },
-        summary=f"{policy.name} on turn(s) {sorted(views)}",
-        **effect,
+    decided = {
+        str(i): {"keep_reasoning": list(v.keep_reasoning), "summary": v.summary}
+        for i, v in ((i, history.turns[i].view) for i in sorted(views))
+        if v is not None
+    }
+    events.append(
+        (
+            EventKind.POLICY_DECISION,
+            {
+                "turn": closed.index,
+                "policy": policy.name,
+                "views": decided,
+                "summary": f"{policy.name} on turn(s) {sorted(views)}",
+                **effect,
+            },
+        )
     )
-    trace = trace.appended(EventKind.TURN_CLOSED, turn=closed.index, steps=len(closed.steps))
-    return history, trace
+    events.append((EventKind.TURN_CLOSED, {"turn": closed.index, "steps": len(closed.steps)}))
+    return history
 
 
 def _decided(policy: Policy, history: History, closed: int) -> dict[int, TurnView]:

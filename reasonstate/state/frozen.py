@@ -106,17 +106,43 @@ def freeze(value: Any) -> Any:
     kind = type(value)
     if kind in _SCALARS or kind is FrozenDict or kind is FrozenList:  # the common cases, by exact type
         return value
+    if kind is dict:  # exact types before the (slow) ABC checks
+        return _frozen_dict(value)
+    if kind is list or kind is tuple:
+        return _frozen_list(value)
     if isinstance(value, (FrozenDict, FrozenList)):
         return value
     if isinstance(value, Mapping):
-        out = FrozenDict()
-        dict.update(out, {k if type(k) is str else str(k): freeze(v) for k, v in value.items()})
-        return out
+        return _frozen_dict(value)
     if isinstance(value, (list, tuple)):
-        items = FrozenList()
-        list.extend(items, [freeze(v) for v in value])
-        return items
+        return _frozen_list(value)
     return value
+
+
+_STR = frozenset({str})
+
+
+def _frozen_dict(value: Mapping[Any, Any]) -> FrozenDict:
+    out = FrozenDict()
+    scalars = _SCALARS
+    if scalars.issuperset(map(type, value.values())) and _STR.issuperset(map(type, value)):
+        dict.update(out, value)  # all keys strings, all values scalars (the common case): a C-level copy
+    else:
+        for k, v in value.items():
+            dict.__setitem__(out, k if type(k) is str else str(k), v if type(v) in scalars else freeze(v))
+    return out
+
+
+def _frozen_list(value: Iterable[Any]) -> FrozenList:
+    out = FrozenList()
+    scalars = _SCALARS
+    if type(value) is not list and type(value) is not tuple:
+        value = list(value)
+    if scalars.issuperset(map(type, value)):
+        list.extend(out, value)
+    else:
+        list.extend(out, [v if type(v) in scalars else freeze(v) for v in value])
+    return out
 
 
 def thaw(value: Any) -> Any:

@@ -8,7 +8,7 @@ raw reasoning text, and opaque payloads appear only as digests.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -61,6 +61,13 @@ class Trace:
 
     def appended(self, kind: str, **data: Any) -> Trace:
         return Trace((*self.events, TraceEvent(seq=len(self.events), kind=kind, data=data)))
+
+    def extended(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Trace:
+        """The trace with one event per ``(kind, data)`` appended, in order, stamped with one wall time:
+        a request's events are one batch, so the session copies its trace once per request, not per event."""
+        n, now = len(self.events), time.time()
+        added = [TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(items)]
+        return Trace((*self.events, *added)) if added else self
 
     def of_kind(self, kind: str) -> list[TraceEvent]:
         return [e for e in self.events if e.kind == kind]
