@@ -814,3 +814,25 @@ def test_switching_vendors_renders_the_other_vendors_steps_canonically_both_ways
         assert session.send("Thanks?").text == "Follow-up answer 1."
         gemini_turn = json.loads(anthropic_emulator.requests[-1].body)["messages"][5]
         assert [b["type"] for b in gemini_turn["content"]] == ["tool_use", "tool_use"]  # no foreign thought
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
+def test_an_empty_answer_sends_nothing_and_the_user_contents_around_it_go_as_one(stream: bool) -> None:
+    # a candidate without parts (content {"role": "model"}) leaves a step with nothing to send; a content
+    # without parts is refused (§5.2), so the two user contents around it are one, on every later request
+    # (the second inside the closed history the codec memoizes)
+    with GeminiEmulator([ModelAction(), answer(1), answer(2)]) as emu:
+        session = make_session(emu, stream=stream)
+        assert session.send("Say nothing.").text == ""
+        assert session.send("Now say something.").text == "Follow-up answer 1."
+        assert session.send("And again?").text == "Follow-up answer 2."
+        merged = {"parts": [{"text": "Say nothing."}, {"text": "Now say something."}], "role": "user"}
+        assert sent(emu, 1)["contents"] == [merged]
+        third = sent(emu, 2)["contents"]
+        assert [third[0], third[2]] == [merged, {"parts": [{"text": "And again?"}], "role": "user"}]
+        assert [p.get("thought", False) for p in third[1]["parts"]] == [True, False]
+    assert session.history.turns[0].steps[0].parts == ()
+    # how much of the merged content the cache shares with the first prompt is not knowable: None there
+    assert [r.predicted_cache_read is None for r in session.execution] == [False, True, False]
+    report = session.report()
+    assert report.predicted_matches == report.predicted_total == 2
