@@ -836,3 +836,27 @@ def test_an_empty_answer_sends_nothing_and_the_user_contents_around_it_go_as_one
     assert [r.predicted_cache_read is None for r in session.execution] == [False, True, False]
     report = session.report()
     assert report.predicted_matches == report.predicted_total == 2
+
+
+def test_a_payload_changed_in_memory_in_a_closed_turn_is_refused_and_nothing_is_sent(
+    emulator: GeminiEmulator,
+) -> None:
+    # closed turns are encoded once and shared between requests; their payloads are re-checked before
+    # every send (the Seal), so an edit in memory is refused there too, never sent
+    emulator.script.extend([*chain(), answer(1), answer(2)])
+    session = make_session(emulator)
+    run_chain(session)
+    session.send("And tomorrow?")  # the chain's turn is now inside the memoized closed history
+    payload = session.history.turns[0].steps[1].continuation[1]  # the signed call of the second step
+    original = payload.payload
+    object.__setattr__(payload, "payload", original.replace(b"Rome", b"Oslo", 1))
+    before, sent_so_far = _layers(session), len(emulator.requests)
+    with pytest.raises(rs.ContinuationMismatch):
+        session.send("And the day after?")
+    assert (_layers(session), len(emulator.requests)) == (before, sent_so_far)
+    object.__setattr__(payload, "payload", original)
+    assert session.send("And the day after?").text == "Follow-up answer 2."
+    assert_parts_sent_as_received(
+        sent(emulator, sent_so_far)["contents"][3]["parts"],
+        [json.loads(c.payload) for c in session.history.turns[0].steps[1].continuation],
+    )
