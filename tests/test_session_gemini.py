@@ -28,6 +28,7 @@ from reasonstate.adapters.streams import GeminiAssembler
 from reasonstate.policies import Drop, Keep, KeepLast
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
+    Continuation,
     EventKind,
     History,
     OpaquePart,
@@ -408,13 +409,14 @@ def _layers(session: rs.Session) -> tuple[Any, ...]:
     return (session.history, session.continuation, session.execution, session.state)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
 def test_every_signature_goes_back_on_its_part_with_its_bytes_in_the_chain_and_in_later_turns(
-    emulator: GeminiEmulator,
+    emulator: GeminiEmulator, stream: bool
 ) -> None:
     recorder = Recorder()
     emulator.transform = recorder
     emulator.script.extend([*chain(), answer(1), answer(2)])
-    session = make_session(emulator)  # Keep: closed turns go back as they were
+    session = make_session(emulator, stream=stream)  # Keep: closed turns go back as they were
     run_chain(session)
     session.send("And tomorrow?")
     session.send("And the day after?")
@@ -496,13 +498,17 @@ def test_keep_last_rewrites_only_the_turn_that_falls_out_of_the_window(emulator:
 
 
 def test_streamed_and_unstreamed_calls_give_the_same_state_and_the_payload_bytes_as_received() -> None:
-    histories = []
+    histories, states, bodies = [], [], []
     for stream in (False, True):
         recorder = Recorder()
         with GeminiEmulator([*chain(), answer(1)], transform=recorder) as emu:
             session = make_session(emu, stream=stream)
             run_chain(session)
             session.send("And tomorrow?")
+        # the whole state and every request sent, signatures aside (each emulator signs with its own
+        # random nonces; each run's signatures are checked against what it received just below)
+        states.append((_unsigned_history(session.history), session.state))
+        bodies.append([_unsigned_body(r.body) for r in emu.requests])
         received = [r["candidates"][0]["content"]["parts"] for r in recorder.responses]
         steps = [s for t in session.history.turns for s in t.steps]
         assert [[c.payload for c in s.continuation] for s in steps] == [
@@ -514,6 +520,44 @@ def test_streamed_and_unstreamed_calls_give_the_same_state_and_the_payload_bytes
             assert all(r.query.get("alt") == ["sse"] for r in emu.requests)
             assert all(r.path.endswith(":streamGenerateContent") for r in emu.requests)
     assert histories[0] == histories[1]
+    assert states[0] == states[1]
+    assert bodies[0] == bodies[1]  # every request, the later turn's included, signatures aside
+
+
+def _unsigned_history(history: History) -> list[Any]:
+    """Every field of every turn and step, each payload as its JSON without ``thoughtSignature``."""
+    return [
+        (
+            t.index,
+            t.user,
+            t.view,
+            [
+                (
+                    s.parts,
+                    s.stop_reason,
+                    s.usage,
+                    s.model,
+                    s.tool_results,
+                    s.response_id,
+                    s.response_stored,
+                    [(c.vendor, c.api, c.model, c.kind, c.model_bound, _unsigned(c)) for c in s.continuation],
+                )
+                for s in t.steps
+            ],
+        )
+        for t in history.turns
+    ]
+
+
+def _unsigned(payload: Continuation) -> dict[str, Any]:
+    return without_signature(json.loads(payload.payload))
+
+
+def _unsigned_body(body: bytes) -> Any:
+    data = json.loads(body)
+    for content in data["contents"]:
+        content["parts"] = [without_signature(p) for p in content["parts"]]
+    return data
 
 
 def _usage_of(response: Mapping[str, Any]) -> Usage:
@@ -574,8 +618,9 @@ def test_the_recorded_request_digest_is_of_the_exact_bytes_the_emulator_received
         assert record.request_bytes == len(request.body)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
 def test_a_missing_signature_is_the_vendors_400_as_a_vendor_error_and_changes_nothing(
-    emulator: GeminiEmulator,
+    emulator: GeminiEmulator, stream: bool
 ) -> None:
     def strip(i: int, response: dict[str, Any]) -> None:  # something between us and Gemini lost it
         if i == 0:
@@ -584,7 +629,7 @@ def test_a_missing_signature_is_the_vendors_400_as_a_vendor_error_and_changes_no
 
     emulator.transform = Recorder(strip)
     emulator.script.extend(chain())
-    session = make_session(emulator)
+    session = make_session(emulator, stream=stream)
     reply = session.send("Paris or Rome?")
     before = _layers(session)
     results = {c.id: "ok" for c in reply.tool_calls}
@@ -620,13 +665,18 @@ def test_a_corrupted_signature_is_refused_by_the_vendor_and_changes_nothing(emul
     assert _layers(session) == before
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
 @pytest.mark.parametrize("api_version", ["v1", "v1beta"])
-def test_both_api_versions_carry_a_signed_chain(emulator: GeminiEmulator, api_version: str) -> None:
+def test_both_api_versions_carry_a_signed_chain(
+    emulator: GeminiEmulator, api_version: str, stream: bool
+) -> None:
     emulator.script.extend(chain())
-    session = make_session(emulator, emulator.client(api_version=api_version))
+    session = make_session(emulator, emulator.client(api_version=api_version), stream=stream)
     reply = run_chain(session)
     assert reply.text == "Rome is warmer (22C) than Paris (18C)."
-    assert {r.path for r in emulator.requests} == {f"/{api_version}/models/{MODEL}:generateContent"}
+    method = "streamGenerateContent" if stream else "generateContent"
+    assert {r.path for r in emulator.requests} == {f"/{api_version}/models/{MODEL}:{method}"}
+    assert session.report().protocol_errors == 0
 
 
 def test_snapshot_to_json_and_restore_gives_a_byte_identical_next_request(emulator: GeminiEmulator) -> None:
