@@ -335,10 +335,9 @@ def _add(
 class _Run:
     """The contents of a run of closed turns (the whole closed history), shared between requests.
 
-    Built incrementally, as the Anthropic codec's: the run ending at turn ``k`` extends the run ending at
-    turn ``k - 1`` (memoized on that turn), so a request pays one turn's work to extend it and identity
-    checks of its payloads to verify it. Its dicts and lists are never changed once built (a merge with the
-    open turn replaces the last content).
+    Built incrementally, as the Anthropic codec's: the run of turns ``0..k`` extends the run of ``0..k-1``,
+    so a request pays one turn's work to extend it and identity checks of its payloads to verify it. Its
+    dicts and lists are never changed once built (a merge with the open turn replaces the last content).
     """
 
     turns: tuple[Turn, ...]
@@ -362,49 +361,105 @@ class _Run:
         for seal in self.seals:
             seal.check()
 
+    def extended(self, turns: Sequence[Turn], encodings: Sequence[_TurnEncoding]) -> _Run:
+        """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
+        contents, units, last = list(self.contents), list(self.units), self.last
+        withheld, seals = list(self.withheld), list(self.seals)
+        sealed, payloads, digests = list(self.sealed), list(self.payloads), list(self.digests)
+        for encoded in encodings:
+            for role, parts, part_digests, unit in encoded.contents:
+                last = _add(contents, units, last, role, parts, part_digests, unit)
+            withheld.extend(encoded.withheld)
+            seals.append(encoded.seal)
+            for c, payload, digest in encoded.seal.entries:
+                sealed.append(c)
+                payloads.append(payload)
+                digests.append(digest)
+        return _Run(
+            (*self.turns, *turns),
+            tuple(contents),
+            tuple(units),
+            last,
+            tuple(withheld),
+            tuple(seals),
+            tuple(sealed),
+            tuple(payloads),
+            tuple(digests),
+        )
+
 
 _PAYLOAD, _DIGEST = operator.attrgetter("payload"), operator.attrgetter("digest")
 _EMPTY_RUN = _Run((), (), (), None, (), (), (), (), ())
 
 
+@attrs.define(slots=True, eq=False)
+class _Node:
+    """A closed turn's place at the end of the run of turns up to it, memoized on that turn.
+
+    A node is O(1) in size: only the newest node of a run holds the run itself, so memory stays linear in
+    the history (a run memoized on every turn would hold ~50 MB at 1,000 turns); an older node's run is
+    rebuilt in one pass when needed (a policy that rewrote a later turn's view, another session sharing the
+    turns).
+    """
+
+    previous: _Node | None
+    turn: Turn
+    encoded: _TurnEncoding
+    depth: int  # how many turns the run up to this node holds
+    run: _Run | None = None
+
+    def matches(self, turns: tuple[Turn, ...]) -> bool:
+        """Whether the run up to this node is the first ``depth`` of ``turns``, turn for turn (identity)."""
+        if self.run is not None:
+            return all(map(operator.is_, self.run.turns, turns))
+        node: _Node | None = self
+        for turn in reversed(turns[: self.depth]):
+            if node is None or node.turn is not turn:
+                return False
+            node = node.previous
+        return node is None
+
+    def materialized(self) -> _Run:
+        """The run up to this node: from the nearest earlier node that holds one, in one pass."""
+        pending: list[_Node] = []
+        node: _Node | None = self
+        while node is not None and node.run is None:
+            pending.append(node)
+            node = node.previous
+        base = node.run if node is not None and node.run is not None else _EMPTY_RUN
+        pending.reverse()
+        return base.extended([n.turn for n in pending], [n.encoded for n in pending])
+
+
 def _closed_run(turns: tuple[Turn, ...], model: str) -> _Run:
-    """The run of ``turns`` (all closed): the latest memoized run that is still a prefix of ``turns``
-    (checked by identity), extended by the turns after it. A content's unit depends on that content only,
-    so a run does not depend on what precedes it (the prefix head, few-shots)."""
+    """The run of ``turns`` (all closed): the newest memoized node that still ends a prefix of ``turns``
+    (checked by identity), its run extended by the turns after it. A content's unit depends on that content
+    only, so a run does not depend on what precedes it (the prefix head, few-shots)."""
     key = (API, "run", model)
-    k, run = len(turns), _EMPTY_RUN
+    k, node = len(turns), None
     while k > 0:
         cached = turns[k - 1].cached(key)
-        if (
-            isinstance(cached, _Run)
-            and len(cached.turns) == k
-            and all(map(operator.is_, cached.turns, turns))
-        ):
-            run = cached
+        if isinstance(cached, _Node) and cached.depth == k and cached.matches(turns):
+            node = cached
             break
         k -= 1
-    for turn in turns[k:]:
-        run = _extend(run, turn, model)
-        turn.remember(key, run)
+    if node is not None and node.run is not None and k == len(turns):
+        return node.run  # the common case: the closed history did not change since the last request
+    run = node.materialized() if node is not None else _EMPTY_RUN
+    newest = node
+    if k < len(turns):
+        encodings = []
+        for turn in turns[k:]:
+            encoded = turn.encoded((API, model), functools.partial(_encode_turn, turn, model=model))
+            encodings.append(encoded)
+            newest = _Node(newest, turn, encoded, k + len(encodings))
+            turn.remember(key, newest)
+        run = run.extended(turns[k:], encodings)
+        if node is not None:
+            node.run = None  # only the newest node of a run keeps it
+    if newest is not None:
+        newest.run = run
     return run
-
-
-def _extend(run: _Run, turn: Turn, model: str) -> _Run:
-    encoded = turn.encoded((API, model), functools.partial(_encode_turn, turn, model=model))
-    contents, units, last = list(run.contents), list(run.units), run.last
-    for role, parts, digests, unit in encoded.contents:
-        last = _add(contents, units, last, role, parts, digests, unit)
-    return _Run(
-        (*run.turns, turn),
-        tuple(contents),
-        tuple(units),
-        last,
-        (*run.withheld, *encoded.withheld),
-        (*run.seals, encoded.seal),
-        (*run.sealed, *(c for c, _, _ in encoded.seal.entries)),
-        (*run.payloads, *(p for _, p, _ in encoded.seal.entries)),
-        (*run.digests, *(d for _, _, d in encoded.seal.entries)),
-    )
 
 
 # The prefix is the same on every request of a session: its units are memoized (values are frozen).
