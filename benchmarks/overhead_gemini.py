@@ -17,13 +17,18 @@ history, paid on every one of the 1,000 growth requests), and one repeat there t
 size has fewer repeats (its IQR column is wider; own CPU is the steadier figure). The whole run takes ~6 min.
 
 Run: ``make bench`` (or ``.venv/bin/python benchmarks/overhead_gemini.py``; ``--profile`` profiles
-``session.send`` at 1,000 turns).
+``session.send`` at 1,000 turns). It measures the reasonstate of the checkout it is in, a git worktree
+included, whatever checkout the venv installed.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
+
+# measure the checkout this script is in (a git worktree too), not whichever one the venv installed
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 from _overhead import Case, main
 

@@ -28,6 +28,7 @@ from reasonstate.adapters.streams import GeminiAssembler
 from reasonstate.policies import Drop, Keep, KeepLast
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
+    Continuation,
     EventKind,
     History,
     OpaquePart,
@@ -35,6 +36,7 @@ from reasonstate.state import (
     TextPart,
     ToolCallPart,
     Turn,
+    TurnView,
     Usage,
 )
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec, count_tokens
@@ -408,13 +410,14 @@ def _layers(session: rs.Session) -> tuple[Any, ...]:
     return (session.history, session.continuation, session.execution, session.state)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
 def test_every_signature_goes_back_on_its_part_with_its_bytes_in_the_chain_and_in_later_turns(
-    emulator: GeminiEmulator,
+    emulator: GeminiEmulator, stream: bool
 ) -> None:
     recorder = Recorder()
     emulator.transform = recorder
     emulator.script.extend([*chain(), answer(1), answer(2)])
-    session = make_session(emulator)  # Keep: closed turns go back as they were
+    session = make_session(emulator, stream=stream)  # Keep: closed turns go back as they were
     run_chain(session)
     session.send("And tomorrow?")
     session.send("And the day after?")
@@ -496,13 +499,17 @@ def test_keep_last_rewrites_only_the_turn_that_falls_out_of_the_window(emulator:
 
 
 def test_streamed_and_unstreamed_calls_give_the_same_state_and_the_payload_bytes_as_received() -> None:
-    histories = []
+    histories, states, bodies = [], [], []
     for stream in (False, True):
         recorder = Recorder()
         with GeminiEmulator([*chain(), answer(1)], transform=recorder) as emu:
             session = make_session(emu, stream=stream)
             run_chain(session)
             session.send("And tomorrow?")
+        # the whole state and every request sent, signatures aside (each emulator signs with its own
+        # random nonces; each run's signatures are checked against what it received just below)
+        states.append((_unsigned_history(session.history), session.state))
+        bodies.append([_unsigned_body(r.body) for r in emu.requests])
         received = [r["candidates"][0]["content"]["parts"] for r in recorder.responses]
         steps = [s for t in session.history.turns for s in t.steps]
         assert [[c.payload for c in s.continuation] for s in steps] == [
@@ -514,6 +521,44 @@ def test_streamed_and_unstreamed_calls_give_the_same_state_and_the_payload_bytes
             assert all(r.query.get("alt") == ["sse"] for r in emu.requests)
             assert all(r.path.endswith(":streamGenerateContent") for r in emu.requests)
     assert histories[0] == histories[1]
+    assert states[0] == states[1]
+    assert bodies[0] == bodies[1]  # every request, the later turn's included, signatures aside
+
+
+def _unsigned_history(history: History) -> list[Any]:
+    """Every field of every turn and step, each payload as its JSON without ``thoughtSignature``."""
+    return [
+        (
+            t.index,
+            t.user,
+            t.view,
+            [
+                (
+                    s.parts,
+                    s.stop_reason,
+                    s.usage,
+                    s.model,
+                    s.tool_results,
+                    s.response_id,
+                    s.response_stored,
+                    [(c.vendor, c.api, c.model, c.kind, c.model_bound, _unsigned(c)) for c in s.continuation],
+                )
+                for s in t.steps
+            ],
+        )
+        for t in history.turns
+    ]
+
+
+def _unsigned(payload: Continuation) -> dict[str, Any]:
+    return without_signature(json.loads(payload.payload))
+
+
+def _unsigned_body(body: bytes) -> Any:
+    data = json.loads(body)
+    for content in data["contents"]:
+        content["parts"] = [without_signature(p) for p in content["parts"]]
+    return data
 
 
 def _usage_of(response: Mapping[str, Any]) -> Usage:
@@ -574,8 +619,9 @@ def test_the_recorded_request_digest_is_of_the_exact_bytes_the_emulator_received
         assert record.request_bytes == len(request.body)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
 def test_a_missing_signature_is_the_vendors_400_as_a_vendor_error_and_changes_nothing(
-    emulator: GeminiEmulator,
+    emulator: GeminiEmulator, stream: bool
 ) -> None:
     def strip(i: int, response: dict[str, Any]) -> None:  # something between us and Gemini lost it
         if i == 0:
@@ -584,7 +630,7 @@ def test_a_missing_signature_is_the_vendors_400_as_a_vendor_error_and_changes_no
 
     emulator.transform = Recorder(strip)
     emulator.script.extend(chain())
-    session = make_session(emulator)
+    session = make_session(emulator, stream=stream)
     reply = session.send("Paris or Rome?")
     before = _layers(session)
     results = {c.id: "ok" for c in reply.tool_calls}
@@ -620,13 +666,18 @@ def test_a_corrupted_signature_is_refused_by_the_vendor_and_changes_nothing(emul
     assert _layers(session) == before
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
 @pytest.mark.parametrize("api_version", ["v1", "v1beta"])
-def test_both_api_versions_carry_a_signed_chain(emulator: GeminiEmulator, api_version: str) -> None:
+def test_both_api_versions_carry_a_signed_chain(
+    emulator: GeminiEmulator, api_version: str, stream: bool
+) -> None:
     emulator.script.extend(chain())
-    session = make_session(emulator, emulator.client(api_version=api_version))
+    session = make_session(emulator, emulator.client(api_version=api_version), stream=stream)
     reply = run_chain(session)
     assert reply.text == "Rome is warmer (22C) than Paris (18C)."
-    assert {r.path for r in emulator.requests} == {f"/{api_version}/models/{MODEL}:generateContent"}
+    method = "streamGenerateContent" if stream else "generateContent"
+    assert {r.path for r in emulator.requests} == {f"/{api_version}/models/{MODEL}:{method}"}
+    assert session.report().protocol_errors == 0
 
 
 def test_snapshot_to_json_and_restore_gives_a_byte_identical_next_request(emulator: GeminiEmulator) -> None:
@@ -814,3 +865,83 @@ def test_switching_vendors_renders_the_other_vendors_steps_canonically_both_ways
         assert session.send("Thanks?").text == "Follow-up answer 1."
         gemini_turn = json.loads(anthropic_emulator.requests[-1].body)["messages"][5]
         assert [b["type"] for b in gemini_turn["content"]] == ["tool_use", "tool_use"]  # no foreign thought
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
+def test_an_empty_answer_sends_nothing_and_the_user_contents_around_it_go_as_one(stream: bool) -> None:
+    # a candidate without parts (content {"role": "model"}) leaves a step with nothing to send; a content
+    # without parts is refused (§5.2), so the two user contents around it are one, on every later request
+    # (the second inside the closed history the codec memoizes)
+    with GeminiEmulator([ModelAction(), answer(1), answer(2)]) as emu:
+        session = make_session(emu, stream=stream)
+        assert session.send("Say nothing.").text == ""
+        assert session.send("Now say something.").text == "Follow-up answer 1."
+        assert session.send("And again?").text == "Follow-up answer 2."
+        merged = {"parts": [{"text": "Say nothing."}, {"text": "Now say something."}], "role": "user"}
+        assert sent(emu, 1)["contents"] == [merged]
+        third = sent(emu, 2)["contents"]
+        assert [third[0], third[2]] == [merged, {"parts": [{"text": "And again?"}], "role": "user"}]
+        assert [p.get("thought", False) for p in third[1]["parts"]] == [True, False]
+    assert session.history.turns[0].steps[0].parts == ()
+    # how much of the merged content the cache shares with the first prompt is not knowable: None there
+    assert [r.predicted_cache_read is None for r in session.execution] == [False, True, False]
+    report = session.report()
+    assert report.predicted_matches == report.predicted_total == 2
+
+
+def test_a_payload_changed_in_memory_in_a_closed_turn_is_refused_and_nothing_is_sent(
+    emulator: GeminiEmulator,
+) -> None:
+    # closed turns are encoded once and shared between requests; their payloads are re-checked before
+    # every send (the Seal), so an edit in memory is refused there too, never sent
+    emulator.script.extend([*chain(), answer(1), answer(2)])
+    session = make_session(emulator)
+    run_chain(session)
+    session.send("And tomorrow?")  # the chain's turn is now inside the memoized closed history
+    payload = session.history.turns[0].steps[1].continuation[1]  # the signed call of the second step
+    original = payload.payload
+    object.__setattr__(payload, "payload", original.replace(b"Rome", b"Oslo", 1))
+    before, sent_so_far = _layers(session), len(emulator.requests)
+    with pytest.raises(rs.ContinuationMismatch):
+        session.send("And the day after?")
+    assert (_layers(session), len(emulator.requests)) == (before, sent_so_far)
+    object.__setattr__(payload, "payload", original)
+    assert session.send("And the day after?").text == "Follow-up answer 2."
+    assert_parts_sent_as_received(
+        sent(emulator, sent_so_far)["contents"][3]["parts"],
+        [json.loads(c.payload) for c in session.history.turns[0].steps[1].continuation],
+    )
+
+
+def test_the_memoized_closed_history_encodes_as_a_fresh_one_whatever_the_order_of_requests() -> None:
+    # the codec memoizes the closed history as a run extended turn by turn, kept on its newest turn only;
+    # any sequence of histories (shorter, longer, an earlier view rewritten, two branches sharing turns)
+    # must give the very request an encoding from scratch gives (fresh turn objects memoize nothing)
+    import random
+
+    import attrs
+
+    with GeminiEmulator([*chain(), answer(1), ModelAction(), answer(2), answer(3), answer(4)]) as emu:
+        session = make_session(emu)
+        run_chain(session)
+        for question in ("One?", "Nothing?", "Two?", "Three?", "Four?"):
+            session.send(question)
+    turns = session.history.turns
+    adapter, prefix = GeminiAdapter(), Prefix(system=SYSTEM, tools=[WEATHER, CLOCK])
+
+    def request(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
+        r = adapter.encode(prefix, History((*history, Turn(index=len(history), user="Next?"))), MODEL, {}, [])
+        return compact(r.kwargs), r.units, [c.digest for c in r.withheld]
+
+    def fresh(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
+        return request(tuple(attrs.evolve(t) for t in history))
+
+    dropped = [attrs.evolve(t, view=TurnView((False,) * len(t.steps), policy="drop")) for t in turns]
+    rng = random.Random(9)
+    for _ in range(40):
+        k = rng.randint(0, len(turns))
+        history = list(turns[:k])
+        if k and rng.random() < 0.3:  # an earlier view rewritten (KeepLast), the turns after it shared
+            j = rng.randrange(k)
+            history[j] = dropped[j]
+        assert request(tuple(history)) == fresh(tuple(history))
