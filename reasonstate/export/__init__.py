@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from reasonstate.prefix import Prefix
     from reasonstate.session import _Core
 
-__all__ = ["ExportContext", "Exporter", "Publisher", "provider_name"]
+__all__ = ["ExportContext", "Exporter", "Publisher", "declared_break", "log_events", "provider_name"]
 
 _log = logging.getLogger("reasonstate")
 _export_log = logging.getLogger("reasonstate.export")
@@ -195,20 +195,26 @@ class Publisher:
 
 # -- the reasonstate logger ---------------------------------------------------------------------------------
 
-#: a cache break whose cause names none of these traced changes was not declared beforehand
+#: cache-break causes that name a change the caller made (``commit._why_diverged``'s wording)
 _DECLARED = (
     f"{EventKind.PREFIX_CHANGED}:",
     f"{EventKind.MODEL_CHANGED}:",
-    f"{EventKind.POLICY_DECISION}:",
     "the stable prefix changed",
     "model ",
 )
 
 
-def declared_break(why: str) -> bool:
-    """Whether a ``cache.break`` cause names a change the trace declared before the request (a prefix or
-    model change, a vendor switch, a policy decision)."""
-    return why.startswith(_DECLARED)
+def declared_break(why: str, trace: Trace) -> bool:
+    """Whether a ``cache.break`` was declared before the request: its cause is a prefix or model change or
+    a vendor switch, or the policy decision it cites predicted a divergence (``divergence_unit``). A break
+    a Keep decision did not predict (a vendor rejection left a payload out, say) was not declared."""
+    if why.startswith(_DECLARED):
+        return True
+    if why.startswith(f"{EventKind.POLICY_DECISION}:"):
+        for event in reversed(trace.events):
+            if event.kind == EventKind.POLICY_DECISION:
+                return event.data.get("divergence_unit") is not None
+    return False
 
 
 def log_events(events: Sequence[TraceEvent], context: ExportContext) -> None:
@@ -266,9 +272,10 @@ def _log_event(event: TraceEvent, context: ExportContext) -> None:
             )
     elif kind == EventKind.CACHE_BREAK:
         why = str(data.get("why", ""))
-        level = logging.INFO if declared_break(why) else logging.WARNING
+        declared = declared_break(why, context.trace)
+        level = logging.INFO if declared else logging.WARNING
         if log.isEnabledFor(level):
-            cause = why if declared_break(why) else "not declared by any traced change"
+            cause = why if declared else f"not declared by any traced change ({why})"
             log.log(
                 level,
                 "cache break at request %s, prefix unit %s: %s",

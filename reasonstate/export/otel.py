@@ -401,7 +401,7 @@ class OTelExporter:
             why = str(broken.get("why", ""))
             attributes["reasonstate.cache.break.unit"] = int(broken.get("unit") or 0)
             attributes["reasonstate.cache.break.cause"] = why
-            attributes["reasonstate.cache.break.declared"] = declared_break(why)
+            attributes["reasonstate.cache.break.declared"] = declared_break(why, context.trace)
         replayed = [d for d in record.blocks if d in state.payloads]
         attributes["reasonstate.continuation.replayed.count"] = len(replayed)
         attributes["reasonstate.continuation.replayed.digests"] = replayed
