@@ -204,16 +204,18 @@ _DECLARED = (
 )
 
 
-def declared_break(why: str, trace: Trace) -> bool:
-    """Whether a ``cache.break`` was declared before the request: its cause is a prefix or model change or
-    a vendor switch, or the policy decision it cites predicted a divergence (``divergence_unit``). A break
-    a Keep decision did not predict (a vendor rejection left a payload out, say) was not declared."""
+def declared_break(event: TraceEvent, trace: Trace) -> bool:
+    """Whether a ``cache.break`` event was declared before its request: its cause is a prefix or model change
+    or a vendor switch, or the policy decision it cites (the last one before it in ``trace``) predicted a
+    divergence (``divergence_unit``). A break a Keep decision did not predict (a vendor rejection left a
+    payload out, say) was not declared."""
+    why = str(event.data.get("why", ""))
     if why.startswith(_DECLARED):
         return True
     if why.startswith(f"{EventKind.POLICY_DECISION}:"):
-        for event in reversed(trace.events):
-            if event.kind == EventKind.POLICY_DECISION:
-                return event.data.get("divergence_unit") is not None
+        for earlier in reversed(trace.events[: event.seq]):
+            if earlier.kind == EventKind.POLICY_DECISION:
+                return earlier.data.get("divergence_unit") is not None
     return False
 
 
@@ -272,7 +274,7 @@ def _log_event(event: TraceEvent, context: ExportContext) -> None:
             )
     elif kind == EventKind.CACHE_BREAK:
         why = str(data.get("why", ""))
-        declared = declared_break(why, context.trace)
+        declared = declared_break(event, context.trace)
         level = logging.INFO if declared else logging.WARNING
         if log.isEnabledFor(level):
             cause = why if declared else f"not declared by any traced change ({why})"

@@ -106,7 +106,9 @@ class JSONLExporter:
 def read_trace(path: str | os.PathLike[str], session: str | None = None) -> Trace:
     """The events of ``path`` as a :class:`~reasonstate.state.Trace`, in file order.
 
-    ``session`` picks one session's events (required when the file holds several). A torn last line (no
+    ``session`` picks one session's events; it is required when the file holds several sessions, unless
+    they continue each other (``seq`` runs 0, 1, 2, ... across them: a session restored from a snapshot
+    of the one before, writing on to the same file). A torn last line (no
     newline: the writer died mid-line) is ignored; any other line that is not an event raises
     :class:`TraceFileError`.
     """
@@ -123,6 +125,7 @@ def read_trace(path: str | os.PathLike[str], session: str | None = None) -> Trac
             raise TraceFileError(f"{path}:{number}: not a trace event ({type(exc).__name__}: {exc})") from exc
         records.append({"session": sid, "event": event})
     sessions = list(dict.fromkeys(r["session"] for r in records))
-    if session is None and len(sessions) > 1:
+    continued = [r["event"].seq for r in records] == list(range(len(records)))
+    if session is None and len(sessions) > 1 and not continued:
         raise TraceFileError(f"{path} holds {len(sessions)} sessions {sessions}: pass session=")
     return Trace(tuple(r["event"] for r in records if session is None or r["session"] == session))

@@ -37,11 +37,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-from opentelemetry import metrics, trace
-from opentelemetry.metrics import Histogram, MeterProvider
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from reasonstate.export import ExportContext
+try:
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import Histogram, MeterProvider
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess by tests/test_imports.py
+    raise ImportError("reasonstate.export.otel needs OpenTelemetry: pip install 'reasonstate[otel]'") from exc
+
+from reasonstate.export import ExportContext, declared_break
 from reasonstate.state import (
     EventKind,
     ExecutionRecord,
@@ -269,7 +273,7 @@ class OTelExporter:
             ),
             None,
         )
-        request: dict[str, Mapping[str, Any]] = {}
+        request: dict[str, TraceEvent] = {}
         chat: Span | None = None
         chat_end = 0.0
         for event in events:
@@ -288,7 +292,7 @@ class OTelExporter:
                     if pending is not None:
                         self._tool_span(state, str(call_id), pending, end, int(data["turn"]), context)
             elif kind in (EventKind.CONTINUATION_WITHHELD, EventKind.REQUEST_SENT, EventKind.CACHE_BREAK):
-                request[kind] = data
+                request[kind] = event
             elif kind == EventKind.RESPONSE_RECEIVED:
                 chat = self._chat_span(state, event, request, context)
                 chat_end = event.at
@@ -350,7 +354,7 @@ class OTelExporter:
         self,
         state: _SessionSpans,
         event: TraceEvent,
-        request: Mapping[str, Mapping[str, Any]],
+        request: Mapping[str, TraceEvent],
         context: ExportContext,
     ) -> Span:
         data = event.data
@@ -396,16 +400,15 @@ class OTelExporter:
             attributes["reasonstate.cache.divergence_unit"] = record.divergence
         broken = request.get(EventKind.CACHE_BREAK)
         if broken is not None:
-            from reasonstate.export import declared_break
-
-            why = str(broken.get("why", ""))
-            attributes["reasonstate.cache.break.unit"] = int(broken.get("unit") or 0)
+            why = str(broken.data.get("why", ""))
+            attributes["reasonstate.cache.break.unit"] = int(broken.data.get("unit") or 0)
             attributes["reasonstate.cache.break.cause"] = why
-            attributes["reasonstate.cache.break.declared"] = declared_break(why, context.trace)
+            attributes["reasonstate.cache.break.declared"] = declared_break(broken, context.trace)
         replayed = [d for d in record.blocks if d in state.payloads]
         attributes["reasonstate.continuation.replayed.count"] = len(replayed)
         attributes["reasonstate.continuation.replayed.digests"] = replayed
-        withheld = request.get(EventKind.CONTINUATION_WITHHELD)
+        held = request.get(EventKind.CONTINUATION_WITHHELD)
+        withheld = held.data if held is not None else None
         attributes["reasonstate.continuation.withheld.count"] = int(withheld["count"]) if withheld else 0
         if withheld:
             attributes["reasonstate.continuation.withheld.digests"] = [str(d) for d in withheld["digests"]]
