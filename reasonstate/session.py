@@ -53,7 +53,7 @@ from reasonstate.errors import (
     ToolResultError,
     VendorError,
 )
-from reasonstate.export import ExportContext, Exporter, Publisher
+from reasonstate.export import Exporter, Publisher
 from reasonstate.policies import Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.runtime.commit import Layers, ToolCall, commit, predict
@@ -264,7 +264,7 @@ class _Core:
                 advice="a clock time in the system prompt changes every session and busts the prefix "
                 "cache; keep the date in the prefix and the time in the newest user message",
             )
-        self._publisher = Publisher(Publisher.checked(exporters), ExportContext(self))
+        self._publisher = Publisher(Publisher.checked(exporters), self)
         self._layers = Layers(trace=trace)
 
     _async = False
@@ -719,9 +719,7 @@ class _Core:
                 f"{session._adapter.vendor}/{session._adapter.api} (pass adapter=)"
             )
         layers = restored_layers(snapshot)
-        session._publisher = Publisher(
-            Publisher.checked(exporters), ExportContext(session), cursor=len(layers.trace) - 1
-        )
+        session._publisher = Publisher(Publisher.checked(exporters), session, cursor=len(layers.trace) - 1)
         session._layers = layers
         session._state = TurnState(snapshot.state)
         return session

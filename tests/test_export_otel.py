@@ -8,6 +8,7 @@ the bytes the emulator received, attribute names from ``opentelemetry-semantic-c
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -31,6 +32,7 @@ import reasonstate as rs
 from reasonstate.export import otel
 from reasonstate.export.jsonl import JSONLExporter
 from reasonstate.export.otel import OTelExporter
+from reasonstate.state import digest_of
 from reasonstate.testing import Fault, ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from tests._export_support import (
@@ -87,6 +89,45 @@ def pipeline() -> Iterator[Pipeline]:
 
 def by_name(spans: list[ReadableSpan], prefix: str) -> list[ReadableSpan]:
     return sorted((s for s in spans if s.name.startswith(prefix)), key=lambda s: s.start_time or 0)
+
+
+def _same(value: Any) -> str:
+    """A JSON value compared as a vendor reads it: keys in any order, base64 signatures as their bytes
+    (google-genai re-encodes a Part's ``thoughtSignature`` urlsafe and sorts keys on the wire)."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {
+                k: base64.urlsafe_b64decode(x.replace("+", "-").replace("/", "_")).hex()
+                if k == "thoughtSignature" and isinstance(x, str)
+                else norm(x)
+                for k, x in v.items()
+            }
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        return v
+
+    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
+
+
+def payloads_in(body: bytes, payloads: tuple[Any, ...]) -> list[Any]:
+    """The payloads the request body carries as received: JSON objects of the body equal to a payload's
+    value, in the order they appear."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            found.append(_same(value))
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(json.loads(body))
+    position = {node: i for i, node in reversed(list(enumerate(found)))}
+    keyed = [(c, _same(json.loads(c.payload))) for c in payloads]
+    return [c for c, key in sorted((p for p in keyed if p[1] in position), key=lambda p: position[p[1]])]
 
 
 # -- the attribute names are the conventions' own ------------------------------------------------------------
@@ -202,14 +243,18 @@ def test_a_tool_chain_session_gives_the_span_tree_and_attributes_the_vendor_repo
         step = session.history.turns[record.turn].steps[record.step]
         assert list(a["reasonstate.continuation.captured.digests"]) == [c.digest for c in step.continuation]
         assert a["reasonstate.continuation.captured.bytes"] == sum(len(c.payload) for c in step.continuation)
-        # replayed: each digest named is a payload whose exact bytes the emulator received in this request
-        payloads = {c.digest: c.payload for c in session.continuation}
-        for digest in a["reasonstate.continuation.replayed.digests"]:
-            assert payloads[digest] in body
+        # replayed: the payloads whose exact bytes the emulator received in this request, in order
+        in_body = payloads_in(body, session.continuation)
+        replayed = (
+            a["reasonstate.continuation.replayed.count"],
+            a["reasonstate.continuation.replayed.digest"],
+        )
+        assert replayed == (len(in_body), digest_of("\n".join(c.digest for c in in_body).encode())), vendor
         assert a["reasonstate.continuation.withheld.count"] == 0
         # the chat span covers the call: it ends after it starts, inside its turn
         assert chat.start_time is not None and chat.end_time is not None and chat.start_time < chat.end_time
     # the model calls that answered tool results replayed the chain's payloads (Anthropic: whole blocks)
+    assert all(c.attributes["reasonstate.continuation.replayed.count"] > 0 for c in chats[1:])
     if vendor == "anthropic":
         assert chats[1].attributes["reasonstate.continuation.replayed.count"] == 4
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from reasonstate.state import EventKind, ExecutionRecord, History, Trace, TraceEvent
+from reasonstate.state import EventKind, ExecutionRecord, History, Step, Trace, TraceEvent
 
 if TYPE_CHECKING:
     from reasonstate.prefix import Prefix
+    from reasonstate.runtime.commit import Layers
     from reasonstate.session import _Core
 
 __all__ = ["ExportContext", "Exporter", "Publisher", "declared_break", "log_events", "provider_name"]
@@ -68,60 +69,64 @@ def provider_name(vendor: str) -> str:
 
 
 class ExportContext:
-    """One session as its exporters see it: a stable id and read-only views of its current layers.
+    """One session as its exporters see it at one transition: a stable id and the session's state right
+    after the transition whose events are being exported.
 
+    An immutable snapshot (the layers are immutable values; the adapter holds configuration only), so an
+    exporter may keep it and read it later, on another thread: it still describes that transition.
     ``session_id`` is unique per session object (``gen_ai.conversation.id``, the JSONL ``session`` field).
-    Everything else is read from the session when asked, so it is the state right after the transition
-    whose events are being exported.
     """
 
-    __slots__ = ("_session", "session_id")
+    __slots__ = ("_adapter", "_layers", "model", "policy", "prefix", "session_id")
 
-    def __init__(self, session: _Core, session_id: str | None = None) -> None:
-        self._session = session
-        self.session_id = session_id or uuid.uuid4().hex
+    def __init__(self, session: _Core, session_id: str) -> None:
+        self.session_id = session_id
+        self._adapter: Any = session._adapter
+        self._layers: Layers = session._layers
+        self.model: str = session.model
+        self.prefix: Prefix = session.prefix
+        self.policy: str = session.policy.name
 
     @property
     def vendor(self) -> str:
-        return self._session._adapter.vendor
+        return str(self._adapter.vendor)
 
     @property
     def api(self) -> str:
-        return self._session._adapter.api
+        return str(self._adapter.api)
 
     @property
     def provider(self) -> str:
-        """``gen_ai.provider.name`` of the session's current vendor."""
-        return provider_name(self._session._adapter.vendor)
+        """``gen_ai.provider.name`` of the session's vendor."""
+        return provider_name(self._adapter.vendor)
 
-    @property
-    def model(self) -> str:
-        return self._session.model
-
-    @property
-    def prefix(self) -> Prefix:
-        return self._session.prefix
-
-    @property
-    def policy(self) -> str:
-        return self._session.policy.name
+    def payload_units(self, step: Step) -> Mapping[str, tuple[str, ...]]:
+        """The prefix units ``step``'s payloads are when the adapter replays them as received → the payload
+        digests each carries: a payload's own digest where it is a whole unit (an Anthropic content block,
+        a Responses input item); the adapter's ``payload_units`` where units are built around payloads (a
+        chat message as the server reads it, a Gemini content of Parts)."""
+        units = getattr(self._adapter, "payload_units", None)
+        if callable(units):
+            found: Mapping[str, tuple[str, ...]] = units(step)
+            return found
+        return {c.digest: (c.digest,) for c in step.continuation}
 
     @property
     def history(self) -> History:
-        return self._session.history
+        return self._layers.history
 
     @property
     def execution(self) -> tuple[ExecutionRecord, ...]:
-        return self._session.execution
+        return self._layers.records
 
     @property
     def trace(self) -> Trace:
-        return self._session.trace
+        return self._layers.trace
 
     @property
     def stripped(self) -> frozenset[str]:
         """Digests of the payloads a vendor rejected and the session leaves out."""
-        return self._session._layers.stripped
+        return self._layers.stripped
 
 
 class Publisher:
@@ -130,11 +135,12 @@ class Publisher:
     ``cursor`` is how many events were already handed out; :meth:`publish` hands out ``trace[cursor:]``.
     """
 
-    __slots__ = ("context", "cursor", "exporters", "started")
+    __slots__ = ("cursor", "exporters", "session", "session_id", "started")
 
-    def __init__(self, exporters: Sequence[Exporter], context: ExportContext, cursor: int = 0) -> None:
+    def __init__(self, exporters: Sequence[Exporter], session: _Core, cursor: int = 0) -> None:
         self.exporters = tuple(exporters)
-        self.context = context
+        self.session = session
+        self.session_id = uuid.uuid4().hex
         self.cursor = cursor
         self.started = False
 
@@ -165,18 +171,22 @@ class Publisher:
         new = events[self.cursor :]
         self.cursor = n
         if new:
-            log_events(new, self.context)
+            log_events(new, trace)
         self.started = True
+        if not self.exporters:
+            return
+        context = ExportContext(self.session, self.session_id)
         for exporter in self.exporters:
             try:
-                exporter.export(new, self.context)
+                exporter.export(new, context)
             except Exception as exc:
                 self._failed(exporter, "export", exc)
 
     def close(self) -> None:
+        context = ExportContext(self.session, self.session_id)
         for exporter in self.exporters:
             try:
-                exporter.close(self.context)
+                exporter.close(context)
             except Exception as exc:
                 self._failed(exporter, "close", exc)
 
@@ -219,7 +229,7 @@ def declared_break(event: TraceEvent, trace: Trace) -> bool:
     return False
 
 
-def log_events(events: Sequence[TraceEvent], context: ExportContext) -> None:
+def log_events(events: Sequence[TraceEvent], trace: Trace) -> None:
     """The ``reasonstate`` logger's records for ``events``: DEBUG per request, INFO per turn close,
     WARNING for undeclared cache breaks, withheld continuation, clamped policies and recovered failures.
     Digests, sizes, counts and names only."""
@@ -230,13 +240,13 @@ def log_events(events: Sequence[TraceEvent], context: ExportContext) -> None:
             return
         for event in events:
             if event.kind in _WARNED:
-                _log_event(event, context)
+                _log_event(event, trace)
         return
     for event in events:
-        _log_event(event, context)
+        _log_event(event, trace)
 
 
-def _log_event(event: TraceEvent, context: ExportContext) -> None:
+def _log_event(event: TraceEvent, trace: Trace) -> None:
     kind, data, log = event.kind, event.data, _log
     if kind == EventKind.REQUEST_SENT:
         if log.isEnabledFor(logging.DEBUG):
@@ -274,7 +284,7 @@ def _log_event(event: TraceEvent, context: ExportContext) -> None:
             )
     elif kind == EventKind.CACHE_BREAK:
         why = str(data.get("why", ""))
-        declared = declared_break(event, context.trace)
+        declared = declared_break(event, trace)
         level = logging.INFO if declared else logging.WARNING
         if log.isEnabledFor(level):
             cause = why if declared else f"not declared by any traced change ({why})"

@@ -15,8 +15,11 @@ and ``reasonstate.cache.hit_ratio`` (cache read / prompt tokens per call).
 
 Invariants:
   * this is the only reasonstate module that imports ``opentelemetry``;
-  * the exporter only creates and ends spans and records metrics: how and when they leave the process is
-    the tracer/meter provider's choice (a ``BatchSpanProcessor`` adds no I/O to ``send``);
+  * ``send`` only enqueues: the exporter builds spans and records metrics on its own worker thread
+    (``background=True``, the default; the times are the session's, so nothing is skewed by the queue),
+    in trace order, and ``Session.close()`` returns once the session's spans are ended. How and when they
+    leave the process is the tracer/meter provider's choice (a ``BatchSpanProcessor``: no I/O anywhere
+    near ``send``);
   * opaque payloads (signatures, encrypted content, redacted thinking, token ids) are never exported, with
     content capture on or off: only their digests and sizes. Messages, visible reasoning, tool arguments
     and results are exported only with ``capture_content=True`` or
@@ -30,7 +33,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -55,6 +60,7 @@ from reasonstate.state import (
     TextPart,
     ToolCallPart,
     TraceEvent,
+    digest_of,
 )
 
 __all__ = ["CAPTURE_ENV", "OTelExporter"]
@@ -114,6 +120,12 @@ _SESSION_EVENTS = frozenset(
 )
 
 
+_log = logging.getLogger("reasonstate.export")
+
+#: (events, context, wall time of the call, done) — ``done`` marks a close (context) or a flush (no context)
+_Item = tuple[tuple[TraceEvent, ...], "ExportContext | None", float, "threading.Event | None"]
+
+
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
@@ -157,8 +169,11 @@ class _SessionSpans:
     turn_index: int | None = None
     #: tool calls the model made whose spans are not ended yet, by call id
     calls: dict[str, _PendingCall] = attrs.field(factory=dict)
-    #: digests of every continuation payload the session holds (for ``replayed``)
-    payloads: set[str] = attrs.field(factory=set)
+    #: the prefix units the session's payloads are when replayed as received → the payload digests in each
+    payloads: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    #: the previous request's prefix units, and (unit position, payload digests) of the payload units
+    units: tuple[str, ...] = ()
+    replayed: list[tuple[int, tuple[str, ...]]] = attrs.field(factory=list)
     requests: int = 0
     failed: int = 0
 
@@ -169,8 +184,9 @@ class OTelExporter:
     ``tracer_provider`` / ``meter_provider``: the providers to use (default: the global ones, a no-op until
     the application sets them). ``capture_content``: export messages, visible reasoning and tool
     arguments/results (default off; the ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``
-    environment variable switches it on too). ``failures`` counts calls that raised (counted by the
-    session, which logs them and goes on).
+    environment variable switches it on too). ``background=False`` builds the spans inside ``send``
+    instead of on the worker thread. ``failures`` counts batches whose spans could not be built (logged;
+    the session goes on). :meth:`flush` waits for the queue to drain.
     """
 
     def __init__(
@@ -178,6 +194,8 @@ class OTelExporter:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         capture_content: bool = False,
+        *,
+        background: bool = True,
     ) -> None:
         version = _version()
         self._tracer: Tracer = trace.get_tracer("reasonstate", version, tracer_provider=tracer_provider)
@@ -203,26 +221,82 @@ class OTelExporter:
         env = os.environ.get(CAPTURE_ENV, "").strip().lower() == "true"
         self.capture_content = bool(capture_content) or env
         self.failures = 0
+        self.background = background
+        #: how long ``close`` waits for the worker to reach it
+        self.close_timeout = 10.0
         self._sessions: dict[str, _SessionSpans] = {}
         self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
 
     # -- the Exporter protocol ----------------------------------------------------------------------------
     def export(self, events: Sequence[TraceEvent], context: ExportContext) -> None:
+        """Queue the events (``background``) or build their spans now. Never raises in background mode: a
+        failure there is logged and counted in ``failures``."""
+        if self.background:
+            self._put((tuple(events), context, time.time(), None))
+        else:
+            self._spans(events, context, time.time())
+
+    def close(self, context: ExportContext) -> None:
+        """End the session's open spans (its turn, then the session span). In background mode this waits
+        for the worker to reach it (at most ``close_timeout`` seconds), so every span of the session has
+        been handed to the tracer provider when ``Session.close()`` returns."""
+        if not self.background:
+            self._close(context, time.time())
+            return
+        done = threading.Event()
+        self._put(((), context, time.time(), done))
+        done.wait(self.close_timeout)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every event queued so far has become spans; False on timeout."""
+        if not self.background:
+            return True
+        done = threading.Event()
+        self._put(((), None, time.time(), done))
+        return done.wait(timeout)
+
+    # -- the worker ---------------------------------------------------------------------------------------
+    def _put(self, item: _Item) -> None:
+        self._queue.put(item)
+        worker = self._worker
+        if worker is None or not worker.is_alive():
+            with self._lock:
+                if self._worker is None or not self._worker.is_alive():  # first use, or after a fork
+                    self._worker = threading.Thread(target=self._work, name="reasonstate-otel", daemon=True)
+                    self._worker.start()
+
+    def _work(self) -> None:
+        while True:
+            events, context, at, done = self._queue.get()
+            try:
+                if done is None and context is not None:
+                    self._spans(events, context, at)
+                elif context is not None:
+                    self._close(context, at)
+            except Exception as exc:  # never lost silently, never fatal to the worker
+                self.failures += 1
+                _log.warning("OTel export of %d event(s) failed: %s", len(events), type(exc).__name__)
+            finally:
+                if done is not None:
+                    done.set()
+
+    def _spans(self, events: Sequence[TraceEvent], context: ExportContext, at: float) -> None:
         with self._lock:
             state = self._sessions.get(context.session_id)
             if state is None:
-                state = self._sessions[context.session_id] = self._open_session(context, events)
+                state = self._sessions[context.session_id] = self._open_session(context, events, at)
             self._batch(state, events, context)
 
-    def close(self, context: ExportContext) -> None:
+    def _close(self, context: ExportContext, now: float) -> None:
         with self._lock:
             state = self._sessions.pop(context.session_id, None)
             if state is None:
                 return
-            now = time.time()
             for call_id, pending in list(state.calls.items()):
                 if pending.timing is not None:  # executed, results never sent
-                    self._tool_span(state, call_id, pending, None, None, context)
+                    self._tool_span(state, call_id, pending, now, None, context)
             if state.turn is not None:
                 state.turn.end(_ns(now))
             state.session.set_attribute("reasonstate.session.requests", state.requests)
@@ -230,8 +304,8 @@ class OTelExporter:
             state.session.end(_ns(now))
 
     # -- spans ----------------------------------------------------------------------------------------------
-    def _open_session(self, context: ExportContext, events: Sequence[TraceEvent]) -> _SessionSpans:
-        start = events[0].at if events else time.time()
+    def _open_session(self, context: ExportContext, events: Sequence[TraceEvent], at: float) -> _SessionSpans:
+        start = events[0].at if events else at
         span = self._tracer.start_span(
             SESSION_SPAN,
             start_time=_ns(start),
@@ -404,9 +478,9 @@ class OTelExporter:
             attributes["reasonstate.cache.break.unit"] = int(broken.data.get("unit") or 0)
             attributes["reasonstate.cache.break.cause"] = why
             attributes["reasonstate.cache.break.declared"] = declared_break(broken, context.trace)
-        replayed = [d for d in record.blocks if d in state.payloads]
+        replayed = _replayed(state, record)
         attributes["reasonstate.continuation.replayed.count"] = len(replayed)
-        attributes["reasonstate.continuation.replayed.digests"] = replayed
+        attributes["reasonstate.continuation.replayed.digest"] = digest_of("\n".join(replayed).encode())
         held = request.get(EventKind.CONTINUATION_WITHHELD)
         withheld = held.data if held is not None else None
         attributes["reasonstate.continuation.withheld.count"] = int(withheld["count"]) if withheld else 0
@@ -440,7 +514,7 @@ class OTelExporter:
                 },
                 timestamp=_ns(event.at),
             )
-        state.payloads.update(c.digest for c in step.continuation)
+        state.payloads.update(context.payload_units(step))
         state.requests += 1
         metric = {OPERATION: CHAT, PROVIDER: context.provider, REQUEST_MODEL: record.model}
         if response_model:
@@ -587,6 +661,22 @@ class OTelExporter:
             attributes = {"reasonstate.prefix.volatile_spans": len(data.get("spans") or ())}
         target = state.session if event.kind != EventKind.CONTINUATION_STRIPPED else self._parent(state)
         target.add_event(event.kind, attributes, timestamp=_ns(event.at))
+
+
+def _replayed(state: _SessionSpans, record: ExecutionRecord) -> list[str]:
+    """Digests of the payloads this request carried as whole prefix units, in prompt order.
+
+    Incremental: the units this request shares with the previous one (up to ``record.divergence``) carried
+    the same payloads then (a payload in them was captured before that request), so only the units after
+    the shared run are looked up."""
+    units = record.blocks
+    shared = 0 if not state.units else (len(state.units) if record.divergence is None else record.divergence)
+    shared = min(shared, len(units))
+    kept = [(i, d) for i, d in state.replayed if i < shared]
+    payloads = state.payloads
+    kept.extend((i, payloads[units[i]]) for i in range(shared, len(units)) if units[i] in payloads)
+    state.units, state.replayed = units, kept
+    return [d for _i, digests in kept for d in digests]
 
 
 def _without_text(data: Mapping[str, Any]) -> Mapping[str, Any]:
