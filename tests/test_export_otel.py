@@ -249,7 +249,9 @@ def test_a_tool_chain_session_gives_the_span_tree_and_attributes_the_vendor_repo
             a["reasonstate.continuation.replayed.count"],
             a["reasonstate.continuation.replayed.digest"],
         )
-        assert replayed == (len(in_body), digest_of("\n".join(c.digest for c in in_body).encode())), vendor
+        assert replayed == (len(in_body), digest_of("".join(f"{c.digest}\n" for c in in_body).encode())), (
+            vendor
+        )
         assert a["reasonstate.continuation.withheld.count"] == 0
         # the chat span covers the call: it ends after it starts, inside its turn
         assert chat.start_time is not None and chat.end_time is not None and chat.start_time < chat.end_time
@@ -368,13 +370,21 @@ def test_a_failed_call_is_an_error_span_with_its_type_and_the_retry_lands_in_the
 @pytest.mark.filterwarnings("ignore:Using Claude with claude-opus-4-6:UserWarning")
 def test_a_drop_policy_and_a_model_switch_are_on_the_spans(pipeline: Pipeline) -> None:
     recorder = Recorder()
-    with vendor_session("anthropic", recorder) as (_emu, make):
+    with vendor_session("anthropic", recorder) as (emu, make):
         session = make(exporters=[pipeline.exporter()], policy=rs.policies.Drop())
         session.run(QUESTION)
         session.switch_model("claude-opus-4-6")
         session.send(FOLLOW_UP)
         session.close()
+        bodies = [r.body for r in emu.requests]
     spans = pipeline.finished()
+    # the last request dropped turn 0's reasoning and withheld the other model's: the replayed count
+    # follows what the emulator received, divergence included
+    for chat, body in zip(by_name(spans, "chat "), bodies, strict=True):
+        in_body = payloads_in(body, session.continuation)
+        assert chat.attributes["reasonstate.continuation.replayed.count"] == len(in_body)
+        digest = digest_of("".join(f"{c.digest}\n" for c in in_body).encode())
+        assert chat.attributes["reasonstate.continuation.replayed.digest"] == digest
     first, second = by_name(spans, "reasonstate.turn")
     # Drop: the three steps' reasoning leaves the next request; the decision predicts where it diverges
     assert first.attributes["reasonstate.policy.name"] == "drop"

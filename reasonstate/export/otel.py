@@ -31,6 +31,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -60,7 +61,6 @@ from reasonstate.state import (
     TextPart,
     ToolCallPart,
     TraceEvent,
-    digest_of,
 )
 
 __all__ = ["CAPTURE_ENV", "OTelExporter"]
@@ -174,6 +174,9 @@ class _SessionSpans:
     #: the previous request's prefix units, and (unit position, payload digests) of the payload units
     units: tuple[str, ...] = ()
     replayed: list[tuple[int, tuple[str, ...]]] = attrs.field(factory=list)
+    #: sha256 over the digests in ``replayed``, each followed by a newline
+    hash: Any = attrs.field(factory=hashlib.sha256)
+    count: int = 0
     requests: int = 0
     failed: int = 0
 
@@ -478,9 +481,9 @@ class OTelExporter:
             attributes["reasonstate.cache.break.unit"] = int(broken.data.get("unit") or 0)
             attributes["reasonstate.cache.break.cause"] = why
             attributes["reasonstate.cache.break.declared"] = declared_break(broken, context.trace)
-        replayed = _replayed(state, record)
-        attributes["reasonstate.continuation.replayed.count"] = len(replayed)
-        attributes["reasonstate.continuation.replayed.digest"] = digest_of("\n".join(replayed).encode())
+        count, digest = _replayed(state, record)
+        attributes["reasonstate.continuation.replayed.count"] = count
+        attributes["reasonstate.continuation.replayed.digest"] = digest
         held = request.get(EventKind.CONTINUATION_WITHHELD)
         withheld = held.data if held is not None else None
         attributes["reasonstate.continuation.withheld.count"] = int(withheld["count"]) if withheld else 0
@@ -663,20 +666,36 @@ class OTelExporter:
         target.add_event(event.kind, attributes, timestamp=_ns(event.at))
 
 
-def _replayed(state: _SessionSpans, record: ExecutionRecord) -> list[str]:
-    """Digests of the payloads this request carried as whole prefix units, in prompt order.
+def _replayed(state: _SessionSpans, record: ExecutionRecord) -> tuple[int, str]:
+    """How many payloads this request carried as received, and ``sha256`` over their digests in prompt
+    order (each followed by a newline).
 
     Incremental: the units this request shares with the previous one (up to ``record.divergence``) carried
     the same payloads then (a payload in them was captured before that request), so only the units after
-    the shared run are looked up."""
+    the shared run are looked up, and the running hash is rebuilt only when the request diverged before
+    a replayed payload."""
     units = record.blocks
     shared = 0 if not state.units else (len(state.units) if record.divergence is None else record.divergence)
     shared = min(shared, len(units))
-    kept = [(i, d) for i, d in state.replayed if i < shared]
+    replayed = state.replayed
+    if replayed and replayed[-1][0] >= shared:  # diverged before some of them: rebuild (rare)
+        del replayed[next(k for k, (i, _d) in enumerate(replayed) if i >= shared) :]
+        state.hash = hashlib.sha256()
+        state.count = 0
+        for _i, kept in replayed:
+            state.count += len(kept)
+            for d in kept:
+                state.hash.update(f"{d}\n".encode())
     payloads = state.payloads
-    kept.extend((i, payloads[units[i]]) for i in range(shared, len(units)) if units[i] in payloads)
-    state.units, state.replayed = units, kept
-    return [d for _i, digests in kept for d in digests]
+    for i in range(shared, len(units)):
+        found = payloads.get(units[i])
+        if found is not None:
+            replayed.append((i, found))
+            state.count += len(found)
+            for d in found:
+                state.hash.update(f"{d}\n".encode())
+    state.units = units
+    return state.count, "sha256:" + state.hash.copy().hexdigest()
 
 
 def _without_text(data: Mapping[str, Any]) -> Mapping[str, Any]:
