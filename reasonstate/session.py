@@ -730,6 +730,7 @@ class Session(_Core):
 
     ``rs.Session(client, model=..., system=..., tools=[...], policy=..., stream=False, **request_options)``;
     extra keyword arguments go to the vendor call unchanged (``max_tokens``, ``thinking``, ...).
+    ``exporters=[...]`` receive every trace event as it happens (:mod:`reasonstate.export`, docs/export.md).
     """
 
     def send(self, text: str) -> Reply:
