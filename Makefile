@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead_openai.py || status=1; \
 	$(BIN)/python benchmarks/overhead_gemini.py || status=1; \
 	$(BIN)/python benchmarks/bridge.py || status=1; \
+	$(BIN)/python benchmarks/export.py || status=1; \
 	exit $$status
 
 clean:

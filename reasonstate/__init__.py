@@ -5,7 +5,12 @@ session = rs.Session(client, model="...", system="...", tools=[rs.Tool(...)], po
 reply = session.send("user text")
 while reply.tool_calls:
     reply = session.send_tool_results({c.id: run(c) for c in reply.tool_calls})
+
+Logging: the ``reasonstate`` logger (stdlib ``logging``) has a ``NullHandler``, so nothing is printed unless
+the application configures logging; see ``docs/export.md`` for what is logged at which level.
 """
+
+import logging as _logging
 
 from reasonstate.errors import (
     ContinuationMismatch,
@@ -23,6 +28,8 @@ from reasonstate.errors import (
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.session import AsyncSession, Reply, Report, Session, ToolCall, ToolResult, TurnState
 from reasonstate.snapshot import SessionSnapshot
+
+_logging.getLogger("reasonstate").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AsyncSession",

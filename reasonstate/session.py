@@ -53,10 +53,11 @@ from reasonstate.errors import (
     ToolResultError,
     VendorError,
 )
+from reasonstate.export import Exporter, Publisher
 from reasonstate.policies import Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.runtime.commit import Layers, ToolCall, commit, predict
-from reasonstate.runtime.dispatch import ToolResult, dispatch
+from reasonstate.runtime.dispatch import ToolResult, dispatch_timed
 from reasonstate.snapshot import SessionSnapshot, restore_args, restored_layers, session_snapshot
 from reasonstate.state import (
     Continuation,
@@ -213,6 +214,7 @@ class _Core:
         stream: bool = False,
         foreign_reasoning: str = "drop",
         on_rejected_continuation: str = "raise",
+        exporters: Sequence[Exporter] = (),
         **request_options: Any,
     ) -> None:
         owned = sorted(_SDK_OWNED.intersection(request_options))
@@ -262,9 +264,24 @@ class _Core:
                 advice="a clock time in the system prompt changes every session and busts the prefix "
                 "cache; keep the date in the prefix and the time in the newest user message",
             )
+        self._publisher = Publisher(Publisher.checked(exporters), self)
         self._layers = Layers(trace=trace)
 
     _async = False
+    _publisher: Publisher | None = None
+    _current: Layers
+
+    @property
+    def _layers(self) -> Layers:
+        return self._current
+
+    @_layers.setter
+    def _layers(self, layers: Layers) -> None:
+        """Every state change is this assignment: the trace events it appended go to the logger and the
+        exporters (:mod:`reasonstate.export`), after the change, in order."""
+        self._current = layers
+        if self._publisher is not None:
+            self._publisher.publish(layers.trace)
 
     def _check_client(self, client: Any) -> None:
         """A sync session needs a sync client and an async session an async one (refused before any
@@ -510,6 +527,7 @@ class _Core:
             "message": str(exc),
             "status": exc.status if isinstance(exc, VendorError) else None,
             "units": len(call.request.units),
+            "duration_s": round(time.perf_counter() - call.started, 6),
         }
         lost = getattr(exc, "response_id", None)
         if lost is not None:  # the vendor no longer holds this stored response: never refer to it again
@@ -606,8 +624,18 @@ class _Core:
             self._stream = stream
 
     def close(self) -> None:
-        """No further calls; the four layers stay readable (and a snapshot can still be taken)."""
+        """No further calls; the four layers stay readable (and a snapshot can still be taken). The
+        exporters are closed (their open spans end, their files are closed)."""
         self._state = self._require("close")
+        if self._publisher is not None:
+            self._publisher.close()
+
+    def _dispatch(self, calls: Sequence[ToolCall]) -> dict[str, Any]:
+        """Run the handlers of ``calls`` (``run``); their timings are traced as ``tool.executed``."""
+        results, timings = dispatch_timed(self._prefix, calls)
+        turn = self.history.open_turn
+        self._traced(EventKind.TOOL_EXECUTED, turn=turn.index if turn else None, calls=timings)
+        return results
 
     def _traced(self, kind: str, **data: Any) -> None:
         self._layers = attrs.evolve(self._layers, trace=self._layers.trace.appended(kind, **data))
@@ -668,6 +696,7 @@ class _Core:
         tools: Sequence[Tool] | None = None,
         policy: Policy | None = None,
         adapter: Adapter | None = None,
+        exporters: Sequence[Exporter] = (),
     ) -> _S:
         """Continue a snapshot on ``client``; the next request is byte-identical to the original's.
 
@@ -676,7 +705,8 @@ class _Core:
         rebuilt (``Compress``). A snapshot that is not valid JSON, misses a field, has an unknown version
         or was edited after it was taken raises :class:`~reasonstate.errors.SnapshotError`; a payload or
         token ids changed since capture :class:`~reasonstate.errors.ContinuationMismatch`. Nothing partial
-        is restored.
+        is restored. ``exporters`` see the events from the ``session.restored`` event on (the earlier ones
+        were the original session's to export).
         """
         snapshot = SessionSnapshot.load(snapshot)
         routing: dict[str, Any] = {}
@@ -688,7 +718,9 @@ class _Core:
                 f"snapshot is from {snapshot.vendor}/{snapshot.api}; this client gives "
                 f"{session._adapter.vendor}/{session._adapter.api} (pass adapter=)"
             )
-        session._layers = restored_layers(snapshot)
+        layers = restored_layers(snapshot)
+        session._publisher = Publisher(Publisher.checked(exporters), session, cursor=len(layers.trace) - 1)
+        session._layers = layers
         session._state = TurnState(snapshot.state)
         return session
 
@@ -698,6 +730,7 @@ class Session(_Core):
 
     ``rs.Session(client, model=..., system=..., tools=[...], policy=..., stream=False, **request_options)``;
     extra keyword arguments go to the vendor call unchanged (``max_tokens``, ``thinking``, ...).
+    ``exporters=[...]`` receive every trace event as it happens (:mod:`reasonstate.export`, docs/export.md).
     """
 
     def send(self, text: str) -> Reply:
@@ -714,7 +747,7 @@ class Session(_Core):
         for _ in range(max_steps):
             if not reply.tool_calls:
                 return reply
-            reply = self.send_tool_results(dispatch(self._prefix, reply.tool_calls))
+            reply = self.send_tool_results(self._dispatch(reply.tool_calls))
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     def _call(self, attempt: _Attempt) -> Reply:
@@ -744,7 +777,7 @@ class AsyncSession(_Core):
         for _ in range(max_steps):
             if not reply.tool_calls:
                 return reply
-            reply = await self.send_tool_results(dispatch(self._prefix, reply.tool_calls))
+            reply = await self.send_tool_results(self._dispatch(reply.tool_calls))
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     async def _call(self, attempt: _Attempt) -> Reply:

@@ -33,3 +33,25 @@ def test_the_readme_quickstart_runs_against_the_emulator(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "Rome is warmer."
     assert out[1].startswith("2 requests")
+
+
+def test_the_readme_export_example_runs_against_the_emulator_and_an_otlp_receiver(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests._export_support import OTLPReceiver
+
+    code = re.search(r"## Export\n.*?```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    monkeypatch.chdir(tmp_path)
+    with (
+        AnthropicEmulator([ModelAction(reasoning="Compare.", text="Rome is warmer.")]) as emulator,
+        OTLPReceiver() as receiver,
+    ):
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        exec(compile(code.group(1), str(README), "exec"), {})
+        names = sorted(s.name for s in receiver.spans())
+    assert capsys.readouterr().out.splitlines() == ["Rome is warmer."]
+    assert names == ["chat claude-sonnet-4-6", "reasonstate.session", "reasonstate.turn"]
+    assert (tmp_path / "trace.jsonl").read_text().count("\n") >= 5

@@ -243,6 +243,10 @@ class GeminiAdapter:
         )
 
     # -- decode ------------------------------------------------------------------------------------------
+    def payload_units(self, step: Step) -> dict[str, tuple[str, ...]]:
+        """:func:`payload_units`: for exporters, which prefix units of a request were payloads."""
+        return payload_units(step)
+
     def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
         """Split a ``GenerateContentResponse`` (the JSON as received) into the layers' material.
 
@@ -544,6 +548,21 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
             result_digests = tuple(d for _, d in pairs)
             contents.append(("user", results, result_digests, _content_unit("user", result_digests)))
     return _TurnEncoding(tuple(contents), tuple(withheld), Seal.of(replayed))
+
+
+def payload_units(step: Step) -> dict[str, tuple[str, ...]]:
+    """The content units a model step is when every Part goes back as received (reasoning kept, or its
+    thought Parts dropped whole) → the payload digests in it, for exporters; a step with a Part that has
+    no payload gives none."""
+    payloads = [payload_of(step, part) for part in step.parts]
+    if not payloads or any(c is None for c in payloads):
+        return {}
+    full = tuple(c.digest for c in payloads if c is not None)
+    kept = tuple(c.digest for c in payloads if c is not None and c.kind != THOUGHT)
+    units = {_content_unit("model", full): full}
+    if kept:
+        units[_content_unit("model", kept)] = kept
+    return units
 
 
 def _model_parts(

@@ -222,6 +222,16 @@ class OpenAIChatAdapter:
         units = tuple(_unit(_server_view(m, self.dialect)) for m in messages)
         return _TurnEncoding(tuple(messages), units, tuple(withheld), Seal.of(replayed))
 
+    def payload_units(self, step: Step) -> dict[str, tuple[str, ...]]:
+        """The prefix unit the step's message payload is when replayed as received (the message as the server
+        reads it) → that payload's digest: lets an exporter tell which units of a request were payloads
+        sent verbatim."""
+        return {
+            _unit(_server_view(c.value, self.dialect)): (c.digest,)
+            for c in step.continuation
+            if isinstance(c.value, Mapping)
+        }
+
     def _assistant(
         self,
         turn: Turn,

@@ -7,6 +7,7 @@ order whatever order the handlers finish in (the history invariant). A failing h
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -15,7 +16,7 @@ import attrs
 
 from reasonstate.prefix import Prefix
 
-__all__ = ["ToolResult", "dispatch"]
+__all__ = ["ToolResult", "dispatch", "dispatch_timed"]
 
 
 @attrs.frozen(slots=True)
@@ -42,8 +43,28 @@ class _Call(Protocol):
 
 def dispatch(prefix: Prefix, calls: Sequence[_Call]) -> dict[str, Any]:
     """Run each call's handler; consecutive parallel-safe calls run concurrently."""
+    return dispatch_timed(prefix, calls)[0]
+
+
+def dispatch_timed(prefix: Prefix, calls: Sequence[_Call]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """:func:`dispatch`, plus one timing per call in the calls' order: ``id``, ``name``, ``started_at``
+    (wall time), ``duration_s`` and ``is_error`` (the handler raised, or could not be called). No argument
+    or result is in a timing: they are content."""
+    timings: dict[str, dict[str, Any]] = {}
 
     def run_one(call: _Call) -> Any:
+        started, t0 = time.time(), time.perf_counter()
+        value = run_handler(call)
+        timings[call.id] = {
+            "id": call.id,
+            "name": call.name,
+            "started_at": started,
+            "duration_s": round(time.perf_counter() - t0, 6),
+            "is_error": isinstance(value, ToolResult) and value.is_error,
+        }
+        return value
+
+    def run_handler(call: _Call) -> Any:
         tool = prefix.tool(call.name)
         if tool is None or tool.handler is None:
             return ToolResult(f"no handler for tool {call.name!r}", is_error=True)
@@ -74,4 +95,4 @@ def dispatch(prefix: Prefix, calls: Sequence[_Call]) -> dict[str, Any]:
         flush()
         results[call.id] = run_one(call)
     flush()
-    return results
+    return results, [timings[c.id] for c in calls if c.id in timings]

@@ -29,6 +29,8 @@ class EventKind:
     REASONING = "reasoning.captured"
     TOOL_CALLS = "tool.calls"
     TOOL_RESULTS = "tool.results"
+    #: ``Session.run`` executed the handlers of a step's calls: per call its start (wall time) and duration
+    TOOL_EXECUTED = "tool.executed"
     POLICY_DECISION = "policy.decision"
     POLICY_CLAMPED = "policy.clamped"
     POLICY_FAILED = "policy.failed"

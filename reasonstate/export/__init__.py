@@ -1,0 +1,340 @@
+"""Exporting the trace layer: the :class:`Exporter` protocol, what an exporter sees, and the ``reasonstate``
+logger's records.
+
+A session hands every new trace event to its exporters (``rs.Session(..., exporters=[...])``), in trace
+order, right after the transition that appended it: a commit's events arrive together, after the commit,
+so an exporter reads the layers as they are *with* the events (the execution record a ``request.sent``
+names is already there). Exporters shipped here: :class:`reasonstate.export.jsonl.JSONLExporter` (the
+whole trace, one event per line) and :class:`reasonstate.export.otel.OTelExporter` (OpenTelemetry spans
+and metrics, GenAI semantic conventions; the only module that imports ``opentelemetry``).
+
+Invariants:
+  * an exporter never breaks the caller: an exception out of ``export`` or ``close`` is logged (WARNING,
+    logger ``reasonstate.export``) and counted in the exporter's ``failures``, and the session goes on;
+  * every event reaches every exporter exactly once, in ``seq`` order (a session restored with
+    ``exporters=`` exports from its ``session.restored`` event on: earlier events were the original
+    session's to export);
+  * the ``reasonstate`` logger's records carry digests, sizes, token counts, kinds and names: never a
+    payload, a message or reasoning text. With logging disabled a transition costs one
+    ``Logger.isEnabledFor`` per level checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from reasonstate.state import EventKind, ExecutionRecord, History, Step, Trace, TraceEvent
+
+if TYPE_CHECKING:
+    from reasonstate.prefix import Prefix
+    from reasonstate.runtime.commit import Layers
+    from reasonstate.session import _Core
+
+__all__ = ["ExportContext", "Exporter", "Publisher", "declared_break", "log_events", "provider_name"]
+
+_log = logging.getLogger("reasonstate")
+_export_log = logging.getLogger("reasonstate.export")
+
+
+@runtime_checkable
+class Exporter(Protocol):
+    """What a session calls with its trace events.
+
+    ``export`` is called once when the session is created (``events`` may be empty: the session starts),
+    then after every transition that appended events, with those events in order. ``close`` is called by
+    ``Session.close()``. ``failures`` counts the calls that raised (the session increments it) and any
+    delivery the exporter itself knows failed. Both methods run on the caller's thread, inside ``send``:
+    they must only enqueue or do short, bounded work.
+    """
+
+    failures: int
+
+    def export(self, events: Sequence[TraceEvent], context: ExportContext) -> None: ...
+
+    def close(self, context: ExportContext) -> None: ...
+
+
+#: ``gen_ai.provider.name`` for each reasonstate vendor (the GenAI semantic conventions' well-known
+#: values; a vendor not listed is named as reasonstate names it)
+_PROVIDERS = {"anthropic": "anthropic", "openai": "openai", "google": "gcp.gemini", "deepseek": "deepseek"}
+
+
+def provider_name(vendor: str) -> str:
+    """The ``gen_ai.provider.name`` value for a reasonstate vendor name."""
+    return _PROVIDERS.get(vendor, vendor)
+
+
+class ExportContext:
+    """One session as its exporters see it at one transition: a stable id and the session's state right
+    after the transition whose events are being exported.
+
+    An immutable snapshot (the layers are immutable values; the adapter holds configuration only), so an
+    exporter may keep it and read it later, on another thread: it still describes that transition.
+    ``session_id`` is unique per session object (``gen_ai.conversation.id``, the JSONL ``session`` field).
+    """
+
+    __slots__ = ("_adapter", "_layers", "model", "policy", "prefix", "session_id")
+
+    def __init__(self, session: _Core, session_id: str) -> None:
+        self.session_id = session_id
+        self._adapter: Any = session._adapter
+        self._layers: Layers = session._layers
+        self.model: str = session.model
+        self.prefix: Prefix = session.prefix
+        self.policy: str = session.policy.name
+
+    @property
+    def vendor(self) -> str:
+        return str(self._adapter.vendor)
+
+    @property
+    def api(self) -> str:
+        return str(self._adapter.api)
+
+    @property
+    def provider(self) -> str:
+        """``gen_ai.provider.name`` of the session's vendor."""
+        return provider_name(self._adapter.vendor)
+
+    def payload_units(self, step: Step) -> Mapping[str, tuple[str, ...]]:
+        """The prefix units ``step``'s payloads are when the adapter replays them as received → the payload
+        digests each carries: a payload's own digest where it is a whole unit (an Anthropic content block,
+        a Responses input item); the adapter's ``payload_units`` where units are built around payloads (a
+        chat message as the server reads it, a Gemini content of Parts)."""
+        units = getattr(self._adapter, "payload_units", None)
+        if callable(units):
+            found: Mapping[str, tuple[str, ...]] = units(step)
+            return found
+        return {c.digest: (c.digest,) for c in step.continuation}
+
+    @property
+    def history(self) -> History:
+        return self._layers.history
+
+    @property
+    def execution(self) -> tuple[ExecutionRecord, ...]:
+        return self._layers.records
+
+    @property
+    def trace(self) -> Trace:
+        return self._layers.trace
+
+    @property
+    def stripped(self) -> frozenset[str]:
+        """Digests of the payloads a vendor rejected and the session leaves out."""
+        return self._layers.stripped
+
+
+class Publisher:
+    """The session's side: hands the events appended since the last call to the logger and the exporters.
+
+    ``cursor`` is how many events were already handed out; :meth:`publish` hands out ``trace[cursor:]``.
+    """
+
+    __slots__ = ("cursor", "exporters", "session", "session_id", "started")
+
+    def __init__(self, exporters: Sequence[Exporter], session: _Core, cursor: int = 0) -> None:
+        self.exporters = tuple(exporters)
+        self.session = session
+        self.session_id = uuid.uuid4().hex
+        self.cursor = cursor
+        self.started = False
+
+    @staticmethod
+    def checked(exporters: Any) -> tuple[Exporter, ...]:
+        """``exporters`` as a tuple, or :class:`~reasonstate.errors.InvalidOption` for anything that is not
+        a sequence of objects with ``export`` and ``close``."""
+        from reasonstate.errors import InvalidOption
+
+        if isinstance(exporters, (str, bytes)) or not isinstance(exporters, Sequence):
+            raise InvalidOption(f"exporters= must be a list of exporters, got {type(exporters).__name__}")
+        for i, exporter in enumerate(exporters):
+            if not all(callable(getattr(exporter, m, None)) for m in ("export", "close")):
+                raise InvalidOption(
+                    f"exporters[{i}] must have export(events, context) and close(context), "
+                    f"got {exporter!r:.80}"
+                )
+        return tuple(exporters)
+
+    def publish(self, trace: Trace) -> None:
+        events = trace.events
+        n = len(events)
+        if n <= self.cursor:
+            if n < self.cursor:  # a replaced trace (restore): nothing new to hand out
+                self.cursor = n
+            if self.started or not self.exporters:
+                return
+        new = events[self.cursor :]
+        self.cursor = n
+        if new:
+            log_events(new, trace)
+        self.started = True
+        if not self.exporters:
+            return
+        context = ExportContext(self.session, self.session_id)
+        for exporter in self.exporters:
+            try:
+                exporter.export(new, context)
+            except Exception as exc:
+                self._failed(exporter, "export", exc)
+
+    def close(self) -> None:
+        context = ExportContext(self.session, self.session_id)
+        for exporter in self.exporters:
+            try:
+                exporter.close(context)
+            except Exception as exc:
+                self._failed(exporter, "close", exc)
+
+    @staticmethod
+    def _failed(exporter: Exporter, what: str, exc: Exception) -> None:
+        # an exporter without a writable counter is still logged
+        with contextlib.suppress(Exception):
+            exporter.failures += 1
+        _export_log.warning(
+            "exporter %s failed in %s (%s); the session goes on",
+            type(exporter).__name__,
+            what,
+            type(exc).__name__,
+        )
+
+
+# -- the reasonstate logger ---------------------------------------------------------------------------------
+
+#: cache-break causes that name a change the caller made (``commit._why_diverged``'s wording)
+_DECLARED = (
+    f"{EventKind.PREFIX_CHANGED}:",
+    f"{EventKind.MODEL_CHANGED}:",
+    "the stable prefix changed",
+    "model ",
+)
+
+
+def declared_break(event: TraceEvent, trace: Trace) -> bool:
+    """Whether a ``cache.break`` event was declared before its request: its cause is a prefix or model change
+    or a vendor switch, or the policy decision it cites (the last one before it in ``trace``) predicted a
+    divergence (``divergence_unit``). A break a Keep decision did not predict (a vendor rejection left a
+    payload out, say) was not declared."""
+    why = str(event.data.get("why", ""))
+    if why.startswith(_DECLARED):
+        return True
+    if why.startswith(f"{EventKind.POLICY_DECISION}:"):
+        for earlier in reversed(trace.events[: event.seq]):
+            if earlier.kind == EventKind.POLICY_DECISION:
+                return earlier.data.get("divergence_unit") is not None
+    return False
+
+
+def log_events(events: Sequence[TraceEvent], trace: Trace) -> None:
+    """The ``reasonstate`` logger's records for ``events``: DEBUG per request, INFO per turn close,
+    WARNING for undeclared cache breaks, withheld continuation, clamped policies and recovered failures.
+    Digests, sizes, counts and names only."""
+    log = _log
+    debug = log.isEnabledFor(logging.DEBUG)
+    if not debug and not log.isEnabledFor(logging.INFO):
+        if not log.isEnabledFor(logging.WARNING):
+            return
+        for event in events:
+            if event.kind in _WARNED:
+                _log_event(event, trace)
+        return
+    for event in events:
+        _log_event(event, trace)
+
+
+def _log_event(event: TraceEvent, trace: Trace) -> None:
+    kind, data, log = event.kind, event.data, _log
+    if kind == EventKind.REQUEST_SENT:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "request %s sent: %s, %d bytes, prefix %s, divergence %s, predicted cache read %s",
+                data.get("index"),
+                data.get("request_digest"),
+                data.get("bytes", 0),
+                str(data.get("prefix_fingerprint", ""))[:19],
+                data.get("divergence"),
+                data.get("predicted_cache_read"),
+            )
+    elif kind == EventKind.RESPONSE_RECEIVED:
+        if log.isEnabledFor(logging.DEBUG):
+            usage = data.get("usage") or {}
+            log.debug(
+                "response %s: stop %s, cache read %s, cache write %s, output %s tokens, %.3f s",
+                data.get("index"),
+                data.get("stop_reason"),
+                usage.get("cache_read"),
+                usage.get("cache_write"),
+                usage.get("output"),
+                data.get("duration_s") or 0.0,
+            )
+    elif kind == EventKind.POLICY_DECISION:
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "turn %s closed: policy %s, next divergence %s, predicted cache read %s, "
+                "cache tokens lost %s",
+                data.get("turn"),
+                data.get("policy"),
+                data.get("divergence_unit"),
+                data.get("predicted_cache_read"),
+                data.get("cache_tokens_lost", 0),
+            )
+    elif kind == EventKind.CACHE_BREAK:
+        why = str(data.get("why", ""))
+        declared = declared_break(event, trace)
+        level = logging.INFO if declared else logging.WARNING
+        if log.isEnabledFor(level):
+            cause = why if declared else f"not declared by any traced change ({why})"
+            log.log(
+                level,
+                "cache break at request %s, prefix unit %s: %s",
+                data.get("index"),
+                data.get("unit"),
+                cause,
+            )
+    elif kind == EventKind.CONTINUATION_WITHHELD:
+        log.warning(
+            "%s continuation payload(s) withheld (%s): produced by another vendor or model",
+            data.get("count"),
+            ", ".join(data.get("kinds") or ()),
+        )
+    elif kind == EventKind.POLICY_CLAMPED:
+        log.warning(
+            "policy %s clamped on turn %s: %d rule(s) applied",
+            data.get("policy"),
+            data.get("turn"),
+            len(data.get("reasons") or ()),
+        )
+    elif kind == EventKind.CONTINUATION_STRIPPED:
+        log.warning(
+            "recovered: the vendor rejected %d replayed payload(s) (%s); left out and retried once",
+            len(data.get("digests") or ()),
+            ", ".join(data.get("kinds") or ()),
+        )
+    elif kind == _CHAIN_FALLBACK:
+        log.warning("recovered: the stored response chain was replaced by a full replay")
+    elif kind == EventKind.CALL_FAILED:
+        if log.isEnabledFor(logging.INFO):
+            log.info("call failed: %s (status %s)", data.get("error"), data.get("status"))
+    elif kind in _SWITCHES and log.isEnabledFor(logging.INFO):
+        log.info("%s: every later request re-prefills from the change on", kind)
+
+
+_SWITCHES = frozenset({EventKind.MODEL_CHANGED, EventKind.VENDOR_CHANGED, EventKind.PREFIX_CHANGED})
+
+#: the OpenAI Responses adapter's event for a lost stored chain, replayed in full (a recovery)
+_CHAIN_FALLBACK = "chain.fallback"
+
+#: kinds logged at WARNING (cache.break only when undeclared: decided in _log_event)
+_WARNED = frozenset(
+    {
+        EventKind.CACHE_BREAK,
+        EventKind.CONTINUATION_WITHHELD,
+        EventKind.POLICY_CLAMPED,
+        EventKind.CONTINUATION_STRIPPED,
+        _CHAIN_FALLBACK,
+    }
+)
