@@ -78,6 +78,9 @@ from typing import Any
 
 import attrs
 
+# every benchmark measures the checkout it is in (a git worktree too), not whichever one the venv installed
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
 import reasonstate as rs
 from reasonstate.snapshot import SessionSnapshot
 from reasonstate.testing import ModelAction

@@ -24,11 +24,7 @@ included, whatever checkout the venv installed.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
-
-# measure the checkout this script is in (a git worktree too), not whichever one the venv installed
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 from _overhead import Case, main
 
