@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -36,7 +35,9 @@ from reasonstate.adapters.base import (
     Endpoint,
     ProtocolRules,
     Seal,
+    Seals,
     VendorRequest,
+    closed_run,
     count,
     payload_of,
     summary_note,
@@ -370,131 +371,50 @@ class _Run:
     """The encoding of a run of closed turns (the whole closed history), shared between requests; its
     lists and dicts are never changed once built (a marked or merged message is a new dict).
 
-    Built incrementally: the run of turns ``0..k`` extends the run of ``0..k-1``, so each request pays one
-    turn's work to extend it and identity checks of its payloads (at C speed) to verify it.
+    Built incrementally (:func:`~reasonstate.adapters.base.closed_run`): the run of turns ``0..k`` extends
+    the run of ``0..k-1``, so each request pays one turn's work to extend it and identity checks of its
+    payloads to verify it. Its first unit is unit ``offset`` of the request.
     """
 
-    turns: tuple[Turn, ...]
-    messages: tuple[dict[str, Any], ...]
-    starts: tuple[int, ...]
-    units: tuple[str, ...]
-    withheld: tuple[Continuation, ...]
-    seals: tuple[Seal, ...]
-    # the seals' entries side by side (continuation, payload, digest), checked by identity at C speed
-    sealed: tuple[Continuation, ...]
-    payloads: tuple[bytes, ...]
-    digests: tuple[str, ...]
+    offset: int
+    turns: tuple[Turn, ...] = ()
+    messages: tuple[dict[str, Any], ...] = ()
+    starts: tuple[int, ...] = ()
+    units: tuple[str, ...] = ()
+    withheld: tuple[Continuation, ...] = ()
+    seals: Seals = attrs.field(factory=Seals)
 
     def check(self) -> None:
-        """``Seal.check`` of every turn: while each continuation still holds the very payload and digest
-        objects it was sealed with, nothing is re-hashed; otherwise the seals say which and raise."""
-        if all(map(operator.is_, map(_PAYLOAD, self.sealed), self.payloads)) and all(
-            map(operator.is_, map(_DIGEST, self.sealed), self.digests)
-        ):
-            return
-        for seal in self.seals:
-            seal.check()
+        self.seals.check()
 
-    def extended(self, turns: Sequence[Turn], encodings: Sequence[_TurnEncoding], offset: int) -> _Run:
-        """This run followed by ``turns`` (encoded as ``encodings``), built in one pass; the run's first unit
-        is unit ``offset`` of the request."""
+    def extended(self, turns: Sequence[Turn], encodings: Sequence[_TurnEncoding]) -> _Run:
+        """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
+        offset = self.offset
         messages, starts = list(self.messages), list(self.starts)
         units = [*([""] * offset), *self.units]
-        withheld, seals = list(self.withheld), list(self.seals)
-        sealed, payloads, digests = list(self.sealed), list(self.payloads), list(self.digests)
+        withheld = list(self.withheld)
         for encoded in encodings:
             for role, blocks, block_digests in encoded.messages:
                 _append(messages, starts, units, role, blocks, block_digests)
             withheld.extend(encoded.withheld)
-            seals.append(encoded.seal)
-            for c, payload, digest in encoded.seal.entries:
-                sealed.append(c)
-                payloads.append(payload)
-                digests.append(digest)
         return _Run(
+            offset,
             (*self.turns, *turns),
             tuple(messages),
             tuple(starts),
             tuple(units[offset:]),
             tuple(withheld),
-            tuple(seals),
-            tuple(sealed),
-            tuple(payloads),
-            tuple(digests),
+            self.seals.extended([e.seal for e in encodings]),
         )
 
 
-_PAYLOAD, _DIGEST = operator.attrgetter("payload"), operator.attrgetter("digest")
-_EMPTY_RUN = _Run((), (), (), (), (), (), (), (), ())
-
-
-@attrs.define(slots=True, eq=False)
-class _Node:
-    """A closed turn's place at the end of the run of turns up to it, memoized on that turn.
-
-    A node is O(1) in size: only the newest node of a run holds the run itself, so memory stays linear in
-    the history (a run memoized on every turn holds O(turns²) references); an older node's run is rebuilt
-    in one pass when needed (a policy that rewrote a later turn's view, another session sharing the turns).
-    """
-
-    previous: _Node | None
-    turn: Turn
-    encoded: _TurnEncoding
-    depth: int  # how many turns the run up to this node holds
-    run: _Run | None = None
-
-    def matches(self, turns: tuple[Turn, ...]) -> bool:
-        """Whether the run up to this node is the first ``depth`` of ``turns``, turn for turn (identity)."""
-        if self.run is not None:
-            return all(map(operator.is_, self.run.turns, turns))
-        node: _Node | None = self
-        for turn in reversed(turns[: self.depth]):
-            if node is None or node.turn is not turn:
-                return False
-            node = node.previous
-        return node is None
-
-    def materialized(self, offset: int) -> _Run:
-        """The run up to this node: from the nearest earlier node that holds one, in one pass."""
-        pending: list[_Node] = []
-        node: _Node | None = self
-        while node is not None and node.run is None:
-            pending.append(node)
-            node = node.previous
-        base = node.run if node is not None and node.run is not None else _EMPTY_RUN
-        pending.reverse()
-        return base.extended([n.turn for n in pending], [n.encoded for n in pending], offset)
-
-
 def _closed_run(turns: tuple[Turn, ...], model: str, offset: int) -> _Run:
-    """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``: the newest
-    memoized node that still ends a prefix of ``turns`` (checked by identity), its run extended by the
-    turns after it."""
-    key = (API, "run", model, offset)
-    k, node = len(turns), None
-    while k > 0:
-        cached = turns[k - 1].cached(key)
-        if isinstance(cached, _Node) and cached.depth == k and cached.matches(turns):
-            node = cached
-            break
-        k -= 1
-    if node is not None and node.run is not None and k == len(turns):
-        return node.run  # the closed history did not change since the last request
-    run = node.materialized(offset) if node is not None else _EMPTY_RUN
-    newest = node
-    if k < len(turns):
-        encodings = []
-        for turn in turns[k:]:
-            encoded = turn.encoded((API, model), functools.partial(_encode_turn, turn, model=model))
-            encodings.append(encoded)
-            newest = _Node(newest, turn, encoded, k + len(encodings))
-            turn.remember(key, newest)
-        run = run.extended(turns[k:], encodings, offset)
-        if node is not None:
-            node.run = None  # only the newest node of a run keeps it
-    if newest is not None:
-        newest.run = run
-    return run
+    """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``."""
+
+    def encode(turn: Turn) -> _TurnEncoding:
+        return turn.encoded((API, model), functools.partial(_encode_turn, turn, model=model))
+
+    return closed_run(turns, (API, "run", model, offset), encode, _Run(offset))
 
 
 def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import attrs
 
@@ -42,8 +43,12 @@ __all__ = [
     "DecodedStep",
     "Endpoint",
     "ProtocolRules",
+    "Run",
+    "RunNode",
     "Seal",
+    "Seals",
     "VendorRequest",
+    "closed_run",
     "compact",
     "count",
     "foreign_reasoning_as_text",
@@ -193,6 +198,38 @@ class Seal:
                 raise ContinuationMismatch(f"a replayed {c.vendor} {c.kind} payload changed since capture")
 
 
+@attrs.frozen(slots=True)
+class Seals:
+    """The seals of a run of turns, their entries also side by side (continuation, payload, digest), so
+    that :meth:`check` is identity comparisons at C speed; on a mismatch the seals say which and raise."""
+
+    seals: tuple[Seal, ...] = ()
+    sealed: tuple[Continuation, ...] = ()
+    payloads: tuple[bytes, ...] = ()
+    digests: tuple[str, ...] = ()
+
+    def extended(self, seals: Sequence[Seal]) -> Seals:
+        entries = [entry for seal in seals for entry in seal.entries]
+        return Seals(
+            (*self.seals, *seals),
+            (*self.sealed, *(c for c, _, _ in entries)),
+            (*self.payloads, *(payload for _, payload, _ in entries)),
+            (*self.digests, *(digest for _, _, digest in entries)),
+        )
+
+    def check(self) -> None:
+        """``Seal.check`` of every seal, without a Python-level loop while nothing changed."""
+        if all(map(operator.is_, map(_PAYLOAD, self.sealed), self.payloads)) and all(
+            map(operator.is_, map(_DIGEST, self.sealed), self.digests)
+        ):
+            return
+        for seal in self.seals:
+            seal.check()
+
+
+_PAYLOAD, _DIGEST = operator.attrgetter("payload"), operator.attrgetter("digest")
+
+
 class TurnEncoding(Protocol):
     """A codec's encoding of one turn: what it withheld, and a check of the payloads it was built from."""
 
@@ -226,6 +263,89 @@ def turn_encodings(
                     f"{model} cannot accept, and the vendor requires them back ({rule}). Nothing was sent."
                 )
         yield encoded
+
+
+class Run(Protocol):
+    """A codec's encoding of a run of closed turns (the whole closed history), shared between requests."""
+
+    @property
+    def turns(self) -> tuple[Turn, ...]: ...
+
+    def extended(self, turns: Sequence[Turn], encodings: Sequence[Any]) -> Any:
+        """This run followed by ``turns`` (encoded as ``encodings``): a run of the same type."""
+        ...
+
+
+_R = TypeVar("_R", bound=Run)
+
+
+@attrs.define(slots=True, eq=False)
+class RunNode(Generic[_R]):
+    """A closed turn's place at the end of the run of turns up to it, memoized on that turn.
+
+    A node is O(1) in size: only the newest node of a run holds the run itself, so memory stays linear in
+    the history (a run memoized on every turn holds O(turns²) references); an older node's run is rebuilt
+    in one pass when needed (a policy that rewrote a later turn's view, another session sharing the turns).
+    """
+
+    previous: RunNode[_R] | None
+    turn: Turn
+    encoded: Any
+    depth: int  # how many turns the run up to this node holds
+    run: _R | None = None
+
+    def matches(self, turns: tuple[Turn, ...]) -> bool:
+        """Whether the run up to this node is the first ``depth`` of ``turns``, turn for turn (identity)."""
+        if self.run is not None:
+            return all(map(operator.is_, self.run.turns, turns))
+        node: RunNode[_R] | None = self
+        for turn in reversed(turns[: self.depth]):
+            if node is None or node.turn is not turn:
+                return False
+            node = node.previous
+        return node is None
+
+    def materialized(self, empty: _R) -> _R:
+        """The run up to this node: from the nearest earlier node that holds one (else ``empty``), in one
+        pass."""
+        pending: list[RunNode[_R]] = []
+        node: RunNode[_R] | None = self
+        while node is not None and node.run is None:
+            pending.append(node)
+            node = node.previous
+        base = node.run if node is not None and node.run is not None else empty
+        pending.reverse()
+        return cast(_R, base.extended([n.turn for n in pending], [n.encoded for n in pending]))
+
+
+def closed_run(turns: tuple[Turn, ...], key: Hashable, encode: Callable[[Turn], Any], empty: _R) -> _R:
+    """The run of ``turns`` (all closed) memoized under ``key``: the newest memoized node that still ends a
+    prefix of ``turns`` (checked by identity), its run extended by the turns after it (each encoded with
+    ``encode``). ``empty`` is the run of no turns; ``key`` must tell apart runs that ``empty`` does."""
+    k, node = len(turns), None
+    while k > 0:
+        cached = turns[k - 1].cached(key)
+        if isinstance(cached, RunNode) and cached.depth == k and cached.matches(turns):
+            node = cached
+            break
+        k -= 1
+    if node is not None and node.run is not None and k == len(turns):
+        return cast(_R, node.run)  # the common case: the closed history did not change since the last request
+    run: _R = node.materialized(empty) if node is not None else empty
+    newest = node
+    if k < len(turns):
+        encodings = []
+        for turn in turns[k:]:
+            encoded = encode(turn)
+            encodings.append(encoded)
+            newest = RunNode(newest, turn, encoded, k + len(encodings))
+            turn.remember(key, newest)
+        run = cast(_R, run.extended(turns[k:], encodings))
+        if node is not None:
+            node.run = None  # only the newest node of a run keeps it
+    if newest is not None:
+        newest.run = run
+    return run
 
 
 def payload_of(step: Step, part: Part) -> Continuation | None:
