@@ -396,7 +396,7 @@ class _Core:
         steps = (*turn.steps[:-1], attrs.evolve(step, tool_results=parts))
         return _Attempt(
             base=history,
-            history=history.with_last_turn(attrs.evolve(turn, steps=steps)),
+            history=history.with_last_turn(turn.with_steps(steps)),
             results_given=parts,
         )
 

@@ -108,3 +108,34 @@ def test_the_memo_goes_with_its_records() -> None:
     del records
     gc.collect()
     assert not keys & set(rules._PAIRS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_predicting_as_a_session_does_equals_the_direct_definition(data: st.DataObject) -> None:
+    """A session predicts each request before its record exists, and the record keeps that very unit
+    tuple: the shortcut that answers from the newest record alone (when it is a prefix of the request and
+    was contained in no earlier request) is taken here, and must agree with the definition."""
+    chains = _chains(data.draw)
+    cache = rules.CacheRules(scheme="items", source="test", min_tokens=data.draw(st.integers(0, 40)), step=3)
+    records: list[ExecutionRecord] = []
+    for i, units in enumerate(chains):
+        expected = _reference(cache, "gemini-3-flash", units, records[-cache.recent :])
+        assert rules.predict_cache_read(cache, "gemini-3-flash", units, records) == expected
+        records.append(_record(i, units, 4 + 3 * len(units)))
+
+
+def test_the_shortcut_is_taken_on_an_append_only_session() -> None:
+    cache = rules.CacheRules(scheme="items", source="test", min_tokens=0, step=1)
+    records: list[ExecutionRecord] = []
+    chain: tuple[str, ...] = ("ns",)
+    for i in range(5):
+        chain = (*chain, f"u{i}")
+        rules.predict_cache_read(cache, "gemini-3-flash", chain, records)
+        records.append(_record(i, chain, 10 * (i + 1)))
+    # the newest record was remembered as contained in no earlier request: a request extending it is
+    # answered from it alone (the slow path would compare every record)
+    assert rules._extends_uncontained((*chain, "next"), records[-1].blocks)
+    assert rules.predict_cache_read(cache, "gemini-3-flash", (*chain, "next"), records) == 50
+    # a request that does not extend the newest record takes the full comparison
+    assert not rules._extends_uncontained(("ns", "u0", "x"), records[-1].blocks)

@@ -27,6 +27,7 @@ import pytest
 import reasonstate as rs
 from reasonstate.adapters.tokens import TokenAdapter
 from reasonstate.state import Continuation
+from reasonstate.state.frozen import FrozenDict, FrozenList
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.completions import VLLMCompletionsEmulator
@@ -553,6 +554,29 @@ def test_editing_trace_event_data_changes_no_sent_byte(rig: Rig) -> None:
             event.data["lost_response_id"] = response_id  # type: ignore[index]
     rig.queue("answer", "answer")
     sent_alike(rig, lambda s: s.send_tool_results(results), session, control)
+
+
+def _deeply_frozen(value: Any) -> bool:
+    if isinstance(value, dict):
+        return type(value) is FrozenDict and all(_deeply_frozen(v) for v in value.values())
+    if isinstance(value, list):
+        return type(value) is FrozenList and all(_deeply_frozen(v) for v in value)
+    return not isinstance(value, (set, bytearray))
+
+
+def test_every_trace_events_data_is_frozen_all_the_way_down(rig: Rig) -> None:
+    """Some events are built frozen (and passed through by the trace's freeze), others frozen by it: the
+    trace holds no mutable container either way (an independent walk over the values' exact types)."""
+    session = rig.session()
+    reply = open_chain(rig, session)
+    rig.queue("answer")
+    session.send_tool_results(results_for(reply))
+    rig.queue("answer")
+    session.send("And tomorrow?")
+    kinds = {event.kind for event in session.trace}
+    assert {"turn.opened", "request.sent", "response.received", "policy.decision", "turn.closed"} <= kinds
+    for event in session.trace:
+        assert _deeply_frozen(event.data), (event.kind, event.data)
 
 
 # == 2. tampering in memory ==================================================================================

@@ -302,6 +302,7 @@ class AnthropicAdapter:
                     kind=kind,
                     value=block,
                     model_bound=kind not in _UNBOUND_KINDS,
+                    parsed=False,  # replayed from the bytes (``checked``), never as ``value``
                 )
             )
         stop = response.get("stop_reason")

@@ -210,11 +210,14 @@ class Seals:
 
     def extended(self, seals: Sequence[Seal]) -> Seals:
         entries = [entry for seal in seals for entry in seal.entries]
+        if not entries:
+            return Seals((*self.seals, *seals), self.sealed, self.payloads, self.digests)
+        sealed, payloads, digests = zip(*entries, strict=True)
         return Seals(
             (*self.seals, *seals),
-            (*self.sealed, *(c for c, _, _ in entries)),
-            (*self.payloads, *(payload for _, payload, _ in entries)),
-            (*self.digests, *(digest for _, _, digest in entries)),
+            self.sealed + sealed,
+            self.payloads + payloads,
+            self.digests + digests,
         )
 
     def check(self) -> None:
@@ -314,6 +317,8 @@ class RunNode(Generic[_R]):
             pending.append(node)
             node = node.previous
         base = node.run if node is not None and node.run is not None else empty
+        if not pending:
+            return base
         pending.reverse()
         return cast(_R, base.extended([n.turn for n in pending], [n.encoded for n in pending]))
 

@@ -417,8 +417,14 @@ def _text_part(text: str) -> tuple[dict[str, Any], str]:
 
 
 def _text_content(role: str, text: str) -> tuple[str, tuple[Any, ...], tuple[str, ...], str]:
+    part, digest, unit = _text_unit(role, text)
+    return role, (dict(part),), (digest,), unit
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _text_unit(role: str, text: str) -> tuple[dict[str, Any], str, str]:
     part, digest = _text_part(text)
-    return role, (dict(part),), (digest,), _content_unit(role, (digest,))
+    return part, digest, _content_unit(role, (digest,))
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -211,11 +211,21 @@ def _items(
     prompt was below the minimum (then 0).
     """
     q = tuple(units)
+    newest = records[-1] if records else None
+    if newest is not None and newest.blocks and _extends_uncontained(q, newest.blocks):
+        # the newest request is a prefix of this one and shared fewer units than its own length with every
+        # earlier request: then each earlier one shares with this request what it shared with the newest
+        # (fewer units than the newest has), so the newest is the longest match, known exactly, and
+        # nothing diverges inside it: the loop below would find the same
+        _remember(q, contained=len(newest.blocks) == len(q))
+        return rules.reported(newest.usage.prompt_tokens, model)
     same = [r for r in records if r.blocks and q and r.blocks[0] == q[0]]
     if not same:
+        _remember(q, contained=False)
         return 0
     shared = _shared(q, same)
     m = max(shared)
+    _remember(q, contained=m >= len(q))
     known = next(
         (r.usage.prompt_tokens for r, s in zip(same, shared, strict=True) if s == len(r.blocks) == m),
         None,
@@ -225,6 +235,29 @@ def _items(
         # nothing can share more tokens than it had
         return 0 if max(r.usage.prompt_tokens for r in same) < rules.minimum(model) else None
     return rules.reported(known, model)
+
+
+#: ``id(units)`` -> (those units, whether some earlier request shared all of them): what :func:`_items`
+#: found for a request's unit tuple, which becomes its record's ``blocks``. The tuples are held, so an id is
+#: not reused while its entry lives; the table is emptied when it grows past a bound.
+_CONTAINED: dict[int, tuple[tuple[str, ...], bool]] = {}
+_CONTAINED_MAX = 4096
+
+
+def _remember(q: tuple[str, ...], *, contained: bool) -> None:
+    if len(_CONTAINED) >= _CONTAINED_MAX:
+        _CONTAINED.clear()
+    _CONTAINED[id(q)] = (q, contained)
+
+
+def _extends_uncontained(q: tuple[str, ...], blocks: tuple[str, ...]) -> bool:
+    """Whether ``blocks`` (the newest record's units) is a prefix of ``q`` and, when its request was
+    predicted, no earlier request shared all of its units (a fact of the records, which never change)."""
+    hit = _CONTAINED.get(id(blocks))
+    if hit is None or hit[0] is not blocks or hit[1]:
+        return False
+    n = len(blocks)
+    return n <= len(q) and q[:n] == blocks
 
 
 def _shared(q: tuple[str, ...], records: Sequence[ExecutionRecord]) -> list[int]:

@@ -34,6 +34,7 @@ from reasonstate.state import (
     TurnView,
     ids_digest,
 )
+from reasonstate.state.frozen import FrozenDict, FrozenList
 from reasonstate.state.history import frozen_arguments
 
 __all__ = ["Layers", "ToolCall", "commit", "lost_responses", "predict", "stripped_payloads"]
@@ -136,7 +137,7 @@ def commit(
         response_id=decoded.response_id,
         response_stored=decoded.response_stored,
     )
-    turn = attrs.evolve(turn, steps=(*turn.steps, step))
+    turn = turn.with_steps((*turn.steps, step))
     history = history.with_last_turn(turn)
     digest, size = request_digest(request.kwargs, request_body)
     records = layers.records
@@ -164,9 +165,11 @@ def commit(
         ids_seal=ids,
     )
     trace = layers.trace
-    events: list[tuple[str, Mapping[str, Any]]] = []  # this request's events, appended as one batch
+    # this request's events, appended as one batch; the ones built here are frozen as built (FrozenDict /
+    # FrozenList all the way down), so the trace's freeze passes them through without a copy
+    events: list[tuple[str, Mapping[str, Any]]] = []
     if len(turn.steps) == 1:
-        events.append((EventKind.TURN_OPENED, {"turn": turn.index, "user": turn.user}))
+        events.append((EventKind.TURN_OPENED, FrozenDict(turn=turn.index, user=turn.user)))
     if results_given:
         events.append(
             (EventKind.TOOL_RESULTS, {"turn": turn.index, "call_ids": [r.call_id for r in results_given]})
@@ -188,14 +191,14 @@ def commit(
     events.append(
         (
             EventKind.REQUEST_SENT,
-            {
-                "index": record.index,
-                "request_digest": digest,
-                "bytes": size,
-                "prefix_fingerprint": record.prefix_fingerprint,
-                "divergence": record.divergence,
-                "predicted_cache_read": predicted,
-            },
+            FrozenDict(
+                index=record.index,
+                request_digest=digest,
+                bytes=size,
+                prefix_fingerprint=record.prefix_fingerprint,
+                divergence=record.divergence,
+                predicted_cache_read=predicted,
+            ),
         )
     )
     if record.divergence is not None and previous is not None:
@@ -206,20 +209,20 @@ def commit(
     events.append(
         (
             EventKind.RESPONSE_RECEIVED,
-            {
-                "index": record.index,
-                "stop_reason": step.stop_reason,
-                "usage": {
-                    "uncached_input": usage.uncached_input,
-                    "cache_read": usage.cache_read,
-                    "cache_write": usage.cache_write,
-                    "output": usage.output,
-                    "reasoning": usage.reasoning,
-                },
-                "duration_s": round(duration, 6),
-                "response_id": decoded.response_id,
-                "response_model": decoded.response_model,
-            },
+            FrozenDict(
+                index=record.index,
+                stop_reason=step.stop_reason,
+                usage=FrozenDict(
+                    uncached_input=usage.uncached_input,
+                    cache_read=usage.cache_read,
+                    cache_write=usage.cache_write,
+                    output=usage.output,
+                    reasoning=usage.reasoning,
+                ),
+                duration_s=round(duration, 6),
+                response_id=decoded.response_id,
+                response_model=decoded.response_model,
+            ),
         )
     )
     events.extend(decoded.events)
@@ -227,12 +230,12 @@ def commit(
         events.append(
             (
                 EventKind.REASONING,
-                {
-                    "turn": turn.index,
-                    "step": len(turn.steps) - 1,
-                    "text": step.reasoning_text,
-                    "payload_digests": [c.digest for c in step.continuation if c.model_bound],
-                },
+                FrozenDict(
+                    turn=turn.index,
+                    step=len(turn.steps) - 1,
+                    text=step.reasoning_text,
+                    payload_digests=FrozenList(c.digest for c in step.continuation if c.model_bound),
+                ),
             )
         )
     records = (*records, record)
@@ -251,7 +254,7 @@ def commit(
             policy=policy,
         )
     trace = trace.extended(events)
-    return attrs.evolve(layers, history=history, trace=trace, records=records), step
+    return Layers(history, trace, records, layers.lost, layers.stripped), step
 
 
 def _why_diverged(trace: Trace, since: int, record: ExecutionRecord, previous: ExecutionRecord) -> str:
@@ -342,7 +345,7 @@ def _close_turn(
             },
         )
     )
-    events.append((EventKind.TURN_CLOSED, {"turn": closed.index, "steps": len(closed.steps)}))
+    events.append((EventKind.TURN_CLOSED, FrozenDict(turn=closed.index, steps=len(closed.steps))))
     return history
 
 

@@ -21,6 +21,9 @@ from reasonstate.state.frozen import freeze
 
 __all__ = ["Continuation", "digest_of"]
 
+#: compact JSON with the strings' own characters (no ``\uXXXX`` escapes): the bytes of a captured payload
+_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
 
 def digest_of(data: bytes) -> str:
     """``sha256:<hex>`` of ``data``."""
@@ -51,10 +54,23 @@ class Continuation:
 
     @classmethod
     def capture(
-        cls, *, vendor: str, api: str, model: str, kind: str, value: Any, model_bound: bool = True
+        cls,
+        *,
+        vendor: str,
+        api: str,
+        model: str,
+        kind: str,
+        value: Any,
+        model_bound: bool = True,
+        parsed: bool = True,
     ) -> Continuation:
-        """Capture a decoded JSON value as received (key order and string bytes preserved)."""
-        payload = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        """Capture a decoded JSON value as received (key order and string bytes preserved).
+
+        ``value`` is a JSON value as decoded (``json.loads``), so ``json.loads(payload) == value``: with
+        ``parsed`` (for codecs that replay :attr:`value`) its frozen copy is memoized as the payload's
+        parsed value at once, not parsed again from the bytes on the first replay.
+        """
+        payload = _DUMPS(value).encode()
         digest = digest_of(payload)
         captured = cls(
             vendor=vendor,
@@ -66,6 +82,8 @@ class Continuation:
             model_bound=model_bound,
         )
         captured._verified[:] = [payload, digest]  # the digest was just taken of these very bytes
+        if parsed:
+            captured._parsed[:] = [digest, freeze(value)]
         return captured
 
     def verify(self) -> None:
@@ -88,8 +106,9 @@ class Continuation:
     def value(self) -> Any:
         """The payload's JSON value, frozen (:func:`~reasonstate.state.frozen.freeze`), after :meth:`verify`.
 
-        Parsed once from the verified bytes and shared between requests: nothing can change it, so what a
-        request sends is what was captured. The memo is tied to the digest it was parsed under.
+        Parsed once (from the verified bytes, or taken at capture from the very value the bytes were
+        serialized from) and shared between requests: nothing can change it, so what a request sends is
+        what was captured. The memo is tied to the digest it was parsed under.
         """
         self.verify()
         memo = self._parsed

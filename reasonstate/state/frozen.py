@@ -124,13 +124,16 @@ _STR = frozenset({str})
 
 def _frozen_dict(value: Mapping[Any, Any]) -> FrozenDict:
     out = FrozenDict()
-    scalars = _SCALARS
-    if scalars.issuperset(map(type, value.values())) and _STR.issuperset(map(type, value)):
+    keys: Iterable[str] = value if _STR.issuperset(map(type, value)) else map(_key, value)
+    if keys is value and _SCALARS.issuperset(map(type, value.values())):
         dict.update(out, value)  # all keys strings, all values scalars (the common case): a C-level copy
     else:
-        for k, v in value.items():
-            dict.__setitem__(out, k if type(k) is str else str(k), v if type(v) in scalars else freeze(v))
+        dict.update(out, zip(keys, map(freeze, value.values()), strict=True))  # iterated at C level
     return out
+
+
+def _key(key: Any) -> str:
+    return key if type(key) is str else str(key)
 
 
 def _frozen_list(value: Iterable[Any]) -> FrozenList:

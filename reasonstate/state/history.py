@@ -199,6 +199,14 @@ class Turn:
         turns before this one too, which the caller checks before use."""
         self._encodings[key] = value
 
+    def with_steps(self, steps: tuple[Step, ...]) -> Turn:
+        """This turn with ``steps`` (a new value: no memoized encodings)."""
+        return Turn(self.index, self.user, steps, self.view)
+
+    def with_view(self, view: TurnView | None) -> Turn:
+        """This turn with ``view`` (a new value: no memoized encodings)."""
+        return Turn(self.index, self.user, self.steps, view)
+
     @property
     def closed(self) -> bool:
         return self.view is not None
@@ -228,7 +236,7 @@ class History:
 
     def with_view(self, index: int, view: TurnView) -> History:
         turns = list(self.turns)
-        turns[index] = attrs.evolve(turns[index], view=view)
+        turns[index] = turns[index].with_view(view)
         return History(tuple(turns))
 
     def __len__(self) -> int:
