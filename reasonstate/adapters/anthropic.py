@@ -39,9 +39,9 @@ from reasonstate.adapters.base import (
     VendorRequest,
     closed_run,
     count,
+    open_turn_encoding,
     payload_of,
     summary_note,
-    turn_encodings,
     unit_digest,
 )
 from reasonstate.adapters.streams import AnthropicAssembler
@@ -188,10 +188,10 @@ class AnthropicAdapter:
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
             build = functools.partial(_encode_turn, model=model)
-            for encoded in turn_encodings(History((history.turns[-1],)), (API, model), build, model, _RULE):
-                withheld.extend(encoded.withheld)
-                for role, blocks, digests in encoded.messages:
-                    _append(messages, starts, units, role, blocks, digests)
+            encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
+            withheld.extend(encoded.withheld)
+            for role, blocks, digests in encoded.messages:
+                _append(messages, starts, units, role, blocks, digests)
 
         def block_at(k: int) -> tuple[list[Any], int]:
             mi = bisect.bisect_right(starts, k) - 1

@@ -52,6 +52,7 @@ __all__ = [
     "compact",
     "count",
     "foreign_reasoning_as_text",
+    "open_turn_encoding",
     "payload_of",
     "request_digest",
     "summary_note",
@@ -258,14 +259,21 @@ def turn_encodings(
             encoded = turn.encoded(key, functools.partial(build, turn))
             encoded.verify()
         else:
-            encoded = build(turn)
-            if encoded.withheld:
-                sources = sorted({f"{c.vendor}/{c.model}" for c in encoded.withheld})
-                raise ContinuationMismatch(
-                    f"the open tool chain holds {len(encoded.withheld)} payload(s) from {sources} that "
-                    f"{model} cannot accept, and the vendor requires them back ({rule}). Nothing was sent."
-                )
+            encoded = open_turn_encoding(turn, build, model, rule)
         yield encoded
+
+
+def open_turn_encoding(turn: Turn, build: Callable[[Turn], _E], model: str, rule: str) -> _E:
+    """The open turn's encoding, built fresh; :class:`ContinuationMismatch` (nothing sent) if it would
+    withhold a payload (see :func:`turn_encodings`)."""
+    encoded = build(turn)
+    if encoded.withheld:
+        sources = sorted({f"{c.vendor}/{c.model}" for c in encoded.withheld})
+        raise ContinuationMismatch(
+            f"the open tool chain holds {len(encoded.withheld)} payload(s) from {sources} that "
+            f"{model} cannot accept, and the vendor requires them back ({rule}). Nothing was sent."
+        )
+    return encoded
 
 
 class Run(Protocol):

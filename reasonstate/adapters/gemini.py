@@ -60,9 +60,9 @@ from reasonstate.adapters.base import (
     closed_run,
     compact,
     count,
+    open_turn_encoding,
     payload_of,
     summary_note,
-    turn_encodings,
     unit_digest,
 )
 from reasonstate.adapters.streams import GeminiAssembler
@@ -226,10 +226,10 @@ class GeminiAdapter:
             build = functools.partial(_encode_turn, model=model)
             # the current turn's signatures are validated (§5.4): the open chain is refused if it would
             # withhold
-            for encoded in turn_encodings(History((history.turns[-1],)), (API, model), build, model, _RULE):
-                withheld.extend(encoded.withheld)
-                for role, parts, digests, unit in encoded.contents:
-                    add(role, parts, digests, unit)
+            encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
+            withheld.extend(encoded.withheld)
+            for role, parts, digests, unit in encoded.contents:
+                add(role, parts, digests, unit)
         for key, value in options.items():
             if key != "stream":
                 config[key] = value
@@ -569,8 +569,8 @@ def _part(raw: Any, i: int, call_ids: _CallIds) -> tuple[Part, str]:
     """A Part as a canonical part, and the kind its payload is captured under."""
     if not isinstance(raw, Mapping):
         raise MalformedResponse(f"parts[{i}] is not an object")
-    unknown = sorted(k for k in raw if k not in _PART_FIELDS)
-    if unknown:
+    if not _PART_FIELDS.issuperset(raw):
+        unknown = sorted(str(k) for k in raw if k not in _PART_FIELDS)
         raise MalformedResponse(f"parts[{i}]: fields {unknown} that google-genai cannot send back")
     signature = raw.get("thoughtSignature")
     if signature is not None and not _is_base64(signature):
