@@ -12,6 +12,7 @@ the application configures logging; see ``docs/export.md`` for what is logged at
 
 import logging as _logging
 
+from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Price, Pricing
 from reasonstate.errors import (
     ContinuationMismatch,
     IllegalTransition,
@@ -28,17 +29,23 @@ from reasonstate.errors import (
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.session import AsyncSession, Reply, Report, Session, ToolCall, ToolResult, TurnState
 from reasonstate.snapshot import SessionSnapshot
+from reasonstate.state import Usage
 
 _logging.getLogger("reasonstate").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AsyncSession",
     "ContinuationMismatch",
+    "Cost",
     "IllegalTransition",
     "InvalidOption",
+    "KVConfig",
     "MalformedResponse",
+    "Metrics",
     "PolicyConflict",
     "Prefix",
+    "Price",
+    "Pricing",
     "ProtocolViolation",
     "ReasonStateError",
     "Reply",
@@ -52,5 +59,6 @@ __all__ = [
     "ToolResult",
     "ToolResultError",
     "TurnState",
+    "Usage",
     "VendorError",
 ]

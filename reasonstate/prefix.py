@@ -27,7 +27,9 @@ _T = TypeVar("_T")
 __all__ = ["Prefix", "Tool", "canonical_json"]
 
 
-_CLOCK = re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b")
+# a clock time with seconds, also inside an ISO 8601 timestamp (``2026-12-01T03:32:20.123456``), where no
+# word boundary precedes the hour
+_CLOCK = re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:\.\d+)?(?![\d:])")
 
 
 def canonical_json(value: Any) -> str:

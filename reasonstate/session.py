@@ -46,6 +46,9 @@ from reasonstate.adapters.base import (
     foreign_reasoning_as_text,
     without_payloads,
 )
+from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
+from reasonstate.cache.pricing import metrics as cache_metrics
+from reasonstate.cache.pricing import total as total_cost
 from reasonstate.errors import (
     IllegalTransition,
     InvalidOption,
@@ -131,16 +134,24 @@ class Report:
     #: failed calls the vendor answered with 400 (a request it refused as invalid), from the trace
     protocol_errors: int
     failed_calls: int
+    #: USD at the report's price table (None when a model used has no price there); per request and per
+    #: turn as well (``(turn, cost)`` in turn order)
+    cost: Cost | None = None
+    cost_per_request: tuple[Cost | None, ...] = ()
+    cost_per_turn: tuple[tuple[int, Cost | None], ...] = ()
+    #: cached / prefilled / recomputed tokens, active context and its KV bytes (docs/protocols.md §8)
+    metrics: Metrics | None = None
 
     @property
     def cache_read_share(self) -> float:
         return self.cache_read / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def __str__(self) -> str:
+        cost = f"${self.cost.total:.6f}" if self.cost is not None else "cost unknown (a model has no price)"
         return (
             f"{self.requests} requests, {self.prompt_tokens} prompt tokens "
             f"({self.cache_read_share:.1%} cache reads, {self.cache_write} written), "
-            f"{self.output_tokens} output; predictions exact on {self.predicted_matches}/"
+            f"{self.output_tokens} output; {cost}; predictions exact on {self.predicted_matches}/"
             f"{self.predicted_total}; active context {self.active_context_tokens}; "
             f"protocol errors {self.protocol_errors}, failed calls {self.failed_calls}"
         )
@@ -641,11 +652,18 @@ class _Core:
         self._layers = attrs.evolve(self._layers, trace=self._layers.trace.appended(kind, **data))
 
     # -- reporting and snapshots -----------------------------------------------------------------------
-    def report(self) -> Report:
-        """Derived from the execution and trace layers."""
+    def report(self, *, pricing: Pricing | None = None, kv: KVConfig | None = None) -> Report:
+        """Derived from the execution and trace layers: tokens, cache reads predicted and reported,
+        cost at ``pricing`` (default: the packaged table, :meth:`Pricing.default`) per request, turn and
+        session, and the cache metrics (``kv`` gives the KV bytes of a self-hosted model's context)."""
         recs = self.execution
         predicted = [r for r in recs if r.predicted_cache_read is not None]
         failures = self.trace.of_kind(EventKind.CALL_FAILED)
+        table = Pricing.default() if pricing is None else pricing
+        per_request = tuple(table.cost(r.model, r.usage) for r in recs)
+        turns: dict[int, list[Cost | None]] = {}
+        for r, c in zip(recs, per_request, strict=True):
+            turns.setdefault(r.turn, []).append(c)
         return Report(
             requests=len(recs),
             prompt_tokens=sum(r.usage.prompt_tokens for r in recs),
@@ -657,6 +675,10 @@ class _Core:
             active_context_tokens=recs[-1].usage.prompt_tokens + recs[-1].usage.output if recs else 0,
             protocol_errors=sum(1 for e in failures if e.data.get("status") == 400),
             failed_calls=len(failures),
+            cost=total_cost(per_request),
+            cost_per_request=per_request,
+            cost_per_turn=tuple((t, total_cost(cs)) for t, cs in sorted(turns.items())),
+            metrics=cache_metrics(recs, kv),
         )
 
     def next_request(

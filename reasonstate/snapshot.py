@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pydantic
 
-from reasonstate.errors import ContinuationMismatch, SnapshotError
+from reasonstate.errors import ContinuationMismatch, ReasonStateError, SnapshotError
 from reasonstate.policies import Policy, policy_from_spec
 from reasonstate.prefix import Prefix, Tool, canonical_json
 from reasonstate.state import (
@@ -101,9 +101,14 @@ class SessionSnapshot(pydantic.BaseModel):
                 f"snapshot version {self.version} is not one this reasonstate reads ({SNAPSHOT_VERSION})"
             )
         # the specific check first: an edited payload or token id is a ContinuationMismatch
-        history_from_snapshot(self.history)
-        for record in self.execution:
-            _record_from_dict(record)
+        try:
+            history_from_snapshot(self.history)
+            for record in self.execution:
+                _record_from_dict(record)
+        except ReasonStateError:
+            raise
+        except (ValueError, TypeError, KeyError) as exc:  # a value no session could have produced
+            raise SnapshotError(f"not a valid snapshot: {type(exc).__name__}: {exc}") from exc
         if self.digest != self.content_digest():
             raise SnapshotError(
                 "the snapshot was edited after it was taken: its content digest does not match"
@@ -212,6 +217,7 @@ def history_to_snapshot(history: History) -> list[dict[str, Any]]:
                         "cache_write": s.usage.cache_write,
                         "output": s.usage.output,
                         "reasoning": s.usage.reasoning,
+                        "cache_write_1h": s.usage.cache_write_1h,
                     },
                     "model": s.model,
                     "response_id": s.response_id,

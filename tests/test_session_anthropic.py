@@ -652,6 +652,8 @@ def test_a_clock_time_in_the_system_prompt_is_flagged(emulator: AnthropicEmulato
     session = make_session(emulator, system="Now is 2026-11-29 14:03:59 UTC. Be brief.")
     event = session.trace.of_kind(EventKind.PREFIX_VOLATILE)[0]
     assert event.data["spans"] == ["14:03:59"]
+    iso = make_session(emulator, system="Now: 2026-12-01T03:32:20.123456+00:00. Be brief.")  # isoformat()
+    assert iso.trace.of_kind(EventKind.PREFIX_VOLATILE)[0].data["spans"] == ["03:32:20.123456"]
     assert (
         make_session(emulator, system="Today is 2026-11-29.").trace.of_kind(EventKind.PREFIX_VOLATILE) == []
     )

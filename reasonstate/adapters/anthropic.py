@@ -38,7 +38,6 @@ from reasonstate.adapters.base import (
     Seals,
     VendorRequest,
     closed_run,
-    count,
     open_turn_encoding,
     payload_of,
     summary_note,
@@ -544,11 +543,13 @@ def _usage(raw: Any) -> Usage:
     if not isinstance(raw, Mapping):
         return Usage()
     details = raw.get("output_tokens_details")
-    thinking = details.get("thinking_tokens") if isinstance(details, Mapping) else None
-    return Usage(
-        uncached_input=count(raw.get("input_tokens")),
-        cache_read=count(raw.get("cache_read_input_tokens")),
-        cache_write=count(raw.get("cache_creation_input_tokens")),
-        output=count(raw.get("output_tokens")),
-        reasoning=thinking if isinstance(thinking, int) else None,
+    creation = raw.get("cache_creation")
+    # the parts are disjoint: the whole prompt is input + creation + read (docs/protocols.md §4.4)
+    return Usage.of(
+        uncached_input=raw.get("input_tokens"),
+        cache_read=raw.get("cache_read_input_tokens"),
+        cache_write=raw.get("cache_creation_input_tokens"),
+        output=raw.get("output_tokens"),
+        reasoning=details.get("thinking_tokens") if isinstance(details, Mapping) else None,
+        cache_write_1h=creation.get("ephemeral_1h_input_tokens") if isinstance(creation, Mapping) else 0,
     )

@@ -77,8 +77,9 @@ def unit_digest(value: Any) -> str:
 
 
 def count(value: Any) -> int:
-    """A usage figure, or 0 when the vendor left it out or sent something that is not an integer."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A usage figure, or 0 when the vendor left it out or sent something that is not a non-negative
+    integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 

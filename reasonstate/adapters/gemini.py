@@ -637,9 +637,9 @@ def _usage(raw: Any) -> Usage:
         return Usage()
     cached = count(raw.get("cachedContentTokenCount"))
     thoughts = raw.get("thoughtsTokenCount")
-    return Usage(
-        uncached_input=max(0, count(raw.get("promptTokenCount")) - cached),
+    return Usage.of(
+        uncached_input=count(raw.get("promptTokenCount")) - cached,
         cache_read=cached,
         output=count(raw.get("candidatesTokenCount")) + count(thoughts),
-        reasoning=thoughts if isinstance(thoughts, int) and not isinstance(thoughts, bool) else None,
+        reasoning=thoughts,
     )

@@ -426,16 +426,16 @@ def _usage(raw: Any, dialect: str) -> Usage:
     prompt, output = count(raw.get("prompt_tokens")), count(raw.get("completion_tokens"))
     out_details = raw.get("completion_tokens_details")
     reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, Mapping) else None
-    reasoning = reasoning if isinstance(reasoning, int) else None
     if dialect == "deepseek" and isinstance(raw.get("prompt_cache_hit_tokens"), int):
-        hit, miss = raw["prompt_cache_hit_tokens"], raw.get("prompt_cache_miss_tokens")
-        uncached = miss if isinstance(miss, int) else max(prompt - hit, 0)
-        return Usage(uncached_input=uncached, cache_read=hit, output=output, reasoning=reasoning)
+        # hit + miss is the prompt (docs/protocols.md §3.4)
+        hit, miss = count(raw["prompt_cache_hit_tokens"]), raw.get("prompt_cache_miss_tokens")
+        uncached = miss if isinstance(miss, int) else prompt - hit
+        return Usage.of(uncached_input=uncached, cache_read=hit, output=output, reasoning=reasoning)
     in_details = raw.get("prompt_tokens_details")
     details = in_details if isinstance(in_details, Mapping) else {}
     cached, written = count(details.get("cached_tokens")), count(details.get("cache_write_tokens"))
-    return Usage(
-        uncached_input=max(prompt - cached - written, 0),
+    return Usage.of(
+        uncached_input=prompt - cached - written,
         cache_read=cached,
         cache_write=written,
         output=output,

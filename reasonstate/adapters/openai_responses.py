@@ -566,10 +566,10 @@ def _usage(raw: Any) -> Usage:
     reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, Mapping) else None
     cached = count(details.get("cached_tokens"))
     written = count(details.get("cache_write_tokens"))
-    return Usage(
-        uncached_input=max(0, count(raw.get("input_tokens")) - cached - written),
+    return Usage.of(
+        uncached_input=count(raw.get("input_tokens")) - cached - written,
         cache_read=cached,
         cache_write=written,
-        output=count(raw.get("output_tokens")),
-        reasoning=reasoning if isinstance(reasoning, int) else None,
+        output=raw.get("output_tokens"),
+        reasoning=reasoning,
     )

@@ -418,7 +418,7 @@ class TokenAdapter:
             prompt, completion = count(raw.get("prompt_tokens")), count(raw.get("completion_tokens"))
             details = raw.get("prompt_tokens_details")
             cached = count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
-        return Usage(
+        return Usage.of(
             uncached_input=prompt - cached,
             cache_read=cached,
             output=completion or len(ids),

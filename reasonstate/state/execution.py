@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -23,24 +24,88 @@ def ids_digest(ids: Sequence[int]) -> str:
     return digest_of(array.array("q", ids).tobytes())
 
 
+def _count(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"Usage.{attribute.name} must be a non-negative integer, got {value!r}")
+
+
 @attrs.frozen(slots=True)
 class Usage:
-    """Normalized token usage of one request."""
+    """Normalized token usage of one request, the same for every vendor (docs/protocols.md §1.5, §3.4,
+    §4.4, §5.3 say how each vendor's fields map here).
 
-    uncached_input: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    output: int = 0
-    reasoning: int | None = None
+    Invariants (checked on construction: a value that breaks one is refused with ``ValueError``):
+
+    * every count is a non-negative ``int``;
+    * the prompt is split three ways with nothing counted twice: ``input_total == uncached_input +
+      cache_read + cache_write`` (Anthropic reports the parts; OpenAI, DeepSeek and Gemini report a total
+      that includes the cached part, which the codec subtracts);
+    * ``cache_write_1h <= cache_write`` (the part written with the 1-hour TTL, billed higher; Anthropic);
+    * ``output`` is every generated token, reasoning included; ``reasoning`` is the part of it the
+      vendor reports as reasoning (``None``: not reported), so ``reasoning <= output``.
+
+    A streamed and a non-streamed call of the same answer give equal values.
+    """
+
+    uncached_input: int = attrs.field(default=0, validator=_count)
+    cache_read: int = attrs.field(default=0, validator=_count)
+    cache_write: int = attrs.field(default=0, validator=_count)
+    output: int = attrs.field(default=0, validator=_count)
+    reasoning: int | None = attrs.field(default=None)
+    cache_write_1h: int = attrs.field(default=0, validator=_count)
+
+    def __attrs_post_init__(self) -> None:
+        if self.reasoning is not None:
+            _count(self, attrs.fields(Usage).reasoning, self.reasoning)
+            if self.reasoning > self.output:
+                raise ValueError(f"Usage.reasoning {self.reasoning} exceeds output {self.output}")
+        if self.cache_write_1h > self.cache_write:
+            raise ValueError(
+                f"Usage.cache_write_1h {self.cache_write_1h} exceeds cache_write {self.cache_write}"
+            )
 
     @property
-    def prompt_tokens(self) -> int:
+    def input_total(self) -> int:
         """Every prompt token: ``uncached_input + cache_read + cache_write``."""
         return self.uncached_input + self.cache_read + self.cache_write
 
     @property
+    def prompt_tokens(self) -> int:
+        """Same as :attr:`input_total`."""
+        return self.uncached_input + self.cache_read + self.cache_write
+
+    @property
     def cache_read_share(self) -> float:
+        """``cache_read / input_total`` (0.0 for an empty prompt)."""
         return self.cache_read / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        uncached_input: Any = 0,
+        cache_read: Any = 0,
+        cache_write: Any = 0,
+        output: Any = 0,
+        reasoning: Any = None,
+        cache_write_1h: Any = 0,
+    ) -> Usage:
+        """A Usage from vendor figures as received: a missing, non-integer or negative count is 0, a
+        reasoning count is capped at ``output`` and the 1-hour write at ``cache_write`` (a vendor's odd
+        figure never fails the call whose answer was already paid for)."""
+        output_ = _clean(output)
+        write = _clean(cache_write)
+        thinking = None if reasoning is None or not _is_int(reasoning) else min(max(reasoning, 0), output_)
+        one_hour = min(_clean(cache_write_1h), write)
+        return cls(_clean(uncached_input), _clean(cache_read), write, output_, thinking, one_hour)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _clean(value: Any) -> int:
+    return value if _is_int(value) and value > 0 else 0
 
 
 @attrs.frozen(slots=True)
