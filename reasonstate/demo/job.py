@@ -353,7 +353,7 @@ class PolicyStats:
 
 HEADER = (
     "policy",
-    "requests",
+    "requests (count)",
     "sent (KB)",
     "input (tokens)",
     "cache-read share (% of input)",
@@ -433,9 +433,9 @@ def vendor_table(vendor: Vendor, live: bool) -> tuple[Table, list[PolicyStats]]:
 SWITCH_HEADER = (
     "turn",
     "vendor",
-    "requests",
+    "requests (count)",
     "withheld foreign payloads (count)",
-    "opaque kinds withheld",
+    "opaque kinds withheld (vendor:kind)",
     "protocol errors (count)",
 )
 

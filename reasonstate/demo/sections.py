@@ -58,7 +58,7 @@ def opening_tables(result: Opening) -> tuple[Table, Table]:
             "vendor",
             "what the plain loop does",
             "plain: refused request (#, from 0)",
-            "plain: HTTP status",
+            "plain: HTTP status (code)",
             "rs.Session: requests (count)",
             "rs.Session: HTTP errors (count)",
         ),
