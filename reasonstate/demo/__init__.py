@@ -50,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
         "--only",
         choices=("opening", "policies"),
         default=None,
-        help="run one part: 'opening' (without vs with reasonstate) or 'policies' (everything after it)",
+        help="run one part on the emulators: 'opening' (without vs with reasonstate) or 'policies' "
+        "(everything after it)",
     )
     return out
 
@@ -63,7 +64,10 @@ def main(argv: Sequence[str] = ()) -> int:
     from reasonstate.demo import sections
     from reasonstate.demo.render import make_output
 
-    args = parser().parse_args(list(argv))
+    options = parser()
+    args = options.parse_args(list(argv))
+    if args.live and args.only:
+        options.error("--only picks a part of the emulated demo; --live runs the policy tables only")
     out = make_output(sys.stdout, plain=args.plain)
     started = time.perf_counter()
     if args.live:

@@ -385,8 +385,9 @@ def policy_stats(vendor: Vendor, live: bool) -> list[PolicyStats]:
 GEMINI_CACHE_MINIMUM = 4096
 
 
-def reading(vendor: Vendor, stats: Sequence[PolicyStats]) -> str:
-    """One line that says what the table shows and why, from its own figures."""
+def reading(vendor: Vendor, stats: Sequence[PolicyStats], live: bool = False) -> str:
+    """One line that says what the table shows and why, from its own figures (model-specific reasons only
+    for the emulated models, whose rules are known)."""
     by = {s.policy: s for s in stats}
     keep, drop, last = by["Keep()"], by["Drop()"], by["KeepLast(1)"]
     kb = f"{keep.sent_kb:,.0f}/{drop.sent_kb:,.0f}/{last.sent_kb:,.0f} KB"
@@ -396,7 +397,7 @@ def reading(vendor: Vendor, stats: Sequence[PolicyStats]) -> str:
             "any policy and ignores it on plain answers (docs/protocols.md §3.3), so the policy only changes "
             f"the bytes sent (Keep/Drop/KeepLast {kb}), not the prompt or its cache."
         )
-    if vendor.key == "gemini":
+    if vendor.key == "gemini" and not live:
         big = {s.policy: sum(p >= GEMINI_CACHE_MINIMUM for p in s.prompts) for s in stats}
         return (
             f"Gemini 3 Flash caches implicitly only from {GEMINI_CACHE_MINIMUM:,} prompt tokens "
@@ -426,7 +427,7 @@ def vendor_table(vendor: Vendor, live: bool) -> tuple[Table, list[PolicyStats]]:
     stats = policy_stats(vendor, live)
     where = "the real API" if live else "its emulator (127.0.0.1)"
     title = f"{vendor.title} — {TURNS} user turns, tool chains with parallel calls, on {where}"
-    table = Table(title, HEADER, tuple(s.row() for s in stats), (reading(vendor, stats),))
+    table = Table(title, HEADER, tuple(s.row() for s in stats), (reading(vendor, stats, live),))
     return table, stats
 
 
