@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["token_demo_section"]
+__all__ = ["token_demo_rows", "token_demo_section"]
 
 _CITIES = ("Paris", "Rome", "Oslo", "Lisbon")
 _SYSTEM = "You are a travel desk. Use the weather tool for facts and answer in one sentence."
@@ -83,14 +83,20 @@ def _run(renderer: Any, policy: Any) -> list[tuple[str, ...]]:
         return rows
 
 
-def token_demo_section() -> str:
-    """A table of per-request prompt tokens, cached tokens (reported vs predicted) and the prompt's path."""
+def token_demo_rows() -> list[tuple[str, ...]]:
+    """One row per request, under ``Keep`` then ``Drop``: policy, request index, ``turn.step``, prompt path
+    (``full render`` or ``bridge``), prompt tokens, cached tokens vLLM reported, cached tokens predicted."""
     from reasonstate.policies import Drop, Keep
     from reasonstate.tokens import ChatTemplateRenderer, template_path
 
     renderer = ChatTemplateRenderer.from_files(template_path("qwen3.6"), tokenizer="qwen3.6")
+    return [*_run(renderer, Keep()), *_run(renderer, Drop())]
+
+
+def token_demo_section() -> str:
+    """A table of per-request prompt tokens, cached tokens (reported vs predicted) and the prompt's path."""
     header = ("policy", "req", "turn.step", "prompt path", "prompt", "cached", "predicted")
-    rows = [*_run(renderer, Keep()), *_run(renderer, Drop())]
+    rows = token_demo_rows()
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
 
     def line(row: tuple[str, ...]) -> str:

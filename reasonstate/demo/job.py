@@ -1,12 +1,11 @@
-"""``reasonstate demo``: one scripted agent job under several between-turn policies, side by side.
+"""The demo's agent job and its policy tables: one scripted job under several between-turn policies.
 
 The job: 12 user turns of a travel-desk agent; every third turn runs a tool chain (two parallel weather
 calls, then a long itinerary lookup), the others are plain follow-ups. Reasoning is long and answers short,
-as with real reasoning models. By default it runs on the embedded emulators (Anthropic Messages,
-OpenAI Responses stateless and stateful, DeepSeek chat, Gemini; no API key), then one conversation that
-switches vendor between turns, the token-level PRR matrix and a token-in/token-out session; ``--live``
-runs the same turns against each real API whose key is set (ANTHROPIC_API_KEY, OPENAI_API_KEY,
-DEEPSEEK_API_KEY, GEMINI_API_KEY).
+as with real reasoning models. It runs on the embedded emulators (Anthropic Messages, OpenAI Responses
+stateless and stateful, DeepSeek chat, Gemini; no API key) or, with ``live=True``, against the real APIs.
+Every function here returns data (:class:`PolicyStats`, :class:`reasonstate.demo.render.Table`); printing
+is :mod:`reasonstate.demo.sections`.
 """
 
 from __future__ import annotations
@@ -18,9 +17,10 @@ from typing import Any
 import attrs
 
 import reasonstate as rs
+from reasonstate.demo.render import Table
 from reasonstate.policies import Drop, Keep, KeepLast, Policy
 
-__all__ = ["VENDORS", "main", "run_job"]
+__all__ = ["POLICIES", "SWITCH_ROUTE", "VENDORS", "PolicyStats", "Vendor", "policy_stats", "run_job"]
 
 TURNS = 12
 MODEL = "claude-sonnet-4-6"
@@ -109,49 +109,6 @@ def run_job(client: Any, policy: Policy, model: str, **options: Any) -> rs.Sessi
     return session
 
 
-def _row(name: str, session: rs.Session) -> list[str]:
-    r = session.report()
-    predicted = sum(x.predicted_cache_read or 0 for x in session.execution)
-    unknown = r.requests - r.predicted_total
-    return [
-        name,
-        str(r.requests),
-        f"{sum(x.request_bytes for x in session.execution) / 1024:,.0f}",
-        f"{r.prompt_tokens:,}",
-        f"{r.cache_read_share:.1%}",
-        f"{r.cache_read:,}",
-        f"{predicted:,}" + (f" (+{unknown} n/a)" if unknown else ""),
-        f"{r.predicted_matches}/{r.predicted_total}",
-        f"{r.active_context_tokens:,}",
-        str(r.protocol_errors),
-    ]
-
-
-HEADER = [
-    "policy",
-    "requests",
-    "sent KB",
-    "input tokens",
-    "cache-read share",
-    "cache reads (vendor)",
-    "cache reads (SDK predicted)",
-    "exact",
-    "active context",
-    "protocol errors",
-]
-
-
-def table(rows: Sequence[Sequence[str]], header: Sequence[str] = HEADER) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
 POLICIES: list[tuple[str, Callable[[], Policy]]] = [
     ("Keep()", Keep),
     ("Drop()", Drop),
@@ -171,6 +128,8 @@ class Vendor:
     emulator: Callable[[list[Any]], Any]
     live_client: Callable[[], Any]
     session_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    #: which reading :func:`reading` gives under this vendor's table
+    key: str = ""
 
 
 def _anthropic_emulator(actions: list[Any]) -> Any:
@@ -230,6 +189,7 @@ VENDORS = [
         {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}},
         _anthropic_emulator,
         _anthropic_live,
+        key="anthropic",
     ),
     Vendor(
         "OpenAI Responses, stateless (store=False, encrypted reasoning replayed)",
@@ -239,6 +199,7 @@ VENDORS = [
         {"store": False, "reasoning": {"effort": "medium", "summary": "auto"}},
         _responses_emulator,
         _openai_live,
+        key="responses-stateless",
     ),
     Vendor(
         "OpenAI Responses, stateful (store=True, previous_response_id)",
@@ -248,6 +209,7 @@ VENDORS = [
         {"store": True, "reasoning": {"effort": "medium", "summary": "auto"}},
         _responses_emulator,
         _openai_live,
+        key="responses-stateful",
     ),
     Vendor(
         "DeepSeek chat completions (thinking mode, reasoning_content)",
@@ -257,7 +219,8 @@ VENDORS = [
         {"reasoning_effort": "high"},
         _deepseek_emulator,
         _deepseek_live,
-        {"dialect": "deepseek"},
+        session_kwargs={"dialect": "deepseek"},
+        key="deepseek",
     ),
     Vendor(
         "Gemini generateContent (thought signatures on their Parts)",
@@ -267,28 +230,12 @@ VENDORS = [
         {"thinking_config": {"include_thoughts": True}},
         _gemini_emulator,
         _gemini_live,
+        key="gemini",
     ),
 ]
 
 
-def vendor_section(vendor: Vendor, live: bool) -> str:
-    rows = []
-    for name, make in POLICIES:
-        if live:
-            session = run_job(
-                vendor.live_client(), make(), vendor.live_model, **vendor.session_kwargs, **vendor.options
-            )
-        else:
-            with vendor.emulator(scripted_actions()) as emulator:
-                client = emulator.client()
-                session = run_job(client, make(), vendor.model, **vendor.session_kwargs, **vendor.options)
-                client.close()
-        rows.append(_row(name, session))
-    where = "the real API" if live else "its emulator (127.0.0.1)"
-    return f"{vendor.title} — {TURNS} user turns, tool chains with parallel calls, on {where}\n" + table(rows)
-
-
-#: the vendors one session moves through in :func:`switch_section`, with the options each takes
+#: the vendors one session moves through in :func:`switch_table`, with the options each takes
 SWITCH_ROUTE: list[tuple[str, Callable[[list[Any]], Any], str, Mapping[str, Any]]] = [
     (
         "Anthropic",
@@ -305,31 +252,6 @@ SWITCH_ROUTE: list[tuple[str, Callable[[list[Any]], Any], str, Mapping[str, Any]
     ("Gemini", _gemini_emulator, "gemini-3-flash", {"thinking_config": {"include_thoughts": True}}),
     ("DeepSeek", _deepseek_emulator, "deepseek-v4-pro", {"dialect": "deepseek"}),
 ]
-
-
-SWITCH_HEADER = [
-    "turn",
-    "vendor",
-    "requests",
-    "withheld (foreign payloads)",
-    "opaque kinds withheld",
-    "protocol errors",
-]
-
-
-def switch_section() -> str:
-    """One conversation that moves vendor between turns (``Session.switch``): what each vendor was sent of
-    the earlier vendors' state. Opaque continuation never crosses; earlier steps go in the new API's own
-    format; every request is accepted by that vendor's strict emulator."""
-    asked = questions()[: len(SWITCH_ROUTE)]
-    actions = scripted_actions()
-    lines = [
-        "One conversation, switching vendor between turns (Session.switch) — on the emulators",
-        table(_switch_rows(asked, actions), SWITCH_HEADER),
-        "withheld: payloads of earlier vendors left out of this vendor's requests (signatures, encrypted",
-        "items, model-bound reasoning); their text and tool calls were sent in this vendor's own format.",
-    ]
-    return "\n".join(lines)
 
 
 def _switch_rows(asked: list[str], actions: list[Any]) -> list[list[str]]:
@@ -371,35 +293,170 @@ def _switch_rows(asked: list[str], actions: list[Any]) -> list[list[str]]:
     return rows
 
 
-def main(argv: Sequence[str] = ()) -> int:
-    live = "--live" in argv
-    ran = 0
-    for vendor in VENDORS:
-        if live and not os.environ.get(vendor.key_env):
-            print(f"{vendor.title}: skipped (--live needs {vendor.key_env})\n")
-            continue
-        print(vendor_section(vendor, live))
-        print()
-        ran += 1
-    if live and not ran:
-        return 2
-    print("cache reads (vendor) is what the server reported; (SDK predicted) what reasonstate expected")
-    print("before sending; 'exact' counts the requests where the two agree, out of those it could")
-    print("predict (n/a: the prefix diverged inside an item, so the token count is not knowable).")
-    print("sent KB is the request bytes on the wire. Protocol errors must be 0.")
-    if live:
-        return 0
-    print()
-    print(switch_section())
-    try:
-        from reasonstate.tokens.matrix import demo_section
-    except ImportError:  # the `tokens` extra is not installed
-        print("\n(PRR section skipped: pip install 'reasonstate[tokens]')")
-    else:
-        from reasonstate.tokens.session_demo import token_demo_section
+# -- the policy tables ------------------------------------------------------------------------------------
+@attrs.frozen
+class PolicyStats:
+    """One policy's run of the job, as the vendor reported it (usage) and as the SDK predicted it."""
 
-        print()
-        print(demo_section())
-        print()
-        print(token_demo_section())
-    return 0
+    policy: str
+    requests: int
+    sent_bytes: int
+    input_tokens: int
+    cache_read: int
+    predicted: int  # SDK-predicted cache reads over the requests it could predict
+    unknown: int  # requests whose cache read was not knowable in advance
+    matches: int  # requests where prediction == vendor report
+    active_context: int
+    protocol_errors: int
+    #: every request's prompt tokens, in order
+    prompts: tuple[int, ...] = ()
+
+    @property
+    def cache_share(self) -> float:
+        return self.cache_read / self.input_tokens if self.input_tokens else 0.0
+
+    @property
+    def sent_kb(self) -> float:
+        return self.sent_bytes / 1024
+
+    @classmethod
+    def of(cls, name: str, session: rs.Session) -> PolicyStats:
+        r = session.report()
+        return cls(
+            policy=name,
+            requests=r.requests,
+            sent_bytes=sum(x.request_bytes for x in session.execution),
+            input_tokens=r.prompt_tokens,
+            cache_read=r.cache_read,
+            predicted=sum(x.predicted_cache_read or 0 for x in session.execution),
+            unknown=r.requests - r.predicted_total,
+            matches=r.predicted_matches,
+            active_context=r.active_context_tokens,
+            protocol_errors=r.protocol_errors,
+            prompts=tuple(x.usage.prompt_tokens for x in session.execution),
+        )
+
+    def row(self) -> tuple[str, ...]:
+        return (
+            self.policy,
+            str(self.requests),
+            f"{self.sent_kb:,.0f}",
+            f"{self.input_tokens:,}",
+            f"{self.cache_share:.1%}",
+            f"{self.cache_read:,}",
+            f"{self.predicted:,}" + (f" (+{self.unknown} n/a)" if self.unknown else ""),
+            f"{self.matches}/{self.requests - self.unknown}",
+            f"{self.active_context:,}",
+            str(self.protocol_errors),
+        )
+
+
+HEADER = (
+    "policy",
+    "requests (count)",
+    "sent (KB)",
+    "input (tokens)",
+    "cache-read share (% of input)",
+    "cache reads, vendor (tokens)",
+    "cache reads, SDK predicted (tokens)",
+    "exact (requests)",
+    "active context (tokens)",
+    "protocol errors (count)",
+)
+
+
+def policy_stats(vendor: Vendor, live: bool) -> list[PolicyStats]:
+    """The job under each of :data:`POLICIES`, on the vendor's emulator (or its real API when ``live``)."""
+    out = []
+    for name, make in POLICIES:
+        if live:
+            client = vendor.live_client()
+            session = run_job(client, make(), vendor.live_model, **vendor.session_kwargs, **vendor.options)
+        else:
+            with vendor.emulator(scripted_actions()) as emulator:
+                client = emulator.client()
+                session = run_job(client, make(), vendor.model, **vendor.session_kwargs, **vendor.options)
+                client.close()
+        out.append(PolicyStats.of(name, session))
+    return out
+
+
+#: Gemini 3 Flash caches implicitly from this many prompt tokens (docs/protocols.md §5.3, 2026-10 page)
+GEMINI_CACHE_MINIMUM = 4096
+
+
+def reading(vendor: Vendor, stats: Sequence[PolicyStats], live: bool = False) -> str:
+    """One line that says what the table shows and why, from its own figures (model-specific reasons only
+    for the emulated models, whose rules are known)."""
+    by = {s.policy: s for s in stats}
+    keep, drop, last = by["Keep()"], by["Drop()"], by["KeepLast(1)"]
+    kb = f"{keep.sent_kb:,.0f}/{drop.sent_kb:,.0f}/{last.sent_kb:,.0f} KB"
+    if vendor.key == "deepseek" and keep.input_tokens == drop.input_tokens == last.input_tokens:
+        return (
+            "Identical token rows: DeepSeek needs reasoning_content back on every tool-call message under "
+            "any policy and ignores it on plain answers (docs/protocols.md §3.3), so the policy only changes "
+            f"the bytes sent (Keep/Drop/KeepLast {kb}), not the prompt or its cache."
+        )
+    if vendor.key == "gemini" and not live:
+        big = {s.policy: sum(p >= GEMINI_CACHE_MINIMUM for p in s.prompts) for s in stats}
+        return (
+            f"Gemini 3 Flash caches implicitly only from {GEMINI_CACHE_MINIMUM:,} prompt tokens "
+            f"(docs/protocols.md §5.3): Keep's prompts reach it on {big['Keep()']}/{keep.requests} requests, "
+            f"Drop's on {big['Drop()']} and KeepLast(1)'s on {big['KeepLast(1)']}, hence their low share."
+        )
+    if vendor.key == "responses-stateful":
+        return (
+            f"Same tokens as stateless, but Keep sends only the new items after previous_response_id "
+            f"(Keep/Drop/KeepLast {kb}); a policy that rewrites closed turns forces a full replay at the "
+            "next turn (traced as chain.fallback)."
+        )
+    if vendor.key == "anthropic" and last.cache_share < drop.cache_share:
+        return (
+            f"Keep replays every thinking block: most bytes ({kb}), highest share ({keep.cache_share:.0%}); "
+            "KeepLast(1) rewrites the turn before last each time a turn closes, so the prefix breaks further "
+            f"back than under Drop ({last.cache_share:.0%} vs {drop.cache_share:.0%})."
+        )
+    return (
+        f"Keep replays all reasoning (Keep/Drop/KeepLast {kb}) and reads {keep.cache_share:.0%} from cache; "
+        f"Drop {drop.cache_share:.0%}, KeepLast(1) {last.cache_share:.0%}: rewriting closed turns breaks the "
+        "cached prefix."
+    )
+
+
+def vendor_table(vendor: Vendor, live: bool) -> tuple[Table, list[PolicyStats]]:
+    stats = policy_stats(vendor, live)
+    where = "the real API" if live else "its emulator (127.0.0.1)"
+    title = f"{vendor.title} — {TURNS} user turns, tool chains with parallel calls, on {where}"
+    table = Table(title, HEADER, tuple(s.row() for s in stats), (reading(vendor, stats, live),))
+    return table, stats
+
+
+SWITCH_HEADER = (
+    "turn",
+    "vendor",
+    "requests (count)",
+    "withheld foreign payloads (count)",
+    "opaque kinds withheld (vendor:kind)",
+    "protocol errors (count)",
+)
+
+
+def switch_table() -> Table:
+    """One conversation that moves vendor between turns (``Session.switch``): what each vendor was sent of
+    the earlier vendors' state. Opaque continuation never crosses; earlier steps go in the new API's own
+    format; every request is accepted by that vendor's strict emulator."""
+    asked = questions()[: len(SWITCH_ROUTE)]
+    rows = _switch_rows(asked, scripted_actions())
+    errors = sum(int(r[5]) for r in rows)
+    withheld = rows[-1][3]
+    return Table(
+        "One conversation, switching vendor between turns (Session.switch) — on the emulators",
+        SWITCH_HEADER,
+        tuple(tuple(r) for r in rows),
+        (
+            f"{errors} protocol errors: each vendor got the earlier vendors' text and tool calls in its own "
+            f"format, and none of their opaque payloads (signatures, encrypted items, model-bound reasoning: "
+            f"{withheld} withheld by the last turn).",
+        ),
+        labels=2,
+    )
