@@ -1,0 +1,174 @@
+"""Every ``python`` block of the documentation runs as written, against the emulators.
+
+Each page's ``python`` blocks are joined in order and executed as one program, with the real vendor SDK
+clients pointed at a local emulator: through the SDKs' own environment variables (``ANTHROPIC_BASE_URL``,
+``OPENAI_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``) or, where a page writes a server address into the code
+(DeepSeek's base URL, a self-hosted ``localhost:8000``), by replacing exactly that address with the
+emulator's. Fragments that are not meant to run use the ``py`` fence. A page with ``python`` blocks that no
+test here runs fails :func:`test_every_page_with_python_blocks_is_executed`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reasonstate.testing import ModelAction, ToolCallSpec
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def code_of(page: str) -> str:
+    blocks = _BLOCK.findall((DOCS / page).read_text())
+    assert blocks, f"{page} has no python block"
+    return "\n".join(blocks)
+
+
+def run_page(page: str, replace: dict[str, str] | None = None) -> dict[str, Any]:
+    code = code_of(page)
+    for old, new in (replace or {}).items():
+        assert old in code, f"{page} no longer mentions {old}"
+        code = code.replace(old, new)
+    namespace: dict[str, Any] = {"__name__": "__docs__"}
+    exec(compile(code, str(DOCS / page), "exec"), namespace)
+    return namespace
+
+
+def weather_chain(answer: str = "Rome is warmer.") -> list[ModelAction]:
+    return [
+        ModelAction.call(
+            ToolCallSpec("get_weather", {"city": "Paris"}),
+            ToolCallSpec("get_weather", {"city": "Rome"}),
+            reasoning="Check both cities.",
+        ),
+        ModelAction.answer(answer, reasoning="Compare the two temperatures."),
+    ]
+
+
+RUNNERS: dict[str, Callable[..., None]] = {}
+
+
+def runs(page: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def register(test: Callable[..., None]) -> Callable[..., None]:
+        RUNNERS[page] = test
+        return test
+
+    return register
+
+
+def test_every_page_with_python_blocks_is_executed() -> None:
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if _BLOCK.search(p.read_text())}
+    assert pages == set(RUNNERS)
+
+
+@pytest.fixture
+def out(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[], list[str]]]:
+    yield lambda: capsys.readouterr().out.splitlines()
+
+
+@runs("quickstart/anthropic.md")
+def test_anthropic_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    with AnthropicEmulator(weather_chain()) as emulator:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        namespace = run_page("quickstart/anthropic.md")
+        assert len(emulator.requests) == 2
+    lines = out()
+    assert lines[0] == "Rome is warmer."
+    assert lines[1].startswith("2 requests")
+    assert namespace["session"].state.value == "idle"
+
+
+@runs("quickstart/openai-responses.md")
+def test_openai_responses_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+
+    with OpenAIResponsesEmulator(weather_chain()) as emulator:
+        monkeypatch.setenv("OPENAI_BASE_URL", emulator.base_url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "docs-key")
+        run_page("quickstart/openai-responses.md")
+        assert len(emulator.requests) == 2
+        assert b'"store":false' in emulator.requests[1].body
+    lines = out()
+    assert lines[:1] == ["Rome is warmer."]
+    assert lines[1].startswith("2 requests")
+
+
+@runs("quickstart/chat.md")
+def test_chat_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.openai_chat import OpenAIChatEmulator
+
+    with (
+        OpenAIChatEmulator(weather_chain(), dialect="deepseek") as deepseek,
+        OpenAIChatEmulator(weather_chain("Rome."), dialect="vllm") as vllm,
+    ):
+        monkeypatch.setenv("DEEPSEEK_API_KEY", "docs-key")
+        run_page(
+            "quickstart/chat.md",
+            {"https://api.deepseek.com": deepseek.base_url, "http://localhost:8000/v1": vllm.base_url + "/v1"},
+        )
+        assert (len(deepseek.requests), len(vllm.requests)) == (2, 2)
+    lines = out()
+    assert lines[0] == "Rome is warmer."
+    assert "tool-calling steps keep their reasoning (deepseek rule)" in lines[1]
+    assert lines[-1] == "Rome."
+
+
+@runs("quickstart/gemini.md")
+def test_gemini_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.gemini import GeminiEmulator
+
+    with GeminiEmulator(weather_chain()) as emulator:
+        monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("GEMINI_API_KEY", "docs-key")
+        monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+        run_page("quickstart/gemini.md")
+        assert len(emulator.requests) == 2
+    lines = out()
+    assert lines[0] == "Rome is warmer."
+    assert lines[1].startswith("2 requests")
+
+
+def qwen_script(*cities: str) -> tuple[Any, list[str]]:
+    """The Qwen3.6 renderer and what the scripted model samples: a weather call, then an answer, per city."""
+    from reasonstate.tokens import ChatTemplateRenderer, template_path
+    from reasonstate.tokens.families import CallSpec, ModelTurn
+
+    renderer = ChatTemplateRenderer.from_files(template_path("qwen3.6"), tokenizer="qwen3.6")
+    script: list[str] = []
+    for city in cities:
+        call = ModelTurn(reasoning=f"Check the weather in {city} first.", calls=(CallSpec("get_weather", {"city": city}),))
+        answer = ModelTurn(reasoning=f"{city} is cold.", content=f"Yes: {city} is cold.")
+        script += [renderer.family.write(call, "open"), renderer.family.write(answer, "open")]
+    return renderer, script
+
+
+@runs("quickstart/tokens.md")
+def test_token_level_quickstart(out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.completions import VLLMCompletionsEmulator
+
+    renderer, script = qwen_script("Oslo")
+    eos = [renderer.tokenizer.special_id("<|im_end|>")]
+    with VLLMCompletionsEmulator(script, codec=renderer, eos_token_ids=eos) as emulator:
+        namespace = run_page("quickstart/tokens.md", {"http://localhost:8000/v1": emulator.base_url + "/v1"})
+        served = emulator.served
+    assert len(served) == 2
+    first, second = served
+    # the bridge: the second prompt extends the first prompt plus the sampled ids, never re-tokenized
+    assert second.prompt_token_ids[: len(first.prompt_token_ids) + len(first.token_ids)] == (
+        first.prompt_token_ids + first.token_ids
+    )
+    lines = out()
+    assert lines[0] == "Yes: Oslo is cold."
+    records = namespace["session"].execution
+    assert lines[1:] == [
+        f"{r.index} {r.usage.prompt_tokens} {r.usage.cache_read} {r.predicted_cache_read}" for r in records
+    ]
+    assert all(r.usage.cache_read == r.predicted_cache_read for r in records)
