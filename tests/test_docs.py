@@ -112,7 +112,10 @@ def test_chat_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list
         monkeypatch.setenv("DEEPSEEK_API_KEY", "docs-key")
         run_page(
             "quickstart/chat.md",
-            {"https://api.deepseek.com": deepseek.base_url, "http://localhost:8000/v1": vllm.base_url + "/v1"},
+            {
+                "https://api.deepseek.com": deepseek.base_url,
+                "http://localhost:8000/v1": vllm.base_url + "/v1",
+            },
         )
         assert (len(deepseek.requests), len(vllm.requests)) == (2, 2)
     lines = out()
@@ -144,7 +147,9 @@ def qwen_script(*cities: str) -> tuple[Any, list[str]]:
     renderer = ChatTemplateRenderer.from_files(template_path("qwen3.6"), tokenizer="qwen3.6")
     script: list[str] = []
     for city in cities:
-        call = ModelTurn(reasoning=f"Check the weather in {city} first.", calls=(CallSpec("get_weather", {"city": city}),))
+        call = ModelTurn(
+            reasoning=f"Check the weather in {city} first.", calls=(CallSpec("get_weather", {"city": city}),)
+        )
         answer = ModelTurn(reasoning=f"{city} is cold.", content=f"Yes: {city} is cold.")
         script += [renderer.family.write(call, "open"), renderer.family.write(answer, "open")]
     return renderer, script
