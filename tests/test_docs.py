@@ -10,6 +10,7 @@ test here runs fails :func:`test_every_page_with_python_blocks_is_executed`.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -177,3 +178,29 @@ def test_token_level_quickstart(out: Callable[[], list[str]]) -> None:
         f"{r.index} {r.usage.prompt_tokens} {r.usage.cache_read} {r.predicted_cache_read}" for r in records
     ]
     assert all(r.usage.cache_read == r.predicted_cache_read for r in records)
+
+
+@runs("howto/token-level.md")
+def test_the_complete_token_adapter_setup(out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.completions import VLLMCompletionsEmulator
+
+    renderer, script = qwen_script("Oslo", "Rome")
+    eos = [renderer.tokenizer.special_id("<|im_end|>")]
+    with VLLMCompletionsEmulator(script, codec=renderer, eos_token_ids=eos) as emulator:
+        namespace = run_page("howto/token-level.md", {"http://localhost:8000/v1": emulator.base_url + "/v1"})
+        assert len(emulator.served) == 4
+        bodies = [json.loads(r.body) for r in emulator.server.requests]
+    assert {b["temperature"] for b in bodies} == {0.6}
+    lines = out()
+    assert lines[:2] == ["Yes: Oslo is cold.", "Yes: Rome is cold."]
+    assert [line.split(":")[1].split(",")[0] for line in lines[2:6]] == [
+        " full render",
+        " bridge",
+        " bridge",
+        " bridge",
+    ]
+    records = namespace["session"].execution
+    assert all(r.usage.cache_read == r.predicted_cache_read for r in records)
+    assert lines[6:8] == ["Yes, Oslo is cold: pack a coat.", "Yes, Rome is cold: pack a coat."]
+    assert lines[8].startswith("4 requests")
+    assert any(line.startswith("PRR drift matrix: qwen3.6.jinja") for line in lines[9:])
