@@ -204,3 +204,64 @@ def test_the_complete_token_adapter_setup(out: Callable[[], list[str]]) -> None:
     assert lines[6:8] == ["Yes, Oslo is cold: pack a coat.", "Yes, Rome is cold: pack a coat."]
     assert lines[8].startswith("4 requests")
     assert any(line.startswith("PRR drift matrix: qwen3.6.jinja") for line in lines[9:])
+
+
+def anthropic_env(monkeypatch: pytest.MonkeyPatch, base_url: str) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", base_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+
+
+@runs("howto/policies.md")
+def test_policies_how_to(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    long_thought = "Compare the bridges by their construction dates, one by one. " * 40  # ~600 tokens
+    script = [
+        ModelAction.answer("Pont Neuf.", reasoning=long_thought),
+        ModelAction.answer("Ponte Fabricio.", reasoning="Short."),
+        ModelAction.answer("Pont Neuf.", reasoning="Recall the dates."),
+        ModelAction.answer("Hello!", reasoning="Greet."),
+    ]
+    with AnthropicEmulator(script) as emulator:
+        anthropic_env(monkeypatch, emulator.base_url)
+        run_page("howto/policies.md")
+        assert len(emulator.requests) == 4
+    lines = out()
+    assert lines[0].startswith("turn 0: cache_aware keeps reasoning [False]")
+    assert lines[1].startswith("turn 1: cache_aware keeps reasoning [True]")
+    assert lines[2] == "TurnView(keep_reasoning=(False,), policy='cache_aware', summary=None)"
+    assert lines[3] == "(Earlier reasoning, shortened: Recall the dates.)"
+    assert lines[4] == "drop_after_tool_chains"
+
+
+@runs("howto/snapshots.md")
+def test_snapshots_how_to(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    with AnthropicEmulator(weather_chain()) as emulator:
+        anthropic_env(monkeypatch, emulator.base_url)
+        run_page("howto/snapshots.md")
+        assert len(emulator.requests) == 2
+    assert out() == ["TurnState.AWAITING_TOOL_RESULTS", "Rome is warmer.", "refused: SnapshotError"]
+
+
+@runs("concepts/switching.md")
+def test_switching_concept(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+    from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+
+    with (
+        AnthropicEmulator([ModelAction.answer("Day 1: ...", reasoning="Plan.")]) as claude,
+        OpenAIResponsesEmulator([ModelAction.answer("Day 3: ...", reasoning="Extend.")]) as gpt,
+    ):
+        anthropic_env(monkeypatch, claude.base_url)
+        monkeypatch.setenv("OPENAI_BASE_URL", gpt.base_url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "docs-key")
+        run_page("concepts/switching.md")
+        sent = json.loads(gpt.requests[0].body)
+    assert out() == [
+        "Day 1: ...",
+        "Day 3: ...",
+        "[{'vendor': 'openai', 'api': 'responses', 'model': 'gpt-5.5'}]",
+    ]
+    assert "Plan." not in json.dumps(sent)  # the Anthropic thinking did not cross
