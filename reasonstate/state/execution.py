@@ -25,7 +25,12 @@ def ids_digest(ids: Sequence[int]) -> str:
 
 @attrs.frozen(slots=True)
 class Usage:
-    """Normalized token usage of one request."""
+    """Normalized token usage of one request.
+
+    Invariant, for every vendor: ``uncached_input + cache_read + cache_write`` is the whole prompt
+    (:attr:`prompt_tokens`); ``reasoning`` is the reasoning part of ``output`` when the vendor reports it,
+    else None.
+    """
 
     uncached_input: int = 0
     cache_read: int = 0
@@ -40,6 +45,7 @@ class Usage:
 
     @property
     def cache_read_share(self) -> float:
+        """``cache_read / prompt_tokens`` (0.0 for an empty prompt)."""
         return self.cache_read / self.prompt_tokens if self.prompt_tokens else 0.0
 
 

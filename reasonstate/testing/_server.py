@@ -106,18 +106,22 @@ class Fault:
 
     @classmethod
     def http(cls, status: int, payload: Any, headers: dict[str, str] | None = None) -> Fault:
+        """Answer with HTTP ``status`` and the JSON ``payload`` (a vendor error envelope)."""
         return cls(kind="http", status=status, payload=payload, headers=dict(headers or {}))
 
     @classmethod
     def delay(cls, seconds: float) -> Fault:
+        """Hold the request for ``seconds`` before handling it (for client timeouts)."""
         return cls(kind="delay", seconds=seconds)
 
     @classmethod
     def drop_connection(cls) -> Fault:
+        """Close the socket without answering."""
         return cls(kind="drop")
 
     @classmethod
     def truncate_stream(cls, after_events: int) -> Fault:
+        """Cut a streamed answer after ``after_events`` events, without ending the chunked body."""
         return cls(kind="truncate", after_events=after_events)
 
     @classmethod
