@@ -64,6 +64,8 @@ def runs(page: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
 
 def test_every_page_with_python_blocks_is_executed() -> None:
     pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if _BLOCK.search(p.read_text())}
+    unrun = sorted(pages - set(RUNNERS))
+    assert not unrun, f"add a @runs(page) test here for {unrun}, or fence fragments that cannot run as ```py"
     assert pages == set(RUNNERS)
 
 
