@@ -78,15 +78,17 @@ def out(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[], list[str]]]
 def test_anthropic_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
     from reasonstate.testing.anthropic import AnthropicEmulator
 
-    with AnthropicEmulator(weather_chain()) as emulator:
+    with AnthropicEmulator([*weather_chain(), ModelAction.answer("Rome.")]) as emulator:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
         namespace = run_page("quickstart/anthropic.md")
-        assert len(emulator.requests) == 2
-    lines = out()
-    assert lines[0] == "Rome is warmer."
-    assert lines[1].startswith("2 requests")
-    assert namespace["session"].state.value == "idle"
+        assert len(emulator.requests) == 3
+    assert out() == [
+        "Rome is warmer.",
+        str(namespace["session"].report()),
+        "Rome.",
+    ]
+    assert namespace["session"].report().requests == 2
 
 
 @runs("quickstart/openai-responses.md")
