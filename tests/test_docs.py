@@ -269,3 +269,24 @@ def test_switching_concept(monkeypatch: pytest.MonkeyPatch, out: Callable[[], li
         "[{'vendor': 'openai', 'api': 'responses', 'model': 'gpt-5.5'}]",
     ]
     assert "Plan." not in json.dumps(sent)  # the Anthropic thinking did not cross
+
+
+@runs("concepts/layers.md")
+def test_the_layers_example(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    script = [
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Oslo"}), reasoning="Look it up."),
+        ModelAction.answer("4C in Oslo.", reasoning="Report it."),
+    ]
+    with AnthropicEmulator(script) as emulator:
+        anthropic_env(monkeypatch, emulator.base_url)
+        namespace = run_page("concepts/layers.md")
+    lines = out()
+    assert lines[0] == (
+        "['ReasoningPart', 'ToolCallPart'] TurnView(keep_reasoning=(True, True), policy='keep', summary=None)"
+    )
+    session = namespace["session"]
+    assert lines[1] == str([(c.kind, c.digest[:15]) for c in session.continuation])
+    assert [line.split()[0] for line in lines[2:4]] == ["0", "1"]
+    assert "request.sent" in lines[4] and "turn.closed" in lines[4]
