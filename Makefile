@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean fuzz
+.PHONY: demo test lint bench clean fuzz docs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -37,5 +37,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/export.py || status=1; \
 	exit $$status
 
+# the documentation site into site/; --strict: a broken link or a missing API reference fails the build
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info

@@ -88,6 +88,11 @@ class Tool:
 
     ``handler`` (optional) is what ``Session.run`` calls with the parsed arguments; ``parallel_safe`` lets
     the runtime run it concurrently with other parallel-safe calls of the same step.
+
+    Invariants: ``name`` matches ``[a-zA-Z0-9_-]{1,64}`` (both vendors' rule) and anything else invalid is
+    :class:`~reasonstate.errors.InvalidOption` at construction; ``parameters`` is copied, key-sorted and
+    frozen, so a later edit of the caller's dict changes no request; ``handler`` is code, not data: it is
+    not part of equality, of the prefix bytes or of a snapshot.
     """
 
     name: str = attrs.field(validator=_tool_name)
@@ -99,6 +104,7 @@ class Tool:
     parallel_safe: bool = attrs.field(default=False, validator=_flag("Tool(parallel_safe=...)"))
 
     def canonical(self) -> dict[str, Any]:
+        """The tool as data (name, description, parameters): what the prefix bytes are made of."""
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
@@ -140,7 +146,12 @@ def _sha256_hex(data: bytes) -> str:
 
 @attrs.frozen(slots=True)
 class Prefix:
-    """System prompt + tools + few-shot (user, assistant) pairs; see the module invariants."""
+    """System prompt + tools + few-shot (user, assistant) pairs: the stable start of every request.
+
+    Invariants: tools are sorted by name and their names are unique; ``canonical_bytes`` depends only on the
+    content (never on insertion or listing order); ``fingerprint == "sha256:" + sha256(canonical_bytes)``;
+    a session's prefix changes only through ``Session.change_prefix``, a traced event.
+    """
 
     system: str = attrs.field(default="", validator=_text("system=..."))
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_sorted_tools)
@@ -156,6 +167,7 @@ class Prefix:
 
     @property
     def canonical_bytes(self) -> bytes:
+        """Compact key-sorted JSON of system, tools (by name) and few-shots: equal content, equal bytes."""
         return canonical_json(
             {
                 "system": self.system,
@@ -166,6 +178,7 @@ class Prefix:
 
     @property
     def fingerprint(self) -> str:
+        """``"sha256:" + sha256(canonical_bytes)``, computed once."""
         return self.derived("fingerprint", lambda: "sha256:" + _sha256_hex(self.canonical_bytes))
 
     def derived(self, key: Hashable, build: Callable[[], _T]) -> _T:
@@ -185,4 +198,5 @@ class Prefix:
         return _CLOCK.findall(self.system)
 
     def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, or None."""
         return next((t for t in self.tools if t.name == name), None)

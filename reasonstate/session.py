@@ -78,12 +78,28 @@ __all__ = ["AsyncSession", "Reply", "Report", "Session", "ToolCall", "ToolResult
 
 
 class TurnState(enum.Enum):
-    """Where a session is: between turns, waiting for the model, waiting for tool results, or closed."""
+    """Where a session is in its turn state machine (``session.state``); the value is stored in snapshots.
+
+    Invariants: every call is checked against the transition table before anything is sent (a call it does
+    not allow raises :class:`~reasonstate.errors.IllegalTransition`); a failed model call returns the
+    session to the state it came from; a policy runs only on the move from ``AWAITING_MODEL`` to ``IDLE``.
+
+    * ``IDLE``: between turns (no open turn). ``send``, ``run``, ``change_prefix``, ``switch_model``,
+      ``switch``, ``snapshot`` and ``close`` are allowed.
+    * ``AWAITING_MODEL``: one model call is in flight; any other call (another thread or task) raises.
+    * ``AWAITING_TOOL_RESULTS``: the last reply made tool calls (``session.pending_calls``); only
+      ``send_tool_results``, ``snapshot`` and ``close`` are allowed.
+    * ``CLOSED``: after ``close()``; the four layers stay readable and ``snapshot`` still works.
+    """
 
     IDLE = "idle"
+    """Between turns: no turn is open; a user message may start one."""
     AWAITING_MODEL = "awaiting_model"
+    """A model call is in flight (one call at a time per session)."""
     AWAITING_TOOL_RESULTS = "awaiting_tool_results"
+    """The model made tool calls; their results must be sent before anything else."""
     CLOSED = "closed"
+    """Closed: no further calls; the layers and ``snapshot()`` remain available."""
 
 
 _I, _M, _T, _C = TurnState.IDLE, TurnState.AWAITING_MODEL, TurnState.AWAITING_TOOL_RESULTS, TurnState.CLOSED

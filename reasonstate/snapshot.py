@@ -188,6 +188,7 @@ def _continuation_from(d: dict[str, Any]) -> Continuation:
 
 
 def history_to_snapshot(history: History) -> list[dict[str, Any]]:
+    """The history as JSON data: payloads as their exact UTF-8 text with their capture digests."""
     return [
         {
             "index": t.index,
@@ -235,6 +236,8 @@ def history_to_snapshot(history: History) -> list[dict[str, Any]]:
 
 
 def history_from_snapshot(turns: list[dict[str, Any]]) -> History:
+    """The inverse of :func:`history_to_snapshot`; a payload that no longer matches its digest raises
+    :class:`~reasonstate.errors.ContinuationMismatch`."""
     return History(
         tuple(
             Turn(

@@ -89,10 +89,12 @@ class ExportContext:
 
     @property
     def vendor(self) -> str:
+        """The session's vendor (``anthropic``, ``openai``, ``deepseek``, ...) at this transition."""
         return str(self._adapter.vendor)
 
     @property
     def api(self) -> str:
+        """The session's API (``messages``, ``responses``, ``chat``, ...) at this transition."""
         return str(self._adapter.api)
 
     @property
@@ -113,14 +115,17 @@ class ExportContext:
 
     @property
     def history(self) -> History:
+        """The canonical history as it is with this transition's events (immutable)."""
         return self._layers.history
 
     @property
     def execution(self) -> tuple[ExecutionRecord, ...]:
+        """The execution records as they are with this transition's events (immutable)."""
         return self._layers.records
 
     @property
     def trace(self) -> Trace:
+        """The whole trace up to and including this transition's events (immutable)."""
         return self._layers.trace
 
     @property

@@ -68,6 +68,7 @@ class JSONLExporter:
         self._lock = threading.Lock()
 
     def export(self, events: Sequence[TraceEvent], context: ExportContext) -> None:
+        """Write one line per event and flush (``fsync`` too when asked); a failed write is counted."""
         with self._lock:
             self._open.add(context.session_id)
             for event in events:
@@ -91,6 +92,7 @@ class JSONLExporter:
                     )
 
     def close(self, context: ExportContext) -> None:
+        """The session is done; the file is closed when no session using it is left open."""
         with self._lock:
             self._open.discard(context.session_id)
             if not self._open and self._file is not None:

@@ -30,14 +30,32 @@ __all__ = ["CacheAware", "Compress", "Drop", "Keep", "KeepLast", "Policy", "is_p
 
 
 class Policy(Protocol):
-    """Decides closed turns' views. ``decide`` returns views by turn index (the closed turn at least)."""
+    """Decides closed turns' views. ``decide`` returns views by turn index (the closed turn at least).
+
+    Invariants the session relies on (and checks: a policy that breaks them, or raises, closes the turn
+    under :class:`Keep`, traced as ``policy.failed``):
+      * ``decide`` is called once per closed turn, never inside an open tool chain, and must not mutate
+        ``history`` (it is immutable anyway);
+      * each returned :class:`~reasonstate.state.TurnView` has one ``keep_reasoning`` flag per step of its
+        turn, and only turns up to ``closed`` are named;
+      * the views are then clamped by the vendor's ``ProtocolRules`` and frozen: a policy cannot produce a
+        request the vendor rejects;
+      * ``spec()`` is JSON-serializable and, for a policy :func:`policy_from_spec` knows, rebuilds an equal
+        policy (that is how a snapshot stores it).
+    """
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """A stable identifier, recorded in every view and trace event the policy decides."""
+        ...
 
-    def decide(self, history: History, closed: int) -> Mapping[int, TurnView]: ...
+    def decide(self, history: History, closed: int) -> Mapping[int, TurnView]:
+        """The views of ``history.turns[closed]`` (just closed) and of any earlier turn to rewrite."""
+        ...
 
-    def spec(self) -> dict[str, Any]: ...
+    def spec(self) -> dict[str, Any]:
+        """The policy as JSON data (``{"policy": name, ...parameters}``) for snapshots."""
+        ...
 
 
 def _count(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -79,7 +97,10 @@ def _view(turn: Turn, keep: bool, policy: str, summary: str | None = None) -> Tu
 
 @attrs.frozen(slots=True)
 class Keep:
-    """Replay every step's reasoning forever (append-only; best prefix-cache reuse)."""
+    """Replay every step's reasoning forever (append-only; best prefix-cache reuse).
+
+    Invariant: never causes a cache break; each later request extends the previous one.
+    """
 
     name: str = attrs.field(default="keep", init=False)
 
@@ -92,7 +113,12 @@ class Keep:
 
 @attrs.frozen(slots=True)
 class Drop:
-    """Drop a closed turn's reasoning (where the protocol allows); keep its answer and tool exchange."""
+    """Drop a closed turn's reasoning (where the protocol allows); keep its answer and tool exchange.
+
+    Invariants: decides only the turn that just closed (never revisits one), so it costs at most one cache
+    break per turn, at that turn; steps the vendor requires to keep their reasoning (DeepSeek tool-calling
+    steps, reasoning-only steps) keep it, with a ``policy.clamped`` event.
+    """
 
     name: str = attrs.field(default="drop", init=False)
 
@@ -109,7 +135,9 @@ class Compress:
 
     An empty summary is the same as :class:`Drop`. The summary is plain text in the assistant's answer,
     never a fake reasoning block (foreign reasoning re-rendered as text makes models mimic it:
-    pydantic/pydantic-ai#5869).
+    pydantic/pydantic-ai#5869). ``summarize`` runs synchronously inside the ``send`` that closed the turn;
+    if it raises, the turn closes under :class:`Keep` (traced). Holds code, so
+    :func:`policy_from_spec` cannot rebuild it: pass it again to ``Session.restore(..., policy=...)``.
     """
 
     summarize: Callable[[Turn], str] = attrs.field(eq=False, validator=_summarizer)
@@ -126,7 +154,13 @@ class Compress:
 
 @attrs.frozen(slots=True)
 class KeepLast:
-    """Keep the reasoning of the last ``n`` closed turns; drop it from older ones (a traced compaction)."""
+    """Keep the reasoning of the last ``n`` closed turns; drop it from older ones (a traced compaction).
+
+    Invariants: when turn ``t`` closes it keeps ``t`` and drops turn ``t - n`` (``n == 0`` is :class:`Drop`);
+    rewriting turn ``t - n`` is a cache break there on every turn, declared in the trace. On models whose
+    history must stay append-only (Anthropic preserved thinking, docs/protocols.md §4.3) the rewrite is
+    refused by the rules and only the closing turn is decided.
+    """
 
     n: int = attrs.field(validator=_count)
     name: str = attrs.field(default="keep_last", init=False)
@@ -157,6 +191,7 @@ def reasoning_tokens(step: Step) -> int:
 
 
 def answer_tokens(step: Step) -> int:
+    """The step's answer size: its text, tool-call names and raw arguments (4 UTF-8 bytes a token)."""
     return _tokens(step.text) + sum(_tokens(c.raw_arguments) + _tokens(c.name) for c in step.tool_calls)
 
 
@@ -166,7 +201,11 @@ class CacheAware:
 
     The cost model: dropping re-prefills roughly the turn's answer ``A`` once and saves its reasoning
     ``R`` on each of the ``future_turns`` later requests. Drop iff ``R >= min_reasoning_tokens`` and
-    ``R * future_turns >= ratio * A``; keep otherwise.
+    ``R * future_turns >= ratio * A``; keep otherwise. ``R`` is the vendor's reported reasoning tokens
+    where reported, else estimated from the text (one token per 4 UTF-8 bytes); ``A`` is estimated.
+
+    Invariant: a pure function of the closed turn and the parameters; like :class:`Drop` it never revisits
+    an earlier turn.
     """
 
     ratio: float = attrs.field(default=4.0, validator=_amount)

@@ -21,7 +21,12 @@ __all__ = ["ToolResult", "dispatch", "dispatch_timed"]
 
 @attrs.frozen(slots=True)
 class ToolResult:
-    """A tool result with an error flag; plain values passed to ``send_tool_results`` mean success."""
+    """A tool result with an error flag; plain values passed to ``send_tool_results`` mean success.
+
+    ``content`` is sent as is when it is a string, else as canonical JSON (sorted keys, compact), so equal
+    results give equal bytes; a value that is not JSON-serializable is a
+    :class:`~reasonstate.errors.ToolResultError` before anything is sent.
+    """
 
     content: Any
     is_error: bool = False

@@ -44,13 +44,24 @@ __all__ = [
 
 @attrs.frozen(slots=True)
 class TextPart:
+    """Visible text of a step (the answer, or text between tool calls), exactly as decoded.
+
+    ``continuation`` is the index, in the step's ``continuation``, of the payload the text was decoded
+    from, or None.
+    """
+
     text: str
     continuation: int | None = None
 
 
 @attrs.frozen(slots=True)
 class ReasoningPart:
-    """Reasoning text as the vendor showed it (may be empty for omitted/redacted reasoning)."""
+    """Reasoning text as the vendor showed it (may be empty for omitted/redacted reasoning).
+
+    What goes back to the model that produced it is the payload at ``continuation`` (signed block,
+    encrypted item, ...), verbatim; another vendor or model gets at most this text, and only with
+    ``foreign_reasoning="text"``.
+    """
 
     text: str
     redacted: bool = False
@@ -138,14 +149,17 @@ class Step:
 
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:
+        """The step's tool calls, in the model's declared order."""
         return tuple(p for p in self.parts if isinstance(p, ToolCallPart))
 
     @property
     def reasoning_text(self) -> str:
+        """Every reasoning part's text, joined (empty when the vendor showed none)."""
         return "".join(p.text for p in self.parts if isinstance(p, ReasoningPart))
 
     @property
     def text(self) -> str:
+        """Every text part, joined: the step's visible answer."""
         return "".join(p.text for p in self.parts if isinstance(p, TextPart))
 
 
@@ -163,6 +177,7 @@ class TurnView:
 
     @property
     def keeps_all(self) -> bool:
+        """True when the view replays the turn as it was (every step's reasoning, no summary)."""
         return all(self.keep_reasoning) and self.summary is None
 
 
@@ -209,32 +224,38 @@ class Turn:
 
     @property
     def closed(self) -> bool:
+        """True once the turn's final answer arrived and its view was decided."""
         return self.view is not None
 
     @property
     def final_text(self) -> str:
+        """The last step's text (the answer, once the turn is closed)."""
         return self.steps[-1].text if self.steps else ""
 
 
 @attrs.frozen(slots=True)
 class History:
-    """The turns of a session, oldest first."""
+    """The turns of a session, oldest first (``turns[i].index == i``); only the last may be open."""
 
     turns: tuple[Turn, ...] = ()
 
     @property
     def open_turn(self) -> Turn | None:
+        """The last turn when it is still open (a tool chain in progress), else None."""
         if self.turns and not self.turns[-1].closed:
             return self.turns[-1]
         return None
 
     def with_turn(self, turn: Turn) -> History:
+        """A new history with ``turn`` appended."""
         return History((*self.turns, turn))
 
     def with_last_turn(self, turn: Turn) -> History:
+        """A new history with the last turn replaced by ``turn``."""
         return History((*self.turns[:-1], turn))
 
     def with_view(self, index: int, view: TurnView) -> History:
+        """A new history with turn ``index``'s view set to ``view``."""
         turns = list(self.turns)
         turns[index] = turns[index].with_view(view)
         return History(tuple(turns))

@@ -46,7 +46,11 @@ class EventKind:
 
 @attrs.frozen(slots=True)
 class TraceEvent:
-    """One event: its position in the session (``seq``), wall time, kind and JSON-able data."""
+    """One event: its position in the session (``seq``), wall time, kind and JSON-able data.
+
+    Invariants: ``seq`` is the event's index in its trace; ``data`` is frozen and holds digests and sizes of
+    opaque payloads, never the payloads themselves.
+    """
 
     seq: int
     kind: str
@@ -62,6 +66,7 @@ class Trace:
     events: tuple[TraceEvent, ...] = ()
 
     def appended(self, kind: str, **data: Any) -> Trace:
+        """A new trace with one event appended (``seq`` is its position); this trace is unchanged."""
         return Trace((*self.events, TraceEvent(seq=len(self.events), kind=kind, data=data)))
 
     def extended(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Trace:
@@ -72,6 +77,7 @@ class Trace:
         return Trace((*self.events, *added)) if added else self
 
     def of_kind(self, kind: str) -> list[TraceEvent]:
+        """The events of ``kind`` (an :class:`EventKind` constant), in order."""
         return [e for e in self.events if e.kind == kind]
 
     def __iter__(self) -> Iterator[TraceEvent]:

@@ -106,18 +106,22 @@ class Fault:
 
     @classmethod
     def http(cls, status: int, payload: Any, headers: dict[str, str] | None = None) -> Fault:
+        """Answer with HTTP ``status`` and the JSON ``payload`` (a vendor error envelope)."""
         return cls(kind="http", status=status, payload=payload, headers=dict(headers or {}))
 
     @classmethod
     def delay(cls, seconds: float) -> Fault:
+        """Hold the request for ``seconds`` before handling it (for client timeouts)."""
         return cls(kind="delay", seconds=seconds)
 
     @classmethod
     def drop_connection(cls) -> Fault:
+        """Close the socket without answering."""
         return cls(kind="drop")
 
     @classmethod
     def truncate_stream(cls, after_events: int) -> Fault:
+        """Cut a streamed answer after ``after_events`` events, without ending the chunked body."""
         return cls(kind="truncate", after_events=after_events)
 
     @classmethod
@@ -144,6 +148,7 @@ class EmulatorServer:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> EmulatorServer:
+        """Bind a free port on 127.0.0.1 and serve on a background thread; returns the server."""
         server = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -173,6 +178,7 @@ class EmulatorServer:
         return self
 
     def stop(self) -> None:
+        """Shut the server down, close its socket and join its thread."""
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -189,12 +195,14 @@ class EmulatorServer:
 
     @property
     def port(self) -> int:
+        """The bound loopback port; RuntimeError when the server is not running."""
         if self._httpd is None:
             raise RuntimeError(f"{self.name} is not running")
         return int(self._httpd.server_address[1])
 
     @property
     def base_url(self) -> str:
+        """``http://127.0.0.1:PORT``, the root every route is under."""
         return f"http://127.0.0.1:{self.port}"
 
     # -- faults and records --------------------------------------------------------------------------
@@ -204,10 +212,12 @@ class EmulatorServer:
             self._faults.extend(faults)
 
     def clear_faults(self) -> None:
+        """Drop the injected faults no request has consumed yet."""
         with self._lock:
             self._faults.clear()
 
     def add_route(self, route: Route) -> None:
+        """Serve ``route`` too (routes are matched in the order they were added)."""
         self._routes.append(route)
 
     def _next_fault(self) -> Fault | None:

@@ -48,10 +48,12 @@ class ModelAction:
 
     @classmethod
     def answer(cls, text: str, reasoning: str | None = None) -> ModelAction:
+        """A final answer (no tool calls), after ``reasoning`` when given."""
         return cls(reasoning=reasoning, text=text)
 
     @classmethod
     def call(cls, *calls: ToolCallSpec, reasoning: str | None = None, text: str | None = None) -> ModelAction:
+        """One step that makes ``calls`` (parallel when several), after ``reasoning`` and ``text``."""
         return cls(reasoning=reasoning, text=text, tool_calls=tuple(calls))
 
 
@@ -80,10 +82,13 @@ class Script:
         self.taken = 0
 
     def extend(self, actions: Iterable[ModelAction]) -> None:
+        """Queue more actions after the ones left (served before the responder, if any)."""
         with self._lock:
             self._queue.extend(actions)
 
     def take(self, request: Any) -> ModelAction:
+        """The action for one successful call: the next queued one, else the responder's answer to the
+        parsed ``request``; :class:`ScriptExhausted` when there is neither."""
         with self._lock:
             if self._queue:
                 self.taken += 1

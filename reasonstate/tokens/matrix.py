@@ -187,6 +187,9 @@ class Cell:
 
 @attrs.frozen(slots=True)
 class Row:
+    """One scenario under one switch setting: the re-render checked at string and token level, and the
+    bridge (which must be ``ok`` for every row: ``reasonstate prr`` exits 1 otherwise)."""
+
     scenario: str
     switch: str
     string: Cell
@@ -204,9 +207,11 @@ class Matrix:
     rows: tuple[Row, ...]
 
     def cell(self, scenario: str, switch: str = "default") -> Row:
+        """The row of ``scenario`` under ``switch`` (``"default"``: no template switch)."""
         return next(r for r in self.rows if r.scenario == scenario and r.switch == switch)
 
     def to_json(self) -> dict[str, Any]:
+        """The matrix as JSON data (``reasonstate prr --json``)."""
         return {
             "template": self.template,
             "family": self.family,
@@ -224,6 +229,7 @@ class Matrix:
         }
 
     def format(self) -> str:
+        """The matrix as a text table, one line per row (``reasonstate prr``)."""
         head = (
             f"PRR drift matrix: {self.template} (family {self.family}, tokenizer {self.tokenizer or 'none'})"
         )

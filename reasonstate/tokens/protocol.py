@@ -143,11 +143,23 @@ class ParsedResponse:
 
 @runtime_checkable
 class Renderer(Protocol):
-    """Render messages to tokens, parse completions back, bridge to the next turn without re-tokenizing."""
+    """Render messages to tokens, parse completions back, bridge to the next turn without re-tokenizing.
 
-    def encode(self, text: str) -> list[int]: ...
+    What :class:`~reasonstate.adapters.tokens.TokenAdapter` needs of a renderer;
+    :class:`~reasonstate.tokens.ChatTemplateRenderer` is the implementation over a jinja chat template.
+    The contract that makes a session token-exact is the bridge's:
+    ``B = bridge_to_next_turn(p, c, new)`` gives ``B.token_ids[:len(p) + len(c) - 1] == (p + c)[:-1]`` always
+    and ``B.token_ids[:len(p) + len(c)] == p + c`` unless ``c`` ends in a stop token the template writes
+    differently in history (GPT-OSS ``<|return|>``).
+    """
 
-    def decode(self, ids: Sequence[int]) -> str: ...
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; special-token text becomes its special id."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The exact text of ``ids``; raises when they do not decode to valid UTF-8."""
+        ...
 
     def render(
         self,
@@ -155,9 +167,13 @@ class Renderer(Protocol):
         tools: Sequence[Mapping[str, Any]] | None = None,
         add_generation_prompt: bool = True,
         **template_kwargs: Any,
-    ) -> RenderedTokens: ...
+    ) -> RenderedTokens:
+        """The full prompt for ``messages`` and ``tools``, as the chat template renders it."""
+        ...
 
-    def parse_response(self, completion: str | Sequence[int]) -> ParsedResponse: ...
+    def parse_response(self, completion: str | Sequence[int]) -> ParsedResponse:
+        """A completion read back into reasoning, content and tool calls (slices, never stripped)."""
+        ...
 
     def bridge_to_next_turn(
         self,
@@ -165,4 +181,9 @@ class Renderer(Protocol):
         prev_completion_ids: Sequence[int],
         new_messages: Sequence[Message],
         tools: Sequence[Mapping[str, Any]] | None = None,
-    ) -> RenderedTokens | None: ...
+    ) -> RenderedTokens | None:
+        """The next prompt: ``prev_prompt_ids + prev_completion_ids`` (see the class contract) followed by
+        only the tokens of ``new_messages`` and the generation prompt; None when it cannot bridge them (an
+        assistant message among ``new_messages``: sampled tokens are never re-tokenized from text), and the
+        caller then renders the whole history."""
+        ...

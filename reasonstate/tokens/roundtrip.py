@@ -62,15 +62,18 @@ class RoundtripResult:
 
     @property
     def string_ok(self) -> bool:
+        """The previous prompt + completion text is a prefix of the next prompt text."""
         return self.string_offset is None
 
     @property
     def token_ok(self) -> bool | None:
+        """The same for token ids (None on a string-level renderer)."""
         if self.previous_ids is None:
             return None
         return self.token_offset is None
 
     def describe(self) -> str:
+        """One line per level: ``ok``, or where the texts / ids first differ and what is there."""
         parts = [_describe("string", self.string_offset, self.string_context)]
         if self.previous_ids is not None:
             parts.append(_describe("token", self.token_offset, self.token_context))

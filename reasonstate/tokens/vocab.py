@@ -28,11 +28,17 @@ class Tokenizer(Protocol):
 
     name: str
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; special-token text encodes to its single special id."""
+        ...
 
-    def token_bytes(self, token_id: int) -> bytes: ...
+    def token_bytes(self, token_id: int) -> bytes:
+        """The exact bytes of one token (a special token: its text, UTF-8)."""
+        ...
 
-    def special_id(self, text: str) -> int | None: ...
+    def special_id(self, text: str) -> int | None:
+        """The id of the special token written ``text`` (``"<|im_end|>"``), or None."""
+        ...
 
 
 def decode_strict(tokenizer: Tokenizer, ids: Sequence[int]) -> str:

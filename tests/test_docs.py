@@ -1,0 +1,292 @@
+"""Every ``python`` block of the documentation runs as written, against the emulators.
+
+Each page's ``python`` blocks are joined in order and executed as one program, with the real vendor SDK
+clients pointed at a local emulator: through the SDKs' own environment variables (``ANTHROPIC_BASE_URL``,
+``OPENAI_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``) or, where a page writes a server address into the code
+(DeepSeek's base URL, a self-hosted ``localhost:8000``), by replacing exactly that address with the
+emulator's. Fragments that are not meant to run use the ``py`` fence. A page with ``python`` blocks that no
+test here runs fails :func:`test_every_page_with_python_blocks_is_executed`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reasonstate.testing import ModelAction, ToolCallSpec
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def code_of(page: str) -> str:
+    blocks = _BLOCK.findall((DOCS / page).read_text())
+    assert blocks, f"{page} has no python block"
+    return "\n".join(blocks)
+
+
+def run_page(page: str, replace: dict[str, str] | None = None) -> dict[str, Any]:
+    code = code_of(page)
+    for old, new in (replace or {}).items():
+        assert old in code, f"{page} no longer mentions {old}"
+        code = code.replace(old, new)
+    namespace: dict[str, Any] = {"__name__": "__docs__"}
+    exec(compile(code, str(DOCS / page), "exec"), namespace)
+    return namespace
+
+
+def weather_chain(answer: str = "Rome is warmer.") -> list[ModelAction]:
+    return [
+        ModelAction.call(
+            ToolCallSpec("get_weather", {"city": "Paris"}),
+            ToolCallSpec("get_weather", {"city": "Rome"}),
+            reasoning="Check both cities.",
+        ),
+        ModelAction.answer(answer, reasoning="Compare the two temperatures."),
+    ]
+
+
+RUNNERS: dict[str, Callable[..., None]] = {}
+
+
+def runs(page: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def register(test: Callable[..., None]) -> Callable[..., None]:
+        RUNNERS[page] = test
+        return test
+
+    return register
+
+
+def test_every_page_with_python_blocks_is_executed() -> None:
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if _BLOCK.search(p.read_text())}
+    unrun = sorted(pages - set(RUNNERS))
+    assert not unrun, f"add a @runs(page) test here for {unrun}, or fence fragments that cannot run as ```py"
+    assert pages == set(RUNNERS)
+
+
+@pytest.fixture
+def out(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[], list[str]]]:
+    yield lambda: capsys.readouterr().out.splitlines()
+
+
+@runs("quickstart/anthropic.md")
+def test_anthropic_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    with AnthropicEmulator([*weather_chain(), ModelAction.answer("Rome.")]) as emulator:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        namespace = run_page("quickstart/anthropic.md")
+        assert len(emulator.requests) == 3
+    assert out() == [
+        "Rome is warmer.",
+        str(namespace["session"].report()),
+        "Rome.",
+    ]
+    assert namespace["session"].report().requests == 2
+
+
+@runs("quickstart/openai-responses.md")
+def test_openai_responses_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+
+    with OpenAIResponsesEmulator(weather_chain()) as emulator:
+        monkeypatch.setenv("OPENAI_BASE_URL", emulator.base_url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "docs-key")
+        run_page("quickstart/openai-responses.md")
+        assert len(emulator.requests) == 2
+        assert b'"store":false' in emulator.requests[1].body
+    lines = out()
+    assert lines[:1] == ["Rome is warmer."]
+    assert lines[1].startswith("2 requests")
+
+
+@runs("quickstart/chat.md")
+def test_chat_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.openai_chat import OpenAIChatEmulator
+
+    with (
+        OpenAIChatEmulator(weather_chain(), dialect="deepseek") as deepseek,
+        OpenAIChatEmulator(weather_chain("Rome."), dialect="vllm") as vllm,
+    ):
+        monkeypatch.setenv("DEEPSEEK_API_KEY", "docs-key")
+        run_page(
+            "quickstart/chat.md",
+            {
+                "https://api.deepseek.com": deepseek.base_url,
+                "http://localhost:8000/v1": vllm.base_url + "/v1",
+            },
+        )
+        assert (len(deepseek.requests), len(vllm.requests)) == (2, 2)
+    lines = out()
+    assert lines[0] == "Rome is warmer."
+    assert "tool-calling steps keep their reasoning (deepseek rule)" in lines[1]
+    assert lines[-1] == "Rome."
+
+
+@runs("quickstart/gemini.md")
+def test_gemini_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.gemini import GeminiEmulator
+
+    with GeminiEmulator(weather_chain()) as emulator:
+        monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("GEMINI_API_KEY", "docs-key")
+        monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+        run_page("quickstart/gemini.md")
+        assert len(emulator.requests) == 2
+    lines = out()
+    assert lines[0] == "Rome is warmer."
+    assert lines[1].startswith("2 requests")
+
+
+def qwen_script(*cities: str) -> tuple[Any, list[str]]:
+    """The Qwen3.6 renderer and what the scripted model samples: a weather call, then an answer, per city."""
+    from reasonstate.tokens import ChatTemplateRenderer, template_path
+    from reasonstate.tokens.families import CallSpec, ModelTurn
+
+    renderer = ChatTemplateRenderer.from_files(template_path("qwen3.6"), tokenizer="qwen3.6")
+    script: list[str] = []
+    for city in cities:
+        call = ModelTurn(
+            reasoning=f"Check the weather in {city} first.", calls=(CallSpec("get_weather", {"city": city}),)
+        )
+        answer = ModelTurn(reasoning=f"{city} is cold.", content=f"Yes: {city} is cold.")
+        script += [renderer.family.write(call, "open"), renderer.family.write(answer, "open")]
+    return renderer, script
+
+
+@runs("quickstart/tokens.md")
+def test_token_level_quickstart(out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.completions import VLLMCompletionsEmulator
+
+    renderer, script = qwen_script("Oslo")
+    eos = [renderer.tokenizer.special_id("<|im_end|>")]
+    with VLLMCompletionsEmulator(script, codec=renderer, eos_token_ids=eos) as emulator:
+        namespace = run_page("quickstart/tokens.md", {"http://localhost:8000/v1": emulator.base_url + "/v1"})
+        served = emulator.served
+    assert len(served) == 2
+    first, second = served
+    # the bridge: the second prompt extends the first prompt plus the sampled ids, never re-tokenized
+    assert second.prompt_token_ids[: len(first.prompt_token_ids) + len(first.token_ids)] == (
+        first.prompt_token_ids + first.token_ids
+    )
+    lines = out()
+    assert lines[0] == "Yes: Oslo is cold."
+    records = namespace["session"].execution
+    assert lines[1:] == [
+        f"{r.index} {r.usage.prompt_tokens} {r.usage.cache_read} {r.predicted_cache_read}" for r in records
+    ]
+    assert all(r.usage.cache_read == r.predicted_cache_read for r in records)
+
+
+@runs("howto/token-level.md")
+def test_the_complete_token_adapter_setup(out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.completions import VLLMCompletionsEmulator
+
+    renderer, script = qwen_script("Oslo", "Rome")
+    eos = [renderer.tokenizer.special_id("<|im_end|>")]
+    with VLLMCompletionsEmulator(script, codec=renderer, eos_token_ids=eos) as emulator:
+        namespace = run_page("howto/token-level.md", {"http://localhost:8000/v1": emulator.base_url + "/v1"})
+        assert len(emulator.served) == 4
+        bodies = [json.loads(r.body) for r in emulator.server.requests]
+    assert {b["temperature"] for b in bodies} == {0.6}
+    lines = out()
+    assert lines[:2] == ["Yes: Oslo is cold.", "Yes: Rome is cold."]
+    assert [line.split(":")[1].split(",")[0] for line in lines[2:6]] == [
+        " full render",
+        " bridge",
+        " bridge",
+        " bridge",
+    ]
+    records = namespace["session"].execution
+    assert all(r.usage.cache_read == r.predicted_cache_read for r in records)
+    assert lines[6:8] == ["Yes, Oslo is cold: pack a coat.", "Yes, Rome is cold: pack a coat."]
+    assert lines[8].startswith("4 requests")
+    assert any(line.startswith("PRR drift matrix: qwen3.6.jinja") for line in lines[9:])
+
+
+def anthropic_env(monkeypatch: pytest.MonkeyPatch, base_url: str) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", base_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+
+
+@runs("howto/policies.md")
+def test_policies_how_to(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    long_thought = "Compare the bridges by their construction dates, one by one. " * 40  # ~600 tokens
+    script = [
+        ModelAction.answer("Pont Neuf.", reasoning=long_thought),
+        ModelAction.answer("Ponte Fabricio.", reasoning="Short."),
+        ModelAction.answer("Pont Neuf.", reasoning="Recall the dates."),
+        ModelAction.answer("Hello!", reasoning="Greet."),
+    ]
+    with AnthropicEmulator(script) as emulator:
+        anthropic_env(monkeypatch, emulator.base_url)
+        run_page("howto/policies.md")
+        assert len(emulator.requests) == 4
+    lines = out()
+    assert lines[0].startswith("turn 0: cache_aware keeps reasoning [False]")
+    assert lines[1].startswith("turn 1: cache_aware keeps reasoning [True]")
+    assert lines[2] == "TurnView(keep_reasoning=(False,), policy='cache_aware', summary=None)"
+    assert lines[3] == "(Earlier reasoning, shortened: Recall the dates.)"
+    assert lines[4] == "drop_after_tool_chains"
+
+
+@runs("howto/snapshots.md")
+def test_snapshots_how_to(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    with AnthropicEmulator(weather_chain()) as emulator:
+        anthropic_env(monkeypatch, emulator.base_url)
+        run_page("howto/snapshots.md")
+        assert len(emulator.requests) == 2
+    assert out() == ["TurnState.AWAITING_TOOL_RESULTS", "Rome is warmer.", "refused: SnapshotError"]
+
+
+@runs("concepts/switching.md")
+def test_switching_concept(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+    from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+
+    with (
+        AnthropicEmulator([ModelAction.answer("Day 1: ...", reasoning="Plan.")]) as claude,
+        OpenAIResponsesEmulator([ModelAction.answer("Day 3: ...", reasoning="Extend.")]) as gpt,
+    ):
+        anthropic_env(monkeypatch, claude.base_url)
+        monkeypatch.setenv("OPENAI_BASE_URL", gpt.base_url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "docs-key")
+        run_page("concepts/switching.md")
+        sent = json.loads(gpt.requests[0].body)
+    assert out() == [
+        "Day 1: ...",
+        "Day 3: ...",
+        "[{'vendor': 'openai', 'api': 'responses', 'model': 'gpt-5.5'}]",
+    ]
+    assert "Plan." not in json.dumps(sent)  # the Anthropic thinking did not cross
+
+
+@runs("concepts/layers.md")
+def test_the_layers_example(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    script = [
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Oslo"}), reasoning="Look it up."),
+        ModelAction.answer("4C in Oslo.", reasoning="Report it."),
+    ]
+    with AnthropicEmulator(script) as emulator:
+        anthropic_env(monkeypatch, emulator.base_url)
+        namespace = run_page("concepts/layers.md")
+    lines = out()
+    assert lines[0] == (
+        "['ReasoningPart', 'ToolCallPart'] TurnView(keep_reasoning=(True, True), policy='keep', summary=None)"
+    )
+    session = namespace["session"]
+    assert lines[1] == str([(c.kind, c.digest[:15]) for c in session.continuation])
+    assert [line.split()[0] for line in lines[2:4]] == ["0", "1"]
+    assert "request.sent" in lines[4] and "turn.closed" in lines[4]
