@@ -290,3 +290,37 @@ def test_the_layers_example(monkeypatch: pytest.MonkeyPatch, out: Callable[[], l
     assert lines[1] == str([(c.kind, c.digest[:15]) for c in session.continuation])
     assert [line.split()[0] for line in lines[2:4]] == ["0", "1"]
     assert "request.sent" in lines[4] and "turn.closed" in lines[4]
+
+
+@runs("howto/cost.md")
+def test_cost_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    answers = [ModelAction.answer(f"Answer {i}.", reasoning="Thinking it over. " * 20) for i in range(3)]
+    with AnthropicEmulator(answers) as emulator:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        namespace = run_page("howto/cost.md")
+    report = namespace["session"].report()
+    records = namespace["session"].execution
+    # the page's figures, checked against the records by hand at the packaged Sonnet 4.6 prices
+    by_hand = sum(
+        (
+            r.usage.uncached_input * 3
+            + r.usage.cache_read * 0.3
+            + r.usage.cache_write * 3.75
+            + r.usage.output * 15
+        )
+        / 1e6
+        for r in records
+    )
+    lines = out()
+    assert lines[0] == f"session: ${by_hand:.6f}" and report.cost.total == pytest.approx(by_hand)
+    assert [line.split(":")[0] for line in lines[1:4]] == ["turn 0", "turn 1", "turn 2"]
+    assert records[-1].usage.cache_read > 0  # the long system prompt was read from the cache
+    assert lines[4].startswith("at my prices: $")
+    m = report.metrics
+    figures = (m.cached_input_tokens, m.uncached_prefill_tokens, m.recomputed_history_tokens)
+    assert lines[5] == " ".join(map(str, figures))
+    active = records[-1].usage.prompt_tokens + records[-1].usage.output
+    assert lines[6] == f"{active} {active * 2 * 48 * 8 * 128 * 2}"
