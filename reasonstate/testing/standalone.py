@@ -80,6 +80,7 @@ _ACTION_KEYS = frozenset({"reasoning", "text", "tool_calls", "redacted", "stop"}
 _CALL_KEYS = frozenset({"name", "arguments", "raw_arguments"})
 _COMPLETION_KEYS = frozenset({"text", "token_ids", "finish_reason"})
 _ECHO_IDS = 16
+_GEMINI_SCHEMA_KEYS = ("parametersJsonSchema", "parameters_json_schema", "parameters")
 
 
 class ScriptFileError(ValueError):
@@ -218,7 +219,9 @@ def _read_turn(vendor: Vendor, body: Any) -> _Turn:
             tools.append((str(tool["function"].get("name")), tool["function"].get("parameters") or {}))
         elif vendor == "gemini":
             for decl in tool.get("functionDeclarations") or tool.get("function_declarations") or []:
-                schema = decl.get("parameters") or decl.get("parametersJsonSchema") or {}
+                schema: Mapping[str, Any] = next(
+                    (decl[k] for k in _GEMINI_SCHEMA_KEYS if isinstance(decl.get(k), dict)), {}
+                )
                 tools.append((str(decl.get("name")), schema))
     last: Any = None
     if vendor in ("anthropic", "chat"):
