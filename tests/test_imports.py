@@ -1,11 +1,11 @@
-"""``import reasonstate`` needs only attrs, pydantic and httpx2: no vendor SDK, no OpenTelemetry."""
+"""``import reasonstate`` needs only attrs and pydantic: no vendor SDK, no HTTP client, no OpenTelemetry."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-VENDOR_SDKS = ("anthropic", "openai", "google", "google.genai", "opentelemetry", "jinja2", "tokenizers")
+VENDOR_SDKS = ("anthropic", "openai", "google", "google.genai", "opentelemetry", "jinja2", "tokenizers", "httpx2")
 
 
 def test_import_reasonstate_with_no_vendor_sdk_installed() -> None:
