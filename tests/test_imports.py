@@ -5,7 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
-VENDOR_SDKS = ("anthropic", "openai", "google", "google.genai", "opentelemetry", "jinja2", "tokenizers", "httpx2")
+VENDOR_SDKS = (
+    "anthropic",
+    "openai",
+    "google",
+    "google.genai",
+    "opentelemetry",
+    "jinja2",
+    "tokenizers",
+    "httpx2",
+)
 
 
 def test_import_reasonstate_with_no_vendor_sdk_installed() -> None:
