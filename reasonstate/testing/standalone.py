@@ -385,9 +385,9 @@ def serve(
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, on_signal)
-    emulator.server.bind(host, port)
-    emulator.server.start()
     try:
+        emulator.server.bind(host, port)
+        emulator.server.start()  # OSError (port in use, address not available) propagates after cleanup
         label = f"{vendor} ({dialect})" if vendor == "chat" else vendor
         print(f"base_url={emulator.base_url}", file=stream)
         for name, value in environment(vendor, emulator.base_url, dialect=dialect).items():
