@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean fuzz docs
+.PHONY: demo test lint bench clean fuzz docs dist-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,28 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+
+# The wheel and the sdist, built from this tree, install and import in clean virtual environments without
+# any extra or dev dependency: the package data (py.typed, the bundled templates) is in them, the console
+# script runs, and the version is the one in pyproject.toml. Everything happens in a temporary directory.
+DIST_IMPORT := import pathlib, reasonstate, reasonstate.testing; \
+  from reasonstate.tokens.templates import TEMPLATE_NAMES, template_path; \
+  root = pathlib.Path(reasonstate.__file__).parent; \
+  assert 'site-packages' in str(root), root; \
+  assert (root / 'py.typed').is_file() and all(template_path(n).is_file() for n in TEMPLATE_NAMES); \
+  print(reasonstate.__version__)
+dist-check: $(STAMP)
+	@set -eu; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	version=$$($(BIN)/python -c "from importlib.metadata import version; print(version('reasonstate'))"); \
+	$(BIN)/python -m build --outdir "$$tmp/dist" . >"$$tmp/build.log" 2>&1 || { cat "$$tmp/build.log"; exit 1; }; \
+	for kind in whl tar.gz; do \
+		$(BIN)/python -m venv "$$tmp/$$kind"; \
+		"$$tmp/$$kind/bin/pip" install -q --disable-pip-version-check "$$tmp"/dist/reasonstate-*.$$kind; \
+		got=$$(cd "$$tmp" && "$$tmp/$$kind/bin/python" -c "$(DIST_IMPORT)"); \
+		test "$$got" = "$$version" || { echo "dist-check: $$kind imports as version '$$got', expected $$version"; exit 1; }; \
+		test "$$("$$tmp/$$kind/bin/reasonstate" --version)" = "reasonstate $$version"; \
+		echo "dist-check: $$(basename "$$tmp"/dist/reasonstate-*.$$kind) installs and imports (reasonstate $$got)"; \
+	done
 
 # the hypothesis properties of tests/test_fuzz.py with 20x their default 1,000 examples each
 FUZZ_EXAMPLES ?= 20000

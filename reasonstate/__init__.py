@@ -8,10 +8,14 @@ while reply.tool_calls:
 
 Logging: the ``reasonstate`` logger (stdlib ``logging``) has a ``NullHandler``, so nothing is printed unless
 the application configures logging; see ``docs/export.md`` for what is logged at which level.
+
+``reasonstate.__version__`` is the installed distribution's version (``importlib.metadata``), or
+``"0+unknown"`` for a source tree that was never installed.
 """
 
 import logging as _logging
 
+from reasonstate._version import __version__
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Price, Pricing
 from reasonstate.errors import (
     ContinuationMismatch,
@@ -61,4 +65,5 @@ __all__ = [
     "TurnState",
     "Usage",
     "VendorError",
+    "__version__",
 ]

@@ -1,31 +1,138 @@
-"""The ``reasonstate`` command: ``demo [--live]`` and ``prr --template FILE [--tokenizer NAME] [--json]``."""
+"""The ``reasonstate`` command.
+
+::
+
+    reasonstate --version
+    reasonstate demo [DEMO OPTIONS]           # the scripted agent job (its own --help)
+    reasonstate prr --template NAME|FILE [--tokenizer NAME] [--json]
+    reasonstate emulate VENDOR [--port N] [--host H] [--script FILE] [--dialect D] [--tokenizer NAME]
+
+Exit status: what the subcommand returns; 2 for a usage error (unknown command or flag), 0 for ``--help``
+and ``--version``. Subcommands import their modules only when run, so ``--help`` is fast and needs no
+optional dependency.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main", "version"]
 
-USAGE = "usage: reasonstate {demo [--live] | prr --template FILE [--tokenizer NAME] [--json]}"
+_VENDORS = ("anthropic", "responses", "chat", "gemini", "completions")
+_DIALECTS = ("openai", "deepseek", "vllm", "sglang")
+
+
+def version() -> str:
+    """The installed distribution's version (``reasonstate.__version__``)."""
+    from reasonstate import __version__
+
+    return __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``reasonstate``. ``demo`` and ``prr`` appear in its help only: :func:`main`
+    hands everything after their name to ``reasonstate.demo.main`` / ``reasonstate.tokens.matrix.main``,
+    which parse their own flags."""
+    parser = argparse.ArgumentParser(
+        prog="reasonstate",
+        description="Reasoning-state continuity for multi-turn agents: demo, PRR drift matrix, emulators.",
+    )
+    parser.add_argument("--version", action="version", version=f"reasonstate {version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    commands.add_parser(
+        "demo",
+        help="run the scripted agent job on the local emulators (reasonstate demo --help for its options)",
+        add_help=False,
+    )
+
+    commands.add_parser(
+        "prr",
+        help="PRR drift matrix of a chat template (string and token level, and the bridge)",
+        add_help=False,
+    )
+
+    emulate = commands.add_parser(
+        "emulate",
+        help="run one strict vendor API emulator as a standalone server until interrupted",
+        description=(
+            "Serve one emulator on HOST:PORT until SIGINT/SIGTERM (exit 0). Prints the base URL and the "
+            "environment variables that point the vendor SDK at it. Without --script a default responder "
+            "answers (see reasonstate.testing.standalone)."
+        ),
+    )
+    emulate.add_argument("vendor", choices=_VENDORS, help="which API to emulate")
+    emulate.add_argument("--port", type=int, default=0, help="port to listen on (default 0: a free port)")
+    emulate.add_argument("--host", default="127.0.0.1", help="IPv4 address to listen on (default 127.0.0.1)")
+    emulate.add_argument("--script", default=None, metavar="FILE", help="a JSON script of model actions")
+    emulate.add_argument(
+        "--dialect", choices=_DIALECTS, default="openai", help="chat only: the dialect (default openai)"
+    )
+    emulate.add_argument(
+        "--tokenizer",
+        default=None,
+        help="completions only: qwen3.6, qwen3.5 or deepseek-v4, to accept and serve text",
+    )
+    return parser
+
+
+def _emulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.dialect != "openai" and args.vendor != "chat":
+        parser.error("--dialect applies to 'emulate chat' only")
+    if args.tokenizer is not None and args.vendor != "completions":
+        parser.error("--tokenizer applies to 'emulate completions' only")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be between 0 and 65535, not {args.port}")
+    from reasonstate.testing.standalone import ScriptFileError, serve
+
+    try:
+        return serve(
+            args.vendor,
+            port=args.port,
+            host=args.host,
+            script=args.script,
+            dialect=args.dialect,
+            tokenizer=args.tokenizer,
+        )
+    except ScriptFileError as exc:
+        print(f"reasonstate emulate: bad script: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:  # port in use, address not available, unknown tokenizer
+        print(f"reasonstate emulate: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _code(command: Callable[[list[str]], int], argv: list[str]) -> int:
+    """``command(argv)``, with an argparse ``SystemExit`` (its --help, a usage error) as the status."""
+    try:
+        return command(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if args else 2
-    command, rest = args[0], args[1:]
-    if command == "demo":
+    """Run ``reasonstate`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    # demo and prr parse their own flags (their --help included): everything after the name is theirs
+    if args_in and args_in[0] == "demo":
         from reasonstate.demo import main as demo
 
-        return demo(rest)
-    if command == "prr":
+        return _code(demo, args_in[1:])
+    if args_in and args_in[0] == "prr":
         from reasonstate.tokens.matrix import main as prr
 
-        return prr(rest)
-    print(USAGE, file=sys.stderr)
-    return 2
+        return _code(prr, args_in[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(args_in)
+    except SystemExit as exc:  # --help, --version (0) and usage errors (2) end here
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        return _emulate(args, parser)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ the loopback interface, serves each request on its own thread, records every req
 Invariants:
   * ``server.requests[i].body`` is byte-for-byte what the client sent in its i-th request;
   * a request answered by a fault never reaches the handler (scripted state is not consumed);
-  * the server only ever listens on 127.0.0.1.
+  * the server listens on 127.0.0.1 unless :meth:`EmulatorServer.bind` names another IPv4 address (the
+    standalone ``reasonstate emulate --host``); tests never change it.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ class EmulatorServer:
     """A threaded HTTP server on a free loopback port; use it as a context manager.
 
     ``base_url`` is ``http://127.0.0.1:PORT`` (no trailing slash). ``requests`` lists every request
-    received, faulted ones included, in arrival order.
+    received, faulted ones included, in arrival order. The address is ``127.0.0.1`` and a free port unless
+    :meth:`bind` chose others before :meth:`start`.
     """
 
     def __init__(self, routes: Iterable[Route], *, name: str = "emulator") -> None:
@@ -145,10 +147,19 @@ class EmulatorServer:
         self.requests: list[RecordedRequest] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._address: tuple[str, int] = ("127.0.0.1", 0)
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    def bind(self, host: str = "127.0.0.1", port: int = 0) -> EmulatorServer:
+        """Listen on ``host:port`` at the next :meth:`start` (``port=0``: a free port). IPv4 only."""
+        if self._httpd is not None:
+            raise RuntimeError(f"{self.name} is already running; bind() before start()")
+        self._address = (host, port)
+        return self
+
     def start(self) -> EmulatorServer:
-        """Bind a free port on 127.0.0.1 and serve on a background thread; returns the server."""
+        """Bind (a free port on 127.0.0.1 unless :meth:`bind` said otherwise) and serve on a background
+        thread; returns the server."""
         server = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -167,7 +178,7 @@ class EmulatorServer:
             do_DELETE = _serve
             do_PUT = _serve
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        httpd = ThreadingHTTPServer(self._address, _Handler)
         httpd.daemon_threads = True
         self._httpd = httpd
         # poll every 50 ms (default 0.5 s) so that stop() returns quickly
@@ -201,9 +212,15 @@ class EmulatorServer:
         return int(self._httpd.server_address[1])
 
     @property
+    def host(self) -> str:
+        """The host clients use: the bound address, or ``127.0.0.1`` when bound to every interface."""
+        return "127.0.0.1" if self._address[0] in ("", "0.0.0.0") else self._address[0]
+
+    @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:PORT``, the root every route is under."""
-        return f"http://127.0.0.1:{self.port}"
+        """``http://HOST:PORT`` (``127.0.0.1`` unless :meth:`bind` chose another host), the root every route
+        is under."""
+        return f"http://{self.host}:{self.port}"
 
     # -- faults and records --------------------------------------------------------------------------
     def inject(self, *faults: Fault) -> None:

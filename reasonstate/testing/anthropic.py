@@ -436,6 +436,19 @@ def _chunks(text: str, parts: int = 3) -> list[str]:
 class AnthropicEmulator:
     """A running, strict Anthropic Messages API on 127.0.0.1; use it as a context manager.
 
+    Point a real SDK client at it (the base URL is the server root, no ``/v1``; :meth:`client` does this)::
+
+        emulator = AnthropicEmulator(script).start()
+        client = anthropic.Anthropic(base_url=emulator.base_url, api_key="test-key")
+
+    It rejects, as the API does (400/401 in Anthropic's error envelope, nothing consumed from the script):
+    a missing key; a thinking or redacted block whose signature/data was edited, moved to another model or
+    (on preserved-thinking models) to another conversation prefix; ``tool_use`` without its
+    ``tool_result`` (or the reverse); thinking options the model does not take (``enabled`` on
+    adaptive-only models, ``budget_tokens >= max_tokens``, forced ``tool_choice`` with thinking); more
+    than four ``cache_control`` breakpoints; malformed messages, system or tools. Details: the module
+    docstring.
+
     ``script``: a :class:`Script`, an iterable of :class:`ModelAction`, or a responder
     ``(request_json) -> ModelAction``. ``cache_min_tokens``: the minimum cacheable prefix length.
     ``secret``: the HMAC key for signatures (random per emulator when None; pass the same secret to two

@@ -159,6 +159,15 @@ Responder = Callable[[Sequence[int]], "ScriptedCompletion | str | Sequence[int]"
 class VLLMCompletionsEmulator:
     """``POST /v1/completions`` on an :class:`EmulatorServer`; use it as a context manager.
 
+    Point a real SDK client at it (root plus ``/v1``)::
+
+        emulator = VLLMCompletionsEmulator(completions, tokenizer="qwen3.6").start()
+        client = openai.OpenAI(base_url=emulator.base_url + "/v1", api_key="test-key")
+
+    It rejects (400 in vLLM's error shape): a body that is not a JSON object; a prompt that is not a
+    non-empty list of token ids (or text, when a tokenizer or codec can encode it); a ``max_tokens`` that
+    is not a positive integer. A request with no scripted completion left is a 500 (the script is short).
+
     ``completions`` are served in order (a ``str`` is text, a sequence of ints is token ids), or produced
     by ``responder(prompt_ids)``. ``eos_token_ids`` are the ids that end a sequence (kept in
     ``token_ids``, left out of ``text``). ``tokenizer`` names the tokenizer package that turns text into
@@ -196,12 +205,18 @@ class VLLMCompletionsEmulator:
         )
 
     # -- lifecycle --------------------------------------------------------------------------------------
-    def __enter__(self) -> VLLMCompletionsEmulator:
+    def start(self) -> VLLMCompletionsEmulator:
         self.server.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self.server.stop()
+
+    def __enter__(self) -> VLLMCompletionsEmulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     @property
     def base_url(self) -> str:

@@ -689,6 +689,17 @@ def _sse(chunks: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
 class GeminiEmulator:
     """A running, strict Gemini ``generateContent`` API on 127.0.0.1; use it as a context manager.
 
+    Point a real SDK client at it (the base URL is the server root; the SDK adds ``/v1/models/...``;
+    :meth:`client` does this)::
+
+        emulator = GeminiEmulator(script).start()
+        client = genai.Client(api_key="emu", http_options=types.HttpOptions(base_url=emulator.base_url))
+
+    It rejects (Google's error envelope, nothing consumed from the script): a missing key (403); a
+    ``functionCall`` part of the current turn without its ``thoughtSignature`` on models that validate
+    them, and any signature that was edited, moved to another part or issued for another model (400);
+    function responses that do not answer the calls before them; unknown fields and malformed contents.
+
     ``script``: a :class:`Script`, an iterable of :class:`ModelAction`, or a responder
     ``(request_json) -> ModelAction``. ``secret``: the HMAC key of the signatures (random per emulator; give
     two emulators the same secret to let their signatures verify on each other). ``cache_min_tokens``: the

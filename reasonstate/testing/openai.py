@@ -206,6 +206,11 @@ class OpenAIFamilyEmulator:
         """Every request received, faulted and rejected ones included, in arrival order."""
         return self._server.requests
 
+    @property
+    def server(self) -> EmulatorServer:
+        """The underlying :class:`EmulatorServer` (e.g. to :meth:`~EmulatorServer.bind` an address)."""
+        return self._server
+
     # -- clients -----------------------------------------------------------------------------------
     def _client_kwargs(self, kw: dict[str, Any]) -> dict[str, Any]:
         return {"base_url": self.base_url + self.sdk_path, "api_key": "test-key", "max_retries": 0, **kw}

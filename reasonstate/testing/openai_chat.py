@@ -166,6 +166,19 @@ def _chunks(text: str) -> list[str]:
 class OpenAIChatEmulator(OpenAIFamilyEmulator):
     """``POST /v1/chat/completions`` (and ``/chat/completions``) under the rules in the module docstring.
 
+    Point a real SDK client at it (root plus ``/v1``; DeepSeek's documented base URL is the bare root;
+    :meth:`client` picks the right one)::
+
+        emulator = OpenAIChatEmulator(script, dialect="vllm").start()
+        client = openai.OpenAI(base_url=emulator.base_url + "/v1", api_key="test-key")
+
+    It rejects (400/401 in OpenAI's error envelope, nothing consumed from the script): a missing bearer
+    key; a ``tool`` message that answers no open ``tool_calls``, or ``tool_calls`` left unanswered (openai,
+    deepseek); on deepseek with
+    thinking on, an assistant message with ``tool_calls`` whose ``reasoning_content`` is missing or not
+    the one issued with those calls (``verify_replay``), or any ``reasoning_content`` at all with
+    ``legacy_reject_reasoning``; ``messages`` that is not an array of objects.
+
     :meth:`client` uses ``root + "/v1"``, except for the deepseek dialect, whose documented base URL has no
     ``/v1`` (docs/protocols.md §0, §3). ``transform`` rewrites each successful completion before it is sent
     (streamed chunks are derived from the rewritten completion). ``aliases`` adds alias → dated id

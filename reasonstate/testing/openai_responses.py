@@ -201,6 +201,16 @@ def _effective_context(model: str, requested: Any) -> str:
 class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
     """``POST /v1/responses`` under the rules in the module docstring.
 
+    Point a real SDK client at it (the SDK's base URL is the root plus ``/v1``; :meth:`client` does this)::
+
+        emulator = OpenAIResponsesEmulator(script).start()
+        client = openai.OpenAI(base_url=emulator.base_url + "/v1", api_key="test-key")
+
+    It rejects (400/401/404 in OpenAI's error envelope, nothing consumed from the script): a missing
+    bearer key; an ``encrypted_content`` blob that was edited or issued for another model or organisation;
+    a reference to an item or ``previous_response_id`` that was not stored (``store: false``, expired);
+    a ``function_call_output`` without its ``function_call``; malformed input items.
+
     ``secret`` keys the ``encrypted_content`` HMAC (random per emulator by default, so a blob from one
     emulator does not verify on another, like another organisation's). ``transform`` rewrites each
     successful response body before it is sent (streamed events are derived from the rewritten body).

@@ -20,13 +20,25 @@ from __future__ import annotations
 from reasonstate.tokens.errors import (
     InvalidUTF8,
     TemplateRenderError,
+    TokenizerMismatch,
     TokenizerNotFound,
     TokenizerRequired,
     TokensError,
     ToolCallParseError,
     UnknownTemplateFamily,
 )
-from reasonstate.tokens.matrix import SCENARIOS, Cell, Matrix, Row, Scenario, demo_section, main, run_matrix
+from reasonstate.tokens.matrix import (
+    LEGEND,
+    SCENARIOS,
+    Cell,
+    Matrix,
+    Row,
+    Scenario,
+    demo_section,
+    main,
+    run_matrix,
+    unknown_special_tokens,
+)
 from reasonstate.tokens.protocol import (
     CARRIED,
     STRUCTURE,
@@ -43,6 +55,7 @@ from reasonstate.tokens.vocab import TOKENIZER_NAMES, Tokenizer, load_tokenizer
 
 __all__ = [
     "CARRIED",
+    "LEGEND",
     "SCENARIOS",
     "STRUCTURE",
     "TEMPLATE_NAMES",
@@ -60,6 +73,7 @@ __all__ = [
     "Scenario",
     "TemplateRenderError",
     "Tokenizer",
+    "TokenizerMismatch",
     "TokenizerNotFound",
     "TokenizerRequired",
     "TokensError",
@@ -72,4 +86,5 @@ __all__ = [
     "main",
     "run_matrix",
     "template_path",
+    "unknown_special_tokens",
 ]

@@ -11,6 +11,7 @@ from reasonstate.errors import ReasonStateError
 __all__ = [
     "InvalidUTF8",
     "TemplateRenderError",
+    "TokenizerMismatch",
     "TokenizerNotFound",
     "TokenizerRequired",
     "TokensError",
@@ -26,6 +27,11 @@ class TokensError(ReasonStateError):
 
 class TokenizerNotFound(TokensError):
     """No tokenizer of that name ships in an installed package (names: ``qwen3.6``, ``deepseek-v4``, ...)."""
+
+
+class TokenizerMismatch(TokensError):
+    """The tokenizer is not the template's: special tokens the template writes are not single special ids
+    in its vocabulary (e.g. a GLM template with the Qwen tokenizer)."""
 
 
 class TokenizerRequired(TokensError):

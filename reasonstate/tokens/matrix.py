@@ -8,13 +8,16 @@ scenario does not apply to the family, or ``error: Type`` (a template or parser 
 The bridge column must read ``ok`` on every row: ``B[:len(p) + len(c)] == p + carried(c)`` (``c`` verbatim,
 but for GPT-OSS's final ``<|return|>``, which the bridge writes ``<|end|>`` as the template does).
 
-``reasonstate prr --template FILE [--tokenizer NAME] [--json]`` is :func:`main`.
+``reasonstate prr --template NAME|FILE [--tokenizer NAME] [--json]`` is :func:`main`; it prints
+:data:`LEGEND` under the table. A tokenizer that is not the template's (:func:`unknown_special_tokens`) is
+refused with :class:`TokenizerMismatch` before anything is measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,14 +25,43 @@ from typing import Any, Literal
 
 import attrs
 
-from reasonstate.tokens.errors import TokensError
+from reasonstate.tokens.errors import TokenizerMismatch, TokensError
 from reasonstate.tokens.families import CallSpec, ModelTurn
 from reasonstate.tokens.protocol import Message, ParsedResponse
 from reasonstate.tokens.renderer import ChatTemplateRenderer
 from reasonstate.tokens.roundtrip import check_roundtrip, first_difference
-from reasonstate.tokens.templates import template_path
+from reasonstate.tokens.templates import TEMPLATE_NAMES, template_path
 
-__all__ = ["SCENARIOS", "Cell", "Matrix", "Row", "Scenario", "demo_section", "main", "run_matrix"]
+__all__ = [
+    "LEGEND",
+    "SCENARIOS",
+    "Cell",
+    "Matrix",
+    "Row",
+    "Scenario",
+    "demo_section",
+    "main",
+    "run_matrix",
+    "unknown_special_tokens",
+]
+
+LEGEND = """\
+legend:
+  ok          the next prompt starts with the previous prompt + completion, exactly (prefix kept)
+  break@N     it does not: N is the first character (string column) or token (token column) that the next
+              prompt does not reproduce; a prefix cache is lost from there on
+  n/a         the scenario does not apply to this family (e.g. no parallel or XML tool calls), or the
+              token column without --tokenizer
+  error: T    the template or parser refused the conversation (exception type T), never counted as ok
+columns: re-render = the client puts the parsed assistant message back and the template renders it again;
+bridge = previous prompt ids + completion ids + only the new turn's tokens (must read ok on every row).
+exit status: 0 every bridge cell ok or n/a, 1 a bridge cell is not, 2 unusable input"""
+"""What ``reasonstate prr`` prints under the matrix: the meaning of each cell and of the exit status."""
+
+# the special-token spellings chat templates use: <|name|> (Qwen, Kimi, GLM, GPT-OSS) and DeepSeek's
+# full-width <｜name｜>
+_SPECIAL = re.compile(r"<\|[^|<>\s]+\|>|<｜[^｜]+｜>")
+_PROBE_CHAT: tuple[Message, ...] = ({"role": "user", "content": "x"},)
 
 Step = tuple[Literal["user", "model", "results"], Any]
 
@@ -250,14 +282,44 @@ def _switch_name(switch: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in switch.items()) or "default"
 
 
+def unknown_special_tokens(renderer: ChatTemplateRenderer) -> tuple[str, ...]:
+    """The template's special tokens that the renderer's tokenizer does not know as single special ids.
+
+    Checked: the family's turn closes and every ``<|...|>`` / ``<｜...｜>`` token the template writes for a
+    one-message conversation with the generation prompt. Empty for a string-level renderer, and for a
+    tokenizer that belongs with the template; anything else means the token column would measure
+    nonsense (a GLM template with the Qwen tokenizer splits ``<|user|>`` into ordinary pieces).
+    """
+    tokenizer = renderer.tokenizer
+    if tokenizer is None:
+        return ()
+    try:
+        text = renderer.render_text(list(_PROBE_CHAT), None, True)
+    except TokensError:  # a template that refuses the probe: its cells will say so; check the closes
+        text = ""
+    family = renderer.family
+    wanted = set(_SPECIAL.findall(text)) | set(family.turn_close) | set(family.closes_in_render())
+    return tuple(sorted(t for t in wanted if tokenizer.special_id(t) is None))
+
+
 def run_matrix(
     template_path: str | Path,
     tokenizer: str | None = None,
     switches: Sequence[Mapping[str, Any]] | None = None,
     scenarios: Sequence[Scenario] = SCENARIOS,
 ) -> Matrix:
-    """Run every scenario under every switch setting (default: the family's switches the template reads)."""
+    """Run every scenario under every switch setting (default: the family's switches the template reads).
+
+    :class:`TokenizerMismatch` when ``tokenizer`` is not the template's (:func:`unknown_special_tokens`).
+    """
     renderer = ChatTemplateRenderer.from_files(template_path, tokenizer)
+    unknown = unknown_special_tokens(renderer)
+    if unknown:
+        raise TokenizerMismatch(
+            f"tokenizer {tokenizer!r} does not match template {Path(template_path).name} "
+            f"(family {renderer.family.name}): its special tokens {', '.join(unknown)} are not single "
+            "special tokens in that vocabulary; use the model's own tokenizer, or none (string level)"
+        )
     if switches is None:
         switches = [s for s in renderer.family.switches if set(s) <= renderer.template.variables]
     rows = [
@@ -412,23 +474,49 @@ def demo_section() -> str:
     return "\n".join(lines)
 
 
+def _resolve_template(value: str) -> Path:
+    """A path to an existing file, else a bundled template's name; :class:`OSError` naming both kinds."""
+    path = Path(value)
+    if path.is_file():
+        return path
+    if value in TEMPLATE_NAMES:
+        return template_path(value)
+    bundled = ", ".join(TEMPLATE_NAMES)
+    raise FileNotFoundError(
+        f"no template file {value!r} and no bundled template of that name; bundled: {bundled}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``reasonstate prr --template FILE [--tokenizer NAME] [--json]``.
+    """``reasonstate prr --template NAME|FILE [--tokenizer NAME] [--json]``.
 
     Exit status: 0 when the bridge kept the prefix on every row (re-render breaks are findings, not
-    failures), 1 when a bridge cell is not ok, 2 for unusable input (template, tokenizer).
+    failures), 1 when a bridge cell is not ok, 2 for unusable input (unknown template or tokenizer, a
+    tokenizer that is not the template's, a bad flag).
     """
-    parser = argparse.ArgumentParser(prog="reasonstate prr", description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--template", required=True, help="a chat template (.jinja)")
+    parser = argparse.ArgumentParser(
+        prog="reasonstate prr",
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=f"bundled templates: {', '.join(TEMPLATE_NAMES)}\n\n{LEGEND}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--template", required=True, metavar="NAME|FILE", help="a bundled template's name or a .jinja file"
+    )
     parser.add_argument(
         "--tokenizer", default=None, help="qwen3.6, qwen3.5 or deepseek-v4 (default: string level)"
     )
     parser.add_argument("--json", action="store_true", help="print the matrix as JSON")
     args = parser.parse_args(argv)
     try:
-        matrix = run_matrix(args.template, args.tokenizer)
+        matrix = run_matrix(_resolve_template(args.template), args.tokenizer)
     except (TokensError, OSError) as exc:
         print(f"reasonstate prr: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(matrix.to_json(), ensure_ascii=False, indent=2) if args.json else matrix.format())
+    if args.json:
+        print(json.dumps(matrix.to_json(), ensure_ascii=False, indent=2))
+    else:
+        print(matrix.format())
+        print()
+        print(LEGEND)
     return 0 if all(r.bridge.status in ("ok", "n/a") for r in matrix.rows) else 1

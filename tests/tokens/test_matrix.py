@@ -158,7 +158,7 @@ def test_cli_template_that_raises_is_an_error_cell_not_ok(
     path = tmp_path / "raising.jinja"
     path.write_text("<function=example_function_name>{{ raise_exception('unsupported') }}")
     assert main(["--template", str(path)]) == 1
-    out = capsys.readouterr().out
+    out = capsys.readouterr().out.split("legend:")[0]
     assert "error: TemplateRenderError" in out and " ok" not in out
 
 
