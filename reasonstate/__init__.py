@@ -26,13 +26,25 @@ from reasonstate.errors import (
     VendorError,
 )
 from reasonstate.prefix import Prefix, Tool
-from reasonstate.session import AsyncSession, Reply, Report, Session, ToolCall, ToolResult, TurnState
+from reasonstate.session import (
+    AsyncSession,
+    AsyncStream,
+    Reply,
+    Report,
+    Session,
+    Stream,
+    StreamEvent,
+    ToolCall,
+    ToolResult,
+    TurnState,
+)
 from reasonstate.snapshot import SessionSnapshot
 
 _logging.getLogger("reasonstate").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AsyncSession",
+    "AsyncStream",
     "ContinuationMismatch",
     "IllegalTransition",
     "InvalidOption",
@@ -46,6 +58,8 @@ __all__ = [
     "Session",
     "SessionSnapshot",
     "SnapshotError",
+    "Stream",
+    "StreamEvent",
     "StreamInterrupted",
     "Tool",
     "ToolCall",
