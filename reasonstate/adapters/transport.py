@@ -122,6 +122,7 @@ class Streaming:
     def __iter__(self) -> Iterator[StreamEvent]:
         while not self._ended:
             chunk: bytes | None
+            failed: ReasonStateError | None = None
             with self._translated():
                 if self._pending is not None:
                     chunk, self._pending = self._pending, None
@@ -130,8 +131,13 @@ class Streaming:
                 if chunk is None:
                     self._ended = True
                     break
-                self._assembler.feed_bytes(chunk)
+                try:
+                    self._assembler.feed_bytes(chunk)
+                except ReasonStateError as exc:  # what the chunk showed before its error is shown first
+                    failed = exc
             yield from self._assembler.events()
+            if failed is not None:
+                raise failed
 
     def result(self) -> CallResult:
         """The assembled answer (the body must have been read to its end: iterate first)."""
@@ -177,6 +183,7 @@ class AsyncStreaming:
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         while not self._ended:
             chunk: bytes | None
+            failed: ReasonStateError | None = None
             with self._translated():
                 if self._pending is not None:
                     chunk, self._pending = self._pending, None
@@ -185,9 +192,14 @@ class AsyncStreaming:
                 if chunk is None:
                     self._ended = True
                     break
-                self._assembler.feed_bytes(chunk)
+                try:
+                    self._assembler.feed_bytes(chunk)
+                except ReasonStateError as exc:  # what the chunk showed before its error is shown first
+                    failed = exc
             for event in self._assembler.events():
                 yield event
+            if failed is not None:
+                raise failed
 
     async def result(self) -> CallResult:
         """The assembled answer (the body must have been read to its end: iterate first)."""
