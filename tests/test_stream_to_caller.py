@@ -619,3 +619,23 @@ def test_stream_event_is_public_and_frozen() -> None:
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         event.delta = "x"  # type: ignore[misc]
     assert {"StreamEvent", "Stream", "AsyncStream"} <= set(rs.__all__)
+
+
+# -- the README's example ----------------------------------------------------------------------------------
+
+
+def test_the_readme_streaming_example_runs_against_the_emulator(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    code = re.search(r"## Streaming\n.*?```python\n(.*?)```", readme, re.S)
+    assert code is not None
+    with AnthropicEmulator([ModelAction(reasoning="Compare. ", text="Rome is warmer.")]) as emu:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emu.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        exec(compile(code.group(1), "README.md", "exec"), {})
+        assert json.loads(emu.requests[0].body)["stream"] is True
+    assert capsys.readouterr().out.splitlines() == ["Compare. Rome is warmer.", "Rome is warmer."]
