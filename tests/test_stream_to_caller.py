@@ -639,3 +639,78 @@ def test_the_readme_streaming_example_runs_against_the_emulator(
         exec(compile(code.group(1), "README.md", "exec"), {})
         assert json.loads(emu.requests[0].body)["stream"] is True
     assert capsys.readouterr().out.splitlines() == ["Compare. Rome is warmer.", "Rome is warmer."]
+
+
+# -- the assemblers' events, fed by hand (pure) ------------------------------------------------------------
+
+
+def _sse(*events: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+
+
+def test_responses_summary_parts_are_joined_in_the_events_as_the_codec_joins_them() -> None:
+    from reasonstate.adapters.streams import ResponsesAssembler
+
+    assembler = ResponsesAssembler()
+    where = {"item_id": "rs_1", "output_index": 0}
+    assembler.feed_bytes(
+        _sse(
+            {"type": "response.reasoning_summary_part.added", **where, "summary_index": 0},
+            {"type": "response.reasoning_summary_text.delta", **where, "summary_index": 0, "delta": "One."},
+            {"type": "response.reasoning_summary_part.added", **where, "summary_index": 1},
+            {"type": "response.reasoning_summary_text.delta", **where, "summary_index": 1, "delta": "Two."},
+            {
+                "type": "response.output_item.added",
+                "output_index": 1,
+                "item": {
+                    "type": "function_call",
+                    "call_id": "call_1",
+                    "name": "get_weather",
+                    "arguments": "",
+                },
+            },
+            {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": '{"city":'},
+            {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": '"Rome"}'},
+            {"type": "response.output_text.delta", "output_index": 2, "delta": "Hi"},
+        )
+    )
+    events = assembler.events()
+    assert "".join(e.delta for e in events if e.kind == "reasoning") == "One.\n\nTwo."
+    calls = [e for e in events if e.kind == "tool_call"]
+    assert {(e.call_id, e.name, e.index) for e in calls} == {("call_1", "get_weather", 0)}
+    assert "".join(e.delta for e in calls) == '{"city":"Rome"}'
+    assert [e.delta for e in events if e.kind == "text"] == ["Hi"]
+    assert assembler.events() == []  # taken once
+
+
+def test_chat_reasoning_streamed_under_both_names_is_shown_once() -> None:
+    from reasonstate.adapters.streams import ChatAssembler
+
+    assembler = ChatAssembler()
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": {"reasoning": "Hm.", "reasoning_content": "Hm."}}]}
+    call = {"index": 0, "id": "call_9", "function": {"name": "get_time", "arguments": "{}"}}
+    assembler.feed_bytes(_sse(chunk, {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}))
+    events = assembler.events()
+    assert [(e.kind, e.delta) for e in events] == [("reasoning", "Hm."), ("tool_call", "{}")]
+    assert (events[1].call_id, events[1].name, events[1].index) == ("call_9", "get_time", 0)
+
+
+def test_gemini_parts_of_the_first_candidate_become_events() -> None:
+    from reasonstate.adapters.streams import GeminiAssembler
+
+    assembler = GeminiAssembler()
+    parts = [
+        {"text": "Thinking", "thought": True},
+        {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}, "thoughtSignature": "c2ln"},
+        {"text": "Done"},
+    ]
+    assembler.feed_bytes(
+        _sse(*({"candidates": [{"content": {"role": "model", "parts": [p]}, "index": 0}]} for p in parts))
+    )
+    events = assembler.events()
+    assert [(e.kind, e.delta) for e in events] == [
+        ("reasoning", "Thinking"),
+        ("tool_call", '{"city":"Rome"}'),
+        ("text", "Done"),
+    ]
+    assert (events[1].call_id, events[1].name, events[1].index) == (None, "get_weather", 0)

@@ -571,7 +571,9 @@ class ResponsesAssembler(StreamAssembler):
                     name if isinstance(name, str) else None,
                     len(self._calls),
                 )
-                self._calls[data.get("output_index", -1)] = call
+                at = data.get("output_index")
+                if isinstance(at, int) and not isinstance(at, bool):
+                    self._calls[at] = call
                 self._emit(
                     "tool_call",
                     arguments if isinstance(arguments, str) else "",
@@ -611,7 +613,8 @@ class ResponsesAssembler(StreamAssembler):
         elif kind in ("response.output_text.delta", "response.refusal.delta"):
             self._emit("text", delta)
         elif kind == "response.function_call_arguments.delta":
-            call = self._calls.get(data.get("output_index", -1))
+            at = data.get("output_index")
+            call = self._calls.get(at) if isinstance(at, int) and not isinstance(at, bool) else None
             if call is not None:
                 self._emit("tool_call", delta, call_id=call[0], name=call[1], index=call[2])
 
