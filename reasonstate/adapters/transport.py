@@ -5,10 +5,14 @@ One skeleton serves every SDK family (``anthropic``, ``openai``: both expose ``<
 :func:`acall` differ only where they await. Streamed answers are fed line by line to the codec's pure
 assembler (:mod:`reasonstate.adapters.streams`) as raw bytes (split at CR/LF only: ``iter_lines``
 would also split inside a JSON string at U+2028), so a streamed and a non-streamed answer decode alike.
+Every streamed answer goes through :func:`open_stream` / :func:`aopen_stream`: iterating the
+:class:`Streaming` they return feeds each chunk to the assembler as it arrives and yields the
+:class:`~reasonstate.adapters.streams.StreamEvent` values it recorded (``Session.stream``);
+``call(stream=True)`` is the same object read to its end, so there is one decode path.
 
 google-genai has no raw-response wrapper: its calls go through :func:`_genai_call` / :func:`_genai_acall`
 (the section at the end), which read the exact bytes from the client's own ``httpx2`` client through its
-event hooks.
+event hooks (for a streamed answer, by teeing the bytes the SDK reads, as it reads them).
 
 Failures: the SDK's status errors become :class:`~reasonstate.errors.VendorError` (or the codec's more
 specific subclass), its other errors a ``VendorError`` — a :class:`~reasonstate.errors.StreamInterrupted`
@@ -330,9 +334,10 @@ def _translated(adapter: Adapter, request: VendorRequest, stream: bool) -> Itera
 # client. The hooks do nothing unless the current context has an exchange open: a call opens one in a
 # ``ContextVar``, so concurrent calls (threads, tasks) and the user's own calls on the same client never see
 # each other's bytes. The request hook keeps the body the SDK serialized; the response hook reads the body
-# (decoded, for a streamed answer the whole SSE body) before the SDK parses it. With a retry the last
-# exchange wins. Automatic continuation is off in every request (the codec sets it), so one SDK call is one
-# exchange.
+# (decoded) before the SDK parses it, or, for a streamed answer, wraps the response's ``iter_bytes`` /
+# ``aiter_bytes`` so the decoded chunks the SDK reads are kept as it reads them (:func:`_genai_open`): the
+# SDK's reading drives ours, chunk by chunk. With a retry the last exchange wins. Automatic continuation is
+# off in every request (the codec sets it), so one SDK call is one exchange.
 
 GENAI = "google.genai"
 
