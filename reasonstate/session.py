@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import copy
 import enum
+import inspect
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -834,9 +835,14 @@ class AsyncSession(_Core):
         return AsyncStream(self, self._tools_attempt(results))
 
     async def run(
-        self, text: str, *, max_steps: int = 32, on_event: Callable[[StreamEvent], None] | None = None
+        self,
+        text: str,
+        *,
+        max_steps: int = 32,
+        on_event: Callable[[StreamEvent], Awaitable[None] | None] | None = None,
     ) -> Reply:
-        """:meth:`Session.run` with awaits (``on_event`` is a plain callable, called as events arrive)."""
+        """:meth:`Session.run` with awaits. ``on_event`` is called with each event as it arrives; when it
+        returns an awaitable (an ``async def`` callback), that is awaited before the next event is read."""
         reply = await self._step(self._user_attempt(text), on_event)
         for _ in range(max_steps):
             if not reply.tool_calls:
@@ -844,12 +850,16 @@ class AsyncSession(_Core):
             reply = await self._step(self._tools_attempt(self._dispatch(reply.tool_calls)), on_event)
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
-    async def _step(self, attempt: _Attempt, on_event: Callable[[StreamEvent], None] | None) -> Reply:
+    async def _step(
+        self, attempt: _Attempt, on_event: Callable[[StreamEvent], Awaitable[None] | None] | None
+    ) -> Reply:
         if on_event is None:
             return await self._call(attempt)
         async with AsyncStream(self, attempt) as stream:
             async for event in stream:
-                on_event(event)
+                shown = on_event(event)
+                if inspect.isawaitable(shown):
+                    await shown
         return stream.reply
 
     async def _call(self, attempt: _Attempt) -> Reply:

@@ -560,17 +560,25 @@ def test_run_on_event_sees_every_step_as_it_streams(adapter: str) -> None:
         )
 
 
-def test_async_run_on_event() -> None:
+@pytest.mark.parametrize("awaited", [False, True], ids=["plain callback", "async callback"])
+def test_async_run_on_event(awaited: bool) -> None:
     with emulator("deepseek") as emu:
 
         async def main() -> tuple[rs.Reply, list[rs.StreamEvent]]:
             session = session_on(emu, "deepseek", is_async=True, tools=_handlers())
             events: list[rs.StreamEvent] = []
-            return await session.run(QUESTION, on_event=events.append), events
+
+            async def collect(event: rs.StreamEvent) -> None:
+                await asyncio.sleep(0)
+                events.append(event)
+
+            callback = collect if awaited else events.append
+            return await session.run(QUESTION, on_event=callback), events
 
         reply, events = asyncio.run(main())
         assert reply.text == ANSWER
         assert "".join(e.delta for e in events if e.kind == "text") == ANSWER
+        assert "".join(e.delta for e in events if e.kind == "reasoning")
 
 
 def test_an_on_event_callback_that_raises_ends_the_run_and_commits_nothing_of_that_call() -> None:
