@@ -472,6 +472,32 @@ def test_a_stream_cut_mid_answer_commits_nothing(adapter: str) -> None:
         assert reply.tool_calls
 
 
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_stream_cut_at_any_event_boundary_commits_nothing(adapter: str) -> None:
+    """The answer's stream cut after k events, for every k until the whole stream goes through: each cut
+    raises StreamInterrupted and leaves the session as it was (the events shown before the cut are never
+    committed); the uncut stream then commits the step."""
+    with emulator(adapter) as emu:
+        session = session_on(emu, adapter)
+        first = session.send(QUESTION)
+        before = _before(session)
+        for cut in range(200):
+            emu.inject(Fault.truncate_stream(cut))
+            try:
+                with session.stream_tool_results(results(first, 0)) as stream:
+                    for _ in stream:
+                        pass
+            except rs.StreamInterrupted:
+                assert (session.state, session.history, session.execution) == before[:2] + before[3:4]
+                assert payloads(session) == before[2]
+                continue
+            break
+        assert cut > 3  # how many cuts were tried before the whole stream went through
+        assert stream.reply.tool_calls and len(session.execution) == 2
+        failed = session.trace.of_kind(EventKind.CALL_FAILED)
+        assert len(failed) == cut and {e.data["error"] for e in failed} == {"StreamInterrupted"}
+
+
 def test_a_vendor_error_before_the_stream_starts_is_raised_on_entering_and_commits_nothing() -> None:
     with emulator("anthropic") as emu:
         session = session_on(emu, "anthropic")
