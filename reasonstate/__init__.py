@@ -31,7 +31,18 @@ from reasonstate.errors import (
     VendorError,
 )
 from reasonstate.prefix import Prefix, Tool
-from reasonstate.session import AsyncSession, Reply, Report, Session, ToolCall, ToolResult, TurnState
+from reasonstate.session import (
+    AsyncSession,
+    AsyncStream,
+    Reply,
+    Report,
+    Session,
+    Stream,
+    StreamEvent,
+    ToolCall,
+    ToolResult,
+    TurnState,
+)
 from reasonstate.snapshot import SessionSnapshot
 from reasonstate.state import Usage
 
@@ -39,6 +50,7 @@ _logging.getLogger("reasonstate").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AsyncSession",
+    "AsyncStream",
     "ContinuationMismatch",
     "Cost",
     "IllegalTransition",
@@ -57,6 +69,8 @@ __all__ = [
     "Session",
     "SessionSnapshot",
     "SnapshotError",
+    "Stream",
+    "StreamEvent",
     "StreamInterrupted",
     "Tool",
     "ToolCall",

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import copy
 import enum
+import inspect
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -46,12 +47,14 @@ from reasonstate.adapters.base import (
     foreign_reasoning_as_text,
     without_payloads,
 )
+from reasonstate.adapters.streams import StreamEvent
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
 from reasonstate.errors import (
     IllegalTransition,
     InvalidOption,
+    ProtocolViolation,
     ReasonStateError,
     ToolResultError,
     VendorError,
@@ -74,7 +77,18 @@ from reasonstate.state import (
     freeze,
 )
 
-__all__ = ["AsyncSession", "Reply", "Report", "Session", "ToolCall", "ToolResult", "TurnState"]
+__all__ = [
+    "AsyncSession",
+    "AsyncStream",
+    "Reply",
+    "Report",
+    "Session",
+    "Stream",
+    "StreamEvent",
+    "ToolCall",
+    "ToolResult",
+    "TurnState",
+]
 
 
 class TurnState(enum.Enum):
@@ -779,14 +793,53 @@ class Session(_Core):
         """Answer every pending call (any order; sent in the model's declared order) and call the model."""
         return self._call(self._tools_attempt(results))
 
-    def run(self, text: str, *, max_steps: int = 32) -> Reply:
-        """``send(text)``, then execute tool handlers and send their results until the final answer."""
-        reply = self.send(text)
+    def stream(self, text: str) -> Stream:
+        """:meth:`send`, with the answer shown to the caller as it arrives::
+
+            with session.stream("text") as stream:
+                for event in stream:  # rs.StreamEvent: .kind, .delta (.call_id, .name, .index)
+                    ...
+            reply = stream.reply
+
+        The request goes out streamed whatever the session's ``stream=`` (the request's ``stream`` flag is
+        the only difference on the wire). Entering the block sends it (a refused request raises there);
+        the events come as the bytes arrive; once they are all read, the answer is committed exactly as
+        :meth:`send` commits it (the same :class:`Reply`, history, payload bytes, records and trace). Leaving
+        the block before the end (``break``, an exception) closes the response and commits nothing; a
+        stream that breaks (:class:`~reasonstate.errors.StreamInterrupted`, a vendor error event) commits
+        nothing either and is recorded in the trace as a failed call, like a failed :meth:`send`. An
+        adapter that does not stream raises :class:`~reasonstate.errors.ProtocolViolation` on entering,
+        before anything is sent or changed.
+        """
+        return Stream(self, self._user_attempt(text))
+
+    def stream_tool_results(self, results: Mapping[str, Any]) -> Stream:
+        """:meth:`send_tool_results`, streamed to the caller as :meth:`stream` is."""
+        return Stream(self, self._tools_attempt(results))
+
+    def run(
+        self, text: str, *, max_steps: int = 32, on_event: Callable[[StreamEvent], None] | None = None
+    ) -> Reply:
+        """``send(text)``, then execute tool handlers and send their results until the final answer.
+
+        ``on_event``: called with every :class:`StreamEvent` of every model call as it arrives (each call
+        is then made through :meth:`stream`); an exception it raises ends the run, and the call it was
+        raised in commits nothing.
+        """
+        reply = self._step(self._user_attempt(text), on_event)
         for _ in range(max_steps):
             if not reply.tool_calls:
                 return reply
-            reply = self.send_tool_results(self._dispatch(reply.tool_calls))
+            reply = self._step(self._tools_attempt(self._dispatch(reply.tool_calls)), on_event)
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
+
+    def _step(self, attempt: _Attempt, on_event: Callable[[StreamEvent], None] | None) -> Reply:
+        if on_event is None:
+            return self._call(attempt)
+        with Stream(self, attempt) as stream:
+            for event in stream:
+                on_event(event)
+        return stream.reply
 
     def _call(self, attempt: _Attempt) -> Reply:
         call = self._begin(attempt)
@@ -810,13 +863,42 @@ class AsyncSession(_Core):
     async def send_tool_results(self, results: Mapping[str, Any]) -> Reply:
         return await self._call(self._tools_attempt(results))
 
-    async def run(self, text: str, *, max_steps: int = 32) -> Reply:
-        reply = await self.send(text)
+    def stream(self, text: str) -> AsyncStream:
+        """:meth:`Session.stream` for ``async with session.stream(text) as stream: async for event in
+        stream``; ``stream.reply`` after the events are read (same commit rules)."""
+        return AsyncStream(self, self._user_attempt(text))
+
+    def stream_tool_results(self, results: Mapping[str, Any]) -> AsyncStream:
+        """:meth:`Session.stream_tool_results` on an async client."""
+        return AsyncStream(self, self._tools_attempt(results))
+
+    async def run(
+        self,
+        text: str,
+        *,
+        max_steps: int = 32,
+        on_event: Callable[[StreamEvent], Awaitable[None] | None] | None = None,
+    ) -> Reply:
+        """:meth:`Session.run` with awaits. ``on_event`` is called with each event as it arrives; when it
+        returns an awaitable (an ``async def`` callback), that is awaited before the next event is read."""
+        reply = await self._step(self._user_attempt(text), on_event)
         for _ in range(max_steps):
             if not reply.tool_calls:
                 return reply
-            reply = await self.send_tool_results(self._dispatch(reply.tool_calls))
+            reply = await self._step(self._tools_attempt(self._dispatch(reply.tool_calls)), on_event)
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
+
+    async def _step(
+        self, attempt: _Attempt, on_event: Callable[[StreamEvent], Awaitable[None] | None] | None
+    ) -> Reply:
+        if on_event is None:
+            return await self._call(attempt)
+        async with AsyncStream(self, attempt) as stream:
+            async for event in stream:
+                shown = on_event(event)
+                if inspect.isawaitable(shown):
+                    await shown
+        return stream.reply
 
     async def _call(self, attempt: _Attempt) -> Reply:
         call = self._begin(attempt)
@@ -827,3 +909,138 @@ class AsyncSession(_Core):
                 call = self._retry_or_raise(call, exc)
                 continue
             return self._finish(call, result)
+
+
+# -- streaming to the caller ---------------------------------------------------------------------------------
+
+_Streaming = TypeVar("_Streaming", transport.Streaming, transport.AsyncStreaming)
+
+
+class _Left(Exception):
+    """The caller left a stream before its end: the call fails without a trace event (nothing was wrong
+    with the answer; the caller did not want the rest)."""
+
+
+class _StreamBase(Generic[_Streaming]):
+    """What :class:`Stream` and :class:`AsyncStream` share: the call, its one outcome, the reply.
+
+    Invariant: a stream ends exactly once — committed (``reply`` set, as :meth:`_Core._finish` commits a
+    sent call) or failed (:meth:`_Core._fail`: the session as it was before, a reasonstate error traced) —
+    and the HTTP response is closed either way.
+    """
+
+    def __init__(self, session: _Core, attempt: _Attempt) -> None:
+        self._session = session
+        self._attempt: _Attempt | None = attempt
+        self._call: _Call | None = None
+        self._streaming: _Streaming | None = None
+        self._reply: Reply | None = None
+        self._ended = False
+        self._iterated = False
+
+    @property
+    def reply(self) -> Reply:
+        """The :class:`Reply` (what :meth:`Session.send` returns), once every event was read."""
+        if self._reply is None:
+            raise IllegalTransition(
+                "the stream has no reply: it was not read to its end (or it failed); nothing was committed"
+            )
+        return self._reply
+
+    def _opened(self) -> _Streaming:
+        if self._streaming is None:
+            raise IllegalTransition(
+                "open the stream first: `with session.stream(...) as stream:` (`async with` on AsyncSession)"
+            )
+        if self._iterated:
+            raise IllegalTransition("a stream is read once")
+        self._iterated = True
+        return self._streaming
+
+    def _enter(self) -> _Call:
+        if self._attempt is None:
+            raise IllegalTransition("a stream is opened once")
+        attempt, self._attempt = self._attempt, None
+        if self._session._adapter.endpoint.assembler is None:
+            raise ProtocolViolation(
+                f"{self._session._adapter.endpoint.label} does not stream here: use send() / "
+                "send_tool_results() (nothing was sent)"
+            )
+        return self._session._begin(attempt)
+
+    def _failed(self, exc: BaseException) -> None:
+        if not self._ended and self._call is not None:
+            self._ended = True
+            self._session._fail(self._call, exc)
+
+    def _finished(self, result: transport.CallResult) -> None:
+        assert self._call is not None
+        self._ended = True
+        self._reply = self._session._finish(self._call, result)
+
+
+class Stream(_StreamBase[transport.Streaming]):
+    """One model call streamed to the caller (:meth:`Session.stream`); a context manager, iterated once
+    for :class:`StreamEvent` values; ``reply`` afterwards."""
+
+    def __enter__(self) -> Stream:
+        call = self._enter()
+        session = self._session
+        while True:
+            try:
+                self._streaming = transport.open_stream(session._adapter, session._client, call.request)
+            except BaseException as exc:
+                call = session._retry_or_raise(call, exc)
+                continue
+            self._call = call
+            return self
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        streaming = self._opened()
+        try:
+            yield from streaming
+            result = streaming.result()
+        except BaseException as exc:
+            streaming.close()
+            self._failed(exc)
+            raise
+        self._finished(result)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._streaming is not None:
+            self._streaming.close()
+        self._failed(_Left())
+
+
+class AsyncStream(_StreamBase[transport.AsyncStreaming]):
+    """:class:`Stream` on an async client: ``async with`` / ``async for``."""
+
+    async def __aenter__(self) -> AsyncStream:
+        call = self._enter()
+        session = self._session
+        while True:
+            try:
+                opened = transport.aopen_stream(session._adapter, session._client, call.request)
+                self._streaming = await opened
+            except BaseException as exc:
+                call = session._retry_or_raise(call, exc)
+                continue
+            self._call = call
+            return self
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        streaming = self._opened()
+        try:
+            async for event in streaming:
+                yield event
+            result = await streaming.result()
+        except BaseException as exc:
+            await streaming.aclose()
+            self._failed(exc)
+            raise
+        self._finished(result)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._streaming is not None:
+            await self._streaming.aclose()
+        self._failed(_Left())

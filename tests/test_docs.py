@@ -330,3 +330,25 @@ def test_cost_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]
     assert lines[5] == " ".join(map(str, figures))
     active = records[-1].usage.prompt_tokens + records[-1].usage.output
     assert lines[6] == f"{active} {active * 2 * 48 * 8 * 128 * 2}"
+
+
+@runs("guides/streaming.md")
+def test_streaming_guide(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    with AnthropicEmulator(weather_chain()) as emulator:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        namespace = run_page("guides/streaming.md")
+        assert len(emulator.requests) == 2
+    printed = "\n".join(out())
+    reply = namespace["reply"]
+    assert reply.text == "Rome is warmer." and not reply.tool_calls
+    # the first step's events as they arrived: its reasoning, then each call with its arguments
+    assert printed.startswith("Check both cities.")
+    pieces: dict[str, str] = {}
+    for call_id, delta in re.findall(r"\[get_weather (\S+)\] (.*)", printed):
+        pieces[call_id] = pieces.get(call_id, "") + delta
+    first = namespace["session"].history.turns[0].steps[0].tool_calls
+    assert pieces == {c.id: c.raw_arguments for c in first}  # each call's arguments, streamed in pieces
+    assert len(namespace["session"].history.turns[0].steps) == 2

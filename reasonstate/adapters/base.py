@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 import attrs
 
+from reasonstate.adapters.streams import StreamEvent
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import ContinuationMismatch, VendorError
 from reasonstate.prefix import Prefix
@@ -481,11 +482,14 @@ class DecodedStep:
 
 
 class Assembler(Protocol):
-    """Feed the body of a streamed answer; ``finish`` returns the JSON a non-streamed call returns."""
+    """Feed the body of a streamed answer; ``finish`` returns the JSON a non-streamed call returns;
+    ``events`` the :class:`~reasonstate.adapters.streams.StreamEvent` values fed since it was last called."""
 
     def feed_bytes(self, chunk: bytes) -> None: ...
 
     def finish(self) -> dict[str, Any]: ...
+
+    def events(self) -> list[StreamEvent]: ...
 
 
 @attrs.frozen(slots=True)

@@ -20,6 +20,14 @@ key order included (so both serialize to the same compact JSON bytes, and a stre
 the same continuation payload bytes as a non-streamed one). Where the stream does not carry the non-streamed
 key order, the assembler restores the order the non-streamed wire uses; the class docstrings say where.
 
+Deltas: as it is fed, every assembler also records what the caller may see at once, as
+:class:`StreamEvent` values taken with ``events()`` (``reasoning`` / ``text`` fragments and ``tool_call``
+fragments), so a session streaming to its caller reads the same bytes once, through the same assembler
+(:meth:`reasonstate.Session.stream`). Invariant: the ``delta`` of the ``reasoning`` events concatenated
+is the reasoning text the codec decodes from ``finish()``, and likewise for ``text`` (where the codec joins
+pieces with a separator, the separator is emitted as a delta of its own); the events are a view, never an
+input: ``finish()`` does not depend on whether or when they were taken.
+
 Errors (from :mod:`reasonstate.errors`): an event that is not JSON, or not the shape the protocol
 requires, is :class:`MalformedResponse`; an error the stream reports is :class:`VendorError` (body = the
 vendor's error object); a stream that ends before its terminal event is :class:`StreamInterrupted` —
@@ -50,6 +58,7 @@ __all__ = [
     "SSEEvent",
     "SSEParser",
     "StreamAssembler",
+    "StreamEvent",
 ]
 
 _TERMINATOR = re.compile(r"\r\n|\r|\n")
@@ -159,6 +168,37 @@ def _decode(raw: bytes) -> str:
         raise MalformedResponse(f"stream line is not UTF-8: {raw[:80]!r}") from exc
 
 
+# -- what the caller sees while the answer streams ---------------------------------------------------------
+
+#: the kinds of :class:`StreamEvent`
+STREAM_EVENT_KINDS = ("reasoning", "text", "tool_call")
+
+
+@attrs.frozen(slots=True)
+class StreamEvent:
+    """A fragment of a model's answer, as it arrives (``session.stream(...)``; ``run(on_event=...)``).
+
+    ``kind`` is ``"reasoning"`` (visible reasoning: Anthropic thinking, an OpenAI reasoning summary,
+    ``reasoning_content``, a Gemini thought), ``"text"`` (the answer) or ``"tool_call"``. ``delta`` is the
+    new text: for a tool call, a fragment of its arguments' JSON text as the vendor streams it (Gemini
+    sends each call whole: its arguments in one compact-JSON delta); the first event of a call may have an
+    empty delta. Tool-call events also carry ``call_id`` (the vendor's id for the call; None only where the
+    vendor streams a call without one, as Gemini may: ``reply.tool_calls[index].id`` is then the id
+    reasonstate derives), ``name`` (the tool's name, once known) and ``index`` (the call's position among
+    the reply's tool calls). Reasoning and text events have ``call_id``, ``name`` and ``index`` None.
+
+    Invariant: the deltas of one kind, concatenated in order, are ``reply.reasoning`` / ``reply.text`` of
+    the :class:`~reasonstate.Reply` the same answer gives (opaque payloads, such as signatures and
+    encrypted reasoning, are never in an event).
+    """
+
+    kind: str
+    delta: str
+    call_id: str | None = None
+    name: str | None = None
+    index: int | None = None
+
+
 # -- the assembler protocol --------------------------------------------------------------------------------
 
 
@@ -171,6 +211,24 @@ class StreamAssembler:
 
     def __init__(self) -> None:
         self._parser = SSEParser()
+        self._out: list[StreamEvent] = []
+
+    def events(self) -> list[StreamEvent]:
+        """The :class:`StreamEvent` values recorded since the last call, in order (and forgets them)."""
+        out, self._out = self._out, []
+        return out
+
+    def _emit(
+        self,
+        kind: str,
+        delta: str,
+        *,
+        call_id: str | None = None,
+        name: str | None = None,
+        index: int | None = None,
+    ) -> None:
+        if delta or kind == "tool_call":
+            self._out.append(StreamEvent(kind, delta, call_id, name, index))
 
     @classmethod
     def assemble(cls, lines: Iterable[str]) -> dict[str, Any]:
@@ -276,6 +334,7 @@ class _OpenBlock:
     value: dict[str, Any]
     partial_json: list[str] | None = None  # input_json_delta pieces, once one arrived
     stopped: bool = False
+    call: int | None = None  # a tool_use block: its position among the message's tool calls
 
 
 class AnthropicAssembler(StreamAssembler):
@@ -318,6 +377,7 @@ class AnthropicAssembler(StreamAssembler):
         self._message: dict[str, Any] | None = None
         self._blocks: list[_OpenBlock] = []
         self._stopped = False
+        self._calls = 0
 
     def _event(self, event: SSEEvent) -> None:
         if self._stopped:
@@ -371,7 +431,24 @@ class AnthropicAssembler(StreamAssembler):
             raise MalformedResponse(f"content_block_start index {index!r}, expected {len(self._blocks)}")
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise MalformedResponse(f"content_block_start {index} without a typed content_block")
-        self._blocks.append(_OpenBlock(dict(block)))
+        opened = _OpenBlock(dict(block))
+        self._blocks.append(opened)
+        kind = block["type"]
+        if kind == "tool_use":
+            opened.call, self._calls = self._calls, self._calls + 1
+            self._emit_call(opened, "")
+        elif kind in ("text", "thinking") and isinstance(block.get(kind), str):
+            self._emit("text" if kind == "text" else "reasoning", block[kind])
+
+    def _emit_call(self, block: _OpenBlock, delta: str) -> None:
+        call_id, name = block.value.get("id"), block.value.get("name")
+        self._emit(
+            "tool_call",
+            delta,
+            call_id=call_id if isinstance(call_id, str) else None,
+            name=name if isinstance(name, str) else None,
+            index=block.call,
+        )
 
     def _open_block(self, data: Mapping[str, Any], kind: str) -> _OpenBlock:
         index = data.get("index")
@@ -403,11 +480,14 @@ class AnthropicAssembler(StreamAssembler):
             raise MalformedResponse(f"a {kind} without a string {field}")
         if kind == "input_json_delta":
             block.partial_json = [*(block.partial_json or ()), text]
+            if block.call is not None:
+                self._emit_call(block, text)
         elif kind == "signature_delta":
             value["signature"] = text  # delivered once, whole, before content_block_stop (§4.5)
         else:
             previous = value.get(field)
             value[field] = (previous if isinstance(previous, str) else "") + text
+            self._emit("text" if kind == "text_delta" else "reasoning", text)
 
     def _message_delta(self, message: dict[str, Any], data: Mapping[str, Any]) -> None:
         delta, usage = data.get("delta", {}), data.get("usage", {})
@@ -473,10 +553,34 @@ class ResponsesAssembler(StreamAssembler):
         super().__init__()
         self._items: dict[int, Any] = {}
         self._terminal: dict[str, Any] | None = None
+        self._calls: dict[int, tuple[str | None, str | None, int]] = {}  # output index -> id, name, position
+        self._reasoning_at: tuple[Any, Any] | None = None  # (output index, content index) of raw reasoning
 
     def _event(self, event: SSEEvent) -> None:
         data = _json_object(event, "stream event")
         kind = data.get("type")
+        shown = isinstance(kind, str) and kind.endswith(".delta")
+        if shown or kind == "response.reasoning_summary_part.added":
+            self._delta(str(kind), data)
+        elif kind == "response.output_item.added":
+            item = data.get("item")
+            if isinstance(item, Mapping) and item.get("type") == "function_call":
+                call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+                call = (
+                    call_id if isinstance(call_id, str) else None,
+                    name if isinstance(name, str) else None,
+                    len(self._calls),
+                )
+                at = data.get("output_index")
+                if isinstance(at, int) and not isinstance(at, bool):
+                    self._calls[at] = call
+                self._emit(
+                    "tool_call",
+                    arguments if isinstance(arguments, str) else "",
+                    call_id=call[0],
+                    name=call[1],
+                    index=call[2],
+                )
         if kind == "response.output_item.done" and isinstance(data.get("output_index"), int):
             self._items[data["output_index"]] = data.get("item")
         elif kind in ("response.completed", "response.incomplete") and isinstance(data.get("response"), dict):
@@ -487,6 +591,32 @@ class ResponsesAssembler(StreamAssembler):
             raise VendorError(f"OpenAI response failed: {error}", body=error)
         elif kind == "error":
             raise VendorError(f"OpenAI stream error: {data.get('message')}", body=data)
+
+    def _delta(self, kind: str, data: Mapping[str, Any]) -> None:
+        """What the caller sees of a delta event. The codec joins an item's summary (or raw reasoning)
+        parts with a blank line: the separator is emitted when the next part starts."""
+        delta = data.get("delta")
+        if kind == "response.reasoning_summary_part.added":
+            if data.get("summary_index", 0) != 0:
+                self._emit("reasoning", "\n\n")
+            return
+        if not isinstance(delta, str):
+            return
+        if kind == "response.reasoning_summary_text.delta":
+            self._emit("reasoning", delta)
+        elif kind == "response.reasoning_text.delta":
+            where = (data.get("output_index"), data.get("content_index", 0))
+            if where != self._reasoning_at and where[1] != 0:  # the next part of the same item
+                self._emit("reasoning", "\n\n")
+            self._reasoning_at = where
+            self._emit("reasoning", delta)
+        elif kind in ("response.output_text.delta", "response.refusal.delta"):
+            self._emit("text", delta)
+        elif kind == "response.function_call_arguments.delta":
+            at = data.get("output_index")
+            call = self._calls.get(at) if isinstance(at, int) and not isinstance(at, bool) else None
+            if call is not None:
+                self._emit("tool_call", delta, call_id=call[0], name=call[1], index=call[2])
 
     def _result(self) -> dict[str, Any]:
         if self._terminal is None:
@@ -540,6 +670,7 @@ class ChatAssembler(StreamAssembler):
         self._done = False
         self._fields: dict[str, list[Any]] = {}  # delta key -> pieces, in first-seen order
         self._calls: dict[int, dict[str, Any]] = {}
+        self._reasoning_key: str | None = None  # the first reasoning field seen: the one shown as it comes
 
     def _event(self, event: SSEEvent) -> None:
         if self._done:
@@ -577,6 +708,20 @@ class ChatAssembler(StreamAssembler):
                         self._fields["role"] = [value]
                 else:
                     self._fields.setdefault(key, []).append(value)
+                    self._show(key, value)
+
+    def _show(self, key: str, value: Any) -> None:
+        """A text or reasoning delta as a :class:`StreamEvent`. Some servers stream the same reasoning
+        under both ``reasoning`` and ``reasoning_content``: only the first of the two seen is shown."""
+        if not isinstance(value, str):
+            return
+        if key == "content":
+            self._emit("text", value)
+        elif key in ("reasoning", "reasoning_content"):
+            if self._reasoning_key is None:
+                self._reasoning_key = key
+            if key == self._reasoning_key:
+                self._emit("reasoning", value)
 
     def _call_deltas(self, deltas: Any) -> None:
         if deltas is not None and not isinstance(deltas, list):
@@ -606,6 +751,14 @@ class ChatAssembler(StreamAssembler):
                     raise MalformedResponse(f"a tool_calls delta's function.{key} is not a string")
                 if isinstance(piece, str):
                     call["function"][key] += piece
+            arguments = function.get("arguments")
+            self._emit(
+                "tool_call",
+                arguments if isinstance(arguments, str) else "",
+                call_id=call["id"],
+                name=call["function"]["name"] or None,
+                index=sorted(self._calls).index(index),
+            )
 
     def _result(self) -> dict[str, Any]:
         if self._finish_reason is None or not self._done:
@@ -679,6 +832,7 @@ class GeminiAssembler(StreamAssembler):
         self._candidates: dict[int, dict[str, Any]] = {}  # index -> candidate fields (content built last)
         self._contents: dict[int, dict[str, Any]] = {}  # index -> content fields other than parts
         self._parts: dict[int, list[dict[str, Any]]] = {}
+        self._shown_calls = 0
 
     def _event(self, event: SSEEvent) -> None:
         chunk = _json_object(event, "stream chunk")
@@ -722,6 +876,24 @@ class GeminiAssembler(StreamAssembler):
                     if not isinstance(part, Mapping):
                         raise MalformedResponse("a stream chunk's part is not an object")
                     _add_part(parts, part)
+                    if index == 0:
+                        self._show(part)
+
+    def _show(self, part: Mapping[str, Any]) -> None:
+        """A Part of the first candidate (the one the codec decodes) as a :class:`StreamEvent`."""
+        call = part.get("functionCall")
+        if isinstance(call, Mapping):
+            call_id, name = call.get("id"), call.get("name")
+            self._emit(
+                "tool_call",
+                json.dumps(call.get("args", {}), ensure_ascii=False, separators=(",", ":")),
+                call_id=call_id if isinstance(call_id, str) else None,
+                name=name if isinstance(name, str) else None,
+                index=self._shown_calls,
+            )
+            self._shown_calls += 1
+        elif isinstance(part.get("text"), str):
+            self._emit("reasoning" if part.get("thought") else "text", part["text"])
 
     def _result(self) -> dict[str, Any]:
         first = self._candidates.get(min(self._candidates)) if self._candidates else None

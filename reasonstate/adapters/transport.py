@@ -5,10 +5,14 @@ One skeleton serves every SDK family (``anthropic``, ``openai``: both expose ``<
 :func:`acall` differ only where they await. Streamed answers are fed line by line to the codec's pure
 assembler (:mod:`reasonstate.adapters.streams`) as raw bytes (split at CR/LF only: ``iter_lines``
 would also split inside a JSON string at U+2028), so a streamed and a non-streamed answer decode alike.
+Every streamed answer goes through :func:`open_stream` / :func:`aopen_stream`: iterating the
+:class:`Streaming` they return feeds each chunk to the assembler as it arrives and yields the
+:class:`~reasonstate.adapters.streams.StreamEvent` values it recorded (``Session.stream``);
+``call(stream=True)`` is the same object read to its end, so there is one decode path.
 
 google-genai has no raw-response wrapper: its calls go through :func:`_genai_call` / :func:`_genai_acall`
 (the section at the end), which read the exact bytes from the client's own ``httpx2`` client through its
-event hooks.
+event hooks (for a streamed answer, by teeing the bytes the SDK reads, as it reads them).
 
 Failures: the SDK's status errors become :class:`~reasonstate.errors.VendorError` (or the codec's more
 specific subclass), its other errors a ``VendorError`` — a :class:`~reasonstate.errors.StreamInterrupted`
@@ -20,15 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
 from reasonstate.adapters.base import Adapter, Assembler, VendorRequest
+from reasonstate.adapters.streams import StreamEvent
 from reasonstate.errors import (
     InvalidOption,
     MalformedResponse,
@@ -38,7 +44,16 @@ from reasonstate.errors import (
     VendorError,
 )
 
-__all__ = ["CallResult", "acall", "call", "status_message"]
+__all__ = [
+    "AsyncStreaming",
+    "CallResult",
+    "Streaming",
+    "acall",
+    "aopen_stream",
+    "call",
+    "open_stream",
+    "status_message",
+]
 
 
 @attrs.frozen(slots=True)
@@ -50,41 +65,200 @@ class CallResult:
 
 
 def call(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) -> CallResult:
-    """One vendor call on a sync client."""
+    """One vendor call on a sync client (a streamed one is :func:`open_stream` read to its end)."""
+    if stream:
+        with open_stream(adapter, client, request) as streaming:
+            for _ in streaming:
+                pass
+            return streaming.result()
     if adapter.endpoint.sdk == GENAI:
-        return _genai_call(adapter, client, request, stream)
+        return _genai_call(adapter, client, request)
     with _translated(adapter, request, stream):
-        create = _resource(client, adapter).with_raw_response.create
-        if not stream:
-            raw = create(**request.kwargs)
-            return CallResult(_json(raw.http_response.content, adapter), raw.http_response.request.content)
-        assembler, kwargs = _streamed(adapter, request)
-        http = create(**kwargs).http_response
-        try:
-            for chunk in http.iter_bytes():
-                assembler.feed_bytes(chunk)
-        finally:
-            http.close()
-        return CallResult(assembler.finish(), http.request.content)
+        raw = _resource(client, adapter).with_raw_response.create(**request.kwargs)
+        return CallResult(_json(raw.http_response.content, adapter), raw.http_response.request.content)
 
 
 async def acall(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) -> CallResult:
     """One vendor call on an async client: :func:`call` with awaits."""
+    if stream:
+        async with await aopen_stream(adapter, client, request) as streaming:
+            async for _ in streaming:
+                pass
+            return await streaming.result()
     if adapter.endpoint.sdk == GENAI:
-        return await _genai_acall(adapter, client, request, stream)
+        return await _genai_acall(adapter, client, request)
     with _translated(adapter, request, stream):
-        create = _resource(client, adapter).with_raw_response.create
-        if not stream:
-            raw = await create(**request.kwargs)
-            return CallResult(_json(raw.http_response.content, adapter), raw.http_response.request.content)
-        assembler, kwargs = _streamed(adapter, request)
-        http = (await create(**kwargs)).http_response
+        raw = await _resource(client, adapter).with_raw_response.create(**request.kwargs)
+        return CallResult(_json(raw.http_response.content, adapter), raw.http_response.request.content)
+
+
+# -- a streamed answer, read as it arrives ------------------------------------------------------------------
+#
+# One path for every streamed answer: the body's chunks are fed, as they arrive, to the codec's assembler;
+# iterating a ``Streaming`` yields the assembler's StreamEvents after each chunk, and ``result()`` is the
+# assembled answer once the body has ended. ``call(stream=True)`` is exactly this, read to the end.
+
+
+class Streaming:
+    """A streamed answer on a sync client, open: iterate it for its :class:`StreamEvent` values as the
+    bytes arrive; once iteration ends, :meth:`result` is the answer assembled from exactly those bytes.
+
+    ``close()`` (or leaving the ``with`` block) closes the HTTP response, read to its end or not;
+    idempotent. Failures while reading are translated as in :func:`call` with ``stream=True``
+    (:class:`StreamInterrupted` for a dropped connection, :class:`VendorError` for an error event).
+    """
+
+    def __init__(
+        self,
+        assembler: Assembler,
+        pull: Callable[[], bytes | None],
+        close: Callable[[], None],
+        request_body: Callable[[], bytes | None],
+        translated: Callable[[], contextlib.AbstractContextManager[None]],
+        pending: bytes | None = None,
+    ) -> None:
+        self._assembler, self._pull, self._close = assembler, pull, close
+        self._request_body, self._translated = request_body, translated
+        self._pending = pending
+        self._ended = False
+        self._closed = False
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        while not self._ended:
+            chunk: bytes | None
+            failed: ReasonStateError | None = None
+            with self._translated():
+                if self._pending is not None:
+                    chunk, self._pending = self._pending, None
+                else:
+                    chunk = self._pull()
+                if chunk is None:
+                    self._ended = True
+                    break
+                try:
+                    self._assembler.feed_bytes(chunk)
+                except ReasonStateError as exc:  # what the chunk showed before its error is shown first
+                    failed = exc
+            yield from self._assembler.events()
+            if failed is not None:
+                raise failed
+
+    def result(self) -> CallResult:
+        """The assembled answer (the body must have been read to its end: iterate first)."""
+        if not self._ended:
+            raise ProtocolViolation("the stream was not read to its end")
         try:
-            async for chunk in http.aiter_bytes():
-                assembler.feed_bytes(chunk)
+            with self._translated():
+                return CallResult(self._assembler.finish(), self._request_body())
         finally:
-            await http.aclose()
-        return CallResult(assembler.finish(), http.request.content)
+            self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self._close()
+
+    def __enter__(self) -> Streaming:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncStreaming:
+    """:class:`Streaming` on an async client: ``async for`` it, ``await result()``, ``await aclose()``."""
+
+    def __init__(
+        self,
+        assembler: Assembler,
+        pull: Callable[[], Awaitable[bytes | None]],
+        close: Callable[[], Awaitable[None]],
+        request_body: Callable[[], bytes | None],
+        translated: Callable[[], contextlib.AbstractContextManager[None]],
+        pending: bytes | None = None,
+    ) -> None:
+        self._assembler, self._pull, self._close = assembler, pull, close
+        self._request_body, self._translated = request_body, translated
+        self._pending = pending
+        self._ended = False
+        self._closed = False
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        while not self._ended:
+            chunk: bytes | None
+            failed: ReasonStateError | None = None
+            with self._translated():
+                if self._pending is not None:
+                    chunk, self._pending = self._pending, None
+                else:
+                    chunk = await self._pull()
+                if chunk is None:
+                    self._ended = True
+                    break
+                try:
+                    self._assembler.feed_bytes(chunk)
+                except ReasonStateError as exc:  # what the chunk showed before its error is shown first
+                    failed = exc
+            for event in self._assembler.events():
+                yield event
+            if failed is not None:
+                raise failed
+
+    async def result(self) -> CallResult:
+        """The assembled answer (the body must have been read to its end: iterate first)."""
+        if not self._ended:
+            raise ProtocolViolation("the stream was not read to its end")
+        try:
+            with self._translated():
+                return CallResult(self._assembler.finish(), self._request_body())
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                await self._close()
+
+    async def __aenter__(self) -> AsyncStreaming:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def open_stream(adapter: Adapter, client: Any, request: VendorRequest) -> Streaming:
+    """Send the streamed form of ``request`` on a sync client; the answer is read as it is iterated.
+
+    Raises before any byte is read when the vendor refuses the request (its status error) or the endpoint
+    does not stream (:class:`ProtocolViolation`)."""
+    assembler, kwargs = _streamed(adapter, request)
+    if adapter.endpoint.sdk == GENAI:
+        return _genai_open(adapter, client, request, assembler)
+    translated = functools.partial(_translated, adapter, request, True)
+    with translated():
+        http = _resource(client, adapter).with_raw_response.create(**kwargs).http_response
+    chunks = http.iter_bytes()
+    sent = http.request.content
+    return Streaming(assembler, lambda: next(chunks, None), http.close, lambda: sent, translated)
+
+
+async def aopen_stream(adapter: Adapter, client: Any, request: VendorRequest) -> AsyncStreaming:
+    """:func:`open_stream` on an async client."""
+    assembler, kwargs = _streamed(adapter, request)
+    if adapter.endpoint.sdk == GENAI:
+        return await _genai_aopen(adapter, client, request, assembler)
+    translated = functools.partial(_translated, adapter, request, True)
+    with translated():
+        http = (await _resource(client, adapter).with_raw_response.create(**kwargs)).http_response
+    chunks = http.aiter_bytes()
+    sent = http.request.content
+
+    async def pull() -> bytes | None:
+        return await anext(chunks, None)
+
+    return AsyncStreaming(assembler, pull, http.aclose, lambda: sent, translated)
 
 
 def _streamed(adapter: Adapter, request: VendorRequest) -> tuple[Assembler, dict[str, Any]]:
@@ -160,19 +334,26 @@ def _translated(adapter: Adapter, request: VendorRequest, stream: bool) -> Itera
 # client. The hooks do nothing unless the current context has an exchange open: a call opens one in a
 # ``ContextVar``, so concurrent calls (threads, tasks) and the user's own calls on the same client never see
 # each other's bytes. The request hook keeps the body the SDK serialized; the response hook reads the body
-# (decoded, for a streamed answer the whole SSE body) before the SDK parses it. With a retry the last
-# exchange wins. Automatic continuation is off in every request (the codec sets it), so one SDK call is one
-# exchange.
+# (decoded) before the SDK parses it, or, for a streamed answer, wraps the response's ``iter_bytes`` /
+# ``aiter_bytes`` so the decoded chunks the SDK reads are kept as it reads them (:func:`_genai_open`): the
+# SDK's reading drives ours, chunk by chunk. With a retry the last exchange wins. Automatic continuation is
+# off in every request (the codec sets it), so one SDK call is one exchange.
 
 GENAI = "google.genai"
 
 
 @attrs.define(slots=True)
 class _Exchange:
-    """The bytes of the HTTP exchange behind one SDK call (the last one, after any retry)."""
+    """The bytes of the HTTP exchange behind one SDK call (the last one, after any retry).
+
+    ``tee`` (a streamed call): the response body is not read by the hook; the response's ``iter_bytes`` /
+    ``aiter_bytes`` are wrapped, so every chunk the SDK reads is also appended to ``tee``, as it is read;
+    ``response`` is that response (closed by reasonstate when the stream is left early)."""
 
     request_body: bytes | None = None
     response_body: bytes | None = None
+    tee: list[bytes] | None = None
+    response: Any = None
 
 
 _EXCHANGE: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar(
@@ -185,12 +366,27 @@ def _on_request(request: Any) -> None:
     exchange = _EXCHANGE.get()
     if exchange is not None:
         exchange.request_body, exchange.response_body = bytes(request.content), None
+        if exchange.tee is not None:
+            exchange.tee.clear()
 
 
 def _on_response(response: Any) -> None:
     exchange = _EXCHANGE.get()
-    if exchange is not None:
+    if exchange is None:
+        return
+    if exchange.tee is None:
         exchange.response_body = response.read()
+        return
+    exchange.response = response
+    if response.is_success:  # an error status: the SDK reads the body and raises
+        original, tee = response.iter_bytes, exchange.tee
+
+        def iter_bytes(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+            for chunk in original(*args, **kwargs):
+                tee.append(chunk)
+                yield chunk
+
+        response.iter_bytes = iter_bytes
 
 
 async def _aon_request(request: Any) -> None:
@@ -199,33 +395,116 @@ async def _aon_request(request: Any) -> None:
 
 async def _aon_response(response: Any) -> None:
     exchange = _EXCHANGE.get()
-    if exchange is not None:
+    if exchange is None:
+        return
+    if exchange.tee is None:
         exchange.response_body = await response.aread()
+        return
+    exchange.response = response
+    if response.is_success:
+        original, tee = response.aiter_bytes, exchange.tee
+
+        async def aiter_bytes(*args: Any, **kwargs: Any) -> AsyncIterator[bytes]:
+            async for chunk in original(*args, **kwargs):
+                tee.append(chunk)
+                yield chunk
+
+        response.aiter_bytes = aiter_bytes
 
 
-def _genai_call(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) -> CallResult:
+def _genai_call(adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
     models, api_client = _genai_target(client, is_async=False)
-    with _genai_translated(adapter, request, stream), _exchange(api_client, is_async=False) as exchange:
-        assembler = _streamed(adapter, request)[0] if stream else None
-        if assembler is not None:
-            for _ in models.generate_content_stream(**request.kwargs):
-                pass  # the SDK parses the chunks; the answer is read from the bytes the hook kept
-        else:
-            models.generate_content(**request.kwargs)
-        return _genai_result(adapter, exchange, assembler)
+    with _genai_translated(adapter, request, False), _exchange(api_client, is_async=False) as exchange:
+        models.generate_content(**request.kwargs)
+        return _genai_result(adapter, exchange)
 
 
-async def _genai_acall(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) -> CallResult:
+async def _genai_acall(adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
     """:func:`_genai_call` with awaits, on ``client.aio.models``."""
     models, api_client = _genai_target(client, is_async=True)
-    with _genai_translated(adapter, request, stream), _exchange(api_client, is_async=True) as exchange:
-        assembler = _streamed(adapter, request)[0] if stream else None
-        if assembler is not None:
-            async for _ in await models.generate_content_stream(**request.kwargs):
-                pass
-        else:
-            await models.generate_content(**request.kwargs)
-        return _genai_result(adapter, exchange, assembler)
+    with _genai_translated(adapter, request, False), _exchange(api_client, is_async=True) as exchange:
+        await models.generate_content(**request.kwargs)
+        return _genai_result(adapter, exchange)
+
+
+_END = object()
+
+
+def _genai_open(adapter: Adapter, client: Any, request: VendorRequest, assembler: Assembler) -> Streaming:
+    """A streamed Gemini call: the SDK's own ``generate_content_stream`` is stepped, and the bytes it reads
+    are the ones teed to the assembler (the exchange is current only while the SDK runs, one step at a
+    time: no other call on the client sees it). The first step (which sends the request) runs here."""
+    models, api_client = _genai_target(client, is_async=False)
+    _install_hooks(api_client, is_async=False)
+    exchange = _Exchange(tee=[])
+    steps: Iterator[Any] | None = None
+
+    def pull() -> bytes | None:
+        nonlocal steps
+        token = _EXCHANGE.set(exchange)
+        try:
+            if steps is None:
+                steps = iter(models.generate_content_stream(**request.kwargs))
+            ended = next(steps, _END) is _END
+        finally:
+            _EXCHANGE.reset(token)
+        return _teed(exchange, ended)
+
+    def close() -> None:
+        if steps is not None and hasattr(steps, "close"):
+            steps.close()
+        if exchange.response is not None:
+            exchange.response.close()
+
+    translated = functools.partial(_genai_translated, adapter, request, True)
+    with translated():
+        first = pull()
+    return Streaming(assembler, pull, close, lambda: exchange.request_body, translated, first)
+
+
+async def _genai_aopen(
+    adapter: Adapter, client: Any, request: VendorRequest, assembler: Assembler
+) -> AsyncStreaming:
+    """:func:`_genai_open` with awaits, on ``client.aio.models``."""
+    models, api_client = _genai_target(client, is_async=True)
+    _install_hooks(api_client, is_async=True)
+    exchange = _Exchange(tee=[])
+    steps: AsyncIterator[Any] | None = None
+
+    async def pull() -> bytes | None:
+        nonlocal steps
+        token = _EXCHANGE.set(exchange)
+        try:
+            if steps is None:
+                steps = aiter(await models.generate_content_stream(**request.kwargs))
+            ended = await anext(steps, _END) is _END
+        finally:
+            _EXCHANGE.reset(token)
+        return _teed(exchange, ended)
+
+    async def close() -> None:
+        if steps is not None and hasattr(steps, "aclose"):
+            await steps.aclose()
+        if exchange.response is not None:
+            await exchange.response.aclose()
+
+    translated = functools.partial(_genai_translated, adapter, request, True)
+    with translated():
+        first = await pull()
+    return AsyncStreaming(assembler, pull, close, lambda: exchange.request_body, translated, first)
+
+
+def _teed(exchange: _Exchange, ended: bool) -> bytes | None:
+    """The bytes the SDK read since the last step; None once it has ended and nothing is left."""
+    if exchange.response is None:
+        raise InvalidOption(
+            "the genai.Client answered without an HTTP exchange through its httpx2 client (a replay or "
+            "custom API client?): reasonstate needs the exact bytes"
+        )
+    assert exchange.tee is not None
+    data = b"".join(exchange.tee)
+    exchange.tee.clear()
+    return None if ended and not data else data
 
 
 def _genai_target(client: Any, *, is_async: bool) -> tuple[Any, Any]:
@@ -298,18 +577,15 @@ def _add_hooks(http: Any, hooks: tuple[Any, Any]) -> None:
     }
 
 
-def _genai_result(adapter: Adapter, exchange: _Exchange, assembler: Assembler | None) -> CallResult:
-    """The answer as received: the JSON body, or the SSE body assembled into the same JSON."""
+def _genai_result(adapter: Adapter, exchange: _Exchange) -> CallResult:
+    """The answer as received: the JSON body."""
     body = exchange.response_body
     if body is None:
         raise InvalidOption(
             "the genai.Client answered without an HTTP exchange through its httpx2 client (a replay or "
             "custom API client?): reasonstate needs the exact bytes"
         )
-    if assembler is None:
-        return CallResult(_json(body, adapter), exchange.request_body)
-    assembler.feed_bytes(body)
-    return CallResult(assembler.finish(), exchange.request_body)
+    return CallResult(_json(body, adapter), exchange.request_body)
 
 
 @contextlib.contextmanager

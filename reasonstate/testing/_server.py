@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import socket
 import threading
 import time
@@ -94,8 +95,9 @@ class Fault:
 
     Build them with the class methods: :meth:`http` (a vendor error status and body, e.g. 429 or 529),
     :meth:`delay` (hold the request, so a client timeout fires), :meth:`drop_connection` (close the socket
-    without a response) and :meth:`truncate_stream` (let the handler answer, but cut a streamed response
-    after ``after_events`` events without closing the chunked body).
+    without a response), :meth:`truncate_stream` (let the handler answer, but cut a streamed response
+    after ``after_events`` events without closing the chunked body) and :meth:`hold_stream` (send the
+    first events of a streamed response, then hold the rest until the test releases it).
     """
 
     kind: str
@@ -104,6 +106,8 @@ class Fault:
     headers: dict[str, str] = attrs.field(factory=dict)
     seconds: float = 0.0
     after_events: int = 0
+    release: threading.Event | None = None
+    client_gone: threading.Event | None = None
 
     @classmethod
     def http(cls, status: int, payload: Any, headers: dict[str, str] | None = None) -> Fault:
@@ -124,6 +128,24 @@ class Fault:
     def truncate_stream(cls, after_events: int) -> Fault:
         """Cut a streamed answer after ``after_events`` events, without ending the chunked body."""
         return cls(kind="truncate", after_events=after_events)
+
+    @classmethod
+    def hold_stream(
+        cls,
+        after_events: int,
+        release: threading.Event,
+        *,
+        client_gone: threading.Event | None = None,
+        seconds: float = 10.0,
+    ) -> Fault:
+        """Let the handler answer; send the first ``after_events`` events of its stream (flushed), then
+        hold the rest until ``release`` is set (or ``seconds`` passed) and send it unchanged. If the client
+        closes the connection while the rest is held, ``client_gone`` is set and nothing more is sent. A
+        JSON (non-streamed) answer is sent as usual. Shows that a client sees the first events before the
+        response has ended, and that it closes a stream it leaves early."""
+        return cls(
+            kind="hold", after_events=after_events, release=release, client_gone=client_gone, seconds=seconds
+        )
 
     @classmethod
     def raw(cls, status: int, body: bytes, content_type: str = "application/json") -> Fault:
@@ -257,6 +279,7 @@ class EmulatorServer:
             self.requests.append(recorded)
         fault = self._next_fault()
         truncate_after: int | None = None
+        hold = fault if fault is not None and fault.kind == "hold" else None
         if fault is not None:
             if fault.kind == "http":
                 self._send_json(h, JSONResponse(fault.status, fault.payload, fault.headers))
@@ -282,7 +305,7 @@ class EmulatorServer:
             raise
         try:
             if isinstance(response, StreamResponse):
-                self._send_stream(h, response, truncate_after)
+                self._send_stream(h, response, truncate_after, hold)
             else:
                 self._send_json(h, response)
         except (BrokenPipeError, ConnectionResetError):
@@ -301,7 +324,12 @@ class EmulatorServer:
         h.wfile.flush()
 
     @staticmethod
-    def _send_stream(h: BaseHTTPRequestHandler, response: StreamResponse, truncate_after: int | None) -> None:
+    def _send_stream(
+        h: BaseHTTPRequestHandler,
+        response: StreamResponse,
+        truncate_after: int | None,
+        hold: Fault | None = None,
+    ) -> None:
         h.send_response(response.status)
         h.send_header("content-type", "text/event-stream")
         h.send_header("cache-control", "no-cache")
@@ -314,6 +342,10 @@ class EmulatorServer:
                 h.wfile.flush()
                 _abort(h)
                 return
+            if hold is not None and sent == hold.after_events:
+                h.wfile.flush()
+                if not _held(h, hold):
+                    return
             h.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
             h.wfile.flush()
         h.wfile.write(b"0\r\n\r\n")
@@ -328,6 +360,25 @@ def _send_raw(h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict
     h.end_headers()
     h.wfile.write(body)
     h.wfile.flush()
+
+
+def _held(h: BaseHTTPRequestHandler, hold: Fault) -> bool:
+    """Wait for ``hold.release``; False (and ``client_gone`` set) when the client closed the connection
+    meanwhile."""
+    assert hold.release is not None
+    deadline = time.monotonic() + hold.seconds
+    while not hold.release.wait(0.01) and time.monotonic() < deadline:
+        readable, _, _ = select.select([h.connection], [], [], 0)
+        try:
+            gone = bool(readable) and h.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            gone = True
+        if gone:
+            if hold.client_gone is not None:
+                hold.client_gone.set()
+            h.close_connection = True
+            return False
+    return True
 
 
 def _iter(events: Iterable[bytes]) -> Iterator[bytes]:
