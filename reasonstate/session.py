@@ -138,7 +138,14 @@ _TRANSITIONS: dict[tuple[TurnState, str], TurnState] = {
 
 @attrs.frozen(slots=True)
 class Reply:
-    """What one model call produced."""
+    """What one model call produced, as committed to the history (step ``step`` of turn ``turn``).
+
+    ``text`` and ``reasoning`` are the step's visible text and reasoning joined in order (reasoning is empty
+    when the vendor sends none or only opaque/redacted blocks); ``tool_calls`` are in the model's declared
+    order, each with the id :meth:`Session.send_tool_results` expects; ``usage`` is the normalized
+    :class:`~reasonstate.state.Usage` of this one request. A reply never carries an opaque payload
+    (signatures, encrypted items): those stay in the continuation layer.
+    """
 
     text: str
     reasoning: str
@@ -151,7 +158,11 @@ class Reply:
 
 @attrs.frozen(slots=True)
 class Report:
-    """Cache and cost summary of a session, derived from the execution layer and the trace."""
+    """Cache and cost summary of a session, derived from the execution layer and the trace (never fed
+    back). ``prompt_tokens == cache_read + cache_write + uncached`` summed over the requests;
+    ``predicted_matches`` counts the requests whose predicted cache read equals the reported one, out of
+    ``predicted_total`` that had a prediction; ``active_context_tokens`` is the newest prompt plus its
+    output."""
 
     requests: int
     prompt_tokens: int
@@ -786,11 +797,24 @@ class Session(_Core):
     """
 
     def send(self, text: str) -> Reply:
-        """Open a turn with a user message and make one model call."""
+        """Open a turn with a user message and make one model call.
+
+        Allowed when no tool results are pending (:class:`~reasonstate.errors.IllegalTransition`
+        otherwise). On success every layer is committed at once; on any failure (a vendor error, a
+        timeout, a broken stream, a refused request) the session is exactly as it was and the failure is
+        in the trace.
+        """
         return self._call(self._user_attempt(text))
 
     def send_tool_results(self, results: Mapping[str, Any]) -> Reply:
-        """Answer every pending call (any order; sent in the model's declared order) and call the model."""
+        """Answer every pending call and call the model.
+
+        ``results`` maps each pending call id to its result (a JSON value, a string, or a
+        :class:`ToolResult` for an error); given in any order, they are sent in the model's declared
+        order. A missing, unknown or unserializable result is a
+        :class:`~reasonstate.errors.ToolResultError` and nothing is sent. Same commit-or-nothing rule as
+        :meth:`send`.
+        """
         return self._call(self._tools_attempt(results))
 
     def stream(self, text: str) -> Stream:
@@ -858,9 +882,11 @@ class AsyncSession(_Core):
     _async = True
 
     async def send(self, text: str) -> Reply:
+        """:meth:`Session.send` with awaits (same preconditions, same commit-or-nothing rule)."""
         return await self._call(self._user_attempt(text))
 
     async def send_tool_results(self, results: Mapping[str, Any]) -> Reply:
+        """:meth:`Session.send_tool_results` with awaits (same checks, same commit-or-nothing rule)."""
         return await self._call(self._tools_attempt(results))
 
     def stream(self, text: str) -> AsyncStream:
