@@ -6,6 +6,8 @@
     reasonstate demo [DEMO OPTIONS]           # the scripted agent job (its own --help)
     reasonstate prr --template NAME|FILE [--tokenizer NAME] [--json]
     reasonstate emulate VENDOR [--port N] [--host H] [--script FILE] [--dialect D] [--tokenizer NAME]
+    reasonstate inspect FILE [--events N]    # the four layers of a snapshot, or a JSONL trace
+    reasonstate report FILE [--prices FILE] [--model NAME]   # cost and cache per turn
 
 Exit status: what the subcommand returns; 2 for a usage error (unknown command or flag), 0 for ``--help``
 and ``--version``. Subcommands import their modules only when run, so ``--help`` is fast and needs no
@@ -75,7 +77,45 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="completions only: qwen3.6, qwen3.5 or deepseek-v4, to accept and serve text",
     )
+    inspect = commands.add_parser(
+        "inspect",
+        help="print the four layers of a session snapshot (or what a JSONL trace holds)",
+        description="Print the trace, history, continuation and execution layers of FILE: a snapshot "
+        "(session.snapshot().model_dump_json()) or a JSONL trace (JSONLExporter). Opaque payloads are shown "
+        "as kind, size and digest only.",
+    )
+    inspect.add_argument("file", help="a snapshot JSON file or a JSONL trace")
+    inspect.add_argument("--events", type=int, default=12, help="how many of the newest events to show")
+    report = commands.add_parser(
+        "report",
+        help="print cost and cache per turn of a session snapshot or JSONL trace",
+        description="Tokens, cache reads and writes, and USD per turn of FILE, at the packaged price table "
+        "or --prices FILE (the same JSON shape: reasonstate/cache/pricing.json).",
+    )
+    report.add_argument("file", help="a snapshot JSON file or a JSONL trace")
+    report.add_argument("--prices", default=None, metavar="FILE", help="a price table JSON file")
+    report.add_argument(
+        "--model", default=None, help="trace only: the model of requests that do not name one"
+    )
     return parser
+
+
+def _view(args: argparse.Namespace) -> int:
+    from reasonstate.cache.pricing import Pricing
+    from reasonstate.errors import InvalidOption
+    from reasonstate.views import RecordingError, inspect_text, load, report_text
+
+    try:
+        recording = load(args.file)
+        if args.command == "inspect":
+            print(inspect_text(recording, events=max(0, args.events)))
+        else:
+            pricing = Pricing.load(args.prices) if args.prices else None
+            print(report_text(recording, pricing, model=args.model))
+    except (RecordingError, InvalidOption) as exc:
+        print(f"reasonstate {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _emulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -129,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(args_in)
     except SystemExit as exc:  # --help, --version (0) and usage errors (2) end here
         return exc.code if isinstance(exc.code, int) else 2
+    if args.command in ("inspect", "report"):
+        return _view(args)
     try:
         return _emulate(args, parser)
     except SystemExit as exc:

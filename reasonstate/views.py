@@ -1,0 +1,279 @@
+"""Plain-text views of a recorded session for ``reasonstate inspect`` and ``reasonstate report``.
+
+A recording is either a snapshot (``session.snapshot().model_dump_json()``: all four layers, checked as
+``Session.restore`` checks it) or a JSONL trace (:class:`~reasonstate.export.jsonl.JSONLExporter`: the trace
+layer only, from which the requests' usage and the turns' user messages are read back).
+
+Invariants: opaque payloads (signatures, encrypted items) are shown as kind, size and digest prefix, never
+their bytes; a file that is neither form raises :class:`RecordingError` naming the line or field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from reasonstate.cache.pricing import Cost, Pricing
+from reasonstate.cache.pricing import total as total_cost
+from reasonstate.errors import ReasonStateError
+from reasonstate.state import EventKind, ExecutionRecord, History, Trace, Usage
+
+__all__ = ["Recording", "RecordingError", "inspect_text", "load", "report_text"]
+
+
+class RecordingError(ReasonStateError, ValueError):
+    """A file that is neither a session snapshot nor a JSONL trace (or is damaged)."""
+
+
+@attrs.frozen
+class Recording:
+    """What a file holds: the trace always; history and execution records for a snapshot."""
+
+    path: str
+    kind: str  # "snapshot" or "trace"
+    trace: Trace
+    history: History | None = None
+    records: tuple[ExecutionRecord, ...] = ()
+    vendor: str = ""
+    api: str = ""
+    model: str = ""
+
+
+def load(path: str | Path) -> Recording:
+    """The recording in ``path`` (snapshot JSON or JSONL trace), verified; :class:`RecordingError` else."""
+    from reasonstate.errors import SnapshotError
+    from reasonstate.export.jsonl import TraceFileError, read_trace
+    from reasonstate.snapshot import SessionSnapshot, restored_layers
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordingError(f"cannot read {path}: {exc}") from exc
+    try:
+        first = json.loads(text)
+    except ValueError:
+        first = None
+    if isinstance(first, Mapping) and "history" in first and "execution" in first:
+        try:
+            snap = SessionSnapshot.load(text)
+        except (SnapshotError, ReasonStateError) as exc:
+            raise RecordingError(f"{path}: {exc}") from exc
+        layers = restored_layers(snap)
+        trace = Trace(layers.trace.events[:-1])  # without the session.restored event restoring added
+        return Recording(
+            str(path), "snapshot", trace, layers.history, layers.records, snap.vendor, snap.api, snap.model
+        )
+    try:
+        trace = read_trace(path)
+    except TraceFileError as exc:
+        raise RecordingError(f"{path} is neither a session snapshot nor a JSONL trace: {exc}") from exc
+    if not len(trace):
+        raise RecordingError(f"{path} is neither a session snapshot nor a JSONL trace: no events")
+    return Recording(str(path), "trace", trace)
+
+
+# -- inspect -------------------------------------------------------------------------------------------------
+
+
+def inspect_text(rec: Recording, *, events: int = 12) -> str:
+    """The four layers of ``rec`` as text (the newest ``events`` trace events in full)."""
+    out: list[str] = [
+        f"{rec.path}: {rec.kind}"
+        + (f" of a session on {rec.vendor}/{rec.api}, model {rec.model}" if rec.vendor else "")
+    ]
+    out.append("")
+    out.append(f"== trace: {len(rec.trace)} events")
+    counts: dict[str, int] = {}
+    for e in rec.trace:
+        counts[e.kind] = counts.get(e.kind, 0) + 1
+    out.extend(f"   {kind:<24} {n}" for kind, n in sorted(counts.items()))
+    if len(rec.trace):
+        out.append(f"   newest {min(events, len(rec.trace))}:")
+        for e in rec.trace.events[-events:]:
+            out.append(f"   #{e.seq:<4} {e.kind:<22} {_brief(e.data)}")
+    out.append("")
+    if rec.history is None:
+        out.append(
+            "== history, continuation, execution: not in a trace file (a snapshot holds them); read from"
+        )
+        out.append("   the trace: " + _turns_from_trace(rec.trace))
+        requests = _requests_from_trace(rec.trace)
+        out.append("")
+        out.append(f"== requests in the trace: {len(requests)}")
+        out.extend(
+            _request_rows(
+                [
+                    (r["index"], r["turn"], r["model"], r["usage"], r["predicted"], r["divergence"])
+                    for r in requests
+                ]
+            )
+        )
+        return "\n".join(out)
+    out.append(f"== history: {len(rec.history.turns)} turns")
+    for turn in rec.history.turns:
+        view = (
+            "open"
+            if turn.view is None
+            else f"closed, {turn.view.policy}, reasoning kept {list(turn.view.keep_reasoning)}"
+        )
+        out.append(f"   turn {turn.index} ({view}): user {_quote(turn.user)}")
+        for i, step in enumerate(turn.steps):
+            parts = ", ".join(type(p).__name__.removesuffix("Part").lower() for p in step.parts) or "none"
+            calls = ", ".join(f"{c.name}({c.raw_arguments})" for c in step.tool_calls)
+            out.append(f"      step {i}: {step.model}, {step.stop_reason}; parts: {parts}")
+            if calls:
+                out.append(f"         calls: {_quote(calls, 100)}; results: {len(step.tool_results)}")
+            if step.text:
+                out.append(f"         text: {_quote(step.text)}")
+    out.append("")
+    payloads = [
+        (t.index, i, c) for t in rec.history.turns for i, s in enumerate(t.steps) for c in s.continuation
+    ]
+    out.append(f"== continuation: {len(payloads)} payloads (opaque: kind, size and digest only)")
+    for turn_index, step_index, c in payloads:
+        bound = "bound to its model" if c.model_bound else "not model-bound"
+        out.append(
+            f"   turn {turn_index} step {step_index}: {c.vendor}/{c.api} {c.kind} from {c.model}, "
+            f"{len(c.payload)} bytes, {c.digest[:19]}…, {bound}"
+        )
+    out.append("")
+    out.append(f"== execution: {len(rec.records)} requests")
+    out.extend(
+        _request_rows(
+            [(r.index, r.turn, r.model, r.usage, r.predicted_cache_read, r.divergence) for r in rec.records]
+        )
+    )
+    return "\n".join(out)
+
+
+def _request_rows(rows: Iterable[tuple[int, int, str, Usage, int | None, int | None]]) -> list[str]:
+    lines = [
+        "   #    turn  model                      prompt  cache read  cache write  output  predicted  "
+        "diverged at"
+    ]
+    for index, turn, model, u, predicted, divergence in rows:
+        lines.append(
+            f"   {index:<4} {turn:<5} {model[:26]:<26} {u.prompt_tokens:>6}  {u.cache_read:>10}  "
+            f"{u.cache_write:>11}  {u.output:>6}  {_opt(predicted):>9}  {_opt(divergence):>11}"
+        )
+    return lines
+
+
+# -- report --------------------------------------------------------------------------------------------------
+
+
+def report_text(rec: Recording, pricing: Pricing | None = None, model: str | None = None) -> str:
+    """Cost and cache per turn of ``rec`` at ``pricing`` (default: the packaged table). A trace names the
+    model only as the vendor echoed it (``response_model``); ``model`` prices requests that lack it."""
+    table = Pricing.default() if pricing is None else pricing
+    rows: list[tuple[int, str, Usage]] = []
+    if rec.kind == "snapshot":
+        rows = [(r.turn, r.model, r.usage) for r in rec.records]
+    else:
+        rows = [(r["turn"], r["model"] or (model or ""), r["usage"]) for r in _requests_from_trace(rec.trace)]
+    by_turn: dict[int, list[tuple[str, Usage]]] = {}
+    for turn, m, u in rows:
+        by_turn.setdefault(turn, []).append((m, u))
+    at = "the packaged price table" if pricing is None else "the given prices"
+    out = [f"{rec.path}: cost and cache per turn (USD at {at})"]
+    out.append("turn  requests  prompt tok  cache read tok  cache read %  write tok  output tok  cost USD")
+    costs: list[Cost | None] = []
+    totals = [0, 0, 0, 0, 0]
+    for turn in sorted(by_turn):
+        items = by_turn[turn]
+        turn_costs = [table.cost(m, u) if m else None for m, u in items]
+        cost = total_cost(turn_costs)
+        costs.extend(turn_costs)
+        prompt = sum(u.prompt_tokens for _, u in items)
+        read = sum(u.cache_read for _, u in items)
+        write = sum(u.cache_write for _, u in items)
+        output = sum(u.output for _, u in items)
+        for k, v in enumerate((len(items), prompt, read, write, output)):
+            totals[k] += v
+        out.append(
+            f"{turn:<5} {len(items):>8}  {prompt:>10}  {read:>14}  {_share(read, prompt):>12}  {write:>9}  "
+            f"{output:>10}  {_usd(cost):>8}"
+        )
+    n, prompt, read, write, output = totals
+    out.append(
+        f"{'all':<5} {n:>8}  {prompt:>10}  {read:>14}  {_share(read, prompt):>12}  {write:>9}  {output:>10}  "
+        f"{_usd(total_cost(costs)):>8}"
+    )
+    unpriced = sorted({m or "(model not recorded)" for _, m, u in rows if not m or table.price(m) is None})
+    if unpriced:
+        out.append(
+            f"no price for {', '.join(unpriced)}: cost unknown (pass --prices FILE, or --model for a trace)"
+        )
+    return "\n".join(out)
+
+
+# -- reading a trace back ------------------------------------------------------------------------------------
+
+
+def _requests_from_trace(trace: Trace) -> list[dict[str, Any]]:
+    """One entry per request.sent with its response.received (index, turn, model, usage, predicted,
+    divergence), in order; a request without a response (a failed call) is left out."""
+    turn = 0
+    sent: dict[int, dict[str, Any]] = {}
+    done: list[dict[str, Any]] = []
+    for e in trace:
+        data = e.data
+        if e.kind == EventKind.TURN_OPENED:
+            turn = int(data.get("turn", turn))
+        elif e.kind == EventKind.REQUEST_SENT:
+            sent[int(data.get("index", len(sent)))] = {
+                "index": int(data.get("index", 0)),
+                "turn": turn,
+                "predicted": data.get("predicted_cache_read"),
+                "divergence": data.get("divergence"),
+            }
+        elif e.kind == EventKind.RESPONSE_RECEIVED:
+            entry = sent.pop(int(data.get("index", -1)), None)
+            if entry is None:
+                continue
+            raw = data.get("usage")
+            usage: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+            entry["usage"] = Usage.of(
+                **{
+                    k: usage.get(k)
+                    for k in ("uncached_input", "cache_read", "cache_write", "output", "reasoning")
+                }
+            )
+            model = data.get("response_model")
+            entry["model"] = model if isinstance(model, str) else ""
+            done.append(entry)
+    return done
+
+
+def _turns_from_trace(trace: Trace) -> str:
+    turns = [e.data for e in trace if e.kind == EventKind.TURN_OPENED]
+    closed = sum(1 for e in trace if e.kind == EventKind.TURN_CLOSED)
+    return f"{len(turns)} turns opened ({closed} closed); first user message: " + (
+        _quote(str(turns[0].get("user", ""))) if turns else "none"
+    )
+
+
+def _brief(data: Mapping[str, Any]) -> str:
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text if len(text) <= 90 else text[:89] + "…"
+
+
+def _quote(text: str, width: int = 70) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= width else flat[: width - 1] + "…")
+
+
+def _opt(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+def _usd(cost: Cost | None) -> str:
+    return "unknown" if cost is None else f"{cost.total:.6f}"
