@@ -511,12 +511,13 @@ class _Core:
             self._fail(call, exc)
             raise
         turn = layers.history.turns[-1]
+        calls = step.tool_calls
         self._layers = layers
-        self._state = self._require("tool_calls" if step.tool_calls else "answer")
+        self._state = self._require("tool_calls" if calls else "answer")
         return Reply(
             text=step.text,
             reasoning=step.reasoning_text,
-            tool_calls=tuple(ToolCall.of(c) for c in step.tool_calls),
+            tool_calls=tuple(ToolCall.of(c) for c in calls),
             usage=step.usage,
             stop_reason=step.stop_reason,
             turn=turn.index,

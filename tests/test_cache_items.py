@@ -119,7 +119,8 @@ def test_predicting_as_a_session_does_equals_the_direct_definition(data: st.Data
     chains = _chains(data.draw)
     cache = rules.CacheRules(scheme="items", source="test", min_tokens=data.draw(st.integers(0, 40)), step=3)
     records: list[ExecutionRecord] = []
-    for i, units in enumerate(chains):
+    for i, chain in enumerate(chains):
+        units = rules.Units(chain)  # as a VendorRequest holds them: the predictor's finding rides along
         expected = _reference(cache, "gemini-3-flash", units, records[-cache.recent :])
         assert rules.predict_cache_read(cache, "gemini-3-flash", units, records) == expected
         records.append(_record(i, units, 4 + 3 * len(units)))
@@ -128,14 +129,16 @@ def test_predicting_as_a_session_does_equals_the_direct_definition(data: st.Data
 def test_the_shortcut_is_taken_on_an_append_only_session() -> None:
     cache = rules.CacheRules(scheme="items", source="test", min_tokens=0, step=1)
     records: list[ExecutionRecord] = []
-    chain: tuple[str, ...] = ("ns",)
+    chain: tuple[str, ...] = rules.Units(("ns",))
     for i in range(5):
-        chain = (*chain, f"u{i}")
+        chain = rules.Units((*chain, f"u{i}"))
         rules.predict_cache_read(cache, "gemini-3-flash", chain, records)
         records.append(_record(i, chain, 10 * (i + 1)))
     # the newest record was remembered as contained in no earlier request: a request extending it is
     # answered from it alone (the slow path would compare every record)
     assert rules._extends_uncontained((*chain, "next"), records[-1].blocks)
     assert rules.predict_cache_read(cache, "gemini-3-flash", (*chain, "next"), records) == 50
-    # a request that does not extend the newest record takes the full comparison
+    # a request that does not extend the newest record takes the full comparison, and so does a record
+    # whose units carry no finding (restored from a snapshot: a plain tuple)
     assert not rules._extends_uncontained(("ns", "u0", "x"), records[-1].blocks)
+    assert not rules._extends_uncontained((*chain, "next"), tuple(records[-1].blocks))

@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 import attrs
 
 from reasonstate.adapters.streams import StreamEvent
-from reasonstate.cache.rules import CacheRules
+from reasonstate.cache.rules import CacheRules, Units
 from reasonstate.errors import ContinuationMismatch, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
@@ -437,7 +437,8 @@ class VendorRequest:
     """
 
     kwargs: Mapping[str, Any]
-    units: tuple[str, ...]
+    #: a :class:`~reasonstate.cache.rules.Units` (a tuple that carries the cache predictor's finding)
+    units: tuple[str, ...] = attrs.field(converter=Units)
     model: str = ""
     breakpoints: tuple[int, ...] = ()
     prefix_units: int = 0

@@ -31,6 +31,7 @@ __all__ = [
     "TOKENS_VLLM",
     "CacheRules",
     "Scheme",
+    "Units",
     "predict_cache_read",
     "shared_tokens",
 ]
@@ -210,7 +211,7 @@ def _items(
     whole prompt and no earlier request diverges *inside* unit ``M``. Otherwise None, unless every earlier
     prompt was below the minimum (then 0).
     """
-    q = tuple(units)
+    q = units if isinstance(units, tuple) else tuple(units)  # a Units keeps its identity (and its finding)
     newest = records[-1] if records else None
     if newest is not None and newest.blocks and _extends_uncontained(q, newest.blocks):
         # the newest request is a prefix of this one and shared fewer units than its own length with every
@@ -237,24 +238,25 @@ def _items(
     return rules.reported(known, model)
 
 
-#: ``id(units)`` -> (those units, whether some earlier request shared all of them): what :func:`_items`
-#: found for a request's unit tuple, which becomes its record's ``blocks``. The tuples are held, so an id is
-#: not reused while its entry lives; the table is emptied when it grows past a bound.
-_CONTAINED: dict[int, tuple[tuple[str, ...], bool]] = {}
-_CONTAINED_MAX = 4096
+class Units(tuple[str, ...]):
+    """A request's prefix units (``VendorRequest.units``, which becomes its record's ``blocks``): a tuple
+    that can also carry what the ``items`` predictor found when it predicted this request — whether some
+    earlier request shared all of these units (``contained``; None: not predicted). Records never change,
+    so the fact stays true for the record; it lets the next request be answered from the newest record
+    alone. Equal to (and hashed as) the plain tuple of its units."""
+
+    contained: bool | None = None
 
 
 def _remember(q: tuple[str, ...], *, contained: bool) -> None:
-    if len(_CONTAINED) >= _CONTAINED_MAX:
-        _CONTAINED.clear()
-    _CONTAINED[id(q)] = (q, contained)
+    if type(q) is Units:
+        q.contained = contained
 
 
 def _extends_uncontained(q: tuple[str, ...], blocks: tuple[str, ...]) -> bool:
     """Whether ``blocks`` (the newest record's units) is a prefix of ``q`` and, when its request was
-    predicted, no earlier request shared all of its units (a fact of the records, which never change)."""
-    hit = _CONTAINED.get(id(blocks))
-    if hit is None or hit[0] is not blocks or hit[1]:
+    predicted, no earlier request shared all of its units."""
+    if getattr(blocks, "contained", True) is not False:
         return False
     n = len(blocks)
     return n <= len(q) and q[:n] == blocks

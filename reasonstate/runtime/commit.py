@@ -226,21 +226,23 @@ def commit(
         )
     )
     events.extend(decoded.events)
-    if step.reasoning_text or any(c.kind.endswith("thinking") for c in step.continuation):
+    reasoning = step.reasoning_text
+    if reasoning or any(c.kind.endswith("thinking") for c in step.continuation):
         events.append(
             (
                 EventKind.REASONING,
                 FrozenDict(
                     turn=turn.index,
                     step=len(turn.steps) - 1,
-                    text=step.reasoning_text,
+                    text=reasoning,
                     payload_digests=FrozenList(c.digest for c in step.continuation if c.model_bound),
                 ),
             )
         )
     records = (*records, record)
-    if step.tool_calls:
-        calls = [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in step.tool_calls]
+    tool_calls = step.tool_calls
+    if tool_calls:
+        calls = [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in tool_calls]
         events.append((EventKind.TOOL_CALLS, {"turn": turn.index, "calls": calls}))
     else:
         history = _close_turn(
@@ -328,23 +330,21 @@ def _close_turn(
     closed = history.turns[-1]
     assert closed.view is not None
     effect = _predict_effect(history, views.keys(), records, adapter, prefix, model, options)
-    decided = {
-        str(i): {"keep_reasoning": list(v.keep_reasoning), "summary": v.summary}
-        for i, v in ((i, history.turns[i].view) for i in sorted(views))
+    order = sorted(views)
+    decided = FrozenDict(
+        (str(i), FrozenDict(keep_reasoning=FrozenList(v.keep_reasoning), summary=v.summary))
+        for i, v in ((i, history.turns[i].view) for i in order)
         if v is not None
-    }
-    events.append(
-        (
-            EventKind.POLICY_DECISION,
-            {
-                "turn": closed.index,
-                "policy": policy.name,
-                "views": decided,
-                "summary": f"{policy.name} on turn(s) {sorted(views)}",
-                **effect,
-            },
-        )
     )
+    # effect's values are scalars: the whole event is frozen as built
+    data = FrozenDict(
+        turn=closed.index,
+        policy=policy.name,
+        views=decided,
+        summary=f"{policy.name} on turn(s) {order}",
+        **effect,
+    )
+    events.append((EventKind.POLICY_DECISION, data))
     events.append((EventKind.TURN_CLOSED, FrozenDict(turn=closed.index, steps=len(closed.steps))))
     return history
 
