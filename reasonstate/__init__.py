@@ -30,6 +30,7 @@ from reasonstate.errors import (
     ToolResultError,
     VendorError,
 )
+from reasonstate.guard import Divergence, Guard, GuardRecord, GuardWarning, instrument
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.session import AsyncSession, Reply, Report, Session, ToolCall, ToolResult, TurnState
 from reasonstate.snapshot import SessionSnapshot
@@ -41,6 +42,10 @@ __all__ = [
     "AsyncSession",
     "ContinuationMismatch",
     "Cost",
+    "Divergence",
+    "Guard",
+    "GuardRecord",
+    "GuardWarning",
     "IllegalTransition",
     "InvalidOption",
     "KVConfig",
@@ -66,4 +71,5 @@ __all__ = [
     "Usage",
     "VendorError",
     "__version__",
+    "instrument",
 ]
