@@ -12,6 +12,7 @@ absent value). Opaque payloads appear in results only as digests.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import re
@@ -282,9 +283,9 @@ def explain(previous: View, current: View) -> Divergence | None:
     before = previous.units[d]
     after = current.units[d] if d < len(current.units) else None
     cause = _cause(previous, current, d, before, after)
-    if after is None:
-        path = before.path
-    elif cause in ("tools_reordered", "options_changed") or before.path != after.path:
+    if after is None or (cause == "reasoning_dropped" and _reasoning_only(previous.api, before.value)):
+        path = before.path  # where the earlier request had what this one lacks
+    elif cause == "tools_reordered" or before.path != after.path:
         path = after.path
     else:
         path = _first_difference(before.value, after.value, after.path)
@@ -500,8 +501,18 @@ def _lost(api: str, response: Any, body: Any) -> Iterator[str]:
         last = contents[-1] if contents and isinstance(contents[-1], Mapping) else {}
         if not any(isinstance(p, Mapping) and "functionResponse" in p for p in _list(last.get("parts"))):
             return
-        carried = {v.get("thoughtSignature") for v in sent if isinstance(v, Mapping)}
+        # the SDK holds signatures as bytes and re-encodes them (URL-safe alphabet): compare the bytes
+        carried = {_b64(v.get("thoughtSignature")) for v in sent if isinstance(v, Mapping)}
         for p in parts:
             signature = p.get("thoughtSignature") if isinstance(p, Mapping) else None
-            if signature and signature not in carried:
+            if signature and _b64(signature) not in carried:
                 yield _digest(signature)
+
+
+def _b64(value: Any) -> bytes | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.urlsafe_b64decode(value.replace("+", "-").replace("/", "_") + "=" * (-len(value) % 4))
+    except ValueError:
+        return value.encode()
