@@ -488,3 +488,89 @@ def test_missing_or_negative_usage_is_a_finding(usage: Any, kinds: list[str], re
 def test_a_client_the_guard_cannot_watch_is_refused_at_instrument_time() -> None:
     with pytest.raises(TypeError, match="httpx2"):
         rs.instrument(object())
+
+
+# -- the session names its cache breaks with the guard's analysis ------------------------------------------
+
+
+def _session_on(emulator: AnthropicEmulator, **kw: Any) -> tuple[rs.Session, rs.Guard]:
+    client = emulator.client()
+    guard = rs.instrument(client)  # the session's own requests, watched on the wire
+    tools = [rs.Tool(t["name"], t["description"], t["input_schema"]) for t in (WEATHER, CLOCK)]
+    session = rs.Session(client, model=CLAUDE, system=SYSTEM, tools=tools, thinking=THINKING, **kw)
+    return session, guard
+
+
+def _breaks(session: rs.Session) -> list[dict[str, Any]]:
+    from reasonstate.state import EventKind
+
+    return [dict(e.data) for e in session.trace.of_kind(EventKind.CACHE_BREAK)]
+
+
+def test_a_session_break_from_its_policy_names_the_decision_and_agrees_with_the_guard(
+    claude: AnthropicEmulator,
+) -> None:
+    from reasonstate.policies import Drop
+
+    session, guard = _session_on(claude, policy=Drop())
+    reply = session.send(QUESTION)
+    while reply.tool_calls:
+        reply = session.send_tool_results({c.id: "18C" for c in reply.tool_calls})
+    session.send("And tomorrow?")
+    (brk,) = _breaks(session)
+    assert brk["cause"] == "reasoning_dropped"
+    assert brk["decision"].startswith("policy.decision: drop") and brk["why"] == brk["decision"]
+    # the thinking block of turn 0's first answer, as the emulator received it the time before
+    assert brk["path"] == "$.messages[1].content[0]"
+    assert (
+        json.loads(claude.requests[brk["index"] - 1].body)["messages"][1]["content"][0]["type"] == "thinking"
+    )
+    record = guard.records[brk["index"]]
+    assert record.divergence is not None
+    assert (record.divergence.cause, record.divergence.path) == (brk["cause"], brk["path"])
+
+
+@pytest.mark.parametrize(
+    ("change", "cause", "path"),
+    [
+        ({"system": SYSTEM.replace("careful", "cautious")}, "system_changed", "$.system[0].text"),
+        ({"system": SYSTEM.replace("03:40", "03:45")}, "timestamp_in_prefix", "$.system[0].text"),
+        ("tools", "tools_changed", "$.tools[0].description"),
+    ],
+    ids=["system", "timestamp", "tools"],
+)
+def test_a_prefix_change_is_named_by_what_changed(
+    claude: AnthropicEmulator, change: Any, cause: str, path: str
+) -> None:
+    session, guard = _session_on(claude)
+    claude.script.extend([ModelAction(text="one"), ModelAction(text="two")])
+    session.send("first")
+    if change == "tools":
+        clock = rs.Tool("get_time", "The local time", CLOCK["input_schema"])
+        session.change_prefix(tools=[clock if t.name == "get_time" else t for t in session.prefix.tools])
+    else:
+        session.change_prefix(**change)
+    session.send("second")
+    (brk,) = _breaks(session)
+    assert (brk["cause"], brk["path"]) == (cause, path)
+    assert brk["why"].startswith("prefix.changed")  # declared: the exporters keep calling it so
+    # the path names the changed value in the bytes the emulator received
+    before, after = (_at(json.loads(r.body), path) for r in claude.requests)
+    assert before != after and (change != "tools" or after == "The local time")
+    divergence = guard.records[1].divergence
+    assert divergence is not None and (divergence.cause, divergence.path) == (cause, path)
+
+
+def test_a_model_switch_is_model_changed() -> None:
+    with OpenAIResponsesEmulator([ModelAction(text="one"), ModelAction(text="two")]) as emulator:
+        client = emulator.client()
+        guard = rs.instrument(client)
+        session = rs.Session(client, model="gpt-5", system=SYSTEM)
+        session.send("first")
+        session.switch_model("gpt-5-mini")
+        session.send("second")
+        (brk,) = _breaks(session)
+        divergence = guard.records[1].divergence
+    assert (brk["cause"], brk["path"]) == ("model_changed", "$.model")
+    assert brk["why"].startswith("model.changed")
+    assert divergence is not None and (divergence.cause, divergence.path) == ("model_changed", "$.model")
