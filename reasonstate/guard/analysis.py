@@ -134,10 +134,10 @@ class View:
     units: tuple[Unit, ...]
     breakpoints: tuple[int, ...] = ()
     prefix_units: int = 0
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(u.key for u in self.units)
+    #: each unit's ``key``, in order (what prefix comparisons and cache predictions read)
+    keys: tuple[str, ...] = attrs.field(
+        init=False, default=attrs.Factory(lambda v: tuple(u.key for u in v.units), takes_self=True)
+    )
 
     @property
     def history_units(self) -> int:
@@ -160,8 +160,14 @@ class Divergence:
     decision: str | None = None
 
 
+_ENCODERS = {
+    sort: json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=sort).encode
+    for sort in (False, True)
+}
+
+
 def _compact(value: Any, *, sort: bool) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort)
+    return _ENCODERS[sort](value)
 
 
 def _without(value: Any, keys: frozenset[str]) -> Any:
@@ -440,12 +446,13 @@ def _digest(value: Any) -> str:
 def _lost(api: str, response: Any, body: Any) -> Iterator[str]:
     if not isinstance(response, Mapping) or not isinstance(body, Mapping):
         return
-    sent = [v for v in _walk(body)]
     if api == "messages":
         content = _list(response.get("content"))
         calls = {b.get("id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"}
-        answered = any(isinstance(v, Mapping) and v.get("tool_use_id") in calls for v in sent)
-        if not calls or not answered:
+        if not calls:
+            return
+        sent = list(_walk(body.get("messages")))
+        if not any(isinstance(v, Mapping) and v.get("tool_use_id") in calls for v in sent):
             return
         carried = {
             v.get("signature") or v.get("data")
@@ -501,6 +508,7 @@ def _lost(api: str, response: Any, body: Any) -> Iterator[str]:
         last = contents[-1] if contents and isinstance(contents[-1], Mapping) else {}
         if not any(isinstance(p, Mapping) and "functionResponse" in p for p in _list(last.get("parts"))):
             return
+        sent = list(_walk(contents))
         # the SDK holds signatures as bytes and re-encodes them (URL-safe alphabet): compare the bytes
         carried = {_b64(v.get("thoughtSignature")) for v in sent if isinstance(v, Mapping)}
         for p in parts:
