@@ -431,8 +431,8 @@ def _first_difference(a: Any, b: Any, path: str) -> str:
 def lost_continuation(api: str, response: Any, body: Any) -> tuple[str, ...]:
     """Digests of the reasoning payloads ``response`` ended a tool call with that ``body`` (the request
     answering that call) does not carry back: thinking signatures and redacted data (Anthropic, §4.3),
-    encrypted reasoning items (Responses, §1.4), ``reasoning_content`` (DeepSeek, §3.2), thought signatures
-    (Gemini, §5.2). Empty unless ``body`` answers a call ``response`` made."""
+    encrypted reasoning items (Responses, §1.4), ``reasoning_content`` (DeepSeek, §3.3), thought signatures
+    (Gemini, §5.4). Empty unless ``body`` answers a call ``response`` made."""
     try:
         return tuple(_lost(api, response, body))
     except Exception:  # odd shapes: nothing to say, never an error
