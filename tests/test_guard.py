@@ -574,3 +574,29 @@ def test_a_model_switch_is_model_changed() -> None:
     assert (brk["cause"], brk["path"]) == ("model_changed", "$.model")
     assert brk["why"].startswith("model.changed")
     assert divergence is not None and (divergence.cause, divergence.path) == ("model_changed", "$.model")
+
+
+def test_interleaved_conversations_are_told_apart(claude: AnthropicEmulator) -> None:
+    client = claude.client()
+    guard = rs.instrument(client)
+    first: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    second: list[dict[str, Any]] = [{"role": "user", "content": "Oslo or Bergen: which is wetter?"}]
+    for history in (first, second, first, second):  # two agents on one client, turn by turn
+        reply = client.messages.create(messages=_marked(history), **_anthropic_kwargs())
+        history.append(
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]}
+        )
+        calls = [b for b in reply.content if b.type == "tool_use"]
+        results = [{"type": "tool_result", "tool_use_id": c.id, "content": "x"} for c in calls]
+        history.append({"role": "user", "content": results or "Next?"})
+    records = guard.records
+    # the second conversation starts fresh (same tools and system: no break); each later request
+    # continues its own conversation
+    assert [r.divergence for r in records] == [None] * 4
+    assert [r.previous for r in records] == [None, None, 0, 1]
+    # request 1 reads the system prompt's own entry, whose size no earlier report told: not knowable
+    assert [r.predicted_cache_read for r in records] == [
+        0,
+        None,
+        *(r.reported_cache_read for r in records[2:]),
+    ]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.guard import common_prefix_len
 from reasonstate.cache.rules import CacheRules, predict_cache_read
-from reasonstate.guard.analysis import View, explain, lost_continuation, view_of
+from reasonstate.guard.analysis import View, explain, lost_continuation, starts_conversation, view_of
 from reasonstate.state import ExecutionRecord, Usage
 from reasonstate.state.continuation import digest_of
 
@@ -52,6 +52,10 @@ def analyse(guard: Guard, capture: _Capture) -> GuardRecord:
     divergence = None
     if previous is not None and view is not None:
         divergence = explain(previous[1], view)
+        if divergence is not None and divergence.unit == view.prefix_units and starts_conversation(view):
+            # a new conversation on the same tools and system prompt: it breaks nothing
+            divergence, previous = None, None
+    if previous is not None and view is not None:
         lost = lost_continuation(api, previous[2], body)
         if lost:
             warnings.append(GuardWarning("continuation_lost", ", ".join(lost)))

@@ -17,7 +17,7 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import attrs
 
@@ -32,6 +32,7 @@ __all__ = [
     "View",
     "explain",
     "lost_continuation",
+    "starts_conversation",
     "view_of",
 ]
 
@@ -48,20 +49,8 @@ Cause = Literal[
     "model_changed",
     "options_changed",
 ]
-#: the vocabulary of break causes (issue 12), in no particular order
-CAUSES: tuple[Cause, ...] = (
-    "system_changed",
-    "tools_changed",
-    "tools_reordered",
-    "tool_schema_reserialized",
-    "history_rewritten",
-    "reasoning_dropped",
-    "compacted",
-    "arguments_reserialized",
-    "timestamp_in_prefix",
-    "model_changed",
-    "options_changed",
-)
+#: the vocabulary of break causes (issue 12), in the order above
+CAUSES: tuple[Cause, ...] = get_args(Cause)
 
 #: the API names (``Adapter.api``) this module reads
 APIS = ("messages", "responses", "chat", "generate_content")
@@ -271,6 +260,20 @@ def _options(api: str, body: Mapping[str, Any]) -> dict[str, Any]:
                 continue
         out[key] = value
     return out
+
+
+def starts_conversation(view: View) -> bool:
+    """Whether ``view``'s history holds nothing but user input (no answer of the model yet): the first
+    request of a conversation, whatever earlier request it shares its tools and system prompt with."""
+    history = [u.value for u in view.units if u.section == "history"]
+    if view.api == "messages":
+        return all(u.key.startswith("user:") for u in view.units if u.section == "history")
+    return all(
+        isinstance(v, str)
+        or (isinstance(v, Mapping) and v.get("role", "user") == "user" and "type" not in v)
+        or (isinstance(v, Mapping) and v.get("type") == "message" and v.get("role") == "user")
+        for v in history
+    )
 
 
 # -- the cause ----------------------------------------------------------------------------------------------
