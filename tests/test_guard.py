@@ -600,3 +600,29 @@ def test_interleaved_conversations_are_told_apart(claude: AnthropicEmulator) -> 
         None,
         *(r.reported_cache_read for r in records[2:]),
     ]
+
+
+def test_google_genai_async_requests_are_watched_through_the_same_guard() -> None:
+    import asyncio
+
+    from google.genai import types
+
+    with GeminiEmulator(_asks) as emulator, emulator.client() as client:
+        guard = rs.instrument(client)
+        assert rs.instrument(client.aio) is guard  # one genai.Client: one guard for both sides
+        contents = [types.Content(role="user", parts=[types.Part(text=QUESTION)])]
+
+        async def run() -> None:
+            await client.aio.models.generate_content(model="gemini-2.5-flash", contents=contents)
+            stream = await client.aio.models.generate_content_stream(
+                model="gemini-2.5-flash", contents=contents
+            )
+            async for _ in stream:
+                pass
+
+        asyncio.run(run())
+        client.models.generate_content(model="gemini-2.5-flash", contents=contents)
+        records = guard.records
+    assert len(records) == len(emulator.requests) == 3
+    assert [r.streamed for r in records] == [False, True, False]
+    assert all(r.usage is not None and r.warnings == () for r in records)
