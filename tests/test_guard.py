@@ -626,3 +626,14 @@ def test_google_genai_async_requests_are_watched_through_the_same_guard() -> Non
     assert len(records) == len(emulator.requests) == 3
     assert [r.streamed for r in records] == [False, True, False]
     assert all(r.usage is not None and r.warnings == () for r in records)
+
+
+def test_unread_records_do_not_pile_up_whole_bodies(claude: AnthropicEmulator) -> None:
+    from reasonstate.guard import _DRAIN
+
+    client = claude.client()
+    guard = rs.instrument(client)
+    for i in range(_DRAIN + 2):
+        client.messages.create(model=CLAUDE, max_tokens=64, messages=[{"role": "user", "content": f"q{i}"}])
+    assert len(guard._pending) < _DRAIN  # analysed in a batch by the hook itself
+    assert [r.index for r in guard.records] == list(range(_DRAIN + 2))

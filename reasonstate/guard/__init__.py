@@ -93,6 +93,10 @@ def _api_of(path: str) -> str | None:
     return None
 
 
+#: how many unread captures wait before the hook analyses them itself
+_DRAIN = 128
+
+
 class Guard:
     """The records of an instrumented client (one per request with a response, in send order)."""
 
@@ -110,11 +114,15 @@ class Guard:
     def records(self) -> tuple[GuardRecord, ...]:
         """Every finished request so far, analysed (analysis runs here, never in the request path)."""
         with self._lock:
-            pending = sorted(self._pending, key=lambda c: c.index)
-            self._pending.clear()
-            for capture in pending:
-                self._records.append(self._analysed(capture))
+            self._drain()
             return tuple(self._records)
+
+    def _drain(self) -> None:
+        """Analyse the waiting captures, oldest first (under the lock)."""
+        pending = sorted(self._pending[:], key=lambda c: c.index)
+        del self._pending[: len(pending)]
+        for capture in pending:
+            self._records.append(self._analysed(capture))
 
     # -- the hook side: bytes only -----------------------------------------------------------------------
     def _on_response(self, response: Any) -> None:
@@ -150,6 +158,13 @@ class Guard:
 
     def _done(self, capture: _Capture) -> None:
         self._pending.append(capture)  # list.append is atomic
+        # captures hold whole bodies: when nobody reads the records, they are analysed in batches (bounded
+        # memory; the batch's cost falls on one request in _DRAIN, never blocked by a reader)
+        if len(self._pending) >= _DRAIN and self._lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._lock.release()
 
     # -- the analysis side -------------------------------------------------------------------------------
     def _analysed(self, capture: _Capture) -> GuardRecord:
