@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from reasonstate.cache.rules import CacheRules
 from reasonstate.guard.analysis import CAUSES, Cause, Divergence, View
 from reasonstate.state import Usage
 
@@ -50,6 +51,8 @@ class GuardRecord:
     ``divergence`` is None when the request extends the previous request of its conversation (or starts
     one); ``predicted_cache_read`` is None when the vendor's rules cannot know it; ``reported_cache_read``
     is the vendor's figure (None without usage). ``usage`` is normalized (:class:`reasonstate.Usage`).
+    ``api`` is the vendor API (``messages``, ``responses``, ``chat``, ``generate_content``), ``path`` the
+    URL path, ``previous`` the index of the request this one was compared with (its conversation).
     """
 
     index: int
@@ -100,7 +103,7 @@ _DRAIN = 128
 class Guard:
     """The records of an instrumented client (one per request with a response, in send order)."""
 
-    def __init__(self, cache: Any = None) -> None:
+    def __init__(self, cache: CacheRules | None = None) -> None:
         self._cache = cache
         self._count = itertools.count()
         self._lock = threading.Lock()
@@ -184,7 +187,7 @@ _GUARDS: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 _INSTALL = threading.Lock()
 
 
-def instrument(client: Any, *, cache: Any = None) -> Guard:
+def instrument(client: Any, *, cache: CacheRules | None = None) -> Guard:
     """Watch every request ``client`` sends; the one line a caller adds.
 
     ``client``: an ``anthropic``/``openai`` client (sync or async) or a ``google.genai.Client`` (both its

@@ -189,7 +189,7 @@ def _counts(raw: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def _rules(guard: Guard, api: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
-    if isinstance(guard._cache, CacheRules):
+    if guard._cache is not None:
         return guard._cache
     if api == "messages":
         return cache_rules.ANTHROPIC
