@@ -637,3 +637,21 @@ def test_unread_records_do_not_pile_up_whole_bodies(claude: AnthropicEmulator) -
         client.messages.create(model=CLAUDE, max_tokens=64, messages=[{"role": "user", "content": f"q{i}"}])
     assert len(guard._pending) < _DRAIN  # analysed in a batch by the hook itself
     assert [r.index for r in guard.records] == list(range(_DRAIN + 2))
+
+
+def test_a_miss_nothing_in_the_requests_explains_is_its_own_finding(claude: AnthropicEmulator) -> None:
+    client = claude.client()
+    guard = rs.instrument(client)
+    history: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    first = client.messages.create(messages=_marked(history), **_anthropic_kwargs())
+    history.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]})
+    call = next(b for b in first.content if b.type == "tool_use")
+    history.append(
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "x"}]}
+    )
+    claude.clear_cache()  # the vendor evicted the entry: the request still extends the last one
+    client.messages.create(messages=_marked(history), **_anthropic_kwargs())
+    second = guard.records[1]
+    assert second.divergence is None and second.reported_cache_read == 0
+    assert second.predicted_cache_read is not None and second.predicted_cache_read > 0
+    assert [w.kind for w in second.warnings] == ["unexplained_miss"]
