@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead_gemini.py || status=1; \
 	$(BIN)/python benchmarks/bridge.py || status=1; \
 	$(BIN)/python benchmarks/export.py || status=1; \
+	$(BIN)/python benchmarks/guard.py || status=1; \
 	exit $$status
 
 # the documentation site into site/; --strict: a broken link or a missing API reference fails the build

@@ -30,6 +30,7 @@ from reasonstate.errors import (
     ToolResultError,
     VendorError,
 )
+from reasonstate.guard import Divergence, Guard, GuardRecord, GuardWarning, instrument
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.session import (
     AsyncSession,
@@ -53,6 +54,10 @@ __all__ = [
     "AsyncStream",
     "ContinuationMismatch",
     "Cost",
+    "Divergence",
+    "Guard",
+    "GuardRecord",
+    "GuardWarning",
     "IllegalTransition",
     "InvalidOption",
     "KVConfig",
@@ -80,4 +85,5 @@ __all__ = [
     "Usage",
     "VendorError",
     "__version__",
+    "instrument",
 ]

@@ -352,3 +352,27 @@ def test_streaming_guide(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list
     first = namespace["session"].history.turns[0].steps[0].tool_calls
     assert pieces == {c.id: c.raw_arguments for c in first}  # each call's arguments, streamed in pieces
     assert len(namespace["session"].history.turns[0].steps) == 2
+
+
+@runs("howto/guard.md")
+def test_guard_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    actions = [
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="Check Paris."),
+        ModelAction.answer("Paris is 18C.", reasoning="Answer."),
+    ]
+    with AnthropicEmulator(actions) as emulator:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        namespace = run_page("howto/guard.md")
+        sent = [json.loads(r.body) for r in emulator.requests]
+    records = namespace["guard"].records
+    # the oracle: the two system prompts as the emulator received them differ in the minute alone
+    texts = [body["system"][0]["text"] for body in sent]
+    assert texts[0].replace("09:00", "09:01") == texts[1] != texts[0]
+    assert records[1].reported_cache_read == 0 and records[1].usage is not None
+    assert out() == [
+        f"0 extends 0 {records[0].reported_cache_read} []",
+        f"1 timestamp_in_prefix at $.system[0].text {records[1].predicted_cache_read} 0 []",
+    ]

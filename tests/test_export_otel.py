@@ -402,7 +402,9 @@ def test_a_drop_policy_and_a_model_switch_are_on_the_spans(pipeline: Pipeline) -
     # the next request diverged where the trace says, for the declared cause (the model change)
     (brk,) = session.trace.of_kind("cache.break")
     assert last.attributes["reasonstate.cache.break.unit"] == brk.data["unit"]
-    assert last.attributes["reasonstate.cache.break.cause"] == brk.data["why"]
+    assert last.attributes["reasonstate.cache.break.cause"] == brk.data["cause"] == "model_changed"
+    assert last.attributes["reasonstate.cache.break.why"] == brk.data["why"]
+    assert last.attributes["reasonstate.cache.break.path"] == brk.data["path"] == "$.model"
     assert last.attributes["reasonstate.cache.break.declared"] is True
     assert last.attributes[otel.REQUEST_MODEL] == "claude-opus-4-6"
     assert second.attributes["reasonstate.turn.index"] == 1

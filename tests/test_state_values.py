@@ -21,4 +21,11 @@ def test_turn_fields_are_the_ones_its_with_methods_copy() -> None:
 
 
 def test_layers_fields_are_the_ones_the_commit_copies() -> None:
-    assert [f.name for f in attrs.fields(Layers)] == ["history", "trace", "records", "lost", "stripped"]
+    assert [f.name for f in attrs.fields(Layers)] == [
+        "history",
+        "trace",
+        "records",
+        "lost",
+        "stripped",
+        "last_body",
+    ]

@@ -210,7 +210,7 @@ class Publisher:
 
 # -- the reasonstate logger ---------------------------------------------------------------------------------
 
-#: cache-break causes that name a change the caller made (``commit._why_diverged``'s wording)
+#: cache-break ``why`` prefixes that name a change the caller made (``commit._why_diverged``'s wording)
 _DECLARED = (
     f"{EventKind.PREFIX_CHANGED}:",
     f"{EventKind.MODEL_CHANGED}:",

@@ -479,7 +479,11 @@ class OTelExporter:
         if broken is not None:
             why = str(broken.data.get("why", ""))
             attributes["reasonstate.cache.break.unit"] = int(broken.data.get("unit") or 0)
-            attributes["reasonstate.cache.break.cause"] = why
+            # the vocabulary word (reasonstate.guard.CAUSES); a trace recorded before it existed has only why
+            attributes["reasonstate.cache.break.cause"] = str(broken.data.get("cause") or why)
+            attributes["reasonstate.cache.break.why"] = why
+            if broken.data.get("path"):
+                attributes["reasonstate.cache.break.path"] = str(broken.data["path"])
             attributes["reasonstate.cache.break.declared"] = declared_break(broken, context.trace)
         count, digest = _replayed(state, record)
         attributes["reasonstate.continuation.replayed.count"] = count

@@ -11,6 +11,7 @@ events (``policy.clamped``, ``policy.decision`` with its predicted cache effect,
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -21,6 +22,7 @@ from reasonstate.adapters.base import Adapter, DecodedStep, VendorRequest, reque
 from reasonstate.cache.guard import divergence
 from reasonstate.cache.rules import predict_cache_read
 from reasonstate.errors import PolicyConflict
+from reasonstate.guard.analysis import APIS, Divergence, explain, view_of
 from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
@@ -75,6 +77,8 @@ class Layers:
     records: tuple[ExecutionRecord, ...] = ()
     lost: frozenset[str] = frozenset()
     stripped: frozenset[str] = frozenset()
+    #: the exact bytes of the newest request (for the cause of the next cache break; not snapshotted)
+    last_body: bytes | None = None
 
     @classmethod
     def of(cls, history: History, trace: Trace, records: tuple[ExecutionRecord, ...]) -> Layers:
@@ -202,9 +206,11 @@ def commit(
         )
     )
     if record.divergence is not None and previous is not None:
-        # the cause is read from the events before this request's own (``trace``)
-        why = _why_diverged(trace, len(trace), record, previous)
-        events.append((EventKind.CACHE_BREAK, {"index": record.index, "unit": record.divergence, "why": why}))
+        # the cause is read from the two requests' bytes and the events before this request's own
+        broken = _why_diverged(
+            trace, len(trace), record, previous, adapter.api, layers.last_body, request_body
+        )
+        events.append((EventKind.CACHE_BREAK, {"index": record.index, "unit": record.divergence, **broken}))
     usage = step.usage
     events.append(
         (
@@ -256,22 +262,76 @@ def commit(
             policy=policy,
         )
     trace = trace.extended(events)
-    return Layers(history, trace, records, layers.lost, layers.stripped), step
+    return Layers(history, trace, records, layers.lost, layers.stripped, request_body), step
 
 
-def _why_diverged(trace: Trace, since: int, record: ExecutionRecord, previous: ExecutionRecord) -> str:
-    """The cause of a cache break: what changed between the previous request and this one."""
-    if record.prefix_fingerprint != previous.prefix_fingerprint:
-        return _cause(trace, (EventKind.PREFIX_CHANGED,), "the stable prefix changed")
-    if record.model != previous.model:
-        return _cause(trace, (EventKind.MODEL_CHANGED,), f"model {previous.model} → {record.model}")
+def _why_diverged(
+    trace: Trace,
+    since: int,
+    record: ExecutionRecord,
+    previous: ExecutionRecord,
+    api: str,
+    before: bytes | None,
+    body: bytes | None,
+) -> dict[str, Any]:
+    """The cause of a cache break: ``cause`` (a word of :data:`reasonstate.guard.analysis.CAUSES`), ``path``
+    (the JSON path of the first difference) and ``why`` (a sentence; it starts with the traced event that
+    declared the change — ``prefix.changed``, ``model.changed``, ``policy.decision`` — when there is one).
+
+    The cause comes from the guard's analysis of the two requests' bytes (:func:`explain`), the same as
+    guard mode's; the session adds what only it knows: the model switch or prefix change it traced, and,
+    for dropped reasoning, the policy decision that dropped it (``decision``).
+    """
+    found = _explained(api, before, body, previous.model, record.model)
     sent = [e.seq for e in trace.of_kind(EventKind.REQUEST_SENT)]
     after = sent[-1] if sent else -1
-    decisions = [e for e in trace.events[after + 1 : since] if e.kind == EventKind.POLICY_DECISION]
-    if decisions:
-        e = decisions[-1]
-        return f"{e.kind}: {e.data.get('summary', '')}".strip()
-    return f"request differs from the previous one at prefix unit {record.divergence}"
+    # the decisions since the previous request that changed a view (dropped reasoning or summarized)
+    decisions = [
+        e
+        for e in trace.events[after + 1 : since]
+        if e.kind == EventKind.POLICY_DECISION and _changes_a_view(e.data.get("views"))
+    ]
+    cause: str
+    decision: str | None = None
+    if record.model != previous.model:
+        cause, path = "model_changed", "$.model"
+        why = _cause(trace, (EventKind.MODEL_CHANGED,), f"model {previous.model} → {record.model}")
+    elif record.prefix_fingerprint != previous.prefix_fingerprint:
+        cause = found.cause if found is not None else "system_changed"
+        path = found.path if found is not None else "$"
+        why = _cause(trace, (EventKind.PREFIX_CHANGED,), "the stable prefix changed")
+    else:
+        if found is not None:
+            cause, path = found.cause, found.path
+        else:  # the bytes were not kept (a restored session): a view change is the known change
+            cause, path = ("reasoning_dropped" if decisions else "history_rewritten"), "$"
+        why = f"{cause} at {path}" if found is not None else f"prefix unit {record.divergence} differs"
+        if decisions:
+            decision = why = f"{decisions[-1].kind}: {decisions[-1].data.get('summary', '')}".strip()
+    out: dict[str, Any] = {"cause": cause, "path": path, "why": why}
+    if decision is not None:
+        out["decision"] = decision
+    return out
+
+
+def _changes_a_view(views: Any) -> bool:
+    """Whether a ``policy.decision``'s views drop reasoning or summarize a turn."""
+    if not isinstance(views, Mapping):
+        return False
+    return any(
+        isinstance(v, Mapping) and (not all(v.get("keep_reasoning") or ()) or v.get("summary") is not None)
+        for v in views.values()
+    )
+
+
+def _explained(api: str, before: bytes | None, body: bytes | None, was: str, model: str) -> Divergence | None:
+    """The guard's cause analysis of two request bodies, or None when either is missing or unreadable."""
+    if before is None or body is None or api not in APIS:
+        return None
+    try:
+        return explain(view_of(api, json.loads(before), was), view_of(api, json.loads(body), model))
+    except ValueError:
+        return None
 
 
 def _cause(trace: Trace, kinds: Iterable[str], fallback: str) -> str:

@@ -269,7 +269,9 @@ def test_drop_forces_a_traced_full_render_and_the_cache_hit_falls_as_predicted(
             run_chain(s)
             cached[name] = [srv.cached_tokens for srv in emu.served]
             assert [r.predicted_cache_read for r in s.execution] == cached[name]
-            renders = [e.data for e in s.trace.of_kind(EventKind.CACHE_BREAK) if e.data.get("path")]
+            renders = [
+                e.data for e in s.trace.of_kind(EventKind.CACHE_BREAK) if e.data.get("path") == "full_render"
+            ]
             records = s.execution
         # Keep sends the template's render with every turn's reasoning kept; Drop, the default render, which
         # leaves out the reasoning of turns before the last user message (template L100-L103)
@@ -304,7 +306,7 @@ def test_drop_of_a_single_step_turn_renders_again_and_says_the_sampled_reasoning
     s = session(emulator, qwen, policy=Drop())
     s.send("Hi")
     s.send("Hi again")
-    (event,) = [e.data for e in s.trace.of_kind(EventKind.CACHE_BREAK) if e.data.get("path")]
+    (event,) = [e.data for e in s.trace.of_kind(EventKind.CACHE_BREAK) if e.data.get("path") == "full_render"]
     assert event["index"] == 1 and "reasoning dropped" in event["reason"]
     first, second = s.execution
     assert first.prompt_ids is not None and second.prompt_ids is not None

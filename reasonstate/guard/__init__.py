@@ -1,0 +1,232 @@
+"""Guard mode: ``guard = rs.instrument(client)`` watches every request a plain vendor client sends.
+
+The guard adds one response event hook to the client's own ``httpx2`` client (anthropic, openai:
+``client._client``; google-genai: the API client's sync and async ``httpx2`` clients). The hook keeps the
+request bytes the client sent and tees the response bytes as the SDK reads them (it never reads the
+stream itself, so a streamed answer reaches the SDK chunk by chunk, as before). It sends nothing, changes
+nothing and raises nothing: a failure inside it becomes a :class:`GuardWarning` on the record.
+
+Analysis happens when :attr:`Guard.records` is read, off the caller's request path: each request is parsed
+as the vendor reads it (:mod:`reasonstate.guard.analysis`), matched to the earlier request of its
+conversation (the recent request it shares the longest prefix with), and given its normalized usage (the
+codecs' own usage parsers), its divergence with the cause, its warnings (``continuation_lost``,
+``unexplained_miss``, bad input) and the cache read predicted from the vendor's rules
+(:func:`reasonstate.cache.rules.predict_cache_read`, docs/protocols.md §1.5, §3.4, §4.4, §5.3) next to
+the one reported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import Any
+
+import attrs
+
+from reasonstate.cache.rules import CacheRules
+from reasonstate.guard.analysis import CAUSES, Cause, Divergence, View
+from reasonstate.state import Usage
+
+__all__ = ["CAUSES", "Cause", "Divergence", "Guard", "GuardRecord", "GuardWarning", "instrument"]
+
+
+@attrs.frozen(slots=True)
+class GuardWarning:
+    """A finding on one request. ``kind``: ``continuation_lost`` (a signature, encrypted item or
+    ``reasoning_content`` of the previous answer is missing from this tool-chain request; ``detail`` lists
+    digests, never the payload), ``unexplained_miss`` (a request that extends the previous one read less
+    cache than predicted), ``prediction_mismatch`` (it read more), ``request_not_json``,
+    ``response_not_json``, ``stream_cut_short``, ``usage_missing``, ``usage_invalid``, ``vendor_error``
+    (a non-2xx answer), ``hook_error`` (the guard itself failed; the request went on untouched)."""
+
+    kind: str
+    detail: str = ""
+
+
+@attrs.frozen(slots=True)
+class GuardRecord:
+    """One request the client sent and its answer, as the guard saw them on the wire.
+
+    ``divergence`` is None when the request extends the previous request of its conversation (or starts
+    one); ``predicted_cache_read`` is None when the vendor's rules cannot know it; ``reported_cache_read``
+    is the vendor's figure (None without usage). ``usage`` is normalized (:class:`reasonstate.Usage`).
+    ``api`` is the vendor API (``messages``, ``responses``, ``chat``, ``generate_content``), ``path`` the
+    URL path, ``previous`` the index of the request this one was compared with (its conversation).
+    """
+
+    index: int
+    api: str
+    model: str
+    path: str
+    status: int
+    request_bytes: int
+    streamed: bool
+    usage: Usage | None
+    divergence: Divergence | None
+    warnings: tuple[GuardWarning, ...]
+    predicted_cache_read: int | None
+    reported_cache_read: int | None
+    previous: int | None = None
+
+
+@attrs.define(slots=True)
+class _Capture:
+    """What the hook kept: the exact request bytes and the response bytes as the SDK read them."""
+
+    index: int
+    path: str
+    status: int
+    request: bytes | None
+    headers: dict[str, str]
+    chunks: list[bytes] = attrs.field(factory=list)
+    complete: bool = False
+    error: str | None = None
+
+
+def _api_of(path: str) -> str | None:
+    if path.endswith("/messages"):
+        return "messages"
+    if path.endswith("/responses"):
+        return "responses"
+    if path.endswith("/chat/completions"):
+        return "chat"
+    if ":generateContent" in path or ":streamGenerateContent" in path:
+        return "generate_content"
+    return None
+
+
+#: how many unread captures wait before the hook analyses them itself
+_DRAIN = 128
+
+
+class Guard:
+    """The records of an instrumented client (one per request with a response, in send order)."""
+
+    def __init__(self, cache: CacheRules | None = None) -> None:
+        self._cache = cache
+        self._count = itertools.count()
+        self._lock = threading.Lock()
+        self._pending: list[_Capture] = []
+        self._records: list[GuardRecord] = []
+        # the recent analysed requests: (record, view, parsed response) and their execution records
+        self._recent: list[tuple[GuardRecord, View, Any]] = []
+        self._executed: list[Any] = []
+
+    @property
+    def records(self) -> tuple[GuardRecord, ...]:
+        """Every finished request so far, analysed (analysis runs here, never in the request path)."""
+        with self._lock:
+            self._drain()
+            return tuple(self._records)
+
+    def _drain(self) -> None:
+        """Analyse the waiting captures, oldest first (under the lock)."""
+        pending = sorted(self._pending[:], key=lambda c: c.index)
+        del self._pending[: len(pending)]
+        for capture in pending:
+            self._records.append(self._analysed(capture))
+
+    # -- the hook side: bytes only -----------------------------------------------------------------------
+    def _on_response(self, response: Any) -> None:
+        try:
+            request = response.request
+            path = str(request.url.path)
+            if request.method != "POST" or _api_of(path) is None:
+                return
+            try:
+                body: bytes | None = bytes(request.content)
+            except Exception:
+                body = None
+            capture = _Capture(
+                next(self._count),
+                path,
+                int(response.status_code),
+                body,
+                {k.lower(): v for k, v in response.headers.items()},
+            )
+            content = getattr(response, "_content", None)
+            if isinstance(content, bytes):  # someone read it already
+                capture.chunks.append(content)
+                capture.complete = True
+                capture.headers.pop("content-encoding", None)
+                self._done(capture)
+                return
+            from reasonstate.guard._wire import tee
+
+            response.stream = tee(response.stream, capture, self._done)
+        except Exception as exc:  # never into the caller's request
+            capture = _Capture(next(self._count), "", 0, None, {}, error=f"{type(exc).__name__}: {exc}")
+            self._done(capture)
+
+    def _done(self, capture: _Capture) -> None:
+        self._pending.append(capture)  # list.append is atomic
+        # captures hold whole bodies: when nobody reads the records, they are analysed in batches (bounded
+        # memory; the batch's cost falls on one request in _DRAIN, never blocked by a reader)
+        if len(self._pending) >= _DRAIN and self._lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._lock.release()
+
+    # -- the analysis side -------------------------------------------------------------------------------
+    def _analysed(self, capture: _Capture) -> GuardRecord:
+        try:
+            return _analyse(self, capture)
+        except Exception as exc:
+            return GuardRecord(
+                capture.index, _api_of(capture.path) or "", "", capture.path, capture.status,
+                len(capture.request or b""), False, None, None,
+                (GuardWarning("hook_error", f"{type(exc).__name__}: {exc}"),), None, None,
+            )  # fmt: skip
+
+
+# -- installing -------------------------------------------------------------------------------------------
+
+_GUARDS: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
+_INSTALL = threading.Lock()
+
+
+def instrument(client: Any, *, cache: CacheRules | None = None) -> Guard:
+    """Watch every request ``client`` sends; the one line a caller adds.
+
+    ``client``: an ``anthropic``/``openai`` client (sync or async) or a ``google.genai.Client`` (both its
+    sync and ``.aio`` sides) or its ``.aio``. ``cache``: the :class:`~reasonstate.cache.CacheRules` to
+    predict with, when the API's default is not the vendor's (a vLLM/SGLang server behind the chat API:
+    ``reasonstate.cache.rules.SELF_HOSTED_CHAT``). Instrumenting a client twice returns the same guard.
+    Raises ``TypeError`` for a client without an ``httpx2`` client (nothing to watch).
+    """
+    https = _http_clients(client)
+    if not https:
+        raise TypeError(f"{type(client).__name__} has no httpx2 client the guard can watch")
+    with _INSTALL:
+        for http in https:
+            existing = _GUARDS.get(http)
+            if existing is not None:
+                return existing
+        guard = Guard(cache)
+        from reasonstate.guard._wire import add_hook
+
+        for http in https:
+            add_hook(http, guard._on_response)
+            _GUARDS[http] = guard
+    return guard
+
+
+def _http_clients(client: Any) -> list[Any]:
+    api = getattr(client, "_api_client", None)
+    if api is not None:  # google-genai
+        return [
+            h for h in (getattr(api, "_httpx_client", None), getattr(api, "_async_httpx_client", None)) if h
+        ]
+    http = getattr(client, "_client", None)
+    return [http] if http is not None and hasattr(http, "event_hooks") else []
+
+
+# -- analysis of one capture ------------------------------------------------------------------------------
+
+
+def _analyse(guard: Guard, capture: _Capture) -> GuardRecord:
+    from reasonstate.guard._record import analyse
+
+    return analyse(guard, capture)

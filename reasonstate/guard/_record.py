@@ -1,0 +1,268 @@
+"""One captured exchange → one :class:`~reasonstate.guard.GuardRecord` (runs when records are read)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from reasonstate.cache import rules as cache_rules
+from reasonstate.cache.guard import common_prefix_len
+from reasonstate.cache.rules import CacheRules, predict_cache_read
+from reasonstate.guard.analysis import View, explain, lost_continuation, starts_conversation, view_of
+from reasonstate.state import ExecutionRecord, Usage
+from reasonstate.state.continuation import digest_of
+
+if TYPE_CHECKING:
+    from reasonstate.guard import Guard, GuardRecord, GuardWarning, _Capture
+
+__all__ = ["analyse"]
+
+#: how many earlier requests a new one is matched against (its conversation) and predicted from
+_RECENT = 64
+
+
+def analyse(guard: Guard, capture: _Capture) -> GuardRecord:
+    from reasonstate.guard import GuardRecord, GuardWarning, _api_of
+
+    warnings: list[GuardWarning] = []
+    if capture.error is not None:
+        warnings.append(GuardWarning("hook_error", capture.error))
+    api = _api_of(capture.path) or ""
+    body: Any = None
+    if capture.request is None:
+        warnings.append(GuardWarning("request_not_json", "the request body was not readable"))
+    else:
+        try:
+            body = json.loads(capture.request)
+        except ValueError:
+            warnings.append(GuardWarning("request_not_json", f"{len(capture.request)} bytes"))
+    if body is not None and not isinstance(body, Mapping):
+        warnings.append(GuardWarning("request_not_json", "the request body is not a JSON object"))
+        body = None
+    streamed = "event-stream" in capture.headers.get("content-type", "") or ":streamGenerateContent" in (
+        capture.path
+    )
+    response = _response(api, capture, streamed, warnings)
+    model = _model(api, capture.path, body)
+    usage, raw_usage = _usage(api, response, capture.status, warnings)
+    view = view_of(api, body, model) if body is not None else None
+
+    previous = _conversation(guard, view) if view is not None else None
+    divergence = None
+    if previous is not None and view is not None:
+        divergence = explain(previous[1], view)
+        if divergence is not None and divergence.unit == view.prefix_units and starts_conversation(view):
+            # a new conversation on the same tools and system prompt: it breaks nothing
+            divergence, previous = None, None
+    if previous is not None and view is not None:
+        lost = lost_continuation(api, previous[2], body)
+        if lost:
+            warnings.append(GuardWarning("continuation_lost", ", ".join(lost)))
+
+    predicted = None
+    reported = usage.cache_read if usage is not None else None
+    if view is not None and usage is not None and 200 <= capture.status < 300:
+        rules = _rules(guard, api, raw_usage)
+        earlier = [r for r in guard._executed if r.model == model or rules.scheme == "items"]
+        predicted = predict_cache_read(
+            rules,
+            model,
+            view.keys,
+            earlier,
+            breakpoints=view.breakpoints,
+            prefix_units=view.prefix_units,
+        )
+        if divergence is None and predicted is not None and reported is not None and predicted != reported:
+            kind = "unexplained_miss" if reported < predicted else "prediction_mismatch"
+            warnings.append(GuardWarning(kind, f"predicted {predicted}, reported {reported}"))
+        executed = _executed(len(guard._executed), view, usage, capture, predicted, response, rules)
+        if executed is not None:
+            guard._executed.append(executed)
+            del guard._executed[:-_RECENT]
+    record = GuardRecord(
+        index=capture.index,
+        api=api,
+        model=model,
+        path=capture.path,
+        status=capture.status,
+        request_bytes=len(capture.request or b""),
+        streamed=streamed,
+        usage=usage,
+        divergence=divergence,
+        warnings=tuple(warnings),
+        predicted_cache_read=predicted,
+        reported_cache_read=reported,
+        previous=previous[0].index if previous is not None else None,
+    )
+    if view is not None and 200 <= capture.status < 300:
+        guard._recent.append((record, view, response))
+        del guard._recent[:-_RECENT]
+    return record
+
+
+def _response(api: str, capture: _Capture, streamed: bool, warnings: list[GuardWarning]) -> Any:
+    """The answer as JSON (a stream assembled by the codec's own assembler), or None with a warning."""
+    from reasonstate.guard import GuardWarning
+
+    raw = b"".join(capture.chunks)
+    encoding = capture.headers.get("content-encoding")
+    if encoding and encoding != "identity":
+        import httpx2
+
+        raw = httpx2.Response(200, headers={"content-encoding": encoding}, content=raw).read()
+    if not 200 <= capture.status < 300:
+        warnings.append(GuardWarning("vendor_error", f"HTTP {capture.status}"))
+        return None
+    if streamed:
+        # an SDK may close a stream once it has read the terminal event, before the transport's last
+        # (empty) read: the assembler, which needs the terminal event, says whether the answer is whole
+        try:
+            assembler = _assembler(api)
+            assembler.feed_bytes(raw)
+            return assembler.finish()
+        except Exception as exc:
+            warnings.append(GuardWarning("stream_cut_short", f"{type(exc).__name__}: {exc}"))
+            return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        warnings.append(GuardWarning("response_not_json", f"{len(raw)} bytes"))
+        return None
+
+
+def _assembler(api: str) -> Any:
+    from reasonstate.adapters import streams
+
+    return {
+        "messages": streams.AnthropicAssembler,
+        "responses": streams.ResponsesAssembler,
+        "chat": streams.ChatAssembler,
+        "generate_content": streams.GeminiAssembler,
+    }[api]()
+
+
+def _model(api: str, path: str, body: Any) -> str:
+    if api == "generate_content":  # .../models/{model}:generateContent
+        tail = path.rsplit("/models/", 1)[-1]
+        return tail.split(":", 1)[0]
+    return str(body.get("model", "")) if isinstance(body, Mapping) else ""
+
+
+def _usage(
+    api: str, response: Any, status: int, warnings: list[GuardWarning]
+) -> tuple[Usage | None, Mapping[str, Any] | None]:
+    """Normalized usage from the codec's own parser; None (with a finding) when the answer has none."""
+    from reasonstate.guard import GuardWarning
+
+    if not isinstance(response, Mapping):
+        return None, None
+    raw = response.get("usageMetadata" if api == "generate_content" else "usage")
+    if not isinstance(raw, Mapping):
+        warnings.append(GuardWarning("usage_missing", "the answer reports no usage"))
+        return None, None
+    bad = sorted(k for k, v in _counts(raw) if not isinstance(v, int) or isinstance(v, bool) or v < 0)
+    if bad:
+        warnings.append(GuardWarning("usage_invalid", "not a non-negative count: " + ", ".join(bad)))
+    if api == "messages":
+        from reasonstate.adapters.anthropic import _usage as parse
+    elif api == "responses":
+        from reasonstate.adapters.openai_responses import _usage as parse
+    elif api == "generate_content":
+        from reasonstate.adapters.gemini import _usage as parse
+    else:
+        from reasonstate.adapters.openai_chat import _usage as chat
+
+        dialect = "deepseek" if "prompt_cache_hit_tokens" in raw else "openai"
+        return chat(raw, dialect), raw
+    return parse(raw), raw
+
+
+def _counts(raw: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in raw.items():
+        if isinstance(v, Mapping):
+            out.extend(_counts(v, f"{prefix}{k}."))
+        elif k.endswith(("tokens", "TokenCount", "Tokens")) and v is not None:
+            out.append((prefix + k, v))
+    return out
+
+
+def _rules(guard: Guard, api: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+    if guard._cache is not None:
+        return guard._cache
+    if api == "messages":
+        return cache_rules.ANTHROPIC
+    if api == "responses":
+        return cache_rules.OPENAI_RESPONSES
+    if api == "generate_content":
+        return cache_rules.GEMINI
+    if raw_usage is not None and "prompt_cache_hit_tokens" in raw_usage:
+        return cache_rules.DEEPSEEK
+    return cache_rules.OPENAI_CHAT
+
+
+def _conversation(guard: Guard, view: View) -> tuple[GuardRecord, View, Any] | None:
+    """The recent request this one shares the longest prefix with (the newest of equals), past the
+    model and options; None when none shares a tool, system or history unit (a new conversation)."""
+    best: tuple[GuardRecord, View, Any] | None = None
+    best_len = 2
+    keys = view.keys
+    for entry in reversed(guard._recent):
+        if entry[1].api != view.api:
+            continue
+        n = common_prefix_len(keys, entry[1].keys)
+        if n > best_len or (best is None and n == best_len and len(entry[1].keys) > 2):
+            best, best_len = entry, n
+    if best is None:  # the newest request of this API whose model or options alone changed
+        for entry in reversed(guard._recent):
+            if entry[1].api == view.api and common_prefix_len(keys[2:], entry[1].keys[2:]) > 0:
+                best = entry
+                break
+    return best
+
+
+def _executed(
+    index: int,
+    view: View,
+    usage: Usage,
+    capture: _Capture,
+    predicted: int | None,
+    response: Any,
+    rules: CacheRules,
+) -> ExecutionRecord | None:
+    """What later predictions learn from this request: its unit chain and its prompt tokens. With explicit
+    breakpoints the cache entry is the chain up to the last breakpoint, of ``cache_read + cache_write``
+    tokens (docs/protocols.md §4.4: the write covers the span from the hit to the last breakpoint); no
+    breakpoint, no entry."""
+    blocks = view.keys
+    if rules.scheme == "breakpoints":
+        if not view.breakpoints or usage.cache_read + usage.cache_write == 0:
+            return None
+        blocks = blocks[: view.breakpoints[-1]]
+        usage = Usage(cache_read=usage.cache_read + usage.cache_write)
+    output_unit = None
+    if rules.scheme == "persisted" and isinstance(response, Mapping):
+        choices = response.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+            message = choices[0].get("message")
+            if isinstance(message, Mapping):
+                # the message as generated, rendered as a chat unit is (docs/protocols.md §3.4)
+                shown = {k: v for k, v in message.items() if v is not None and k != "reasoning"}
+                output_unit = view_of("chat", {"messages": [shown]}).units[-1].key
+    return ExecutionRecord(
+        index=index,
+        turn=0,
+        step=0,
+        request_digest=digest_of(capture.request or b""),
+        request_bytes=len(capture.request or b""),
+        prefix_fingerprint="",
+        blocks=blocks,
+        breakpoints=view.breakpoints,
+        divergence=None,
+        predicted_cache_read=predicted,
+        usage=usage,
+        duration_s=0.0,
+        model=view.model,
+        output_unit=output_unit,
+    )

@@ -1,0 +1,99 @@
+"""The guard's side of the wire: an ``httpx2`` response hook and the byte streams that tee a response.
+
+Imported only when a client is instrumented (``httpx2`` comes with the vendor SDKs, not with reasonstate).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+
+if TYPE_CHECKING:
+    from reasonstate.guard import _Capture
+
+__all__ = ["add_hook", "tee"]
+
+Done = Callable[["_Capture"], None]
+
+
+class _SyncTee(httpx2.SyncByteStream):
+    """Passes every chunk through unchanged, keeping a reference to it; reports the capture once, at close
+    (the SDK closes a response when it has read it, or gives up on it)."""
+
+    def __init__(self, inner: Any, capture: _Capture, done: Done) -> None:
+        self._inner, self._capture, self._done, self._closed = inner, capture, done, False
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            self._capture.chunks.append(chunk)
+            yield chunk
+        self._capture.complete = True
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            if not self._closed:
+                self._closed = True
+                self._done(self._capture)
+
+
+class _AsyncTee(httpx2.AsyncByteStream):
+    """:class:`_SyncTee` for an async response."""
+
+    def __init__(self, inner: Any, capture: _Capture, done: Done) -> None:
+        self._inner, self._capture, self._done, self._closed = inner, capture, done, False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._capture.chunks.append(chunk)
+            yield chunk
+        self._capture.complete = True
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            if not self._closed:
+                self._closed = True
+                self._done(self._capture)
+
+
+def tee(stream: Any, capture: _Capture, done: Done) -> Any:
+    """A stream yielding what ``stream`` yields, recording it into ``capture``."""
+    if isinstance(stream, httpx2.AsyncByteStream):
+        return _AsyncTee(stream, capture, done)
+    return _SyncTee(stream, capture, done)
+
+
+def add_hook(http: Any, on_response: Callable[[Any], None]) -> None:
+    """Append a response hook calling ``on_response`` to ``http`` (sync or async), keeping its others."""
+    hook: Any
+    if isinstance(http, httpx2.Client):
+        hook = on_response
+    else:
+
+        async def hook(response: Any) -> None:
+            on_response(response)
+
+    _append(http, hook)
+    # google-genai's default async client builds one inner client per event loop from its kwargs
+    kwargs = getattr(http, "_client_kwargs", None)
+    if isinstance(kwargs, dict):
+        with getattr(http, "_loop_clients_lock", None) or contextlib.nullcontext():
+            existing = kwargs.get("event_hooks") or {}
+            kwargs["event_hooks"] = {
+                "request": list(existing.get("request", ())),
+                "response": [*existing.get("response", ()), hook],
+            }
+            for inner in list(dict(getattr(http, "_loop_clients", None) or {}).values()):
+                _append(inner, hook)
+
+
+def _append(http: Any, hook: Any) -> None:
+    current = http.event_hooks
+    # a new mapping, so a request being sent meanwhile iterates the old lists undisturbed
+    http.event_hooks = {"request": list(current["request"]), "response": [*current["response"], hook]}
