@@ -39,6 +39,12 @@ the SDK and reasonstate each go first equally often (the second of identical req
 emulator's cache warmer). Repeats are fewer where one SDK call takes seconds (each ``Case.repeats``
 in the scripts), since the SDK's share then dwarfs the noise on the ratio.
 
+Before each timed side the benchmark runs ``gc.collect()`` (untimed). A side's own allocations still
+trigger the collections they cause inside it; what it no longer pays is a full collection that the *other*
+side's garbage made due. At 1,000 Gemini turns the SDK call allocates a few hundred thousand objects, so
+without this a ~50 ms full collection landed on whichever side came next and moved single repeats by
+±10% (IQR 0.84-1.22 on 21 repeats); the medians were noise.
+
 The emulators (one process per vendor, as a vendor would be: no GIL shared with the client) keep the
 last :data:`KEEP_PROMPTS` prompts for their cache accounting and drop their request log after each
 request: a grown session's request then costs the emulator what it costs with a real vendor's bounded
@@ -302,6 +308,7 @@ class Bench:
                 request = self.captured[0]
                 url, body = str(request.url), request.content
                 headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
+                gc.collect()
                 t0 = time.perf_counter()
                 response = self.bare.post(url, content=body, headers=headers)
                 json.loads(response.content)
@@ -309,6 +316,7 @@ class Bench:
                 if response.status_code != 200:
                     raise RuntimeError(f"bare POST answered {response.status_code}: {response.text[:300]}")
             else:
+                gc.collect()  # each side pays for its own garbage only (see the module docstring)
                 c0, t0 = time.process_time(), time.perf_counter()
                 if side == "sdk":
                     self.case.raw_call(self.client, kwargs)
