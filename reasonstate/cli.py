@@ -8,6 +8,7 @@
     reasonstate emulate VENDOR [--port N] [--host H] [--script FILE] [--dialect D] [--tokenizer NAME]
     reasonstate inspect FILE [--events N]    # the four layers of a snapshot, or a JSONL trace
     reasonstate report FILE [--prices FILE] [--model NAME]   # cost and cache per turn
+    reasonstate diff A.json B.json [--api API]   # where and why request body B stops extending A
 
 Exit status: what the subcommand returns; 2 for a usage error (unknown command or flag), 0 for ``--help``
 and ``--version``. Subcommands import their modules only when run, so ``--help`` is fast and needs no
@@ -97,7 +98,34 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--model", default=None, help="trace only: the model of requests that do not name one"
     )
+    diff = commands.add_parser(
+        "diff",
+        help="explain where and why one recorded request body stops extending another",
+        description="Compare two request bodies as the vendor's prefix cache reads them: the first "
+        "differing prefix unit, the JSON path inside it and the cause (system_changed, tools_reordered, "
+        "reasoning_dropped, timestamp_in_prefix, ...: docs/howto/guard.md).",
+    )
+    diff.add_argument("first", help="the earlier request body (JSON)")
+    diff.add_argument("second", help="the later request body (JSON)")
+    diff.add_argument(
+        "--api",
+        choices=("messages", "responses", "chat", "generate_content"),
+        default=None,
+        help="the vendor API (default: told from the bodies' shape)",
+    )
+    diff.add_argument("--model", default=None, help="generate_content only: the model (it is in the URL)")
     return parser
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from reasonstate.views import RecordingError, diff_text
+
+    try:
+        print(diff_text(args.first, args.second, api=args.api, model=args.model))
+    except RecordingError as exc:
+        print(f"reasonstate diff: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _view(args: argparse.Namespace) -> int:
@@ -171,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     if args.command in ("inspect", "report"):
         return _view(args)
+    if args.command == "diff":
+        return _diff(args)
     try:
         return _emulate(args, parser)
     except SystemExit as exc:

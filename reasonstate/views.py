@@ -1,4 +1,4 @@
-"""Plain-text views of a recorded session for ``reasonstate inspect`` and ``reasonstate report``.
+"""Plain-text views of recordings for ``reasonstate inspect``, ``report`` and ``diff``.
 
 A recording is either a snapshot (``session.snapshot().model_dump_json()``: all four layers, checked as
 ``Session.restore`` checks it) or a JSONL trace (:class:`~reasonstate.export.jsonl.JSONLExporter`: the trace
@@ -277,3 +277,73 @@ def _share(part: int, whole: int) -> str:
 
 def _usd(cost: Cost | None) -> str:
     return "unknown" if cost is None else f"{cost.total:.6f}"
+
+
+# -- diff ----------------------------------------------------------------------------------------------------
+
+
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+
+
+def api_of_body(body: Any) -> str | None:
+    """Which vendor API a request body is for, from its shape: ``contents`` (Gemini generateContent),
+    ``input`` (OpenAI Responses); with ``messages``: Chat Completions when a message has a ``system`` /
+    ``developer`` / ``tool`` role or ``tool_calls``, Anthropic Messages when the body has ``system`` or
+    ``thinking`` or a message holds Anthropic-only blocks, else Chat Completions (``--api`` decides)."""
+    if not isinstance(body, Mapping):
+        return None
+    if "contents" in body:
+        return "generate_content"
+    if "input" in body:
+        return "responses"
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    dicts = [m for m in messages if isinstance(m, Mapping)]
+    if any(m.get("role") in ("system", "developer", "tool") or "tool_calls" in m for m in dicts):
+        return "chat"
+    blocks = [
+        b for m in dicts if isinstance(m.get("content"), list) for b in m["content"] if isinstance(b, Mapping)
+    ]
+    if "system" in body or "thinking" in body or any(b.get("type") in _ANTHROPIC_BLOCKS for b in blocks):
+        return "messages"
+    return "chat"
+
+
+def diff_text(
+    a_path: str | Path, b_path: str | Path, *, api: str | None = None, model: str | None = None
+) -> str:
+    """Where and why request body ``b`` stops extending request body ``a`` (the cause from the guard's
+    vocabulary, the JSON path of the first differing value), or that it extends it."""
+    from reasonstate.guard.analysis import APIS, explain, view_of
+
+    bodies = []
+    for path in (a_path, b_path):
+        try:
+            bodies.append(json.loads(Path(path).read_bytes()))
+        except (OSError, ValueError) as exc:
+            raise RecordingError(f"{path} is not a JSON request body: {exc}") from exc
+    kinds = {api or api_of_body(b) for b in bodies}
+    if None in kinds:
+        raise RecordingError("cannot tell which API these bodies are for: pass --api " + "|".join(APIS))
+    if len(kinds) != 1:
+        raise RecordingError(
+            f"the two bodies are for different APIs ({sorted(map(str, kinds))}): no shared prefix"
+        )
+    kind = kinds.pop()
+    assert kind is not None
+    if kind not in APIS:
+        raise RecordingError(f"--api must be one of {', '.join(APIS)}")
+    first, second = (view_of(kind, b, model) for b in bodies)
+    found = explain(first, second)
+    head = f"{b_path} against {a_path} ({kind}, {len(first.units)} → {len(second.units)} prefix units):"
+    if found is None:
+        return f"{head}\n  extends it: every prefix unit of the first is unchanged at the start of the second"
+    unit = second.units[found.unit] if found.unit < len(second.units) else first.units[found.unit]
+    lines = [
+        head,
+        f"  diverges at prefix unit {found.unit} ({unit.section}), path {found.path}",
+        f"  cause: {found.cause}",
+        f"  the cache can serve at most the first {found.unit} units of the second request",
+    ]
+    return "\n".join(lines)

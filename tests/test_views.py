@@ -137,3 +137,45 @@ def test_help_lists_the_new_commands(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 0 and "inspect" in out and "report" in out
     code, out, _ = run(capsys, "report", "--help")
     assert code == 0 and "--prices" in out
+
+
+def _bodies(tmp_path: Path) -> list[Path]:
+    """Three request bodies as the real anthropic SDK sent them: a first turn, the next turn extending it,
+    and the next turn again with a clock time edited into the system prompt."""
+    with AnthropicEmulator(
+        [ModelAction.answer(f"A{i}.", reasoning="Thinking.") for i in range(3)]
+    ) as emulator:
+        client = emulator.client()
+        system = "You are the travel desk. Now: 2026-12-01T03:32:20."
+        messages: list[dict[str, object]] = [{"role": "user", "content": "Paris?"}]
+        kwargs = {
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 2048,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+        }
+        first = client.messages.create(system=system, messages=messages, **kwargs)
+        messages += [
+            {"role": "assistant", "content": [b.to_dict() for b in first.content]},
+            {"role": "user", "content": "Rome?"},
+        ]
+        client.messages.create(system=system, messages=messages, **kwargs)
+        client.messages.create(system=system.replace("03:32:20", "03:33:05"), messages=messages, **kwargs)
+        paths = []
+        for i, request in enumerate(emulator.requests):
+            paths.append(tmp_path / f"body{i}.json")
+            paths[-1].write_bytes(request.body)
+    return paths
+
+
+def test_diff_explains_a_break_from_the_sdks_own_request_bytes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a, b, c = _bodies(tmp_path)
+    code, out, _ = run(capsys, "diff", str(a), str(b))
+    assert code == 0 and "extends it" in out
+    code, out, _ = run(capsys, "diff", str(b), str(c))
+    assert code == 0
+    assert "cause: timestamp_in_prefix" in out and "path $.system" in out
+    assert "(messages," in out  # told from the body's shape
+    code, _, err = run(capsys, "diff", str(a), str(tmp_path / "missing.json"))
+    assert code == 1 and "not a JSON request body" in err
