@@ -39,11 +39,12 @@ the SDK and reasonstate each go first equally often (the second of identical req
 emulator's cache warmer). Repeats are fewer where one SDK call takes seconds (each ``Case.repeats``
 in the scripts), since the SDK's share then dwarfs the noise on the ratio.
 
-Before each timed side the benchmark runs ``gc.collect()`` (untimed). A side's own allocations still
-trigger the collections they cause inside it; what it no longer pays is a full collection that the *other*
-side's garbage made due. At 1,000 Gemini turns the SDK call allocates a few hundred thousand objects, so
-without this a ~50 ms full collection landed on whichever side came next and moved single repeats by
-±10% (IQR 0.84-1.22 on 21 repeats); the medians were noise.
+Before each repeat the benchmark runs ``gc.collect()`` (untimed). Each side still pays the collections its
+own allocations trigger, but no side inherits a full collection made due by the garbage of earlier
+repeats: at 1,000 Gemini turns such a ~50 ms collection (the SDK call allocates a few hundred thousand
+objects) landed on whichever side came next and moved single repeats by ±10% (IQR 0.84-1.22 on 21
+repeats). Collecting before each *side* instead would leave every side cache-cold, which at 10 turns
+distorts the ratio more than the collections did.
 
 The emulators (one process per vendor, as a vendor would be: no GIL shared with the client) keep the
 last :data:`KEEP_PROMPTS` prompts for their cache accounting and drop their request log after each
@@ -308,7 +309,6 @@ class Bench:
                 request = self.captured[0]
                 url, body = str(request.url), request.content
                 headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
-                gc.collect()
                 t0 = time.perf_counter()
                 response = self.bare.post(url, content=body, headers=headers)
                 json.loads(response.content)
@@ -316,7 +316,6 @@ class Bench:
                 if response.status_code != 200:
                     raise RuntimeError(f"bare POST answered {response.status_code}: {response.text[:300]}")
             else:
-                gc.collect()  # each side pays for its own garbage only (see the module docstring)
                 c0, t0 = time.process_time(), time.perf_counter()
                 if side == "sdk":
                     self.case.raw_call(self.client, kwargs)
@@ -343,6 +342,7 @@ class Bench:
                 turns = len(session.history)
             assert session is not None
             row.last_turns = max(row.last_turns, turns)
+            gc.collect()  # untimed, before each repeat: see the module docstring
             times, row.request_bytes = self.triple(session, f"Benchmark question {size}-{k}?", ORDERS[k % 4])
             turns += 1
             for side, seconds in times.items():
