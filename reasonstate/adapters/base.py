@@ -36,6 +36,7 @@ from reasonstate.state import (
     Usage,
     digest_of,
 )
+from reasonstate.state.continuation import compact
 
 __all__ = [
     "FOREIGN_REASONING",
@@ -65,11 +66,6 @@ __all__ = [
 
 # -- prefix units: the compact JSON bytes of one piece of a request (a tool, a system block, a message or
 # content block) and the digest the cache guard compares, piece by piece (docs/protocols.md §1.5, §3.4, §4.4)
-
-
-def compact(value: Any) -> bytes:
-    """Compact JSON, keys in their given order, non-ASCII kept: how payloads are captured and sent."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def unit_digest(value: Any) -> str:

@@ -19,10 +19,15 @@ import attrs
 from reasonstate.errors import ContinuationMismatch
 from reasonstate.state.frozen import freeze
 
-__all__ = ["Continuation", "digest_of"]
+__all__ = ["Continuation", "compact", "digest_of"]
 
-#: compact JSON with the strings' own characters (no ``\uXXXX`` escapes): the bytes of a captured payload
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def compact(value: Any) -> bytes:
+    """Compact JSON, keys in their given order, non-ASCII kept as it is (never escaped): how payloads are
+    captured and sent, and what prefix units are digests of."""
+    return _DUMPS(value).encode()
 
 
 def digest_of(data: bytes) -> str:
@@ -70,7 +75,7 @@ class Continuation:
         ``parsed`` (for codecs that replay :attr:`value`) its frozen copy is memoized as the payload's
         parsed value at once, not parsed again from the bytes on the first replay.
         """
-        payload = _DUMPS(value).encode()
+        payload = compact(value)
         digest = digest_of(payload)
         captured = cls(
             vendor=vendor,
