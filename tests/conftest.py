@@ -55,6 +55,15 @@ def answer(i: int) -> ModelAction:
     return ModelAction(reasoning=f"Thinking about follow-up {i}. " * 8, text=f"Follow-up answer {i}.")
 
 
+def sonnet_usd(usage: rs.Usage) -> float:
+    """The oracle of the cost tests: ``usage`` at claude-sonnet-4-6's published prices, written out by hand
+    (USD per 1M tokens: input 3, cache read 0.30, 5-minute cache write 3.75, output 15; docs/protocols.md §8),
+    never read from the price table under test."""
+    return (
+        usage.uncached_input * 3 + usage.cache_read * 0.3 + usage.cache_write * 3.75 + usage.output * 15
+    ) / 1e6
+
+
 def body(emulator: AnthropicEmulator, i: int) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(emulator.requests[i].body)
     return data

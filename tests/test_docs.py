@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from reasonstate.testing import ModelAction, ToolCallSpec
+from tests.conftest import sonnet_usd
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -310,16 +311,7 @@ def test_cost_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]
     report = namespace["session"].report()
     records = namespace["session"].execution
     # the page's figures, checked against the records by hand at the packaged Sonnet 4.6 prices
-    by_hand = sum(
-        (
-            r.usage.uncached_input * 3
-            + r.usage.cache_read * 0.3
-            + r.usage.cache_write * 3.75
-            + r.usage.output * 15
-        )
-        / 1e6
-        for r in records
-    )
+    by_hand = sum(sonnet_usd(r.usage) for r in records)
     lines = out()
     assert lines[0] == f"session: ${by_hand:.6f}" and report.cost.total == pytest.approx(by_hand)
     assert [line.split(":")[0] for line in lines[1:4]] == ["turn 0", "turn 1", "turn 2"]

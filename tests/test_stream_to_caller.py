@@ -39,13 +39,9 @@ from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+from tests.conftest import WEATHER
 
 SYSTEM = "You are a careful travel assistant. Use the tools for facts."
-WEATHER = rs.Tool(
-    name="get_weather",
-    description="Current weather for a city",
-    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-)
 CLOCK = rs.Tool(
     name="get_time",
     description="Local time for a city",

@@ -23,7 +23,7 @@ from reasonstate.adapters import openai_responses as responses_codec
 from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
-from tests.conftest import make_session
+from tests.conftest import make_session, sonnet_usd
 
 COUNTS = st.integers(0, 10**9)
 ODD = st.one_of(st.none(), st.integers(-(10**6), -1), st.booleans(), st.text(max_size=3), st.floats(), COUNTS)
@@ -234,16 +234,7 @@ def test_a_sessions_cost_per_request_turn_and_session_add_up_at_the_reported_usa
     price = rs.Pricing.default().price("claude-sonnet-4-6")
     assert price is not None
     report = session.report()
-    by_hand = [
-        (
-            r.usage.uncached_input * 3.0
-            + r.usage.cache_read * 0.3
-            + r.usage.cache_write * 3.75
-            + r.usage.output * 15
-        )
-        / 1e6
-        for r in session.execution
-    ]
+    by_hand = [sonnet_usd(r.usage) for r in session.execution]
     assert [c.total for c in report.cost_per_request if c is not None] == pytest.approx(by_hand)
     assert report.cost is not None and report.cost.total == pytest.approx(sum(by_hand))
     assert [t for t, _ in report.cost_per_turn] == [0, 1, 2]

@@ -13,6 +13,7 @@ from reasonstate.cli import main
 from reasonstate.export.jsonl import JSONLExporter
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
+from tests.conftest import sonnet_usd
 
 WEATHER = rs.Tool(
     name="get_weather",
@@ -80,16 +81,7 @@ def test_report_prices_each_turn_from_a_snapshot_and_from_the_trace_alike(
     snapshot, trace, session = recorded
     code, from_snapshot, _ = run(capsys, "report", str(snapshot))
     assert code == 0
-    by_hand = sum(
-        (
-            r.usage.uncached_input * 3
-            + r.usage.cache_read * 0.3
-            + r.usage.cache_write * 3.75
-            + r.usage.output * 15
-        )
-        / 1e6
-        for r in session.execution
-    )
+    by_hand = sum(sonnet_usd(r.usage) for r in session.execution)
     last = from_snapshot.strip().splitlines()[-1].split()
     assert last[0] == "all" and last[1] == "4" and float(last[-1]) == pytest.approx(by_hand, abs=1e-6)
     reads = sum(r.usage.cache_read for r in session.execution)
