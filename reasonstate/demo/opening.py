@@ -150,6 +150,18 @@ def actions() -> list[Any]:
     return job.scripted_actions()[:calls]
 
 
+def _tool_messages(calls: Any) -> list[dict[str, Any]]:
+    """The ``tool`` messages answering a chat completion's tool calls, in their order."""
+    return [
+        {
+            "role": "tool",
+            "tool_call_id": call.id,
+            "content": _result(call.function.name, json.loads(call.function.arguments)),
+        }
+        for call in calls
+    ]
+
+
 def _result(name: str, arguments: Any) -> str:
     tool = next(t for t in job.TOOLS if t.name == name)
     assert tool.handler is not None
@@ -253,15 +265,7 @@ def deepseek_neutral_loop(client: Any) -> int:
             messages.append(assistant)
             if not calls:
                 break
-            for call in calls:
-                arguments = json.loads(call.function.arguments)
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call.id,
-                        "content": _result(call.function.name, arguments),
-                    }
-                )
+            messages.extend(_tool_messages(calls))
     return sent
 
 
@@ -372,15 +376,7 @@ def deepseek_clock_loop(client: Any) -> int:
             calls = message.tool_calls or []
             if not calls:
                 break
-            for call in calls:
-                arguments = json.loads(call.function.arguments)
-                history.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call.id,
-                        "content": _result(call.function.name, arguments),
-                    }
-                )
+            history.extend(_tool_messages(calls))
     return sent
 
 
