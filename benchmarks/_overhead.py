@@ -372,6 +372,42 @@ class Bench:
         return pstats.Stats(ours), pstats.Stats(sdk)
 
 
+# -- two ways of making the same call, side by side (export.py, guard.py) -----------------------------------
+def alternate(
+    repeats: int, names: tuple[str, str], run: Callable[[str, int], None]
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``repeats`` repeats of ``run(name, k)`` for both ``names``, the order alternating (the second name
+    first on even repeats): each side's wall and CPU seconds, per repeat."""
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    gc.collect()
+    for k in range(repeats):
+        for name in names if k % 2 else names[::-1]:
+            c0, t0 = time.process_time(), time.perf_counter()
+            run(name, k)
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    return wall, cpu
+
+
+def compared(
+    wall: dict[str, list[float]], cpu: dict[str, list[float]], base: str, other: str
+) -> dict[str, Any]:
+    """Both sides' medians, the median per-repeat ratio ``other/base`` with its interquartile range, and
+    the median per-repeat difference in wall and CPU time (``own``, ``own_cpu``)."""
+    ratios = sorted(o / b for o, b in zip(wall[other], wall[base], strict=True))
+    q = statistics.quantiles(ratios, n=4)
+    return {
+        "n": len(ratios),
+        base: statistics.median(wall[base]),
+        other: statistics.median(wall[other]),
+        "ratio": statistics.median(ratios),
+        "iqr": (q[0], q[2]),
+        "own": statistics.median(o - b for o, b in zip(wall[other], wall[base], strict=True)),
+        "own_cpu": statistics.median(o - b for o, b in zip(cpu[other], cpu[base], strict=True)),
+    }
+
+
 # -- output ------------------------------------------------------------------------------------------------
 def _version(name: str) -> str:
     try:

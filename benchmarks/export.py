@@ -20,15 +20,13 @@ Run: ``make bench`` (or ``.venv/bin/python benchmarks/export.py``; ``--sizes 10`
 from __future__ import annotations
 
 import argparse
-import gc
 import os
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from _overhead import CpuMeter, _client, _emulators, environment
+from _overhead import CpuMeter, _client, _emulators, alternate, compared, environment
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -75,33 +73,20 @@ def measure(root: str, size: int, repeats: int, background: bool) -> dict[str, A
     for turn in range(size):  # grown for real, in lockstep
         plain.send(f"History question {turn}?")
         traced.send(f"History question {turn}?")
-    wall: dict[str, list[float]] = {"plain": [], "traced": []}
-    cpu: dict[str, list[float]] = {"plain": [], "traced": []}
-    gc.collect()
-    for k in range(repeats):
-        question = f"Benchmark question {size}-{k}?"
-        order = (("plain", plain), ("traced", traced)) if k % 2 else (("traced", traced), ("plain", plain))
-        for name, session in order:
-            c0, t0 = time.process_time(), time.perf_counter()
-            session.send(question)
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
+    sessions = {"plain": plain, "traced": traced}
+
+    def run(name: str, k: int) -> None:
+        sessions[name].send(f"Benchmark question {size}-{k}?")
+
+    wall, cpu = alternate(repeats, ("plain", "traced"), run)
     traced.close()
     tracer_provider.shutdown()  # flushes: every span really went through the processor
     meter_provider.shutdown()
     for client in clients:
         client.close()
-    ratios = sorted(t / p for t, p in zip(wall["traced"], wall["plain"], strict=True))
-    q = statistics.quantiles(ratios, n=4)
     return {
         "size": size,
-        "n": repeats,
-        "plain": statistics.median(wall["plain"]),
-        "traced": statistics.median(wall["traced"]),
-        "ratio": statistics.median(ratios),
-        "iqr": (q[0], q[2]),
-        "own": statistics.median(t - p for t, p in zip(wall["traced"], wall["plain"], strict=True)),
-        "own_cpu": statistics.median(t - p for t, p in zip(cpu["traced"], cpu["plain"], strict=True)),
+        **compared(wall, cpu, "plain", "traced"),
         "spans": dropping.spans,
         "requests": len(traced.execution),
         "failures": exporter.failures,

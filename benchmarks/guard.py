@@ -19,14 +19,12 @@ Run: ``make bench`` (or ``.venv/bin/python benchmarks/guard.py``; ``--sizes 10``
 from __future__ import annotations
 
 import argparse
-import gc
 import os
-import statistics
 import sys
 import time
 from typing import Any
 
-from _overhead import CpuMeter, _client, _emulators, environment
+from _overhead import CpuMeter, _client, _emulators, alternate, compared, environment
 from overhead import ANTHROPIC
 
 import reasonstate as rs
@@ -51,33 +49,19 @@ def measure(root: str, size: int, repeats: int, read: bool) -> dict[str, Any]:
         for name in ("bare", "guarded"):
             _call(clients[name], histories[name], f"History question {turn}?")
     guard.records  # noqa: B018 - the growth's analysis, outside the timed repeats
-    wall: dict[str, list[float]] = {"bare": [], "guarded": []}
-    cpu: dict[str, list[float]] = {"bare": [], "guarded": []}
-    gc.collect()
-    for k in range(repeats):
-        question = f"Benchmark question {size}-{k}?"
-        order = ("bare", "guarded") if k % 2 else ("guarded", "bare")
-        for name in order:
-            c0, t0 = time.process_time(), time.perf_counter()
-            _call(clients[name], histories[name], question)
-            if name == "guarded" and read:
-                guard.records  # noqa: B018 - the analysis, timed
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
+
+    def run(name: str, k: int) -> None:
+        _call(clients[name], histories[name], f"Benchmark question {size}-{k}?")
+        if name == "guarded" and read:
+            guard.records  # noqa: B018 - the analysis, timed
+
+    wall, cpu = alternate(repeats, ("bare", "guarded"), run)
     records = guard.records
     for client in clients.values():
         client.close()
-    ratios = sorted(g / b for g, b in zip(wall["guarded"], wall["bare"], strict=True))
-    q = statistics.quantiles(ratios, n=4)
     return {
         "size": size,
-        "n": repeats,
-        "bare": statistics.median(wall["bare"]),
-        "guarded": statistics.median(wall["guarded"]),
-        "ratio": statistics.median(ratios),
-        "iqr": (q[0], q[2]),
-        "own": statistics.median(g - b for g, b in zip(wall["guarded"], wall["bare"], strict=True)),
-        "own_cpu": statistics.median(g - b for g, b in zip(cpu["guarded"], cpu["bare"], strict=True)),
+        **compared(wall, cpu, "bare", "guarded"),
         "records": len(records),
         "findings": sum(1 for r in records if r.warnings or r.divergence is not None),
     }
