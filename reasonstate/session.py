@@ -706,6 +706,7 @@ class _Core:
         turns: dict[int, list[Cost | None]] = {}
         for r, c in zip(recs, per_request, strict=True):
             turns.setdefault(r.turn, []).append(c)
+        metrics = cache_metrics(recs, kv)
         return Report(
             requests=len(recs),
             prompt_tokens=sum(r.usage.prompt_tokens for r in recs),
@@ -714,13 +715,13 @@ class _Core:
             output_tokens=sum(r.usage.output for r in recs),
             predicted_matches=sum(1 for r in predicted if r.predicted_cache_read == r.usage.cache_read),
             predicted_total=len(predicted),
-            active_context_tokens=recs[-1].usage.prompt_tokens + recs[-1].usage.output if recs else 0,
+            active_context_tokens=metrics.active_context_length,
             protocol_errors=sum(1 for e in failures if e.data.get("status") == 400),
             failed_calls=len(failures),
             cost=total_cost(per_request),
             cost_per_request=per_request,
             cost_per_turn=tuple((t, total_cost(cs)) for t, cs in sorted(turns.items())),
-            metrics=cache_metrics(recs, kv),
+            metrics=metrics,
         )
 
     def next_request(
