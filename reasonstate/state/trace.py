@@ -31,6 +31,11 @@ class EventKind:
     TOOL_RESULTS = "tool.results"
     #: ``Session.run`` executed the handlers of a step's calls: per call its start (wall time) and duration
     TOOL_EXECUTED = "tool.executed"
+    #: ``Session.run`` repaired a tool call before running it (``repair``: ``flatten``, ``scavenge``,
+    #: ``arguments_completed`` or ``arguments_invalid``); the continuation bytes are never touched
+    TOOL_REPAIRED = "tool.repaired"
+    #: the storm breaker suppressed a call (same tool, same arguments, 3 times within the last 6 calls)
+    TOOL_SUPPRESSED = "tool.suppressed"
     POLICY_DECISION = "policy.decision"
     POLICY_CLAMPED = "policy.clamped"
     POLICY_FAILED = "policy.failed"
@@ -42,6 +47,8 @@ class EventKind:
     VENDOR_CHANGED = "vendor.changed"
     CONTINUATION_STRIPPED = "continuation.stripped"
     RESTORED = "session.restored"
+    #: :class:`~reasonstate.policies.Fold` summarized the head of the history (a declared cache break)
+    CONTEXT_FOLDED = "context.folded"
 
 
 @attrs.frozen(slots=True)
