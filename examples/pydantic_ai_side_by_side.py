@@ -15,7 +15,8 @@ the framework's own prompt-caching switch (``anthropic_cache=True``). The one re
 what the framework does from what a habit does:
 
 * ``pydantic-ai + clock``: the agent as commonly written, with ``@agent.instructions`` stamping the current
-  time (pydantic-ai evaluates instructions again on every run, and sends them in the system prompt);
+  time (pydantic-ai evaluates instructions before every model request and sends them as the last system
+  block; here the clock moves a minute per user turn, as if each question came a minute later);
 * ``pydantic-ai``: the same agent without the clock;
 * ``pydantic-ai, no cache setting``: the same agent with the framework's defaults.
 

@@ -174,3 +174,48 @@ def test_main_prints_the_comparison(run: Run, capsys: pytest.CaptureFixture[str]
     assert out.startswith("req pydantic-ai + clock")
     # one turn: nothing to break yet
     assert all(len(s.records) == 2 and s.causes == () for s in sides.values())
+
+
+def test_the_guard_page_shows_what_the_whole_example_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    page = (EXAMPLE.parent.parent / "docs" / "howto" / "guard.md").read_text()
+    shown = page.split("$ python examples/pydantic_ai_side_by_side.py\n", 1)[1].split("\n```", 1)[0]
+    sides = _example().main()
+    assert capsys.readouterr().out.rstrip("\n") == shown
+    # the figures the page's text and the closing note quote
+    ratios = {name: f"{side.hit_ratio:.1%}" for name, side in sides.items()}
+    assert ratios == {CLOCK: "38.0%", PLAIN: "78.4%", DEFAULTS: "0.0%", SESSION: "78.2%"}
+    assert sides[CLOCK].causes == (
+        (2, "timestamp_in_prefix", "$.system[2].text"),
+        (4, "timestamp_in_prefix", "$.system[2].text"),
+    )
+
+
+def test_pydantic_ai_evaluates_instructions_before_every_model_request() -> None:
+    """The framework behaviour the guard page states: a tool chain's second request already carries the
+    instructions evaluated again (so a clock with seconds breaks every request)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.anthropic import AnthropicModel, AnthropicModelSettings
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+
+    from reasonstate.testing import AnthropicEmulator, ModelAction, ToolCallSpec
+
+    script = [ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"})), ModelAction.answer("18C.")]
+    evaluations = itertools.count()
+    with AnthropicEmulator(script) as emulator:
+        model = AnthropicModel(
+            "claude-sonnet-4-6", provider=AnthropicProvider(anthropic_client=emulator.async_client())
+        )
+        agent = Agent(model, model_settings=AnthropicModelSettings(max_tokens=1024))
+
+        @agent.instructions
+        def tick() -> str:
+            return f"evaluation {next(evaluations)}"
+
+        @agent.tool_plain
+        def get_weather(city: str) -> str:
+            """Current weather for a city."""
+            return "18C"
+
+        assert agent.run_sync("Paris?").output == "18C."
+        systems = [json.loads(r.body)["system"][-1]["text"] for r in emulator.requests]
+    assert systems == ["evaluation 0", "evaluation 1"]
