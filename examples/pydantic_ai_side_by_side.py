@@ -5,7 +5,8 @@
 Needs ``pip install 'reasonstate[anthropic]' 'pydantic-ai-slim[anthropic]'`` (pydantic-ai is a dev-only
 dependency of reasonstate). No API key: both sides talk to reasonstate's local Anthropic emulator through a
 real ``anthropic`` client, and the emulator answers both from the same script (same reasoning, same tool
-calls, same answers), so only what each side *sends* differs.
+calls, same answers), so only what each side *sends* differs. To guard real calls, hand the provider an
+``anthropic.AsyncAnthropic()`` instead of ``emulator.async_client()``.
 
 The pydantic-ai agent is written the way its users write one: an ``AnthropicModel`` on an
 ``AnthropicProvider(anthropic_client=...)``, thinking on through ``AnthropicModelSettings``, two
@@ -42,7 +43,7 @@ import reasonstate as rs
 from reasonstate.testing import AnthropicEmulator, ModelAction, ToolCallSpec
 
 MODEL = "claude-sonnet-4-6"
-THINKING = {"type": "enabled", "budget_tokens": 2048}
+THINKING = {"type": "enabled", "budget_tokens": 2048}  # the Session's; the agent's settings spell it out
 RULES = "You are a careful travel assistant. " + "Check the weather before advising. " * 150
 
 #: (the minute the user asks, the question); each turn is one ``agent.run`` / ``session.run``
@@ -136,7 +137,9 @@ async def _pydantic_ai(name: str, turns: int, *, cache: bool, clock: bool) -> Si
         client = emulator.async_client()
         guard = rs.instrument(client)  # the one line
         model = AnthropicModel(MODEL, provider=AnthropicProvider(anthropic_client=client))
-        settings = AnthropicModelSettings(max_tokens=4096, anthropic_thinking=THINKING)  # type: ignore[typeddict-item]
+        settings = AnthropicModelSettings(
+            max_tokens=4096, anthropic_thinking={"type": "enabled", "budget_tokens": 2048}
+        )
         if cache:
             settings["anthropic_cache"] = True
         agent = Agent(model, instructions=RULES, model_settings=settings)
