@@ -92,9 +92,9 @@ READ_DELAY_PER_LINE_S = 0.0002
 
 
 # -- the repository the agent works on ------------------------------------------------------------------
-def _module_text(name: str) -> str:
+def _module_text(name: str, turns: int) -> str:
     lines = [f'"""The {name} layer: settings and a few helpers (generated for the demo)."""', ""]
-    lines += [f"LIMIT_{i} = {i}" for i in range(0, TURNS, 2) if MODULES[(i // 2) % len(MODULES)] == name]
+    lines += [f"LIMIT_{i} = {i}" for i in range(0, turns, 2) if MODULES[(i // 2) % len(MODULES)] == name]
     lines.append("")
     for j in range(6):
         lines += [
@@ -120,13 +120,13 @@ class Workspace:
     Handlers are deterministic: the same calls in the same order give the same results.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, turns: int = TURNS) -> None:
         self.root = root
         self.calls: list[tuple[str, dict[str, Any]]] = []
         (root / "app").mkdir()
         (root / "tests").mkdir()
         for name in MODULES:
-            (root / "app" / f"{name}.py").write_text(_module_text(name))
+            (root / "app" / f"{name}.py").write_text(_module_text(name, turns))
             (root / "tests" / f"test_{name}.py").write_text(_test_text(name))
 
     def _path(self, path: str) -> Path:
@@ -192,9 +192,10 @@ class Workspace:
 
 
 @contextmanager
-def workspace() -> Iterator[Workspace]:
+def workspace(turns: int = TURNS) -> Iterator[Workspace]:
+    """A fresh :class:`Workspace` for a job of ``turns`` turns, deleted afterwards."""
     with tempfile.TemporaryDirectory(prefix="reasonstate-agent-") as root:
-        yield Workspace(Path(root))
+        yield Workspace(Path(root), turns)
 
 
 # -- the scripted model -----------------------------------------------------------------------------------
@@ -538,7 +539,7 @@ def _deepseek(turns: int, wire: _Wire) -> Iterator[Any]:
 def run_session(turns: int = TURNS, *, fold: bool = True) -> AgentRun:
     """The job through ``rs.Session.run`` (with the fold unless ``fold=False``) on a fresh emulator."""
     wire = _Wire()
-    with workspace() as ws, _deepseek(turns, wire) as client:
+    with workspace(turns) as ws, _deepseek(turns, wire) as client:
         options = _fold_option() if fold else {}
         session = rs.Session(
             client, model=MODEL, system=SYSTEM, tools=ws.tools(), dialect="deepseek", **options
@@ -590,7 +591,7 @@ def run_naive(turns: int = TURNS) -> AgentRun:
     complete; the assistant message kept with its ``reasoning_content`` (so DeepSeek accepts it)."""
     wire = _Wire()
     turn_of: list[int] = []
-    with workspace() as ws, _deepseek(turns, wire) as client:
+    with workspace(turns) as ws, _deepseek(turns, wire) as client:
         tools = ws.tools()
         handlers: dict[str, Callable[..., Any]] = {t.name: t.handler for t in tools if t.handler}
         history: list[dict[str, Any]] = []
