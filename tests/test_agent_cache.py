@@ -128,3 +128,16 @@ def test_the_session_breaks_the_storm_once(runs: tuple[agent.AgentRun, agent.Age
     assert session.storm_breaks == 1
     assert session.events_by_turn[agent.STORM_TURN] == (0, 1)
     assert session.calls.count(("read_file", json.dumps({"path": "app/auth.py"}))) == 2
+
+
+def test_the_fold_summary_keeps_the_goal_the_settings_and_the_files() -> None:
+    head = (
+        "user: Ticket 100: LIMIT_0 is too low\nassistant: search LIMIT_0\ntool: app/net.py:3: LIMIT_0 = 0\n"
+        "tool: read tests/test_cache.py\nuser: Ticket 104: LIMIT_4 is too low\ntool: edited app/db.py"
+    )
+    assert agent.summarize(head) == (
+        "Summary of the earlier conversation. Goal: raise LIMIT_* settings tenfold, one ticket per turn, "
+        "with the smallest edit. Constraints: search before reading, read before editing, no new files. "
+        "Settings already handled: LIMIT_0, LIMIT_4. Files seen or changed: app/db.py, app/net.py, "
+        "tests/test_cache.py. Open todos: none."
+    )
