@@ -198,7 +198,7 @@ def test_the_agent_runs_32_turns_of_tool_chains_and_follow_ups(
     # 16 tickets of 4 model calls (search, two reads, edit, answer), 2 more in the storm; 16 follow-ups of 1
     assert len(run.requests) == 16 * 4 + 2 + 16
     assert [r.turn for r in run.requests if r.turn % 2] == list(range(1, 32, 2))
-    assert sum(1 for name, _ in run.calls if name == "edit_file") == 16
+    assert sum(1 for name, _ in run.calls if name == "edit_file") == run.edits_applied == 16
 
 
 def test_the_agent_hits_the_maximum_on_every_request_that_is_not_a_declared_break(

@@ -94,13 +94,13 @@ READ_DELAY_PER_LINE_S = 0.0002
 # -- the repository the agent works on ------------------------------------------------------------------
 def _module_text(name: str, turns: int) -> str:
     lines = [f'"""The {name} layer: settings and a few helpers (generated for the demo)."""', ""]
-    lines += [f"LIMIT_{i} = {i}" for i in range(0, turns, 2) if MODULES[(i // 2) % len(MODULES)] == name]
+    lines += [f"LIMIT_{i} = {i + 1}" for i in range(0, turns, 2) if MODULES[(i // 2) % len(MODULES)] == name]
     lines.append("")
     for j in range(6):
         lines += [
             f"def {name}_helper_{j}(value: int) -> int:",
             f'    """Scale value by step {j}; used by the {name} tests."""',
-            f"    return value * {j + 1} + LIMIT_{MODULES.index(name)}",
+            f"    return value * {j + 1} + LIMIT_{2 * MODULES.index(name)}",
             "",
         ]
     return "\n".join(lines)
@@ -123,6 +123,7 @@ class Workspace:
     def __init__(self, root: Path, turns: int = TURNS) -> None:
         self.root = root
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.edits_applied = 0
         (root / "app").mkdir()
         (root / "tests").mkdir()
         for name in MODULES:
@@ -157,6 +158,7 @@ class Workspace:
         if text.count(old) != 1:
             raise ValueError(f"{old!r} occurs {text.count(old)} times in {path}; expected exactly once")
         file.write_text(text.replace(old, new))
+        self.edits_applied += 1
         return f"edited {path}: 1 replacement"
 
     def tools(self) -> list[rs.Tool]:
@@ -280,18 +282,19 @@ def scripted_actions(turns: int = TURNS) -> list[Any]:
         actions.append(
             ModelAction.call(
                 ToolCallSpec(
-                    "edit_file", {"path": module, "old": f"{setting} = {i}", "new": f"{setting} = {i * 10}"}
+                    "edit_file",
+                    {"path": module, "old": f"{setting} = {i + 1}", "new": f"{setting} = {(i + 1) * 10}"},
                 ),
                 reasoning=(
-                    f"{module} has `{setting} = {i}` exactly once and the tests only check lower bounds, "
-                    f"so raising it to {i * 10} is safe. The smallest edit is that one line."
+                    f"{module} has `{setting} = {i + 1}` exactly once and the tests only check lower bounds, "
+                    f"so raising it to {(i + 1) * 10} is safe. The smallest edit is that one line."
                 ),
             )
         )
         actions.append(
             ModelAction.answer(
-                f"Raised {setting} from {i} to {i * 10} in {module}; the search found no other use, and "
-                f"{test} asserts lower bounds only.",
+                f"Raised {setting} from {i + 1} to {(i + 1) * 10} in {module}; every use the search "
+                f"found is in that module, and {test} asserts lower bounds only.",
                 reasoning=(
                     f"The edit succeeded. Summarize: the file, the old and new value of {setting}, and "
                     "that the tests I read do not pin the old value."
@@ -370,6 +373,8 @@ class AgentRun:
     calls: tuple[tuple[str, str], ...] = ()
     #: per user turn: the fold events and storm breaks in the trace while that turn was open
     events_by_turn: tuple[tuple[int, int], ...] = ()
+    #: ``edit_file`` calls that changed a file (a failing edit is an error result instead)
+    edits_applied: int = 0
     #: model steps whose tool results went back in an order other than the calls' (from the request bodies)
     reordered_steps: int = 0
 
@@ -547,6 +552,7 @@ def run_session(turns: int = TURNS, *, fold: bool = True) -> AgentRun:
         for question in questions(turns):
             session.run(question, max_steps=8)
         calls = tuple((name, json.dumps(args, sort_keys=True)) for name, args in ws.calls)
+        edits = ws.edits_applied
     records = session.execution
     per_turn = [[0, 0] for _ in range(turns)]
     turn = 0
@@ -571,6 +577,7 @@ def run_session(turns: int = TURNS, *, fold: bool = True) -> AgentRun:
         cost_usd=_cost(requests),
         predicted=(exact, len(predicted)),
         calls=calls,
+        edits_applied=edits,
         reordered_steps=reordered_steps([body for body, _ in wire.ok()]),
         events_by_turn=tuple((f, s) for f, s in per_turn),
     )
@@ -624,6 +631,7 @@ def run_naive(turns: int = TURNS) -> AgentRun:
                     futures = [pool.submit(run_call, c) for c in message.tool_calls]
                     history.extend(f.result() for f in as_completed(futures))
         calls = tuple((name, json.dumps(args, sort_keys=True)) for name, args in ws.calls)
+        edits = ws.edits_applied
     requests = _figures(wire.ok(), turn_of, set())
     return AgentRun(
         who="naive loop",
@@ -633,6 +641,7 @@ def run_naive(turns: int = TURNS) -> AgentRun:
         storm_breaks=0,
         cost_usd=_cost(requests),
         calls=calls,
+        edits_applied=edits,
         reordered_steps=reordered_steps([body for body, _ in wire.ok()]),
     )
 
