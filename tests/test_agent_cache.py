@@ -8,6 +8,11 @@ missing it."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +116,8 @@ def test_the_naive_loop_misses_the_target_and_costs_more(runs: tuple[agent.Agent
     assert not naive.meets_target  # its second request shares the tools but the server has no unit there
     assert naive.hit_ratio < 0.2 < 0.9 < session.hit_ratio
     assert session.cost_usd < naive.cost_usd / 3
+    # the cost from the wire's usage at the packaged prices is the session's own report
+    assert session.reported_cost_usd == pytest.approx(session.cost_usd, rel=1e-9)
     assert naive.reordered_steps >= 1  # the module read, named first, finishes after the test file's
 
 
@@ -140,3 +147,19 @@ def test_the_fold_summary_keeps_the_goal_the_settings_and_the_files() -> None:
         "Settings already handled: LIMIT_0, LIMIT_4. Files seen or changed: app/db.py, app/net.py, "
         "tests/test_cache.py. Open todos: none."
     )
+
+
+def test_the_benchmark_script_prints_both_runs_and_exits_0_on_target() -> None:
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "benchmarks/agent_cache.py", "--turns", str(SHORT)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = re.findall(r"^(rs\.Session|naive loop) +(\d+) ", out.stdout, re.M)
+    assert rows == [("rs.Session", "22"), ("naive loop", "22")]  # the side-by-side table
+    assert "worst request 100.00%" in out.stdout

@@ -373,6 +373,8 @@ class AgentRun:
     calls: tuple[tuple[str, str], ...] = ()
     #: per user turn: the fold events and storm breaks in the trace while that turn was open
     events_by_turn: tuple[tuple[int, int], ...] = ()
+    #: the session's own cost figure (``session.report().cost``), a cross-check of ``cost_usd``
+    reported_cost_usd: float | None = None
     #: ``edit_file`` calls that changed a file (a failing edit is an error result instead)
     edits_applied: int = 0
     #: model steps whose tool results went back in an order other than the calls' (from the request bodies)
@@ -568,6 +570,7 @@ def run_session(turns: int = TURNS, *, fold: bool = True) -> AgentRun:
     predicted = [r for r in records if r.predicted_cache_read is not None]
     exact = sum(1 for r in predicted if r.predicted_cache_read == r.usage.cache_read)
     requests = _figures(wire.ok(), [r.turn for r in records], breaks)
+    reported = session.report().cost
     return AgentRun(
         who="rs.Session",
         turns=turns,
@@ -576,6 +579,7 @@ def run_session(turns: int = TURNS, *, fold: bool = True) -> AgentRun:
         storm_breaks=len(session.trace.of_kind(EventKind.TOOL_SUPPRESSED)),
         cost_usd=_cost(requests),
         predicted=(exact, len(predicted)),
+        reported_cost_usd=None if reported is None else reported.total,
         calls=calls,
         edits_applied=edits,
         reordered_steps=reordered_steps([body for body, _ in wire.ok()]),
