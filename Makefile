@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bridge.py || status=1; \
 	$(BIN)/python benchmarks/export.py || status=1; \
 	$(BIN)/python benchmarks/guard.py || status=1; \
+	$(BIN)/python benchmarks/agent_cache.py || status=1; \
 	exit $$status
 
 # the documentation site into site/; --strict: a broken link or a missing API reference fails the build

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reasonstate.demo import job, sections
+from reasonstate.demo import agent, job, sections
 from reasonstate.demo.opening import Opening
 from reasonstate.demo.render import PlainOutput, RichOutput, Table, make_output
 
@@ -180,3 +180,64 @@ def test_live_without_any_key_says_which_to_set_and_exits_2() -> None:
     )
     assert out.returncode == 2
     assert all(k in out.stderr for k in keys) and out.stdout == ""
+
+
+# -- the cache-first coding agent (section 5) ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def coding_agent() -> tuple[agent.AgentRun, str]:
+    buffer = io.StringIO()
+    run = sections.agent(PlainOutput(buffer))
+    return run, buffer.getvalue()
+
+
+def test_the_agent_runs_32_turns_of_tool_chains_and_follow_ups(
+    coding_agent: tuple[agent.AgentRun, str],
+) -> None:
+    run, _ = coding_agent
+    assert run.turns == agent.TURNS == 32
+    # 16 tickets of 4 model calls (search, two reads, edit, answer), 2 more in the storm; 16 follow-ups of 1
+    assert len(run.requests) == 16 * 4 + 2 + 16
+    assert [r.turn for r in run.requests if r.turn % 2] == list(range(1, 32, 2))
+    assert sum(1 for name, _ in run.calls if name == "edit_file") == run.edits_applied == 16
+
+
+def test_the_agent_hits_the_maximum_on_every_request_that_is_not_a_declared_break(
+    coding_agent: tuple[agent.AgentRun, str],
+) -> None:
+    run, _ = coding_agent
+    assert run.meets_target and run.worst_of_maximum >= agent.TARGET
+    assert len(run.measured()) == len(run.requests) - 1 - sum(r.declared_break for r in run.requests)
+    assert run.reordered_steps == 0
+    assert run.hit_ratio > 0.95  # the prompt is almost all history the server already holds
+
+
+def test_the_agent_table_names_its_units_and_reads_in_one_line(
+    coding_agent: tuple[agent.AgentRun, str],
+) -> None:
+    run, text = coding_agent
+    table = agent.agent_table(run)
+    _assert_units(table)
+    assert len(table.reading) == 1
+    assert len(table.rows) == 8  # blocks of 4 turns
+    assert table.rows[-1][4] == f"{100 * run.hit_ratio:.1f}"  # the last cumulative ratio is the whole run's
+    assert "5. A cache-first coding agent" in text and table.reading[0] in text
+    assert "\x1b[" not in text
+
+
+def test_only_agent_is_a_demo_part() -> None:
+    from reasonstate.demo import parser
+
+    assert parser().parse_args(["--only", "agent"]).only == "agent"
+
+
+@pytest.mark.xfail(
+    reason="Fold lands with the fold branch (issue 13); then flip agent._fold_option", strict=True
+)
+def test_the_agent_context_folds_twice_each_a_declared_break(
+    coding_agent: tuple[agent.AgentRun, str],
+) -> None:
+    run, _ = coding_agent
+    assert run.folds == 2
+    assert sum(f for f, _ in run.events_by_turn) == 2
+    assert sum(r.declared_break for r in run.requests) == 2  # every cache break is a fold
+    assert max(r.prompt for r in run.requests) < agent.FOLD_THRESHOLD_TOKENS + 2_000

@@ -11,6 +11,9 @@ between-turn policies, side by side.
    (Anthropic Messages, OpenAI Responses stateless and stateful, DeepSeek chat, Gemini); then one
    conversation that switches vendor between turns, the token-level PRR matrix and a token-in/token-out
    session.
+3. **A cache-first coding agent** (:mod:`reasonstate.demo.agent`): 32 user turns of search, read and edit
+   tools through ``Session.run`` on the DeepSeek emulator, with a fold and a tool-call storm: the
+   cumulative cache-hit ratio against the theoretical maximum, fold events and storm breaks.
 
 ``--live`` runs the policy tables against each real API whose key is set (ANTHROPIC_API_KEY,
 OPENAI_API_KEY, DEEPSEEK_API_KEY, GEMINI_API_KEY). Output is rich on a terminal and plain text otherwise
@@ -48,10 +51,10 @@ def parser() -> argparse.ArgumentParser:
     )
     out.add_argument(
         "--only",
-        choices=("opening", "policies"),
+        choices=("opening", "policies", "agent"),
         default=None,
-        help="run one part on the emulators: 'opening' (without vs with reasonstate) or 'policies' "
-        "(everything after it)",
+        help="run one part on the emulators: 'opening' (without vs with reasonstate), 'policies' (the "
+        "policy, switching and token tables) or 'agent' (the cache-first coding agent)",
     )
     return out
 
@@ -86,5 +89,7 @@ def main(argv: Sequence[str] = ()) -> int:
         sections.policies(out, live=False)
         sections.switching(out)
         sections.tokens(out)
+    if args.only in (None, "agent"):
+        sections.agent(out)
     out.text("", f"demo ran in {time.perf_counter() - started:.1f} s (wall clock)")
     return 0

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 
+from reasonstate.demo import agent as agent_job
 from reasonstate.demo import job
 from reasonstate.demo.opening import OPENING_TURNS, Opening, run_opening
 from reasonstate.demo.render import Output, Table
 
-__all__ = ["opening", "opening_tables", "policies", "switching", "tokens"]
+__all__ = ["agent", "opening", "opening_tables", "policies", "switching", "tokens"]
 
 
 def opening(out: Output) -> Opening:
@@ -194,3 +195,21 @@ def tokens(out: Output) -> None:
             labels=4,
         )
     )
+
+
+def agent(out: Output) -> agent_job.AgentRun:
+    """Part 5: a cache-first coding agent over 30+ turns on the DeepSeek emulator; returns its figures."""
+    out.heading(f"5. A cache-first coding agent: search, read, edit across {agent_job.TURNS} turns")
+    out.text(
+        "rs.Session.run drives a coding agent (search and read_file parallel-safe, edit_file a barrier) "
+        f"over a temporary folder, {agent_job.TURNS} user turns against the DeepSeek emulator; a fold past "
+        f"{agent_job.FOLD_THRESHOLD_TOKENS:,} prompt tokens, and one storm (turn {agent_job.STORM_TURN} "
+        "reads the same file three times).",
+        "maximum: the tokens a request shares with the previous request plus its output as generated "
+        "(docs/protocols.md §3.4), computed from the request and response bodies on the wire.",
+        "",
+    )
+    with out.status("Running the coding agent on the DeepSeek emulator…"):
+        run = agent_job.run_session()
+    out.table(agent_job.agent_table(run))
+    return run
