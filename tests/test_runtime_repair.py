@@ -701,3 +701,216 @@ def test_a_reply_naming_no_known_tool_is_the_final_answer(deepseek: OpenAIChatEm
     session = deepseek_session(deepseek, wire, [READ])
     assert session.run("hi").text.startswith("Use")
     assert len(deepseek.requests) == 1 and repairs(session) == []
+
+
+def test_gemini_a_json_call_in_the_text_is_run_and_the_signed_parts_go_back_as_received(wire: Wire) -> None:
+    from google.genai import types
+
+    from reasonstate.testing.gemini import GeminiEmulator
+
+    with GeminiEmulator() as emu:
+        emu.script.extend(
+            [
+                ModelAction.answer(
+                    '{"name": "get_weather", "arguments": {"city": "Oslo"}}', reasoning="Need the weather."
+                ),
+                ModelAction.answer("Oslo is cold.", reasoning="Got it."),
+            ]
+        )
+        seen: list[Any] = []
+        weather = rs.Tool(
+            name="get_weather",
+            parameters=dict(WEATHER.parameters),
+            handler=lambda **kw: seen.append(kw) or "cold",
+        )
+        client = emu.client(
+            http_options=types.HttpOptions(base_url=emu.base_url, api_version="v1", httpx_client=wire.http)
+        )
+        session = rs.Session(
+            client, model="gemini-3-flash", tools=[weather], thinking_config={"include_thoughts": True}
+        )
+        assert session.run("Weather in Oslo?").text == "Oslo is cold."
+        contents = json.loads(emu.requests[1].body)["contents"]
+    assert seen == [{"city": "Oslo"}]
+    # the model's turn goes back part for part (thought signatures compared as bytes: the SDK re-encodes)
+    assert same(contents[1]["parts"]) == same(wire.response(0)["candidates"][0]["content"]["parts"])
+    assert (
+        contents[2]["role"] == "user" and '<tool_result name="get_weather"' in contents[2]["parts"][0]["text"]
+    )
+    assert [e["repair"] for e in repairs(session)] == ["scavenge"]
+
+
+def same(value: Any) -> str:
+    """A JSON value as a vendor reads it: keys in any order, base64 signatures as their bytes."""
+    import base64
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {
+                k: base64.urlsafe_b64decode(x.replace("+", "-").replace("/", "_")).hex()
+                if k == "thoughtSignature" and isinstance(x, str)
+                else norm(x)
+                for k, x in v.items()
+            }
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        return v
+
+    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
+
+
+def test_gemini_offers_the_flat_schema_and_the_handler_gets_nested_arguments(wire: Wire) -> None:
+    from google.genai import types
+
+    from reasonstate.testing.gemini import GeminiEmulator
+
+    with GeminiEmulator() as emu:
+        emu.script.extend(
+            [
+                ModelAction.call(ToolCallSpec("ship", FLAT_ARGS), reasoning="Ship it."),
+                ModelAction.answer("Shipped.", reasoning="Done."),
+            ]
+        )
+        seen: list[Any] = []
+        client = emu.client(
+            http_options=types.HttpOptions(base_url=emu.base_url, api_version="v1", httpx_client=wire.http)
+        )
+        session = rs.Session(
+            client,
+            model="gemini-3-flash",
+            tools=[ship_tool(seen)],
+            thinking_config={"include_thoughts": True},
+        )
+        session.run("Ship A1 to Ann, Paris")
+        first, second = (json.loads(r.body) for r in emu.requests)
+    assert seen == [NESTED_ARGS]
+    declaration = first["tools"][0]["functionDeclarations"][0]
+    assert declaration["parameters_json_schema"] == OFFERED
+    assert first["tools"] == second["tools"]
+    assert same(second["contents"][1]["parts"]) == same(wire.response(0)["candidates"][0]["content"]["parts"])
+    assert [e["repair"] for e in repairs(session)] == ["flatten"]
+
+
+def test_responses_a_json_call_in_the_text_is_run_and_the_items_go_back_as_received(wire: Wire) -> None:
+    with OpenAIResponsesEmulator() as emu:
+        emu.script.extend(
+            [
+                ModelAction.answer('{"name": "get_weather", "arguments": {"city": "Oslo"}}', reasoning="r"),
+                ModelAction.answer("Cold.", reasoning="Done."),
+            ]
+        )
+        seen: list[Any] = []
+        weather = rs.Tool(
+            name="get_weather",
+            parameters=dict(WEATHER.parameters),
+            handler=lambda **kw: seen.append(kw) or "cold",
+        )
+        session = rs.Session(emu.client(http_client=wire.http), model="gpt-5.5", tools=[weather], store=False)
+        assert session.run("Weather in Oslo?").text == "Cold."
+        second = json.loads(emu.requests[1].body)
+    assert seen == [{"city": "Oslo"}]
+    output = wire.response(0)["output"]
+    replayed = second["input"][1 : 1 + len(output)]
+    assert [{k: v for k, v in item.items() if k != "status"} for item in replayed] == [
+        {k: v for k, v in item.items() if k != "status"} for item in output
+    ]
+    assert any(item.get("encrypted_content") for item in replayed)  # the opaque item went back as received
+    assert second["input"][-1]["role"] == "user"
+    assert not any(item.get("type") in ("function_call", "function_call_output") for item in second["input"])
+
+
+def test_async_run_repairs_the_same_way(deepseek: OpenAIChatEmulator) -> None:
+    import asyncio
+
+    deepseek.script.extend(
+        [
+            ModelAction.call(
+                ToolCallSpec("ship", raw_arguments='{"sku":"A1","ship_to.address.city":"Paris"'),
+                reasoning="r",
+            ),
+            ModelAction.answer("Let me read.", reasoning=DSML),
+            ModelAction.answer("Done.", reasoning="r"),
+        ]
+    )
+    seen: list[Any] = []
+    read = rs.Tool(
+        name="read_file", parameters=dict(READ.parameters), handler=lambda **kw: seen.append(kw) or "x"
+    )
+
+    async def main() -> rs.AsyncSession:
+        session = rs.AsyncSession(
+            deepseek.async_client(),
+            model="deepseek-v4-pro",
+            dialect="deepseek",
+            tools=[ship_tool(seen), read],
+        )
+        assert (await session.run("Ship A1 to Paris, then read my notes")).text == "Done."
+        return session
+
+    session = asyncio.run(main())
+    assert seen == [
+        {"sku": "A1", "ship_to": {"address": {"city": "Paris"}}},
+        {"path": "notes.md", "limit": 20},
+    ]
+    events = [dict(e.data) for e in session.trace.of_kind(EventKind.TOOL_REPAIRED)]
+    assert [e["repair"] for e in events] == ["arguments_completed", "flatten", "scavenge"]
+    assert events[0]["added"] == "}"
+
+
+def test_flatten_off_survives_a_snapshot(deepseek: OpenAIChatEmulator) -> None:
+    session = rs.Session(
+        deepseek.client(),
+        model="deepseek-v4-pro",
+        dialect="deepseek",
+        tools=[rs.Tool(name="ship", parameters=ORDER, flatten=False)],
+    )
+    restored = rs.Session.restore(session.snapshot(), deepseek.client())
+    (tool,) = restored.prefix.tools
+    assert tool.flatten is False and tool.offered_parameters == ORDER
+    assert restored.prefix.fingerprint == session.prefix.fingerprint
+
+
+def test_a_repair_is_an_otel_event_naming_the_call_and_the_repair_never_the_arguments(
+    deepseek: OpenAIChatEmulator,
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from reasonstate.export.otel import OTelExporter
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    deepseek.script.extend(
+        [
+            ModelAction.call(
+                ToolCallSpec("get_weather", raw_arguments='{"city": "Secretville"'), reasoning="r"
+            ),
+            ModelAction.answer("Sunny.", reasoning="r"),
+        ]
+    )
+    weather = rs.Tool(name="get_weather", parameters=dict(WEATHER.parameters), handler=lambda **kw: "sunny")
+    session = rs.Session(
+        deepseek.client(),
+        model="deepseek-v4-pro",
+        dialect="deepseek",
+        tools=[weather],
+        exporters=[OTelExporter(provider)],
+    )
+    session.run("Weather?")
+    session.close()
+    call_id = session.history.turns[0].steps[0].tool_calls[0].id
+    events = [
+        e for s in spans.get_finished_spans() for e in s.events if e.name == "reasonstate.tool.repaired"
+    ]
+    assert [dict(e.attributes or {}) for e in events] == [
+        {
+            "gen_ai.tool.name": "get_weather",
+            "gen_ai.tool.call.id": call_id,
+            "reasonstate.tool.repair": "arguments_completed",
+            "reasonstate.tool.repair.added": "}",
+        }
+    ]
+    provider.shutdown()
