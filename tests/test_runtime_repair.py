@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import reasonstate as rs
 from reasonstate.runtime.commit import ToolCall
@@ -914,3 +916,80 @@ def test_a_repair_is_an_otel_event_naming_the_call_and_the_repair_never_the_argu
         }
     ]
     provider.shutdown()
+
+
+# -- properties: for every cut of every object ------------------------------------------------------------
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-1000, 100000),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=6),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _within(part: Any, whole: Any) -> bool:
+    """``part`` is ``whole`` with trailing members of its objects and arrays left out: every value in it is
+    one the model wrote in full."""
+    if isinstance(whole, dict):
+        return (
+            isinstance(part, dict)
+            and list(part) == list(whole)[: len(part)]
+            and all(_within(part[k], whole[k]) for k in part)
+        )
+    if isinstance(whole, list):
+        return (
+            isinstance(part, list)
+            and len(part) <= len(whole)
+            and all(_within(p, w) for p, w in zip(part, whole, strict=False))
+        )
+    return part == whole and type(part) is type(whole)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=4), _VALUES, min_size=1, max_size=4), st.booleans(), st.data())
+def test_a_completed_cut_holds_only_values_the_model_wrote_in_full(
+    value: dict[str, Any], spaced: bool, data: st.DataObject
+) -> None:
+    text = json.dumps(value, separators=(", ", ": ") if spaced else (",", ":"))
+    cut = data.draw(st.integers(0, len(text)))
+    closers = json_completion(text[:cut])
+    if cut == len(text):
+        assert closers is None  # nothing is missing
+    if closers is not None:
+        assert set(closers) <= {"}", "]"}
+        assert _within(json.loads(text[:cut] + closers), value)
+
+
+_FLAT_VALUES = st.one_of(st.text(max_size=5), st.integers(), st.booleans())
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z]{1,3}", fullmatch=True),
+        _FLAT_VALUES
+        | st.dictionaries(
+            st.from_regex(r"[a-z]{1,3}", fullmatch=True),
+            _FLAT_VALUES
+            | st.dictionaries(st.from_regex(r"[a-z]{1,3}", fullmatch=True), _FLAT_VALUES, min_size=1),
+            min_size=1,
+        ),
+        max_size=4,
+    )
+)
+def test_nesting_the_flat_form_of_any_nested_arguments_gives_them_back(arguments: dict[str, Any]) -> None:
+    def flat(value: dict[str, Any], path: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, v in value.items():
+            name = f"{path}.{key}" if path else key
+            out.update(flat(v, name) if isinstance(v, dict) else {name: v})
+        return out
+
+    nested = nest_arguments(flat(arguments))
+    assert nested is not None and nested[0] == arguments
