@@ -50,7 +50,7 @@ MAX_DEPTH = 2
 #: leaves (non-object properties) a tool's parameters may have before they are flattened
 MAX_LEAVES = 10
 
-# the vendors' property-name limit (Anthropic: ``^[a-zA-Z0-9_.-]{1,64}$``): a flat name must fit it
+# Anthropic's property-key rule ``^[a-zA-Z0-9_.-]{1,64}$`` (docs/protocols.md §4.2): a flat name must fit it
 _FLAT_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 # what an object node may hold for its flat form to say the same thing (anything else: not flattened)
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "description", "title", "additionalProperties"})
@@ -307,7 +307,7 @@ class Found:
 
 # DeepSeek V3.2's tool-call encoding (``<｜DSML｜function_calls>``; V4 writes ``<｜DSML｜tool_calls>``), one
 # invoke per call; a parameter with ``string="true"`` is its text as it stands, ``string="false"`` is JSON
-# (docs/protocols.md §3)
+# (docs/protocols.md §3.2)
 _DSML = "｜DSML｜"
 _INVOKE = re.compile(rf'<{_DSML}invoke\s+name="([^"]*)"\s*>(.*?)</{_DSML}invoke>', re.S)
 _PARAMETER = re.compile(
@@ -394,6 +394,8 @@ def scavenge(text: str, reasoning: str, tools: Iterable[str]) -> list[Found]:
     ``arguments`` None (the caller answers it with an invalid-arguments error).
     """
     names = frozenset(tools)
+    # a reply that names no tool holds no call (and is not parsed for one)
+    text, reasoning = (s if any(name in s for name in names) else "" for s in (text, reasoning))
     for where, source in (("text", text), ("reasoning", reasoning)):
         if _DSML in source:
             found = _dsml(source, names, where)
