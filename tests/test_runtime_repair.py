@@ -319,6 +319,17 @@ def test_the_first_place_holding_a_call_wins_so_a_call_thought_then_written_is_f
     assert scavenge("no call here {not json}", "", TOOLS) == []
 
 
+def test_a_reasoning_nested_past_the_parsers_depth_holds_no_call_and_raises_nothing() -> None:
+    deep = '{"a": ' * 50_000 + '"get_weather"'
+    assert scavenge("", deep, TOOLS) == []
+
+
+def test_a_call_after_code_full_of_braces_is_found() -> None:
+    code = 'if (x) { y({"k": 1 }); }\n' * 100
+    found = scavenge(code + '{"name": "get_weather", "arguments": {"city": "Oslo"}}', "", TOOLS)
+    assert [(f.name, f.arguments) for f in found] == [("get_weather", {"city": "Oslo"})]
+
+
 # -- repaired(): what the handler sees, and the events ---------------------------------------------------
 
 WEATHER = rs.Tool(

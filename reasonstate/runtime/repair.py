@@ -349,19 +349,28 @@ def _dsml(text: str, tools: frozenset[str], where: str) -> list[Found]:
     return found
 
 
+_OBJECT_START = re.compile(r'\{\s*"')
+#: failed parse attempts per text before the search for JSON calls gives up (each may read to the end of
+#: the text, so an unbounded search is quadratic in a long reasoning full of braces)
+_MAX_ATTEMPTS = 256
+
+
 def _json_objects(text: str) -> Iterator[dict[str, Any]]:
     """Every top-level JSON object in ``text`` (an object inside one that was read is not read again)."""
     decoder = json.JSONDecoder()
-    i = text.find("{")
-    while i >= 0:
+    failed, start = 0, 0
+    while failed < _MAX_ATTEMPTS:
+        match = _OBJECT_START.search(text, start)
+        if match is None:
+            return
         try:
-            value, end = decoder.raw_decode(text, i)
-        except ValueError:
-            i = text.find("{", i + 1)
+            value, end = decoder.raw_decode(text, match.start())
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+            failed, start = failed + 1, match.start() + 1
             continue
         if isinstance(value, dict):
             yield value
-        i = text.find("{", end)
+        start = end
 
 
 def _json_call(value: Mapping[str, Any], tools: frozenset[str], where: str) -> Found | None:
