@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import attrs
 
 from reasonstate.errors import InvalidOption
+from reasonstate.runtime.repair import flat_schema
 from reasonstate.state.frozen import freeze
 
 _T = TypeVar("_T")
@@ -89,6 +90,12 @@ class Tool:
     ``handler`` (optional) is what ``Session.run`` calls with the parsed arguments; ``parallel_safe`` lets
     the runtime run it concurrently with other parallel-safe calls of the same step.
 
+    ``offered_parameters`` is the schema every request sends: ``parameters`` itself, or, with ``flatten``
+    (the default) and parameters nesting deeper than 2 object levels or with more than 10 leaves, their
+    dotted flat form (:func:`reasonstate.runtime.repair.flat_schema`: ``"address.city"``), computed once
+    here so the tools bytes are the same in every request. ``Session.run`` re-nests the model's flat
+    arguments before the handler runs; the history keeps them as the model sent them.
+
     Invariants: ``name`` matches ``[a-zA-Z0-9_-]{1,64}`` (both vendors' rule) and anything else invalid is
     :class:`~reasonstate.errors.InvalidOption` at construction; ``parameters`` is copied, key-sorted and
     frozen, so a later edit of the caller's dict changes no request; ``handler`` is code, not data: it is
@@ -102,10 +109,37 @@ class Tool:
     )
     handler: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False, validator=_handler)
     parallel_safe: bool = attrs.field(default=False, validator=_flag("Tool(parallel_safe=...)"))
+    flatten: bool = attrs.field(default=True, validator=_flag("Tool(flatten=...)"))
+    offered_parameters: Mapping[str, Any] = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(lambda self: self._offered(), takes_self=True),
+    )
+
+    def _offered(self) -> Mapping[str, Any]:
+        flat = flat_schema(self.parameters) if self.flatten else None
+        if flat is None:
+            return self.parameters
+        offered: Mapping[str, Any] = freeze(flat)
+        return offered
+
+    @property
+    def flattened(self) -> bool:
+        """Whether the model is offered the dotted flat form of ``parameters``."""
+        return self.offered_parameters is not self.parameters
 
     def canonical(self) -> dict[str, Any]:
-        """The tool as data (name, description, parameters): what the prefix bytes are made of."""
-        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+        """The tool as data (name, description, parameters, and ``flatten: false`` when flattening is
+        off): what the prefix bytes are made of."""
+        data: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+        }
+        if not self.flatten:
+            data["flatten"] = False
+        return data
 
 
 def _sorted_tools(tools: Any) -> tuple[Tool, ...]:

@@ -62,6 +62,7 @@ from reasonstate.errors import (
 from reasonstate.export import Exporter, Publisher
 from reasonstate.policies import Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool
+from reasonstate.runtime import repair
 from reasonstate.runtime.commit import Layers, ToolCall, commit, predict
 from reasonstate.runtime.dispatch import ToolResult, dispatch_timed
 from reasonstate.snapshot import SessionSnapshot, restore_args, restored_layers, session_snapshot
@@ -690,6 +691,52 @@ class _Core:
         self._traced(EventKind.TOOL_EXECUTED, turn=turn.index if turn else None, calls=timings)
         return results
 
+    def _to_run(self, reply: Reply) -> tuple[ToolCall, ...]:
+        """The calls ``run`` executes after ``reply``: its own calls repaired, or, when it made none, the
+        calls its text or reasoning holds (``scavenged``); each repair is a ``tool.repaired`` event
+        (:mod:`reasonstate.runtime.repair`). The history and continuation keep what the model sent."""
+        calls = reply.tool_calls
+        if not calls:
+            names = [t.name for t in self._prefix.tools]
+            found = repair.scavenge(reply.text, reply.reasoning, names)
+            calls = tuple(
+                ToolCall(
+                    id=f"scavenged-{reply.turn}-{i}",
+                    name=f.name,
+                    arguments=f.arguments,
+                    raw_arguments=f.raw_arguments,
+                    arguments_error=f.arguments_error,
+                    scavenged=True,
+                )
+                for i, f in enumerate(found)
+            )
+            for call, f in zip(calls, found, strict=True):
+                self._traced(
+                    EventKind.TOOL_REPAIRED,
+                    turn=reply.turn,
+                    repair="scavenge",
+                    call_id=call.id,
+                    tool=call.name,
+                    source=f.source,
+                    where=f.where,
+                )
+        out = []
+        for call in calls:
+            fixed, events = repair.repaired(self._prefix.tool(call.name), call)
+            for event in events:
+                self._traced(EventKind.TOOL_REPAIRED, turn=reply.turn, **event)
+            out.append(fixed)
+        return tuple(out)
+
+    def _results_attempt(self, calls: Sequence[ToolCall], results: Mapping[str, Any]) -> _Attempt:
+        """The next request of ``run``: the tool results, or, for scavenged calls (which no assistant step
+        holds, so no vendor takes a tool result for them), a user message carrying them."""
+        if calls and calls[0].scavenged:
+            parts = [_serialize_result(c.id, results[c.id]) for c in calls]
+            text = repair.scavenged_message(calls, [(p.content, p.is_error) for p in parts])
+            return self._user_attempt(text)
+        return self._tools_attempt(results)
+
     def _traced(self, kind: str, **data: Any) -> None:
         self._layers = attrs.evolve(self._layers, trace=self._layers.trace.appended(kind, **data))
 
@@ -854,9 +901,10 @@ class Session(_Core):
         """
         reply = self._step(self._user_attempt(text), on_event)
         for _ in range(max_steps):
-            if not reply.tool_calls:
+            calls = self._to_run(reply)
+            if not calls:
                 return reply
-            reply = self._step(self._tools_attempt(self._dispatch(reply.tool_calls)), on_event)
+            reply = self._step(self._results_attempt(calls, self._dispatch(calls)), on_event)
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     def _step(self, attempt: _Attempt, on_event: Callable[[StreamEvent], None] | None) -> Reply:
@@ -911,9 +959,10 @@ class AsyncSession(_Core):
         returns an awaitable (an ``async def`` callback), that is awaited before the next event is read."""
         reply = await self._step(self._user_attempt(text), on_event)
         for _ in range(max_steps):
-            if not reply.tool_calls:
+            calls = self._to_run(reply)
+            if not calls:
                 return reply
-            reply = await self._step(self._tools_attempt(self._dispatch(reply.tool_calls)), on_event)
+            reply = await self._step(self._results_attempt(calls, self._dispatch(calls)), on_event)
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     async def _step(

@@ -330,6 +330,7 @@ def restore_args(
             parameters=t["parameters"],
             handler=handlers[t["name"]].handler if t["name"] in handlers else None,
             parallel_safe=bool(t.get("parallel_safe", False)),
+            flatten=bool(t.get("flatten", True)),
         )
         for t in snap.tools
     ]

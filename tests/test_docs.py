@@ -368,3 +368,28 @@ def test_guard_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str
         f"0 extends 0 {records[0].reported_cache_read} []",
         f"1 timestamp_in_prefix at $.system[0].text {records[1].predicted_cache_read} 0 []",
     ]
+
+
+@runs("howto/repair.md")
+def test_repair_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.openai_chat import OpenAIChatEmulator
+
+    dsml = (
+        "<｜DSML｜function_calls>\n"
+        '<｜DSML｜invoke name="read_file">\n'
+        '<｜DSML｜parameter name="path" string="true">notes.md</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="limit" string="false">3</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n"
+        "</｜DSML｜function_calls>"
+    )
+    script = [
+        ModelAction.answer("Let me read them.", reasoning=dsml),
+        ModelAction.answer("Your notes say hello.", reasoning="Read them."),
+    ]
+    with OpenAIChatEmulator(script, dialect="deepseek") as deepseek:
+        monkeypatch.setenv("DEEPSEEK_API_KEY", "docs-key")
+        run_page("howto/repair.md", {"https://api.deepseek.com": deepseek.base_url})
+        assert len(deepseek.requests) == 2
+        sent = json.loads(deepseek.requests[1].body)["messages"][-1]["content"]
+    assert "first 3 lines of notes.md: hello" in sent
+    assert out() == ["Your notes say hello.", "scavenge read_file reasoning"]

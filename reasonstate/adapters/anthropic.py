@@ -340,7 +340,7 @@ _RULE = "docs/protocols.md §4.3"
 def _head(prefix: Prefix) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], tuple[str, ...]]:
     """The tools and system blocks of ``prefix`` and their unit digests (built once per prefix)."""
     tools = tuple(
-        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+        {"name": t.name, "description": t.description, "input_schema": dict(t.offered_parameters)}
         for t in prefix.tools
     )
     system = ({"type": "text", "text": prefix.system},) if prefix.system else ()

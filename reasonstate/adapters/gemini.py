@@ -128,7 +128,6 @@ _FUNCTION_CALL_FIELDS = frozenset({"id", "name", "args", "partialArgs", "willCon
 _OWNED_CONFIG = ("contents", "config", "system_instruction", "automatic_continuation")
 
 
-
 @attrs.frozen(slots=True)
 class GeminiRules(ProtocolRules):
     """The generateContent rules, plus the options this codec cannot honour (refused at construction)."""
@@ -399,7 +398,7 @@ def _tools(tools: tuple[Tool, ...]) -> tuple[tuple[Any, ...], str]:
     ``parameters_json_schema`` passes the JSON schema through the SDK untouched (``parameters`` would be
     converted to its own Schema type)."""
     declarations = tuple(
-        freeze({"name": t.name, "description": t.description, "parameters_json_schema": t.parameters})
+        freeze({"name": t.name, "description": t.description, "parameters_json_schema": t.offered_parameters})
         for t in tools
     )
     return declarations, unit_digest({"tools": declarations})

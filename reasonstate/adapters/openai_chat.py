@@ -168,7 +168,11 @@ class OpenAIChatAdapter:
         tools = [
             {
                 "type": "function",
-                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.offered_parameters,
+                },
             }
             for t in prefix.tools
         ]
@@ -373,7 +377,6 @@ class OpenAIChatAdapter:
                 )
             )
         return parts
-
 
 
 def _own_message(step: Step, vendor: str) -> Continuation | None:

@@ -238,7 +238,7 @@ class OpenAIResponsesAdapter:
                 "type": "function",
                 "name": t.name,
                 "description": t.description,
-                "parameters": t.parameters,
+                "parameters": t.offered_parameters,
             }
             if self._strict is not None:
                 tool["strict"] = self._strict

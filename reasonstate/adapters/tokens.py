@@ -438,7 +438,6 @@ class TokenAdapter:
         return None
 
 
-
 def _canonical_message(step: Step) -> dict[str, Any]:
     """A step this adapter did not sample, as the chat message a template renders: text and tool calls
     (arguments as objects, as chat templates read them); no foreign reasoning."""
@@ -460,7 +459,11 @@ def _tools(prefix: Prefix) -> list[dict[str, Any]]:
     return [
         {
             "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)},
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.offered_parameters),
+            },
         }
         for t in prefix.tools
     ]

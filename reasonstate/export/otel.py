@@ -362,6 +362,10 @@ class OTelExporter:
                     pending = state.calls.get(str(timing["id"]))
                     if pending is not None:
                         pending.timing = timing
+            elif kind == EventKind.TOOL_REPAIRED:
+                self._parent(state).add_event(
+                    "reasonstate.tool.repaired", _repair_attributes(data), timestamp=_ns(event.at)
+                )
             elif kind == EventKind.TOOL_RESULTS:
                 end = call_start if call_start is not None else event.at
                 for call_id in data.get("call_ids") or ():
@@ -700,6 +704,24 @@ def _replayed(state: _SessionSpans, record: ExecutionRecord) -> tuple[int, str]:
                 state.hash.update(f"{d}\n".encode())
     state.units = units
     return state.count, "sha256:" + state.hash.copy().hexdigest()
+
+
+def _repair_attributes(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``tool.repaired`` event as attributes: the call, the repair and what it changed (the closers
+    added, where a scavenged call was found, how many flat names were split), never argument values."""
+    attributes: dict[str, Any] = {
+        TOOL_NAME: str(data.get("tool")),
+        TOOL_CALL_ID: str(data.get("call_id")),
+        "reasonstate.tool.repair": str(data.get("repair")),
+    }
+    for key in ("added", "source", "where"):
+        if isinstance(data.get(key), str):
+            attributes[f"reasonstate.tool.repair.{key}"] = data[key]
+    if isinstance(data.get("split"), (list, tuple)):
+        attributes["reasonstate.tool.repair.split_count"] = len(data["split"])
+    if data.get("repair") == "arguments_invalid":
+        attributes[ERROR_TYPE] = "invalid_arguments"
+    return attributes
 
 
 def _without_text(data: Mapping[str, Any]) -> Mapping[str, Any]:

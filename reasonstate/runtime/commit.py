@@ -50,6 +50,8 @@ class ToolCall:
 
     ``arguments`` is None when the model's argument text is not a JSON object; ``arguments_error`` says
     why. ``Session.run`` never calls a handler with such a call: the model gets an error result instead.
+    ``scavenged`` marks a call ``Session.run`` found in a reply's text or reasoning (the model emitted no
+    tool call; :func:`reasonstate.runtime.repair.scavenge`): it is in no history step.
     """
 
     id: str
@@ -57,6 +59,7 @@ class ToolCall:
     arguments: Mapping[str, Any] | None = attrs.field(converter=frozen_arguments)
     raw_arguments: str = ""
     arguments_error: str | None = None
+    scavenged: bool = False
 
     @classmethod
     def of(cls, part: ToolCallPart) -> ToolCall:
