@@ -214,16 +214,17 @@ class Publisher:
 _DECLARED = (
     f"{EventKind.PREFIX_CHANGED}:",
     f"{EventKind.MODEL_CHANGED}:",
+    f"{EventKind.CONTEXT_FOLDED}:",
     "the stable prefix changed",
     "model ",
 )
 
 
 def declared_break(event: TraceEvent, trace: Trace) -> bool:
-    """Whether a ``cache.break`` event was declared before its request: its cause is a prefix or model change
-    or a vendor switch, or the policy decision it cites (the last one before it in ``trace``) predicted a
-    divergence (``divergence_unit``). A break a Keep decision did not predict (a vendor rejection left a
-    payload out, say) was not declared."""
+    """Whether a ``cache.break`` event was declared before its request: its cause is a prefix or model
+    change, a vendor switch or a fold (``context.folded``), or the policy decision it cites (the last one
+    before it in ``trace``) predicted a divergence (``divergence_unit``). A break a Keep decision did not
+    predict (a vendor rejection left a payload out, say) was not declared."""
     why = str(event.data.get("why", ""))
     if why.startswith(_DECLARED):
         return True
