@@ -1,0 +1,512 @@
+"""Fold (``Session(fold=Fold(...))``) and the volatile scratch (``session.scratch``), end to end: the real
+``anthropic``, ``openai`` (DeepSeek dialect) and ``google-genai`` SDKs over HTTP against the strict
+emulators.
+
+The oracles are hand-written: the expected rendered conversation (texts and roles), the JSON path where the
+folded request first differs, the turn a fold must cut at (the turns are sized so only one cut fits), and
+the marker that must never appear in a request body. The threshold is the one number read from a run: the
+context a session without a fold reports after turn 2 (the emulators are deterministic), then used one
+token above and exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pytest
+
+import reasonstate as rs
+from reasonstate.errors import InvalidOption
+from reasonstate.export import declared_break
+from reasonstate.policies import Drop, Fold, Keep
+from reasonstate.state import EventKind, TraceEvent
+from reasonstate.testing import ModelAction, ToolCallSpec
+from reasonstate.testing.anthropic import AnthropicEmulator
+from reasonstate.testing.gemini import GeminiEmulator
+from reasonstate.testing.openai_chat import OpenAIChatEmulator
+from tests.conftest import SYSTEM, strip_cache_control
+
+INTRO = "[Summary of the earlier conversation follows]"
+SUMMARY = "SUMMARY: the user compares the weather in Paris and Rome; Paris is 18C."
+MARKER = "SCRATCH-MARKER-7f3a9c"
+
+Q = [
+    "First question: what is the weather in Paris?",
+    "Second question: tell me everything about Paris.",
+    "Third question: is it sunny?",
+    "Fourth question: and tomorrow?",
+    "Fifth question: thanks!",
+]
+LONG = "Paris has a long history of mild weather and many museums. " * 34  # 2,040 bytes: ~510 tokens
+A = ["Paris is 18C and cloudy. " + LONG, LONG, "Yes, sunny.", "Rain tomorrow.", "You are welcome."]
+KEEP_TAIL = 60  # turn 2 is ~25 tokens, turn 1 over 500: the tail kept is exactly turn 2
+
+WEATHER = rs.Tool(
+    name="get_weather",
+    description="Current weather for a city",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+VENDORS = ("anthropic", "deepseek", "gemini")
+
+
+def script() -> list[ModelAction]:
+    """Turn 0: a tool call, then the answer; turns 1..4: one answer each (short reasoning every step)."""
+    return [
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="Check the weather."),
+        ModelAction.answer(A[0], reasoning="It is 18C."),
+        *(ModelAction.answer(a, reasoning=f"Turn {i}.") for i, a in enumerate(A[1:], start=1)),
+    ]
+
+
+def emulator(vendor: str) -> AbstractContextManager[Any]:
+    if vendor == "anthropic":
+        return AnthropicEmulator()
+    if vendor == "deepseek":
+        return OpenAIChatEmulator(dialect="deepseek")
+    return GeminiEmulator()
+
+
+def session_on(emu: Any, vendor: str, **kw: Any) -> rs.Session:
+    options: dict[str, Any] = {"system": SYSTEM, "tools": [WEATHER]}
+    options.update(kw)
+    if vendor == "anthropic":
+        options.setdefault("max_tokens", 4096)
+        options.setdefault("thinking", {"type": "enabled", "budget_tokens": 2048})
+        return rs.Session(emu.client(), model="claude-sonnet-4-6", **options)
+    if vendor == "deepseek":
+        return rs.Session(emu.client(), model="deepseek-v4-pro", dialect="deepseek", **options)
+    options.setdefault("thinking_config", {"include_thoughts": True})
+    return rs.Session(emu.client(), model="gemini-3-flash", **options)
+
+
+def turn(session: rs.Session, text: str) -> rs.Reply:
+    reply = session.send(text)
+    while reply.tool_calls:
+        reply = session.send_tool_results(
+            {c.id: {"city": c.arguments["city"], "temp": 18} for c in reply.tool_calls}
+        )
+    return reply
+
+
+def body(emu: Any, i: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(emu.requests[i].body)
+    return data
+
+
+def conversation(vendor: str, data: dict[str, Any]) -> list[tuple[str, str]]:
+    """The visible conversation of a request body: (role, text) of each user/assistant message, tool
+    traffic and reasoning left out."""
+    out: list[tuple[str, str]] = []
+    if vendor == "gemini":
+        for content in data["contents"]:
+            text = "".join(p["text"] for p in content["parts"] if "text" in p and not p.get("thought"))
+            if text:
+                out.append(("assistant" if content["role"] == "model" else "user", text))
+        return out
+    for message in data["messages"]:
+        content = message.get("content")
+        if message["role"] not in ("user", "assistant") or not content:
+            continue
+        if isinstance(content, list):
+            content = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+        if content:
+            out.append((message["role"], content))
+    return out
+
+
+def history_of(vendor: str, data: dict[str, Any]) -> list[Any]:
+    """The conversation part of a body, cache markers removed (they move as the conversation grows)."""
+    value = data["contents"] if vendor == "gemini" else data["messages"]
+    return list(strip_cache_control(value))
+
+
+def folds(session: rs.Session) -> list[TraceEvent]:
+    return [e for e in session.trace.of_kind(EventKind.CONTEXT_FOLDED) if not e.data.get("skipped")]
+
+
+def context_after(session: rs.Session) -> int:
+    usage = session.execution[-1].usage
+    return usage.prompt_tokens + usage.output
+
+
+class Summarizer:
+    """A deterministic ``summarize``: records what it was given, answers SUMMARY."""
+
+    def __init__(self, answer: Any = SUMMARY) -> None:
+        self.inputs: list[str] = []
+        self.answer = answer
+
+    def __call__(self, text: str) -> str:
+        self.inputs.append(text)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        result: str = self.answer
+        return result
+
+
+@pytest.fixture(scope="module")
+def thresholds() -> dict[str, list[int]]:
+    """Per vendor, the context after each of turns 0..2 of the script in a session without a fold."""
+    out: dict[str, list[int]] = {}
+    for vendor in VENDORS:
+        with emulator(vendor) as emu:
+            emu.script.extend(script())
+            session = session_on(emu, vendor)
+            sizes = []
+            for q in Q[:3]:
+                turn(session, q)
+                sizes.append(context_after(session))
+            out[vendor] = sizes
+    return out
+
+
+# -- Fold: options ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((0, 0, str), "threshold_tokens=...) must be an integer >= 1"),
+        ((100, 100, str), "keep_tail_tokens=100) must be below threshold_tokens=100"),
+        ((100, -1, str), "keep_tail_tokens=...) must be an integer >= 0"),
+        ((True, 0, str), "threshold_tokens=...) must be an integer >= 1"),
+        ((100, 10, "not callable"), "Fold(summarize=...) must be a callable"),
+    ],
+)
+def test_bad_fold_options_are_invalid_option(args: tuple[Any, ...], message: str) -> None:
+    with pytest.raises(InvalidOption, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Fold(*args)
+
+
+def test_fold_must_be_a_fold_and_its_spec_records_the_numbers() -> None:
+    with AnthropicEmulator() as emu, pytest.raises(InvalidOption, match="fold= must be a reasonstate"):
+        session_on(emu, "anthropic", fold={"threshold_tokens": 10})
+    assert Fold(1000, 200, str).spec() == {"fold": "fold", "threshold_tokens": 1000, "keep_tail_tokens": 200}
+
+
+# -- Fold: where and when ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_one_token_below_the_threshold_nothing_is_folded(
+    vendor: str, thresholds: dict[str, list[int]]
+) -> None:
+    sizes = thresholds[vendor]
+    assert sizes[0] < sizes[1] < sizes[2]
+    summarize = Summarizer()
+    with emulator(vendor) as emu:
+        emu.script.extend(script())
+        session = session_on(emu, vendor, fold=Fold(sizes[2] + 1, KEEP_TAIL, summarize))
+        for q in Q[:3]:
+            turn(session, q)
+        assert context_after(session) == sizes[2]
+        assert session.history.fold is None
+        assert list(session.trace.of_kind(EventKind.CONTEXT_FOLDED)) == []
+        assert summarize.inputs == []
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_at_the_threshold_the_head_is_folded_once_at_a_user_boundary_and_the_next_requests_extend_it(
+    vendor: str, thresholds: dict[str, list[int]]
+) -> None:
+    summarize = Summarizer()
+    with emulator(vendor) as emu:
+        emu.script.extend(script())
+        session = session_on(emu, vendor, fold=Fold(thresholds[vendor][2], KEEP_TAIL, summarize))
+        turn(session, Q[0])
+        turn(session, Q[1])
+        assert session.history.fold is None  # below the threshold after turns 0 and 1
+        turn(session, Q[2])
+        fold = session.history.fold
+        assert fold is not None and (fold.through, fold.summary) == (1, SUMMARY)
+        assert len(session.history.turns) == 3  # the folded turns stay in the canonical history
+        for q in Q[3:]:
+            turn(session, q)  # each request is accepted by the strict emulator
+        # requests: turn 0 → 0, 1; turn 1 → 2; turn 2 → 3; turn 3 → 4 (the first after the fold); turn 4 → 5
+        assert conversation(vendor, body(emu, 4)) == [
+            ("user", INTRO),
+            ("assistant", SUMMARY),
+            ("user", Q[2]),
+            ("assistant", A[2]),
+            ("user", Q[3]),
+        ]
+        before, after = history_of(vendor, body(emu, 4)), history_of(vendor, body(emu, 5))
+        assert after[: len(before)] == before  # append-only after the fold
+        assert conversation(vendor, body(emu, 5))[-3:] == [
+            ("user", Q[3]),
+            ("assistant", A[3]),
+            ("user", Q[4]),
+        ]
+        # once: the context after the fold is far below the threshold again
+        [event] = folds(session)
+        assert event.data["turn"] == 2 and event.data["through"] == 1 and event.data["folded_turns"] == 2
+        assert event.data["tokens_before"] == thresholds[vendor][2]
+        assert event.data["tokens_after_estimate"] < thresholds[vendor][2]
+        assert event.data["summary_chars"] == len(SUMMARY)
+        assert len(summarize.inputs) == 1
+        # the folded turns' opaque continuation is never sent again
+        head_payloads = [
+            c.payload for t in session.history.turns[:2] for s in t.steps for c in s.continuation
+        ]
+        for i in (4, 5):
+            assert not any(p in emu.requests[i].body for p in head_payloads if len(p) > 16)
+        predicted = [r.predicted_cache_read for r in session.execution]
+        reported = [r.usage.cache_read for r in session.execution]
+        if vendor == "anthropic":
+            # explicit breakpoints: after a rewrite only the stable prefix's own entry is read, and its size
+            # was never reported on its own, so that one prediction is "unknown" (cache/rules.py)
+            assert predicted[4] is None
+            predicted[4] = reported[4]
+        assert predicted == reported
+        if vendor != "gemini":  # (the Gemini emulator reports no implicit cache reads for these prompts)
+            assert reported[5] > reported[4]  # the request after the fold's reads the folded one back
+
+
+#: the JSON path where the first request after a fold departs from the one before it: the first message
+FOLD_PATH = {"anthropic": "$.messages[0]", "deepseek": "$.messages[1]", "gemini": "$.contents[0]"}
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_a_fold_is_a_declared_cache_break_predicted_at_the_fold_point(
+    vendor: str, thresholds: dict[str, list[int]]
+) -> None:
+    with emulator(vendor) as emu:
+        emu.script.extend(script())
+        session = session_on(emu, vendor, fold=Fold(thresholds[vendor][2], KEEP_TAIL, Summarizer()))
+        for q in Q[:4]:
+            turn(session, q)
+        [fold] = folds(session)
+        [broken] = session.trace.of_kind(EventKind.CACHE_BREAK)
+        assert broken.data["index"] == 4
+        assert str(broken.data["path"]).startswith(FOLD_PATH[vendor])
+        assert str(broken.data["why"]).startswith("context.folded: folded turns 0..1")
+        assert declared_break(broken, session.trace)
+        record = session.execution[4]
+        assert record.divergence == broken.data["unit"] == fold.data["divergence_unit"]
+        if vendor == "anthropic":  # only the stable prefix's entry is readable, of unreported size
+            assert record.predicted_cache_read is None and fold.data["predicted_cache_read"] is None
+        else:
+            assert record.predicted_cache_read == record.usage.cache_read  # not an unexplained miss
+            assert fold.data["predicted_cache_read"] == record.usage.cache_read
+            if vendor == "deepseek":
+                assert record.usage.cache_read < session.execution[3].usage.cache_read
+
+
+def test_the_summarizer_gets_the_instruction_and_the_head_and_later_the_previous_summary() -> None:
+    summarize = Summarizer()
+    with AnthropicEmulator() as emu:
+        emu.script.extend(script())
+        emu.script.extend(ModelAction.answer(LONG, reasoning="More.") for _ in range(2))
+        session = session_on(emu, "anthropic", fold=Fold(2500, KEEP_TAIL, summarize))
+        for q in [*Q, "Sixth: more about Paris.", "Seventh: even more."]:
+            turn(session, q)
+    # contexts after each turn: 1924, 2480, 2532 (fold: turns 0..1), ~1430, ~1480, ~2030, ~2580 (fold again:
+    # turns 2..6; turn 6 alone is over keep_tail_tokens, so nothing is kept)
+    assert [(e.data["turn"], e.data["first_folded"], e.data["through"]) for e in folds(session)] == [
+        (2, 0, 1),
+        (6, 2, 6),
+    ]
+    first, second = summarize.inputs
+    for kept in ("goals", "constraints", "decisions", "files", "tool results", "open todos"):
+        assert kept in first
+    assert Q[0] in first and Q[1] in first and Q[2] not in first  # the head only, never the tail
+    assert 'get_weather({"city":"Paris"})' in first and '{"city":"Paris","temp":18}' in first
+    assert "Check the weather." not in first  # reasoning is not part of the transcript
+    assert SUMMARY in second and Q[2] in second and "Seventh: even more." in second and Q[0] not in second
+    assert session.history.fold is not None and session.history.fold.through == 6
+
+
+@pytest.mark.parametrize(("policy", "blocks"), [(Keep(), ["thinking", "text"]), (Drop(), ["text"])])
+def test_fold_composes_with_the_reasoning_policy_of_the_tail(policy: Any, blocks: list[str]) -> None:
+    with AnthropicEmulator() as emu:
+        emu.script.extend(script()[:4])
+        twin = session_on(emu, "anthropic", policy=policy)  # the policy changes the context's size
+        for q in Q[:3]:
+            turn(twin, q)
+        threshold = context_after(twin)
+        emu.script.extend(script())
+        session = session_on(emu, "anthropic", policy=policy, fold=Fold(threshold, KEEP_TAIL, Summarizer()))
+        for q in Q[:4]:
+            turn(session, q)
+        messages = body(emu, 4 + 4)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert [b["type"] for b in messages[1]["content"]] == ["text"]  # the summary: plain text only
+    assert [b["type"] for b in messages[3]["content"]] == blocks  # turn 2 as the policy decided
+
+
+def test_fold_never_happens_inside_a_tool_chain() -> None:
+    with AnthropicEmulator() as emu:
+        emu.script.extend(script()[:2])
+        emu.script.extend(
+            [
+                ModelAction.call(ToolCallSpec("get_weather", {"city": "Rome"}), reasoning="Rome too."),
+                ModelAction.answer("Rome is 22C.", reasoning="Done."),
+            ]
+        )
+        session = session_on(emu, "anthropic", fold=Fold(1, 0, Summarizer()))  # fold at every turn close
+        reply = session.send(Q[0])
+        assert reply.tool_calls and session.history.fold is None
+        session.send_tool_results({reply.tool_calls[0].id: {"city": "Paris", "temp": 18}})
+        assert session.history.fold is not None and session.history.fold.through == 0
+        reply = session.send("And Rome?")
+        assert reply.tool_calls and session.history.fold.through == 0  # the open turn is not folded
+        first = history_of("anthropic", body(emu, 2))
+        session.send_tool_results({reply.tool_calls[0].id: {"city": "Rome", "temp": 22}})
+        assert history_of("anthropic", body(emu, 3))[: len(first)] == first  # the chain stays append-only
+        assert session.history.fold.through == 1
+    events = session.trace.events
+    for event in session.trace.of_kind(EventKind.CONTEXT_FOLDED):
+        assert events[event.seq - 1].kind == EventKind.TURN_CLOSED
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("model down"), None, "   ", 42])
+def test_a_failing_summarize_skips_the_fold_traced_and_the_session_is_unchanged(
+    failure: Any, thresholds: dict[str, list[int]]
+) -> None:
+    threshold = thresholds["deepseek"][2]
+    # two emulators: each numbers its tool-call ids from the start, so the two histories can be equal
+    with OpenAIChatEmulator(dialect="deepseek") as emu, OpenAIChatEmulator(dialect="deepseek") as other:
+        emu.script.extend(script()[:4])
+        other.script.extend(script()[:4])
+        twin = session_on(other, "deepseek")
+        for q in Q[:3]:
+            turn(twin, q)
+        session = session_on(emu, "deepseek", fold=Fold(threshold, KEEP_TAIL, Summarizer(failure)))
+        for q in Q[:3]:
+            turn(session, q)
+    assert session.history.fold is None
+    assert session.history == twin.history
+    assert session.next_request(Q[3]).kwargs == twin.next_request(Q[3]).kwargs
+    [event] = session.trace.of_kind(EventKind.CONTEXT_FOLDED)
+    assert event.data["skipped"] is True and event.data["turn"] == 2
+    assert event.data["error"] == ("RuntimeError" if isinstance(failure, BaseException) else "TypeError")
+    assert session.trace.events[event.seq - 1].kind == EventKind.TURN_CLOSED
+    assert session.state is rs.TurnState.IDLE
+
+
+def test_a_snapshot_after_a_fold_restores_to_identical_next_request_bytes(
+    thresholds: dict[str, list[int]],
+) -> None:
+    fold = Fold(thresholds["anthropic"][2], KEEP_TAIL, Summarizer())
+    with AnthropicEmulator() as emu:
+        emu.script.extend(script()[:4])
+        emu.script.extend(
+            [ModelAction.answer(A[3], reasoning="Turn 3."), ModelAction.answer(A[3], reasoning="Turn 3.")]
+        )
+        session = session_on(emu, "anthropic", fold=fold)
+        for q in Q[:3]:
+            turn(session, q)
+        session.scratch["plan"] = MARKER
+        text = session.snapshot().model_dump_json()
+        assert MARKER not in text
+        data = json.loads(text)
+        assert data["fold"] == {
+            "fold": "fold",
+            "threshold_tokens": fold.threshold_tokens,
+            "keep_tail_tokens": 60,
+        }
+        with pytest.raises(InvalidOption, match="pass fold=Fold"):
+            rs.Session.restore(text, emu.client())
+        restored = rs.Session.restore(text, emu.client(), fold=fold)
+        assert restored.history.fold == session.history.fold
+        assert restored.scratch == {}
+        assert restored.next_request(Q[3]).kwargs == session.next_request(Q[3]).kwargs
+        session.send(Q[3])
+        restored.send(Q[3])
+        assert emu.requests[-1].body == emu.requests[-2].body
+
+
+def test_async_session_folds_too(thresholds: dict[str, list[int]]) -> None:
+    async def main() -> rs.AsyncSession:
+        with AnthropicEmulator() as emu:
+            emu.script.extend(script()[:5])
+            session = rs.AsyncSession(
+                emu.async_client(),
+                model="claude-sonnet-4-6",
+                system=SYSTEM,
+                tools=[WEATHER],
+                max_tokens=4096,
+                thinking={"type": "enabled", "budget_tokens": 2048},
+                fold=Fold(thresholds["anthropic"][2], KEEP_TAIL, Summarizer()),
+            )
+            for q in Q[:4]:
+                reply = await session.send(q)
+                while reply.tool_calls:
+                    reply = await session.send_tool_results(
+                        {c.id: {"city": "Paris", "temp": 18} for c in reply.tool_calls}
+                    )
+                session.scratch["n"] = 1
+            assert conversation("anthropic", body(emu, 4))[:2] == [("user", INTRO), ("assistant", SUMMARY)]
+            return session
+
+    session = asyncio.run(main())
+    assert session.history.fold is not None and session.history.fold.through == 1
+    assert session.scratch == {"n": 1}  # written after the last turn closed: the application's own note
+
+
+# -- scratch ------------------------------------------------------------------------------------------------
+
+
+def test_scratch_is_shared_with_handlers_during_a_run_never_sent_and_cleared_when_the_turn_closes() -> None:
+    seen: list[dict[str, Any]] = []
+    holder: dict[str, rs.Session] = {}
+
+    def get_weather(city: str) -> dict[str, Any]:
+        scratch = holder["session"].scratch
+        seen.append(copy.deepcopy(scratch))
+        scratch.setdefault("cities", []).append(city)
+        scratch["note"] = f"{MARKER}-{city}"
+        return {"city": city, "temp": 18}
+
+    tool = rs.Tool(name="get_weather", description="w", parameters=WEATHER.parameters, handler=get_weather)
+    with AnthropicEmulator() as emu:
+        emu.script.extend(
+            [
+                ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="Paris."),
+                ModelAction.call(ToolCallSpec("get_weather", {"city": "Rome"}), reasoning="Rome."),
+                ModelAction.answer("Both mild.", reasoning="Done."),
+                ModelAction.answer("Bye.", reasoning="Bye."),
+            ]
+        )
+        session = session_on(emu, "anthropic", tools=[tool])
+        holder["session"] = session
+        assert session.scratch == {}
+        session.scratch["plan"] = MARKER  # a plan for the turn about to start
+        reply = session.run("Paris and Rome?")
+        assert reply.text == "Both mild."
+        assert seen == [{"plan": MARKER}, {"plan": MARKER, "cities": ["Paris"], "note": f"{MARKER}-Paris"}]
+        assert session.scratch == {}  # the turn closed
+        scratch = session.scratch
+        reply = session.send("Anything else?")
+        assert scratch is session.scratch and session.scratch == {}
+        bodies = [r.body for r in emu.requests]
+    assert len(bodies) == 4
+    assert not any(MARKER.encode() in b for b in bodies)
+    assert MARKER not in session.snapshot().model_dump_json()
+
+
+def test_scratch_survives_the_steps_of_a_manual_tool_chain_and_a_snapshot_never_holds_it() -> None:
+    with AnthropicEmulator() as emu:
+        emu.script.extend(script()[:2])
+        session = session_on(emu, "anthropic")
+        reply = session.send(Q[0])
+        session.scratch["todo"] = [MARKER]
+        snapshot = session.snapshot().model_dump_json()  # mid-chain
+        assert MARKER not in snapshot
+        assert rs.Session.restore(snapshot, emu.client()).scratch == {}
+        assert session.scratch == {"todo": [MARKER]}
+        session.send_tool_results({reply.tool_calls[0].id: {"city": "Paris", "temp": 18}})
+        assert session.scratch == {}
+        assert not any(MARKER.encode() in r.body for r in emu.requests)
+
+
+def test_close_empties_the_scratch() -> None:
+    with AnthropicEmulator() as emu:
+        session = session_on(emu, "anthropic")
+        session.scratch["x"] = 1
+        session.close()
+        assert session.scratch == {}
