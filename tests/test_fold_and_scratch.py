@@ -338,6 +338,36 @@ def test_fold_composes_with_the_reasoning_policy_of_the_tail(policy: Any, blocks
     assert [b["type"] for b in messages[3]["content"]] == blocks  # turn 2 as the policy decided
 
 
+def test_on_a_preserved_thinking_model_the_tail_is_replayed_without_its_bound_reasoning() -> None:
+    """docs/protocols.md §4.3: a preserved thinking block is valid only on the exact prefix it was produced
+    on; a fold replaces that prefix, so the tail's thinking is left out (else the vendor answers 400)."""
+    options: dict[str, Any] = {
+        "model": "claude-opus-5-5",
+        "thinking": {"type": "adaptive"},
+        "max_tokens": 4096,
+    }
+    with AnthropicEmulator() as emu:
+        emu.script.extend(script()[:4])
+        twin = rs.Session(emu.client(), system=SYSTEM, tools=[WEATHER], **options)
+        for q in Q[:3]:
+            turn(twin, q)
+        emu.script.extend(script()[:5])
+        fold = Fold(context_after(twin), KEEP_TAIL, Summarizer())
+        session = rs.Session(emu.client(), system=SYSTEM, tools=[WEATHER], fold=fold, **options)
+        for q in Q[:4]:
+            turn(session, q)  # accepted: no thinking block is replayed on a prefix it was not bound to
+        messages = body(emu, 4 + 4)["messages"]
+    assert [[b["type"] for b in m["content"]] for m in messages[1:4]] == [["text"], ["text"], ["text"]]
+    [event] = folds(session)
+    assert event.data["through"] == 1 and event.data["tail_turns"] == 1
+    assert list(event.data["tail_clamped"]) == [
+        "turn 2: reasoning left out (claude-opus-5-5 binds it to its prefix)"
+    ]
+    assert session.history.turns[2].view is not None and session.history.turns[2].view.keep_reasoning == (
+        False,
+    )
+
+
 def test_fold_never_happens_inside_a_tool_chain() -> None:
     with AnthropicEmulator() as emu:
         emu.script.extend(script()[:2])
