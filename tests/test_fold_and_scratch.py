@@ -579,3 +579,31 @@ def test_a_token_level_session_folds_and_bridges_again_after_the_fold() -> None:
     assert [r.predicted_cache_read for r in records] == [r.usage.cache_read for r in records]
     assert records[3].usage.cache_read < records[2].usage.cache_read  # the declared break
     assert records[4].usage.cache_read > 0  # the next prompt extends the folded one again
+
+
+def test_the_fold_and_its_declared_break_are_exported_to_opentelemetry(
+    thresholds: dict[str, list[int]],
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from tests.test_export_otel import Pipeline, by_name
+
+    pipeline = Pipeline()
+    with AnthropicEmulator() as emu:
+        emu.script.extend(script()[:5])
+        fold = Fold(thresholds["anthropic"][2], KEEP_TAIL, Summarizer())
+        session = session_on(emu, "anthropic", fold=fold, exporters=[pipeline.exporter()])
+        for q in Q[:4]:
+            turn(session, q)
+        session.close()
+    spans = pipeline.finished()
+    (root,) = by_name(spans, "reasonstate.session")
+    (event,) = [e for e in root.events if e.name == "context.folded"]
+    assert event.attributes is not None
+    assert event.attributes["reasonstate.context.folded.through"] == 1
+    assert event.attributes["reasonstate.context.folded.summary_chars"] == len(SUMMARY)
+    assert str(event.attributes["reasonstate.context.folded.summary_digest"]).startswith("sha256:")
+    assert not any(SUMMARY in str(v) for v in event.attributes.values())  # content stays out
+    chat = by_name(spans, "chat ")[4]
+    assert chat.attributes is not None
+    assert chat.attributes["reasonstate.cache.break.declared"] is True
+    assert str(chat.attributes["reasonstate.cache.break.why"]).startswith("context.folded:")
