@@ -839,8 +839,11 @@ class _Core:
 class Session(_Core):
     """A synchronous session over a sync vendor client (``anthropic.Anthropic``, ...).
 
-    ``rs.Session(client, model=..., system=..., tools=[...], policy=..., stream=False, **request_options)``;
-    extra keyword arguments go to the vendor call unchanged (``max_tokens``, ``thinking``, ...).
+    ``rs.Session(client, model=..., system=..., tools=[...], policy=..., fold=..., stream=False,
+    **request_options)``; extra keyword arguments go to the vendor call unchanged (``max_tokens``,
+    ``thinking``, ...). ``fold=Fold(...)`` folds the head of a long conversation into one summary when the
+    context reaches a threshold (:class:`~reasonstate.policies.Fold`); ``session.scratch`` holds per-turn
+    notes that are never sent.
     ``exporters=[...]`` receive every trace event as it happens (:mod:`reasonstate.export`, docs/export.md).
     """
 

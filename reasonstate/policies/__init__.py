@@ -244,10 +244,11 @@ class CacheAware:
 #: precedes the transcript of the folded head in the one string ``summarize`` receives
 FOLD_INSTRUCTION = (
     "Summarize the conversation transcript below so that it can replace the transcript in the context of "
-    "the assistant continuing this conversation. Preserve: the user's goals; the constraints the user set; "
-    "the decisions made and why; the files seen or changed (paths and what changed); the tool results "
-    "that are still relevant (exact values where they matter); the open todos. Leave out pleasantries "
-    "and anything superseded. Write plain text, no preamble."
+    "the assistant continuing this conversation. Preserve: the user's original goals; the constraints the "
+    "user set, especially what they do not want; the decisions made and why; the files seen or changed "
+    "(paths and what changed); the tool results that are still relevant (exact values where they matter); "
+    "the open todos. Do not summarize turn by turn and leave out anything superseded. Write plain text, "
+    "no preamble."
 )
 
 
