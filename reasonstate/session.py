@@ -541,19 +541,26 @@ class _Core:
             raise
         turn = layers.history.turns[-1]
         calls = step.tool_calls
+        interrupted: BaseException | None = None
         if not calls and self._fold is not None:
-            layers = folded(
-                layers,
-                self._fold,
-                adapter=self._adapter,
-                prefix=self._prefix,
-                model=self._model,
-                encode=lambda history: self._encode(history, layers=layers),
-            )
+            committed = layers
+            try:  # folded() traces and skips any Exception; this is for KeyboardInterrupt and the like
+                layers = folded(
+                    layers,
+                    self._fold,
+                    adapter=self._adapter,
+                    prefix=self._prefix,
+                    model=self._model,
+                    encode=lambda history: self._encode(history, layers=committed),
+                )
+            except BaseException as exc:  # the answer is paid for: it stays committed, unfolded
+                interrupted = exc
         self._layers = layers
         self._state = self._require("tool_calls" if calls else "answer")
         if not calls:
             self._scratch.clear()
+        if interrupted is not None:
+            raise interrupted
         return Reply(
             text=step.text,
             reasoning=step.reasoning_text,

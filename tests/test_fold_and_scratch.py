@@ -607,3 +607,39 @@ def test_the_fold_and_its_declared_break_are_exported_to_opentelemetry(
     assert chat.attributes is not None
     assert chat.attributes["reasonstate.cache.break.declared"] is True
     assert str(chat.attributes["reasonstate.cache.break.why"]).startswith("context.folded:")
+
+
+def test_without_reported_usage_the_context_is_estimated_from_the_rendered_history() -> None:
+    def no_usage(completion: dict[str, Any]) -> dict[str, Any]:
+        completion.pop("usage", None)
+        return completion
+
+    system_tokens = -(-len(SYSTEM.encode()) // 4)
+    # turn 0 is ~520 estimated tokens and turn 1 ~510 (the 2,040-byte answers), the tool definition ~30:
+    # the estimate passes system + 1,000 when turn 1 closes, not before
+    fold = Fold(system_tokens + 1000, KEEP_TAIL, Summarizer())
+    with OpenAIChatEmulator(dialect="deepseek", transform=no_usage) as emu:
+        emu.script.extend(script()[:4])
+        session = session_on(emu, "deepseek", fold=fold)
+        turn(session, Q[0])
+        assert session.execution[-1].usage.prompt_tokens == 0 and session.history.fold is None
+        turn(session, Q[1])
+        turn(session, Q[2])
+    [event] = folds(session)
+    assert event.data["measured_by"] == "estimate" and event.data["turn"] == 1 and event.data["through"] == 1
+    assert system_tokens + 1000 <= event.data["tokens_before"] < system_tokens + 1200
+
+
+def test_an_interrupt_in_summarize_propagates_with_the_answer_committed_and_nothing_folded() -> None:
+    with OpenAIChatEmulator(dialect="deepseek") as emu:
+        emu.script.extend(script()[:3])
+        session = session_on(emu, "deepseek", fold=Fold(1, 0, Summarizer(KeyboardInterrupt())))
+        session.scratch["x"] = MARKER
+        with pytest.raises(KeyboardInterrupt):
+            turn(session, Q[0])
+        assert session.state is rs.TurnState.IDLE and session.history.turns[0].closed
+        assert session.history.fold is None and session.scratch == {}
+        assert session.history.turns[0].final_text == A[0]
+        with pytest.raises(KeyboardInterrupt):
+            session.send(Q[1])  # the session goes on (and is interrupted again)
+        assert [t.closed for t in session.history.turns] == [True, True]
