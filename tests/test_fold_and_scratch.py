@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -643,3 +644,27 @@ def test_an_interrupt_in_summarize_propagates_with_the_answer_committed_and_noth
         with pytest.raises(KeyboardInterrupt):
             session.send(Q[1])  # the session goes on (and is interrupted again)
         assert [t.closed for t in session.history.turns] == [True, True]
+
+
+def test_the_reasonstate_logger_reports_a_fold_at_info_and_a_failed_summarize_at_warning(
+    caplog: pytest.LogCaptureFixture, thresholds: dict[str, list[int]]
+) -> None:
+    threshold = thresholds["deepseek"][2]
+    for summarize, level in (
+        (Summarizer(), logging.INFO),
+        (Summarizer(RuntimeError("down")), logging.WARNING),
+    ):
+        caplog.clear()
+        with caplog.at_level(level, logger="reasonstate"), OpenAIChatEmulator(dialect="deepseek") as emu:
+            emu.script.extend(script()[:4])
+            session = session_on(emu, "deepseek", fold=Fold(threshold, KEEP_TAIL, summarize))
+            for q in Q[:3]:
+                turn(session, q)
+        messages = [r.getMessage() for r in caplog.records if r.name == "reasonstate" and r.levelno == level]
+        expected = (
+            f"context folded after turn 2: turns 0..1 summarized ({threshold} tokens >= {threshold}); "
+            "the next request re-prefills from the first message"
+            if level == logging.INFO
+            else "fold skipped after turn 2: summarize failed (RuntimeError)"
+        )
+        assert expected in messages
