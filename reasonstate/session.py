@@ -60,11 +60,12 @@ from reasonstate.errors import (
     VendorError,
 )
 from reasonstate.export import Exporter, Publisher
-from reasonstate.policies import Keep, Policy, is_policy
+from reasonstate.policies import Fold, Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.runtime import repair
 from reasonstate.runtime.commit import Layers, ToolCall, commit, predict
 from reasonstate.runtime.dispatch import ToolResult, dispatch_timed
+from reasonstate.runtime.fold import folded
 from reasonstate.snapshot import SessionSnapshot, restore_args, restored_layers, session_snapshot
 from reasonstate.state import (
     Continuation,
@@ -261,6 +262,7 @@ class _Core:
         tools: Sequence[Tool] = (),
         few_shots: Sequence[tuple[str, str]] = (),
         policy: Policy | None = None,
+        fold: Fold | None = None,
         adapter: Adapter | None = None,
         dialect: str | None = None,
         api: str | None = None,
@@ -286,6 +288,11 @@ class _Core:
             raise InvalidOption(
                 f"policy= must be a policy object such as reasonstate.policies.Drop(), got {policy!r:.80}"
             )
+        if fold is not None and not isinstance(fold, Fold):
+            raise InvalidOption(
+                f"fold= must be a reasonstate.policies.Fold(threshold_tokens, keep_tail_tokens, summarize), "
+                f"got {fold!r:.80}"
+            )
         if not isinstance(stream, bool):
             raise InvalidOption(f"stream= must be True or False, got {stream!r}")
         if foreign_reasoning not in FOREIGN_REASONING:
@@ -302,6 +309,9 @@ class _Core:
         self._refuse_options(self._adapter, model, request_options)
         self._prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
         self._policy: Policy = Keep() if policy is None else policy
+        self._fold = fold
+        # volatile per-turn notes (``scratch``): never in a request, never in a snapshot
+        self._scratch: dict[str, Any] = {}
         self._stream = stream
         # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
         self._guard = threading.Lock()
@@ -396,6 +406,22 @@ class _Core:
         return self._policy
 
     @property
+    def fold(self) -> Fold | None:
+        """The session's :class:`~reasonstate.policies.Fold` (None: the history is never folded)."""
+        return self._fold
+
+    @property
+    def scratch(self) -> dict[str, Any]:
+        """Volatile per-turn notes and plans for the application (and its tool handlers).
+
+        Invariants: never sent in any request and never stored in a snapshot (a restored session starts
+        with it empty); emptied, in place, when a turn closes (its final answer committed) and on
+        ``close()``; kept across the steps of a tool chain and across failed calls. Between turns it is
+        empty unless the application wrote to it since.
+        """
+        return self._scratch
+
+    @property
     def pending_calls(self) -> tuple[ToolCall, ...]:
         """The calls awaiting results (empty unless AWAITING_TOOL_RESULTS)."""
         turn = self.history.open_turn
@@ -453,11 +479,14 @@ class _Core:
             results_given=parts,
         )
 
-    def _encode(self, history: History, stripped: frozenset[str] | None = None) -> VendorRequest:
-        """The request on ``history``, leaving out the payloads a vendor rejected (``stripped``: the
-        session's own set unless given)."""
-        layers = self._layers
-        history = without_payloads(history, layers.stripped if stripped is None else stripped)
+    def _encode(
+        self, history: History, stripped: frozenset[str] | None = None, layers: Layers | None = None
+    ) -> VendorRequest:
+        """The request on ``history`` as rendered (a fold's summary in place of the folded turns), leaving
+        out the payloads a vendor rejected (``stripped``: the session's own set unless given). ``layers``:
+        the records and sets to build on (the session's current ones unless given)."""
+        layers = self._layers if layers is None else layers
+        history = without_payloads(history.rendered(), layers.stripped if stripped is None else stripped)
         if self._foreign_reasoning == "text":
             adapter = self._adapter
             history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, self._model)
@@ -513,8 +542,26 @@ class _Core:
             raise
         turn = layers.history.turns[-1]
         calls = step.tool_calls
+        interrupted: BaseException | None = None
+        if not calls and self._fold is not None:
+            committed = layers
+            try:  # folded() traces and skips any Exception; this is for KeyboardInterrupt and the like
+                layers = folded(
+                    layers,
+                    self._fold,
+                    adapter=self._adapter,
+                    prefix=self._prefix,
+                    model=self._model,
+                    encode=lambda history: self._encode(history, layers=committed),
+                )
+            except BaseException as exc:  # the answer is paid for: it stays committed, unfolded
+                interrupted = exc
         self._layers = layers
         self._state = self._require("tool_calls" if calls else "answer")
+        if not calls:
+            self._scratch.clear()
+        if interrupted is not None:
+            raise interrupted
         return Reply(
             text=step.text,
             reasoning=step.reasoning_text,
@@ -681,6 +728,7 @@ class _Core:
         """No further calls; the four layers stay readable (and a snapshot can still be taken). The
         exporters are closed (their open spans end, their files are closed)."""
         self._state = self._require("close")
+        self._scratch.clear()
         if self._publisher is not None:
             self._publisher.close()
 
@@ -792,6 +840,7 @@ class _Core:
             state=self._state.value,
             prefix=self._prefix,
             policy=self._policy,
+            fold=self._fold,
             stream=self._stream,
             foreign_reasoning=self._foreign_reasoning,
             on_rejected_continuation=self._on_rejected,
@@ -807,6 +856,7 @@ class _Core:
         *,
         tools: Sequence[Tool] | None = None,
         policy: Policy | None = None,
+        fold: Fold | None = None,
         adapter: Adapter | None = None,
         exporters: Sequence[Exporter] = (),
     ) -> _S:
@@ -814,17 +864,20 @@ class _Core:
 
         ``snapshot`` is a :class:`SessionSnapshot`, its JSON text or bytes. ``tools`` re-attaches handlers
         by name (handlers are code, not data); ``policy`` is needed when the snapshot's policy cannot be
-        rebuilt (``Compress``). A snapshot that is not valid JSON, misses a field, has an unknown version
-        or was edited after it was taken raises :class:`~reasonstate.errors.SnapshotError`; a payload or
-        token ids changed since capture :class:`~reasonstate.errors.ContinuationMismatch`. Nothing partial
-        is restored. ``exporters`` see the events from the ``session.restored`` event on (the earlier ones
+        rebuilt (``Compress``); ``fold`` when the snapshot's session had one (its ``summarize`` is code: a
+        snapshot holds only ``Fold.spec()``; restoring without ``fold=`` raises
+        :class:`~reasonstate.errors.InvalidOption`). The scratch is volatile: a restored session's is
+        empty. A snapshot that is not valid JSON, misses a field, has an unknown version or was edited
+        after it was taken raises :class:`~reasonstate.errors.SnapshotError`; a payload or token ids
+        changed since capture :class:`~reasonstate.errors.ContinuationMismatch`. Nothing partial is
+        restored. ``exporters`` see the events from the ``session.restored`` event on (the earlier ones
         were the original session's to export).
         """
         snapshot = SessionSnapshot.load(snapshot)
         routing: dict[str, Any] = {}
         if adapter is None and snapshot.api == "chat":
             routing["dialect"] = snapshot.vendor  # chat adapters are named after their dialect
-        session = cls(client, adapter=adapter, **routing, **restore_args(snapshot, tools, policy))
+        session = cls(client, adapter=adapter, **routing, **restore_args(snapshot, tools, policy, fold))
         if (session._adapter.vendor, session._adapter.api) != (snapshot.vendor, snapshot.api):
             raise IllegalTransition(
                 f"snapshot is from {snapshot.vendor}/{snapshot.api}; this client gives "
@@ -840,8 +893,11 @@ class _Core:
 class Session(_Core):
     """A synchronous session over a sync vendor client (``anthropic.Anthropic``, ...).
 
-    ``rs.Session(client, model=..., system=..., tools=[...], policy=..., stream=False, **request_options)``;
-    extra keyword arguments go to the vendor call unchanged (``max_tokens``, ``thinking``, ...).
+    ``rs.Session(client, model=..., system=..., tools=[...], policy=..., fold=..., stream=False,
+    **request_options)``; extra keyword arguments go to the vendor call unchanged (``max_tokens``,
+    ``thinking``, ...). ``fold=Fold(...)`` folds the head of a long conversation into one summary when the
+    context reaches a threshold (:class:`~reasonstate.policies.Fold`); ``session.scratch`` holds per-turn
+    notes that are never sent.
     ``exporters=[...]`` receive every trace event as it happens (:mod:`reasonstate.export`, docs/export.md).
     """
 

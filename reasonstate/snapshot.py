@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pydantic
 
-from reasonstate.errors import ContinuationMismatch, ReasonStateError, SnapshotError
-from reasonstate.policies import Policy, policy_from_spec
+from reasonstate.errors import ContinuationMismatch, InvalidOption, ReasonStateError, SnapshotError
+from reasonstate.policies import Fold, Policy, policy_from_spec
 from reasonstate.prefix import Prefix, Tool, canonical_json
 from reasonstate.state import (
     Continuation,
     EventKind,
     ExecutionRecord,
+    Folded,
     History,
     OpaquePart,
     Part,
@@ -74,6 +75,9 @@ class SessionSnapshot(pydantic.BaseModel):
     tools: list[dict[str, Any]]
     few_shots: list[list[str]]
     policy: dict[str, Any]
+    #: ``Fold.spec()`` when the session folds (its ``summarize`` is code: pass ``fold=`` to restore); absent
+    #: from the JSON (and from the digest) when it does not, so older snapshots still read
+    fold: dict[str, Any] | None = None
     stream: bool = False
     foreign_reasoning: str = "drop"
     on_rejected_continuation: str = "raise"
@@ -85,7 +89,8 @@ class SessionSnapshot(pydantic.BaseModel):
 
     def content_digest(self) -> str:
         """``sha256`` over the canonical JSON of every field but ``digest``."""
-        content = self.model_dump(mode="json", exclude={"digest"})
+        exclude = {"digest"} if self.fold is not None else {"digest", "fold"}
+        content = self.model_dump(mode="json", exclude=exclude)
         return digest_of(canonical_json(content).encode())
 
     def sealed(self) -> SessionSnapshot:
@@ -196,6 +201,12 @@ def history_to_snapshot(history: History) -> list[dict[str, Any]]:
             "view": None
             if t.view is None
             else {"keep": list(t.view.keep_reasoning), "policy": t.view.policy, "summary": t.view.summary},
+            # the fold (History.fold) rides on the last turn it covers: turns 0..this one are folded
+            **(
+                {"folded_into": history.fold.summary}
+                if history.fold is not None and history.fold.through == t.index
+                else {}
+            ),
             "steps": [
                 {
                     "parts": [_part_to(p) for p in s.parts],
@@ -238,7 +249,11 @@ def history_to_snapshot(history: History) -> list[dict[str, Any]]:
 def history_from_snapshot(turns: list[dict[str, Any]]) -> History:
     """The inverse of :func:`history_to_snapshot`; a payload that no longer matches its digest raises
     :class:`~reasonstate.errors.ContinuationMismatch`."""
-    return History(
+    marks = [(t["index"], t["folded_into"]) for t in turns if "folded_into" in t]
+    if len(marks) > 1 or any(not isinstance(s, str) or not s for _, s in marks):
+        raise ValueError("a history holds at most one fold, whose summary is non-empty text")
+    fold = Folded(through=int(marks[0][0]), summary=marks[0][1]) if marks else None
+    history = History(
         tuple(
             Turn(
                 index=t["index"],
@@ -267,6 +282,7 @@ def history_from_snapshot(turns: list[dict[str, Any]]) -> History:
             for t in turns
         )
     )
+    return history.with_fold(fold)
 
 
 def session_snapshot(
@@ -277,6 +293,7 @@ def session_snapshot(
     state: str,
     prefix: Prefix,
     policy: Policy,
+    fold: Fold | None,
     stream: bool,
     foreign_reasoning: str,
     on_rejected_continuation: str,
@@ -293,6 +310,7 @@ def session_snapshot(
         tools=[t.canonical() | {"parallel_safe": t.parallel_safe} for t in prefix.tools],
         few_shots=[list(p) for p in prefix.few_shots],
         policy=policy.spec(),
+        fold=fold.spec() if fold is not None else None,
         stream=stream,
         foreign_reasoning=foreign_reasoning,
         on_rejected_continuation=on_rejected_continuation,
@@ -319,9 +337,16 @@ def restored_layers(snap: SessionSnapshot) -> Layers:
 
 
 def restore_args(
-    snap: SessionSnapshot, tools: Sequence[Tool] | None, policy: Policy | None
+    snap: SessionSnapshot, tools: Sequence[Tool] | None, policy: Policy | None, fold: Fold | None = None
 ) -> dict[str, Any]:
-    """The ``Session`` constructor arguments of a snapshot; ``tools`` re-attach handlers by name."""
+    """The ``Session`` constructor arguments of a snapshot; ``tools`` re-attach handlers by name. A
+    snapshot of a folding session needs ``fold`` (its ``summarize`` is code): :class:`InvalidOption`
+    without it."""
+    if snap.fold is not None and fold is None:
+        raise InvalidOption(
+            f"the snapshot's session folds its history ({snap.fold}); pass fold=Fold(...) to restore(): "
+            "its summarize callable is code and is not in the snapshot"
+        )
     handlers = {t.name: t for t in tools or ()}
     restored_tools = [
         Tool(
@@ -340,6 +365,7 @@ def restore_args(
         "tools": restored_tools,
         "few_shots": [tuple(p) for p in snap.few_shots],
         "policy": policy if policy is not None else policy_from_spec(snap.policy),
+        "fold": fold,
         "stream": snap.stream,
         "foreign_reasoning": snap.foreign_reasoning,
         "on_rejected_continuation": snap.on_rejected_continuation,

@@ -114,6 +114,12 @@ def inspect_text(rec: Recording, *, events: int = 12) -> str:
         )
         return "\n".join(out)
     out.append(f"== history: {len(rec.history.turns)} turns")
+    fold = rec.history.fold
+    if fold is not None:
+        out.append(
+            f"   turns 0..{fold.through} are folded: requests carry a {len(fold.summary)}-character summary "
+            "in their place"
+        )
     for turn in rec.history.turns:
         view = (
             "open"

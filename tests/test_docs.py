@@ -245,6 +245,44 @@ def test_policies_how_to(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list
     assert lines[4] == "drop_after_tool_chains"
 
 
+@runs("howto/fold-and-scratch.md")
+def test_fold_and_scratch_how_to(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    long_answer = "Day one: the Colosseum and the Forum; day two: the Vatican museums. " * 40  # ~680 tokens
+    script = [
+        ModelAction.answer(long_answer, reasoning="Plan the week."),
+        ModelAction.answer("Yes: the direct night train takes about 14 hours.", reasoning="Trains."),
+        ModelAction.answer("Monti: central, quiet, near the Forum.", reasoning="Areas."),
+        ModelAction.answer("Try Trastevere.", reasoning="Food."),
+        ModelAction.call(ToolCallSpec("read_file", {"path": "pyproject.toml"}), reasoning="Read it."),
+        ModelAction.call(ToolCallSpec("read_file", {"path": "setup.cfg"}), reasoning="And this."),
+        ModelAction.answer("Hatchling.", reasoning="Found it."),
+    ]
+    with AnthropicEmulator(script) as emulator:
+        anthropic_env(monkeypatch, emulator.base_url)
+        run_page("howto/fold-and-scratch.md")
+        assert len(emulator.requests) == 7
+        assert not any(b"read the setup files" in r.body for r in emulator.requests)  # scratch is never sent
+        assert b"[Summary of the earlier conversation follows]" in emulator.requests[2].body
+    lines = out()
+    # the context passes 700 after turn 1 (the long answer of turn 0 is the head): folded there, once
+    assert [line.split(":")[0] for line in lines[:3]] == ["turn 0", "turn 1", "turn 2"]
+    assert int(lines[0].split()[-1]) < 700 <= int(lines[1].split()[-1])
+    assert int(lines[2].split()[-1]) < 700
+    assert lines[3:6] == [
+        "folded turns 0..0 after turn 1, 1 kept",
+        "['user', 'assistant', 'user', 'assistant', 'user', 'assistant', 'user']",
+        "context.folded",
+    ]
+    assert lines[6:] == [
+        "plan: ['read the setup files', 'answer']; files seen so far: []",
+        "plan: ['read the setup files', 'answer']; files seen so far: ['pyproject.toml']",
+        "Hatchling.",
+        "{}",
+    ]
+
+
 @runs("howto/snapshots.md")
 def test_snapshots_how_to(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
     from reasonstate.testing.anthropic import AnthropicEmulator

@@ -113,7 +113,7 @@ def foreign_reasoning_as_text(history: History, vendor: str, api: str, model: st
     )
     if all(a is b for a, b in zip(turns, history.turns, strict=True)):
         return history
-    return History(turns)
+    return history.with_turns(turns)
 
 
 def _step_with_text(step: Step, vendor: str, api: str, model: str) -> Step:
@@ -169,7 +169,7 @@ def without_payloads(history: History, digests: frozenset[str]) -> History:
     )
     if all(a is b for a, b in zip(turns, history.turns, strict=True)):
         return history
-    return History(turns)
+    return history.with_turns(turns)
 
 
 @attrs.frozen(slots=True)

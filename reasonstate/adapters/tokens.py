@@ -220,7 +220,8 @@ class TokenAdapter:
         for user, answer in prefix.few_shots:
             add({"role": "user", "content": user}, {"role": "user", "content": user})
             add({"role": "assistant", "content": answer}, {"role": "assistant", "content": answer})
-        for t, turn in enumerate(history.turns):
+        for turn in history.turns:
+            t = turn.index
             add({"role": "user", "content": turn.user}, {"role": "user", "content": turn.user})
             for s, step in enumerate(turn.steps):
                 keep = turn.view is None or turn.view.keep_reasoning[s]
@@ -306,9 +307,11 @@ class TokenAdapter:
             return f"model changed ({prev.model} -> {model})"
         if prev.prefix_fingerprint != prefix.fingerprint:
             return "the prefix (system, tools or few-shots) changed"
-        if prev.turn >= len(history.turns) or prev.step >= len(history.turns[prev.turn].steps):
+        # by index, not position: a folded history (History.rendered) starts with a synthetic turn
+        held = next((t for t in history.turns if t.index == prev.turn), None)
+        if held is None or prev.step >= len(held.steps):
             return "the history no longer holds the previous step"
-        step = history.turns[prev.turn].steps[prev.step]
+        step = held.steps[prev.step]
         completion = _completion(step, self.vendor)
         if completion is None:
             return "the previous step has no sampled completion"

@@ -214,16 +214,17 @@ class Publisher:
 _DECLARED = (
     f"{EventKind.PREFIX_CHANGED}:",
     f"{EventKind.MODEL_CHANGED}:",
+    f"{EventKind.CONTEXT_FOLDED}:",
     "the stable prefix changed",
     "model ",
 )
 
 
 def declared_break(event: TraceEvent, trace: Trace) -> bool:
-    """Whether a ``cache.break`` event was declared before its request: its cause is a prefix or model change
-    or a vendor switch, or the policy decision it cites (the last one before it in ``trace``) predicted a
-    divergence (``divergence_unit``). A break a Keep decision did not predict (a vendor rejection left a
-    payload out, say) was not declared."""
+    """Whether a ``cache.break`` event was declared before its request: its cause is a prefix or model
+    change, a vendor switch or a fold (``context.folded``), or the policy decision it cites (the last one
+    before it in ``trace``) predicted a divergence (``divergence_unit``). A break a Keep decision did not
+    predict (a vendor rejection left a payload out, say) was not declared."""
     why = str(event.data.get("why", ""))
     if why.startswith(_DECLARED):
         return True
@@ -235,8 +236,9 @@ def declared_break(event: TraceEvent, trace: Trace) -> bool:
 
 
 def log_events(events: Sequence[TraceEvent], trace: Trace) -> None:
-    """The ``reasonstate`` logger's records for ``events``: DEBUG per request, INFO per turn close,
-    WARNING for undeclared cache breaks, withheld continuation, clamped policies and recovered failures.
+    """The ``reasonstate`` logger's records for ``events``: DEBUG per request, INFO per turn close and fold,
+    WARNING for undeclared cache breaks, withheld continuation, clamped policies, recovered failures and
+    a fold skipped because ``summarize`` failed.
     Digests, sizes, counts and names only."""
     log = _log
     debug = log.isEnabledFor(logging.DEBUG)
@@ -326,6 +328,21 @@ def _log_event(event: TraceEvent, trace: Trace) -> None:
             log.info("call failed: %s (status %s)", data.get("error"), data.get("status"))
     elif kind in _SWITCHES and log.isEnabledFor(logging.INFO):
         log.info("%s: every later request re-prefills from the change on", kind)
+    elif kind == EventKind.CONTEXT_FOLDED:
+        if data.get("error") is not None:
+            log.warning(
+                "fold skipped after turn %s: summarize failed (%s)", data.get("turn"), data.get("error")
+            )
+        elif not data.get("skipped") and log.isEnabledFor(logging.INFO):
+            log.info(
+                "context folded after turn %s: turns %s..%s summarized (%s tokens >= %s); the next request "
+                "re-prefills from the first message",
+                data.get("turn"),
+                data.get("first_folded"),
+                data.get("through"),
+                data.get("tokens_before"),
+                data.get("threshold_tokens"),
+            )
 
 
 _SWITCHES = frozenset({EventKind.MODEL_CHANGED, EventKind.VENDOR_CHANGED, EventKind.PREFIX_CHANGED})
@@ -340,6 +357,7 @@ _WARNED = frozenset(
         EventKind.CONTINUATION_WITHHELD,
         EventKind.POLICY_CLAMPED,
         EventKind.CONTINUATION_STRIPPED,
+        EventKind.CONTEXT_FOLDED,  # only a failed summarize (decided in _log_event)
         _CHAIN_FALLBACK,
     }
 )

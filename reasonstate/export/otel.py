@@ -107,7 +107,7 @@ _TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 
 _DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 _RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 
-#: session-level events recorded as span events (switches, prefix changes, recoveries, restores)
+#: session-level events recorded as span events (switches, prefix changes, recoveries, restores, folds)
 _SESSION_EVENTS = frozenset(
     {
         EventKind.MODEL_CHANGED,
@@ -116,6 +116,7 @@ _SESSION_EVENTS = frozenset(
         EventKind.PREFIX_VOLATILE,
         EventKind.CONTINUATION_STRIPPED,
         EventKind.RESTORED,
+        EventKind.CONTEXT_FOLDED,
     }
 )
 
@@ -668,6 +669,8 @@ class OTelExporter:
             }
         elif event.kind == EventKind.RESTORED:
             attributes = _scalars(data, "reasonstate.restored")
+        elif event.kind == EventKind.CONTEXT_FOLDED:  # sizes, counts, the summary's digest (not its text)
+            attributes = _scalars(data, "reasonstate.context.folded")
         elif event.kind == EventKind.PREFIX_VOLATILE:
             attributes = {"reasonstate.prefix.volatile_spans": len(data.get("spans") or ())}
         target = state.session if event.kind != EventKind.CONTINUATION_STRIPPED else self._parent(state)

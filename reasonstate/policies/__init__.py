@@ -26,7 +26,18 @@ import attrs
 from reasonstate.errors import InvalidOption
 from reasonstate.state import History, Step, Turn, TurnView
 
-__all__ = ["CacheAware", "Compress", "Drop", "Keep", "KeepLast", "Policy", "is_policy", "policy_from_spec"]
+__all__ = [
+    "FOLD_INSTRUCTION",
+    "CacheAware",
+    "Compress",
+    "Drop",
+    "Fold",
+    "Keep",
+    "KeepLast",
+    "Policy",
+    "is_policy",
+    "policy_from_spec",
+]
 
 
 class Policy(Protocol):
@@ -226,6 +237,82 @@ class CacheAware:
             "ratio": self.ratio,
             "min_reasoning_tokens": self.min_reasoning_tokens,
             "future_turns": self.future_turns,
+        }
+
+
+#: what ``Fold.summarize`` is asked to do (the preservation instruction of the cache-first runtime): it
+#: precedes the transcript of the folded head in the one string ``summarize`` receives
+FOLD_INSTRUCTION = (
+    "Summarize the conversation transcript below so that it can replace the transcript in the context of "
+    "the assistant continuing this conversation. Preserve: the user's original goals; the constraints the "
+    "user set, especially what they do not want; the decisions made and why; the files seen or changed "
+    "(paths and what changed); the tool results that are still relevant (exact values where they matter); "
+    "the open todos. Do not summarize turn by turn and leave out anything superseded. Write plain text, "
+    "no preamble."
+)
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOption(f"Fold({attribute.name}=...) must be an integer >= 1, got {value!r}")
+
+
+def _fold_summarizer(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not callable(value):
+        raise InvalidOption(
+            f"Fold(summarize=...) must be a callable taking the instruction and transcript (one string) "
+            f"and returning the summary text, got {value!r}"
+        )
+
+
+@attrs.frozen(slots=True)
+class Fold:
+    """Fold the head of a long conversation into one summary, only when the context passes a threshold.
+
+    Passed as ``Session(..., fold=Fold(...))`` next to a between-turn reasoning ``policy`` (which still
+    decides each closed turn's view; ``Fold`` only decides whether and where to fold). When a turn closes
+    and the context — the newest request's vendor-reported prompt plus its output (``Report.
+    active_context_tokens``; estimated from the rendered history only when the vendor reported no usage)
+    — is ``>= threshold_tokens``, the session folds once:
+
+    * the cut is at a turn boundary (a user message): the tail kept is the longest run of the most recent
+      closed turns whose estimated size is ``<= keep_tail_tokens`` (a turn's size: its user message, kept
+      reasoning — the vendor's reported reasoning tokens where reported — visible text, tool calls and
+      tool results as replayed under its view, one token per 4 UTF-8 bytes);
+    * ``summarize`` gets :data:`FOLD_INSTRUCTION` followed by the head (every earlier turn, after the
+      previous fold's summary if there is one) as a plain-text transcript, and returns the summary;
+    * every later request renders ``[synthetic user intro, summary as the assistant] + tail + new turn``
+      (``History.rendered``); the folded turns' opaque continuation is never sent again;
+    * it is traced as ``context.folded`` and the next request's cache break cites it (a declared break);
+      the requests after it extend each other again (append-only).
+
+    A ``summarize`` that raises or returns no text skips the fold (traced as ``context.folded`` with an
+    ``error``): the session goes on exactly as without it. Never inside an open tool chain. Holds code, so
+    a snapshot keeps only ``spec()``: pass ``fold=`` again to ``Session.restore``.
+    """
+
+    threshold_tokens: int = attrs.field(validator=_positive)
+    keep_tail_tokens: int = attrs.field(validator=_count)
+    summarize: Callable[[str], str] = attrs.field(eq=False, validator=_fold_summarizer)
+    name: str = attrs.field(default="fold", init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.keep_tail_tokens >= self.threshold_tokens:
+            raise InvalidOption(
+                f"Fold(keep_tail_tokens={self.keep_tail_tokens}) must be below threshold_tokens="
+                f"{self.threshold_tokens}: the tail kept after a fold must leave room below the threshold"
+            )
+
+    def prompt(self, transcript: str) -> str:
+        """The one string ``summarize`` receives: the instruction, then the head's transcript."""
+        return f"{FOLD_INSTRUCTION}\n\n<transcript>\n{transcript}\n</transcript>"
+
+    def spec(self) -> dict[str, Any]:
+        """``{"fold": "fold", "threshold_tokens": ..., "keep_tail_tokens": ...}`` (``summarize`` is code)."""
+        return {
+            "fold": self.name,
+            "threshold_tokens": self.threshold_tokens,
+            "keep_tail_tokens": self.keep_tail_tokens,
         }
 
 

@@ -279,7 +279,8 @@ def _why_diverged(
 ) -> dict[str, Any]:
     """The cause of a cache break: ``cause`` (a word of :data:`reasonstate.guard.analysis.CAUSES`), ``path``
     (the JSON path of the first difference) and ``why`` (a sentence; it starts with the traced event that
-    declared the change — ``prefix.changed``, ``model.changed``, ``policy.decision`` — when there is one).
+    declared the change — ``prefix.changed``, ``model.changed``, ``context.folded``, ``policy.decision`` —
+    when there is one).
 
     The cause comes from the guard's analysis of the two requests' bytes (:func:`explain`), the same as
     guard mode's; the session adds what only it knows: the model switch or prefix change it traced, and,
@@ -293,6 +294,12 @@ def _why_diverged(
         e
         for e in trace.events[after + 1 : since]
         if e.kind == EventKind.POLICY_DECISION and _changes_a_view(e.data.get("views"))
+    ]
+    # a fold since the previous request (not a skipped one) replaced the head by its summary
+    folds = [
+        e
+        for e in trace.events[after + 1 : since]
+        if e.kind == EventKind.CONTEXT_FOLDED and not e.data.get("skipped")
     ]
     cause: str
     decision: str | None = None
@@ -311,6 +318,10 @@ def _why_diverged(
         why = f"{cause} at {path}" if found is not None else f"prefix unit {record.divergence} differs"
         if decisions:
             decision = why = f"{decisions[-1].kind}: {decisions[-1].data.get('summary', '')}".strip()
+        if folds:
+            if found is None:
+                cause = "compacted"
+            decision = why = f"{folds[-1].kind}: {folds[-1].data.get('summary', '')}".strip()
     out: dict[str, Any] = {"cause": cause, "path": path, "why": why}
     if decision is not None:
         out["decision"] = decision
@@ -454,7 +465,7 @@ def _predict_effect(
     views = [history.turns[i].view for i in indices]
     if all(v is not None and v.keeps_all for v in views):
         return {"divergence_unit": None, "predicted_cache_read": keep_read, "reprefill_tokens": 0}
-    request = adapter.encode(prefix, history, model, options, records)
+    request = adapter.encode(prefix, history.rendered(), model, options, records)
     d = divergence(request.units, record.blocks)
     predicted = predict(adapter, request, records)
     dropped = 0

@@ -8,6 +8,8 @@ from reasonstate.state.continuation import Continuation, digest_of
 from reasonstate.state.execution import ExecutionRecord, Usage, ids_digest
 from reasonstate.state.frozen import FrozenDict, FrozenList, freeze, thaw
 from reasonstate.state.history import (
+    FOLD_INTRO,
+    Folded,
     History,
     OpaquePart,
     Part,
@@ -23,9 +25,11 @@ from reasonstate.state.history import (
 from reasonstate.state.trace import EventKind, Trace, TraceEvent
 
 __all__ = [
+    "FOLD_INTRO",
     "Continuation",
     "EventKind",
     "ExecutionRecord",
+    "Folded",
     "FrozenDict",
     "FrozenList",
     "History",

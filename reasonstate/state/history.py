@@ -28,6 +28,8 @@ _T = TypeVar("_T")
 _MISSING: Any = object()
 
 __all__ = [
+    "FOLD_INTRO",
+    "Folded",
     "History",
     "OpaquePart",
     "Part",
@@ -233,11 +235,52 @@ class Turn:
         return self.steps[-1].text if self.steps else ""
 
 
+#: the synthetic user message that opens a folded history; the summary answers it as the assistant
+FOLD_INTRO = "[Summary of the earlier conversation follows]"
+
+
+@attrs.frozen(slots=True)
+class Folded:
+    """A fold (:class:`~reasonstate.policies.Fold`): turns ``0..through`` are replaced, in every request
+    from now on, by ``summary``.
+
+    The turns stay in the history (the canonical record, with their continuation payloads); they are
+    never rendered again. Requests render the folded history as :meth:`History.rendered` says: a synthetic
+    user message :data:`FOLD_INTRO`, the summary as one assistant message, then the tail turns. A later
+    fold replaces this value (its summary covers this one's).
+    """
+
+    through: int
+    summary: str
+    # the synthetic turn, built once per fold so the codecs' per-turn memoization (by identity) reuses it
+    _turn: Turn | None = attrs.field(default=None, init=False, eq=False, repr=False)
+
+    def turn(self) -> Turn:
+        """The synthetic closed turn that stands for the folded head (index -1: no real turn has it)."""
+        if self._turn is None:
+            step = Step(
+                parts=(TextPart(self.summary),),
+                continuation=(),
+                stop_reason="end_turn",
+                usage=Usage(),
+                model="",
+            )
+            turn = Turn(-1, FOLD_INTRO, (step,), TurnView((True,), policy="fold"))
+            object.__setattr__(self, "_turn", turn)
+        assert self._turn is not None
+        return self._turn
+
+
 @attrs.frozen(slots=True)
 class History:
-    """The turns of a session, oldest first (``turns[i].index == i``); only the last may be open."""
+    """The turns of a session, oldest first (``turns[i].index == i``); only the last may be open.
+
+    ``fold`` (None unless a :class:`~reasonstate.policies.Fold` folded the head) says which turns are
+    replaced by a summary in requests; every ``with_*`` keeps it.
+    """
 
     turns: tuple[Turn, ...] = ()
+    fold: Folded | None = None
 
     @property
     def open_turn(self) -> Turn | None:
@@ -248,17 +291,37 @@ class History:
 
     def with_turn(self, turn: Turn) -> History:
         """A new history with ``turn`` appended."""
-        return History((*self.turns, turn))
+        return History((*self.turns, turn), self.fold)
 
     def with_last_turn(self, turn: Turn) -> History:
         """A new history with the last turn replaced by ``turn``."""
-        return History((*self.turns[:-1], turn))
+        return History((*self.turns[:-1], turn), self.fold)
 
     def with_view(self, index: int, view: TurnView) -> History:
         """A new history with turn ``index``'s view set to ``view``."""
         turns = list(self.turns)
         turns[index] = turns[index].with_view(view)
-        return History(tuple(turns))
+        return History(tuple(turns), self.fold)
+
+    def with_fold(self, fold: Folded | None) -> History:
+        """A new history whose turns ``0..fold.through`` are folded into ``fold.summary``."""
+        return History(self.turns, fold)
+
+    def with_turns(self, turns: tuple[Turn, ...]) -> History:
+        """A new history with ``turns`` (same length, same indices) and this history's fold."""
+        return History(turns, self.fold)
+
+    def rendered(self) -> History:
+        """What requests are built from: this history when nothing is folded, else the synthetic summary
+        turn (:meth:`Folded.turn`) followed by the turns after ``fold.through``, keeping their indices.
+
+        The synthetic pair (a user message, then the summary as the assistant's answer) keeps every
+        vendor's role rules: the conversation still starts with a user message and roles alternate
+        (docs/protocols.md §4.3 for Anthropic; Gemini and Chat Completions accept the same shape).
+        """
+        if self.fold is None:
+            return self
+        return History((self.fold.turn(), *self.turns[self.fold.through + 1 :]))
 
     def __len__(self) -> int:
         return len(self.turns)
