@@ -230,9 +230,6 @@ def test_only_agent_is_a_demo_part() -> None:
     assert parser().parse_args(["--only", "agent"]).only == "agent"
 
 
-@pytest.mark.xfail(
-    reason="Fold lands with the fold branch (issue 13); then flip agent._fold_option", strict=True
-)
 def test_the_agent_context_folds_twice_each_a_declared_break(
     coding_agent: tuple[agent.AgentRun, str],
 ) -> None:

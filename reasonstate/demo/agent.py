@@ -44,6 +44,7 @@ import attrs
 
 import reasonstate as rs
 from reasonstate.demo.render import Table
+from reasonstate.policies import Fold
 from reasonstate.state import EventKind
 
 __all__ = [
@@ -322,18 +323,7 @@ def summarize(head: str) -> str:
 
 
 def _fold_option() -> dict[str, Any]:
-    """The session option that folds the context past :data:`FOLD_THRESHOLD_TOKENS` (``fold=Fold(...)``).
-
-    TEMPORARY until the fold branch is merged (``reasonstate.policies.Fold`` is not on this branch yet,
-    so the agent runs without a fold here). When it lands: import ``Fold`` at the top of this module,
-    make the body the final ``return`` below alone, and remove the ``xfail`` marker of
-    ``tests/test_demo.py::test_the_agent_context_folds_twice_each_a_declared_break`` (strict: it fails
-    as soon as the fold works, and mypy reports the ``type: ignore`` below as unused).
-    """
-    try:
-        from reasonstate.policies import Fold  # type: ignore[attr-defined]
-    except ImportError:
-        return {}
+    """The session option that folds the context past :data:`FOLD_THRESHOLD_TOKENS` (``fold=Fold(...)``)."""
     return {
         "fold": Fold(
             threshold_tokens=FOLD_THRESHOLD_TOKENS,
