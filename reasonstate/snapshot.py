@@ -290,7 +290,9 @@ def session_snapshot(
         model=model,
         state=state,
         system=prefix.system,
-        tools=[t.canonical() | {"parallel_safe": t.parallel_safe} for t in prefix.tools],
+        tools=[
+            t.canonical() | {"parallel_safe": t.parallel_safe, "timeout": t.timeout} for t in prefix.tools
+        ],
         few_shots=[list(p) for p in prefix.few_shots],
         policy=policy.spec(),
         stream=stream,
@@ -330,6 +332,7 @@ def restore_args(
             parameters=t["parameters"],
             handler=handlers[t["name"]].handler if t["name"] in handlers else None,
             parallel_safe=bool(t.get("parallel_safe", False)),
+            timeout=t.get("timeout"),
         )
         for t in snap.tools
     ]
