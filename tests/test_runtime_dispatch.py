@@ -363,6 +363,18 @@ def test_three_same_calls_spread_over_more_than_six_calls_all_run(emu: Anthropic
     assert session.trace.of_kind(EventKind.TOOL_SUPPRESSED) == []
 
 
+def test_three_same_calls_spread_over_more_than_six_calls_of_one_step_all_run(
+    emu: AnthropicEmulator,
+) -> None:
+    paths = ["a", "b", "c", "d", "e", "f", "a", "a"]
+    emu.script.extend([ModelAction.call(*(ToolCallSpec("read", {"path": p}) for p in paths)), FINAL])
+    reader, reads = counting_reader()
+    session = session_on(emu, [reader])
+    session.run("go")
+    assert reads == paths
+    assert [r.get("is_error", False) for r in sent_results(emu, 1)] == [False] * len(paths)
+
+
 def test_earlier_turns_count_toward_the_storm_window(emu: AnthropicEmulator) -> None:
     emu.script.extend([*read_steps("a", "a"), FINAL, *read_steps("a"), FINAL])
     reader, reads = counting_reader()
@@ -414,3 +426,61 @@ def test_a_tool_timeout_survives_a_snapshot(emu: AnthropicEmulator) -> None:
     restored = rs.Session.restore(session.snapshot(), emu.client(), tools=[reader])
     assert restored.prefix.tool("read") == reader
     assert restored.prefix.canonical_bytes == session.prefix.canonical_bytes
+
+
+def test_otel_tool_spans_name_the_outcome_and_the_turn_carries_the_suppression(
+    emu: AnthropicEmulator,
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from reasonstate.export.otel import OTelExporter
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    release = threading.Event()
+    reader, _ = counting_reader()
+    hangs = tool("hangs", lambda: release.wait(10), timeout=0.1)
+    emu.script.extend(
+        [
+            ModelAction.call(
+                *(ToolCallSpec("read", {"path": "a"}) for _ in range(3)), ToolCallSpec("hangs", {})
+            ),
+            FINAL,
+        ]
+    )
+    session = rs.Session(
+        emu.client(), model=MODEL, tools=[reader, hangs], max_tokens=1024, exporters=[OTelExporter(provider)]
+    )
+    try:
+        session.run("go")
+    finally:
+        release.set()
+    session.close()
+    finished = spans.get_finished_spans()
+    tool_spans = sorted(
+        (s for s in finished if s.name.startswith("execute_tool ")), key=lambda s: s.start_time or 0
+    )
+    errors = [(s.name, (s.attributes or {}).get("error.type")) for s in tool_spans]
+    assert sorted(errors, key=str) == sorted(
+        [
+            ("execute_tool read", None),
+            ("execute_tool read", None),
+            ("execute_tool read", "suppressed"),
+            ("execute_tool hangs", "timeout"),
+        ],
+        key=str,
+    )
+    (turn,) = [s for s in finished if s.name.startswith("reasonstate.turn")]
+    (event,) = [e for e in turn.events if e.name == EventKind.TOOL_SUPPRESSED]
+    assert dict(event.attributes or {}) == {
+        "reasonstate.turn": 0,
+        "reasonstate.call_id": declared_ids(emu, 1)[2],
+        "reasonstate.name": "read",
+        "reasonstate.count": 3,
+        "reasonstate.repeats": 3,
+        "reasonstate.window": 6,
+    }
