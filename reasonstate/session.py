@@ -79,6 +79,7 @@ from reasonstate.state import (
     EventKind,
     ExecutionRecord,
     History,
+    ToolCallPart,
     ToolResultPart,
     Trace,
     Turn,
@@ -707,12 +708,16 @@ class _Core:
     def _plan(
         self, calls: Sequence[ToolCall], tool_timeout: float | None, storm: StormBreaker | None
     ) -> Plan:
-        """The dispatch plan of the open step's ``calls``; the storm breaker sees every earlier call of the
-        session (all turns, declared order) before them."""
-        current = {c.id for c in calls}
-        earlier = [
-            c for t in self.history.turns for s in t.steps for c in s.tool_calls if c.id not in current
-        ]
+        """The dispatch plan of the open step's ``calls``; the storm breaker sees the session's calls before
+        them (earlier steps and turns, declared order: the last ``window`` are all it needs)."""
+        earlier: list[ToolCallPart] = []
+        if storm is not None:
+            steps = (s for t in reversed(self.history.turns) for s in reversed(t.steps))
+            next(steps, None)  # the open step itself: its calls are the ones to dispatch
+            for step in steps:
+                if len(earlier) >= storm.window:
+                    break
+                earlier[:0] = step.tool_calls
         return plan(self._prefix, calls, earlier=earlier, timeout=tool_timeout, storm=storm)
 
     def _executed(self, done: Dispatched) -> dict[str, Any]:

@@ -385,6 +385,21 @@ def test_earlier_turns_count_toward_the_storm_window(emu: AnthropicEmulator) -> 
     assert sent_results(emu, 4)[0]["content"].startswith("suppressed: read")
 
 
+def test_the_storm_breaker_on_deepseek_answers_in_the_tool_message() -> None:
+    reader, reads = counting_reader()
+    with OpenAIChatEmulator(
+        [*read_steps("a", "a"), FINAL, *read_steps("a"), FINAL], dialect="deepseek"
+    ) as emu:
+        session = rs.Session(emu.client(), model="deepseek-v4-pro", dialect="deepseek", tools=[reader])
+        session.run("first")
+        session.run("second")
+        last = json.loads(emu.requests[4].body)["messages"][-1]
+    assert reads == ["a", "a"]
+    assert last["role"] == "tool" and last["content"].startswith(
+        "suppressed: read was called with the same arguments 3 times in the last 6 calls;"
+    )
+
+
 def test_parallel_repeats_in_one_step_and_a_custom_breaker(emu: AnthropicEmulator) -> None:
     emu.script.extend([ModelAction.call(*(ToolCallSpec("read", {"path": "a"}) for _ in range(3))), FINAL] * 2)
     reader, reads = counting_reader()
