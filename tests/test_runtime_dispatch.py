@@ -169,6 +169,25 @@ def test_an_async_handler_is_awaited_under_an_async_session(
     assert session.state is rs.TurnState.IDLE
 
 
+def test_an_async_callable_object_runs_on_the_async_sessions_own_loop(emu: AnthropicEmulator) -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    class Lookup:  # async __call__: awaited as a task on the session's loop, not run on a thread
+        async def __call__(self, city: str) -> str:
+            loops.append(asyncio.get_running_loop())
+            return city
+
+    emu.script.extend([TWO_LOOKUPS, FINAL])
+
+    async def main() -> asyncio.AbstractEventLoop:
+        await async_session_on(emu, [tool("lookup", Lookup(), parallel_safe=True)]).run("go")
+        return asyncio.get_running_loop()
+
+    loop = asyncio.run(main())
+    assert loops == [loop, loop]
+    assert [r["content"] for r in sent_results(emu, 1)] == ["Paris", "Rome"]
+
+
 def test_async_session_run_never_blocks_the_event_loop(emu: AnthropicEmulator) -> None:
     ticks = [0]
     seen: dict[str, int] = {}

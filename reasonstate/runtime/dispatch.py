@@ -62,7 +62,8 @@ class ToolResult:
 
     ``content`` is sent as is when it is a string, else as canonical JSON (sorted keys, compact), so equal
     results give equal bytes; a value that is not JSON-serializable is a
-    :class:`~reasonstate.errors.ToolResultError` before anything is sent.
+    :class:`~reasonstate.errors.ToolResultError` before anything is sent (under ``run``, where a handler
+    returned it: an error result saying so). A handler may return one to report a failure itself.
     """
 
     content: Any
@@ -166,7 +167,12 @@ class _Job:
 
     @property
     def is_async(self) -> bool:
-        return self.handler is not None and inspect.iscoroutinefunction(self.handler)
+        """An ``async def`` handler (also a ``functools.partial`` of one, or an object whose ``__call__``
+        is one): awaited on the session's loop, never on a thread."""
+        handler = self.handler
+        return handler is not None and (
+            inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
+        )
 
 
 @attrs.frozen(slots=True)
