@@ -16,8 +16,8 @@ Invariants:
   * ``list(result.results) == [c.id for c in calls]``: every call has exactly one result (the history
     invariant: the vendor refuses a step whose calls are not all answered, docs/protocols.md);
   * a handler that raises, times out, or returns a value that is not JSON is an error
-    :class:`ToolResult` (sent with the vendor's error flag where it has one: Anthropic ``is_error``), never an
-    exception out of the run and never a missing result;
+    :class:`ToolResult` (sent with the vendor's error flag where it has one: Anthropic's ``tool_result``
+    ``is_error``, docs/protocols.md §4.2), never an exception out of the run and never a missing result;
   * a handler may be a plain function or an ``async def``; under ``Session`` a coroutine runs to completion
     on its own event loop in a worker thread, under ``AsyncSession`` it is a task on the session's loop;
   * a timed-out ``async def`` handler is cancelled; a timed-out *sync* handler cannot be killed (Python has no
