@@ -602,7 +602,9 @@ class _Core:
         tools: Sequence[Tool] | None = None,
         few_shots: Sequence[tuple[str, str]] | None = None,
     ) -> Prefix:
-        """Replace parts of the stable prefix (IDLE only). Traced: every later request re-prefills."""
+        """Replace parts of the stable prefix (IDLE only). Traced when the bytes change: every later request
+        re-prefills. Tools whose bytes are the same still take effect (new handlers, ``parallel_safe``,
+        ``timeout``), with no trace event and no cache break."""
         self._require("change_prefix")
         new = Prefix(
             system=self._prefix.system if system is None else system,
@@ -616,7 +618,7 @@ class _Core:
                 new=new.fingerprint,
                 summary="system/tools/few-shots changed: the whole prompt is re-prefilled",
             )
-            self._prefix = new
+        self._prefix = new
         return new
 
     def switch_model(self, model: str) -> None:

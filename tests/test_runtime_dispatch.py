@@ -518,3 +518,18 @@ def test_otel_tool_spans_name_the_outcome_and_the_turn_carries_the_suppression(
         "reasonstate.repeats": 3,
         "reasonstate.window": 6,
     }
+
+
+def test_change_prefix_with_the_same_bytes_still_attaches_handlers_and_timeouts(
+    emu: AnthropicEmulator,
+) -> None:
+    release = threading.Event()
+    emu.script.extend([ModelAction.call(ToolCallSpec("slow", {})), FINAL])
+    session = session_on(emu, [rs.Tool(name="slow", parameters=OBJECT)])  # no handler yet
+    session.change_prefix(tools=[tool("slow", lambda: release.wait(10), timeout=0.1)])
+    try:
+        session.run("go")
+    finally:
+        release.set()
+    assert sent_results(emu, 1)[0]["content"].startswith("timeout: slow")
+    assert session.trace.of_kind(EventKind.PREFIX_CHANGED) == []  # same bytes: no cache break
