@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -83,12 +84,33 @@ def _flag(what: str) -> Callable[[object, Any, Any], None]:
     return check
 
 
+def check_timeout(what: str, value: Any) -> float | None:
+    """``value`` as a timeout in seconds (a finite number > 0) or None; anything else is
+    :class:`~reasonstate.errors.InvalidOption` naming ``what``."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidOption(f"{what} must be a number of seconds > 0 (or None for no limit), got {value!r}")
+    return float(value)
+
+
+def _seconds(instance: object, attribute: Any, value: Any) -> None:
+    check_timeout("Tool(timeout=...)", value)
+
+
 @attrs.frozen(slots=True)
 class Tool:
     """A tool the model may call. ``parameters`` is a JSON schema (stored key-sorted).
 
-    ``handler`` (optional) is what ``Session.run`` calls with the parsed arguments; ``parallel_safe`` lets
-    the runtime run it concurrently with other parallel-safe calls of the same step.
+    ``handler`` (optional) is what ``Session.run`` calls with the parsed arguments (a plain function or an
+    ``async def``); ``parallel_safe`` lets the runtime run it concurrently with other parallel-safe calls of
+    the same step; ``timeout`` (seconds, optional) bounds one run of the handler: past it the model gets an
+    error result (``run(tool_timeout=)`` is the default for tools without one).
 
     ``offered_parameters`` is the schema every request sends: ``parameters`` itself, or, with ``flatten``
     (the default) and parameters nesting deeper than 2 object levels or with more than 10 leaves, their
@@ -99,7 +121,8 @@ class Tool:
     Invariants: ``name`` matches ``[a-zA-Z0-9_-]{1,64}`` (both vendors' rule) and anything else invalid is
     :class:`~reasonstate.errors.InvalidOption` at construction; ``parameters`` is copied, key-sorted and
     frozen, so a later edit of the caller's dict changes no request; ``handler`` is code, not data: it is
-    not part of equality, of the prefix bytes or of a snapshot.
+    not part of equality, of the prefix bytes or of a snapshot; ``parallel_safe`` and ``timeout`` are
+    runtime settings: in snapshots, never in the prefix bytes.
     """
 
     name: str = attrs.field(validator=_tool_name)
@@ -110,6 +133,7 @@ class Tool:
     handler: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False, validator=_handler)
     parallel_safe: bool = attrs.field(default=False, validator=_flag("Tool(parallel_safe=...)"))
     flatten: bool = attrs.field(default=True, validator=_flag("Tool(flatten=...)"))
+    timeout: float | None = attrs.field(default=None, validator=_seconds)
     offered_parameters: Mapping[str, Any] = attrs.field(
         init=False,
         eq=False,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import enum
 import inspect
-import json
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -61,10 +60,20 @@ from reasonstate.errors import (
 )
 from reasonstate.export import Exporter, Publisher
 from reasonstate.policies import Fold, Keep, Policy, is_policy
-from reasonstate.prefix import Prefix, Tool
+from reasonstate.prefix import Prefix, Tool, check_timeout
 from reasonstate.runtime import repair
 from reasonstate.runtime.commit import Layers, ToolCall, commit, predict
-from reasonstate.runtime.dispatch import ToolResult, dispatch_timed
+from reasonstate.runtime.dispatch import (
+    STORM_BREAKER,
+    Dispatched,
+    Plan,
+    StormBreaker,
+    ToolResult,
+    adispatch,
+    dispatch,
+    plan,
+    result_text,
+)
 from reasonstate.runtime.fold import folded
 from reasonstate.snapshot import SessionSnapshot, restore_args, restored_layers, session_snapshot
 from reasonstate.state import (
@@ -72,6 +81,7 @@ from reasonstate.state import (
     EventKind,
     ExecutionRecord,
     History,
+    ToolCallPart,
     ToolResultPart,
     Trace,
     Turn,
@@ -85,6 +95,7 @@ __all__ = [
     "Reply",
     "Report",
     "Session",
+    "StormBreaker",
     "Stream",
     "StreamEvent",
     "ToolCall",
@@ -228,15 +239,10 @@ def _check_model(model: Any) -> None:
 
 
 def _serialize_result(call_id: str, value: Any) -> ToolResultPart:
-    is_error = False
-    if isinstance(value, ToolResult):
-        is_error, value = value.is_error, value.content
-    if isinstance(value, str):
-        return ToolResultPart(call_id=call_id, content=value, is_error=is_error)
     try:
-        text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ToolResultError(f"result for {call_id!r} is not JSON-serializable: {exc}") from exc
+        text, is_error = result_text(value)
+    except ToolResultError as exc:
+        raise ToolResultError(f"result for {call_id!r} is {exc}") from exc
     return ToolResultPart(call_id=call_id, content=text, is_error=is_error)
 
 
@@ -644,7 +650,9 @@ class _Core:
         tools: Sequence[Tool] | None = None,
         few_shots: Sequence[tuple[str, str]] | None = None,
     ) -> Prefix:
-        """Replace parts of the stable prefix (IDLE only). Traced: every later request re-prefills."""
+        """Replace parts of the stable prefix (IDLE only). Traced when the bytes change: every later request
+        re-prefills. Tools whose bytes are the same still take effect (new handlers, ``parallel_safe``,
+        ``timeout``), with no trace event and no cache break."""
         self._require("change_prefix")
         new = Prefix(
             system=self._prefix.system if system is None else system,
@@ -658,7 +666,7 @@ class _Core:
                 new=new.fingerprint,
                 summary="system/tools/few-shots changed: the whole prompt is re-prefilled",
             )
-            self._prefix = new
+        self._prefix = new
         return new
 
     def switch_model(self, model: str) -> None:
@@ -732,12 +740,43 @@ class _Core:
         if self._publisher is not None:
             self._publisher.close()
 
-    def _dispatch(self, calls: Sequence[ToolCall]) -> dict[str, Any]:
-        """Run the handlers of ``calls`` (``run``); their timings are traced as ``tool.executed``."""
-        results, timings = dispatch_timed(self._prefix, calls)
+    # -- run(): the step's calls → calls to execute → ordered dispatch → results ---------------------------
+    @staticmethod
+    def _run_options(tool_timeout: Any, storm_breaker: Any) -> float | None:
+        """``run``'s options checked before anything is sent (bad input changes nothing)."""
+        if storm_breaker is not None and not isinstance(storm_breaker, StormBreaker):
+            raise InvalidOption(
+                "storm_breaker= must be an rs.StormBreaker(repeats=, window=) or None, "
+                f"got {storm_breaker!r:.80}"
+            )
+        return check_timeout("run(tool_timeout=...)", tool_timeout)
+
+    def _plan(
+        self, calls: Sequence[ToolCall], tool_timeout: float | None, storm: StormBreaker | None
+    ) -> Plan:
+        """The dispatch plan of the open step's ``calls``; the storm breaker sees the session's calls before
+        them (earlier steps and turns, declared order: the last ``window`` are all it needs)."""
+        earlier: list[ToolCallPart] = []
+        if storm is not None:
+            steps = (s for t in reversed(self.history.turns) for s in reversed(t.steps))
+            next(steps, None)  # the open step itself: its calls are the ones to dispatch
+            for step in steps:
+                if len(earlier) >= storm.window:
+                    break
+                earlier[:0] = step.tool_calls
+        return plan(self._prefix, calls, earlier=earlier, timeout=tool_timeout, storm=storm)
+
+    def _executed(self, done: Dispatched) -> dict[str, Any]:
+        """Trace what ran — one ``tool.suppressed`` per suppressed call, then ``tool.executed`` with the
+        timings and outcomes — and give the results to send."""
         turn = self.history.open_turn
-        self._traced(EventKind.TOOL_EXECUTED, turn=turn.index if turn else None, calls=timings)
-        return results
+        index = turn.index if turn else None
+        trace = self._layers.trace
+        for record in done.suppressed:
+            trace = trace.appended(EventKind.TOOL_SUPPRESSED, turn=index, **record)
+        trace = trace.appended(EventKind.TOOL_EXECUTED, turn=index, calls=done.timings)
+        self._layers = attrs.evolve(self._layers, trace=trace)
+        return done.results
 
     def _to_run(self, reply: Reply) -> tuple[ToolCall, ...]:
         """The calls ``run`` executes after ``reply``: its own calls repaired, or, when it made none, the
@@ -947,20 +986,37 @@ class Session(_Core):
         return Stream(self, self._tools_attempt(results))
 
     def run(
-        self, text: str, *, max_steps: int = 32, on_event: Callable[[StreamEvent], None] | None = None
+        self,
+        text: str,
+        *,
+        max_steps: int = 32,
+        on_event: Callable[[StreamEvent], None] | None = None,
+        tool_timeout: float | None = None,
+        storm_breaker: StormBreaker | None = STORM_BREAKER,
     ) -> Reply:
         """``send(text)``, then execute tool handlers and send their results until the final answer.
+
+        Each step's calls run through :mod:`reasonstate.runtime.dispatch`: handlers may be plain functions or
+        ``async def``; consecutive calls of ``parallel_safe`` tools run concurrently (threads), any other call
+        is a barrier; results are sent in the model's declared order whatever order they finish in. A
+        handler that raises, returns a non-JSON value or runs past its timeout (``Tool(timeout=)``, else
+        ``tool_timeout``) is an error result for the model, never an exception here; a hung sync handler is
+        abandoned on its daemon thread, not waited for. ``storm_breaker`` (default 3 repeats in 6 calls;
+        None: off) answers a repeated call with an explanatory error instead of running it, traced as
+        ``tool.suppressed``.
 
         ``on_event``: called with every :class:`StreamEvent` of every model call as it arrives (each call
         is then made through :meth:`stream`); an exception it raises ends the run, and the call it was
         raised in commits nothing.
         """
+        timeout = self._run_options(tool_timeout, storm_breaker)
         reply = self._step(self._user_attempt(text), on_event)
         for _ in range(max_steps):
             calls = self._to_run(reply)
             if not calls:
                 return reply
-            reply = self._step(self._results_attempt(calls, self._dispatch(calls)), on_event)
+            results = self._executed(dispatch(self._plan(calls, timeout, storm_breaker)))
+            reply = self._step(self._results_attempt(calls, results), on_event)
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     def _step(self, attempt: _Attempt, on_event: Callable[[StreamEvent], None] | None) -> Reply:
@@ -1010,15 +1066,21 @@ class AsyncSession(_Core):
         *,
         max_steps: int = 32,
         on_event: Callable[[StreamEvent], Awaitable[None] | None] | None = None,
+        tool_timeout: float | None = None,
+        storm_breaker: StormBreaker | None = STORM_BREAKER,
     ) -> Reply:
-        """:meth:`Session.run` with awaits. ``on_event`` is called with each event as it arrives; when it
+        """:meth:`Session.run` with awaits. Handlers run as tasks on this loop (an ``async def`` handler is
+        awaited and cancelled at its timeout; a sync one runs on a daemon thread the task awaits), so the loop
+        is never blocked while tools run. ``on_event`` is called with each event as it arrives; when it
         returns an awaitable (an ``async def`` callback), that is awaited before the next event is read."""
+        timeout = self._run_options(tool_timeout, storm_breaker)
         reply = await self._step(self._user_attempt(text), on_event)
         for _ in range(max_steps):
             calls = self._to_run(reply)
             if not calls:
                 return reply
-            reply = await self._step(self._results_attempt(calls, self._dispatch(calls)), on_event)
+            results = self._executed(await adispatch(self._plan(calls, timeout, storm_breaker)))
+            reply = await self._step(self._results_attempt(calls, results), on_event)
         raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
 
     async def _step(

@@ -307,7 +307,9 @@ def session_snapshot(
         model=model,
         state=state,
         system=prefix.system,
-        tools=[t.canonical() | {"parallel_safe": t.parallel_safe} for t in prefix.tools],
+        tools=[
+            t.canonical() | {"parallel_safe": t.parallel_safe, "timeout": t.timeout} for t in prefix.tools
+        ],
         few_shots=[list(p) for p in prefix.few_shots],
         policy=policy.spec(),
         fold=fold.spec() if fold is not None else None,
@@ -356,6 +358,7 @@ def restore_args(
             handler=handlers[t["name"]].handler if t["name"] in handlers else None,
             parallel_safe=bool(t.get("parallel_safe", False)),
             flatten=bool(t.get("flatten", True)),
+            timeout=t.get("timeout"),
         )
         for t in snap.tools
     ]

@@ -384,6 +384,42 @@ def test_streaming_guide(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list
     assert len(namespace["session"].history.turns[0].steps) == 2
 
 
+@runs("howto/tools.md")
+def test_tools_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    actions = [
+        ModelAction.call(
+            ToolCallSpec("get_weather", {"city": "Paris"}),
+            ToolCallSpec("get_weather", {"city": "Rome"}),
+            ToolCallSpec("get_forecast", {"city": "Rome"}),
+        ),
+        ModelAction.answer("Rome is warmer; no forecast available."),
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Rome"})),
+        ModelAction.answer("Rome: 22C, as before."),
+    ]
+    with AnthropicEmulator(actions) as emulator:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        run_page("howto/tools.md")
+        sent = [json.loads(r.body)["messages"] for r in emulator.requests]
+    # what the model saw, from the bytes the emulator received
+    first = sent[1][-1]["content"]
+    assert [b["content"] for b in first[:2]] == [
+        '{"city":"Paris","temp_c":18}',
+        '{"city":"Rome","temp_c":22}',
+    ]
+    assert first[2]["is_error"] is True and first[2]["content"].startswith("timeout: get_forecast")
+    assert sent[3][-1]["content"][0]["content"].startswith("suppressed: get_weather was called")
+    assert out() == [
+        "Rome is warmer; no forecast available.",
+        "get_weather ok",
+        "get_weather ok",
+        "get_forecast timeout",
+        "get_weather 2 4",
+    ]
+
+
 @runs("howto/guard.md")
 def test_guard_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
     from reasonstate.testing.anthropic import AnthropicEmulator

@@ -604,8 +604,11 @@ class OTelExporter:
         }
         result = _tool_result(context, turn, call_id) if turn is not None else None
         failed = (timing is not None and bool(timing.get("is_error"))) or (result is not None and result[1])
+        # the runtime's outcome names why (``timeout``, ``suppressed`` by the storm breaker); else tool_error
+        outcome = str(timing.get("outcome") or "") if timing is not None else ""
+        error_type = outcome if outcome in ("timeout", "suppressed") else "tool_error"
         if failed:
-            attributes[ERROR_TYPE] = "tool_error"
+            attributes[ERROR_TYPE] = error_type
         if self.capture_content:
             attributes[TOOL_ARGUMENTS] = pending.arguments
             if result is not None:
@@ -618,7 +621,7 @@ class OTelExporter:
             attributes=attributes,
         )
         if failed:
-            span.set_status(Status(StatusCode.ERROR, "tool_error"))
+            span.set_status(Status(StatusCode.ERROR, error_type))
         span.end(_ns(stop))
 
     def _decision(self, state: _SessionSpans, data: Mapping[str, Any], context: ExportContext) -> None:
