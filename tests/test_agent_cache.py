@@ -128,7 +128,6 @@ def test_both_loops_ran_the_scripted_tools(runs: tuple[agent.AgentRun, agent.Age
     assert naive.calls.count(storm_read) == 3  # no breaker in the naive loop: the storm ran in full
 
 
-@pytest.mark.xfail(reason="the storm breaker lands with the dispatch branch (issue 13)", strict=True)
 def test_the_session_breaks_the_storm_once(runs: tuple[agent.AgentRun, agent.AgentRun]) -> None:
     session, _ = runs
     assert session.storm_breaks == 1
