@@ -754,13 +754,13 @@ class _Core:
     def _plan(
         self, calls: Sequence[ToolCall], tool_timeout: float | None, storm: StormBreaker | None
     ) -> Plan:
-        """The dispatch plan of the open step's ``calls``; the storm breaker sees the session's calls before
-        them (earlier steps and turns, declared order: the last ``window`` are all it needs)."""
+        """The dispatch plan of the open step's ``calls``; the storm breaker sees the open turn's calls before
+        them (its earlier steps, declared order: the last ``window`` are all it needs). A new user turn starts
+        afresh: the same lookup asked for in a later turn may well see a changed world."""
         earlier: list[ToolCallPart] = []
-        if storm is not None:
-            steps = (s for t in reversed(self.history.turns) for s in reversed(t.steps))
-            next(steps, None)  # the open step itself: its calls are the ones to dispatch
-            for step in steps:
+        turn = self.history.open_turn
+        if storm is not None and turn is not None:
+            for step in reversed(turn.steps[:-1]):  # the open step's calls are the ones to dispatch
                 if len(earlier) >= storm.window:
                     break
                 earlier[:0] = step.tool_calls

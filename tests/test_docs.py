@@ -396,6 +396,7 @@ def test_tools_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str
         ),
         ModelAction.answer("Rome is warmer; no forecast available."),
         ModelAction.call(ToolCallSpec("get_weather", {"city": "Rome"})),
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Rome"})),
         ModelAction.answer("Rome: 22C, as before."),
     ]
     with AnthropicEmulator(actions) as emulator:
@@ -410,7 +411,8 @@ def test_tools_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str
         '{"city":"Rome","temp_c":22}',
     ]
     assert first[2]["is_error"] is True and first[2]["content"].startswith("timeout: get_forecast")
-    assert sent[3][-1]["content"][0]["content"].startswith("suppressed: get_weather was called")
+    assert sent[3][-1]["content"][0]["content"] == '{"city":"Rome","temp_c":22}'
+    assert sent[4][-1]["content"][0]["content"].startswith("suppressed: get_weather was called")
     assert out() == [
         "Rome is warmer; no forecast available.",
         "get_weather ok",

@@ -394,26 +394,37 @@ def test_three_same_calls_spread_over_more_than_six_calls_of_one_step_all_run(
     assert [r.get("is_error", False) for r in sent_results(emu, 1)] == [False] * len(paths)
 
 
-def test_earlier_turns_count_toward_the_storm_window(emu: AnthropicEmulator) -> None:
-    emu.script.extend([*read_steps("a", "a"), FINAL, *read_steps("a"), FINAL])
+def test_a_new_user_turn_starts_the_storm_window_afresh(emu: AnthropicEmulator) -> None:
+    # the same read once per turn (a test run after each request, say) is no storm
+    emu.script.extend([*read_steps("a", "a"), FINAL, *read_steps("a"), FINAL, *read_steps("a"), FINAL])
+    reader, reads = counting_reader()
+    session = session_on(emu, [reader])
+    for text in ("first", "second", "third"):
+        session.run(text)
+    assert reads == ["a", "a", "a", "a"]
+    assert session.trace.of_kind(EventKind.TOOL_SUPPRESSED) == []
+
+
+def test_earlier_steps_of_the_turn_count_toward_the_storm_window(emu: AnthropicEmulator) -> None:
+    emu.script.extend([*read_steps("a"), FINAL, *read_steps("a", "a", "a"), FINAL])
     reader, reads = counting_reader()
     session = session_on(emu, [reader])
     session.run("first")
     session.run("second")
-    assert reads == ["a", "a"]
-    assert sent_results(emu, 4)[0]["content"].startswith("suppressed: read")
+    assert reads == ["a", "a", "a"]
+    assert sent_results(emu, 5)[0]["content"].startswith("suppressed: read")
 
 
 def test_the_storm_breaker_on_deepseek_answers_in_the_tool_message() -> None:
     reader, reads = counting_reader()
     with OpenAIChatEmulator(
-        [*read_steps("a", "a"), FINAL, *read_steps("a"), FINAL], dialect="deepseek"
+        [*read_steps("a"), FINAL, *read_steps("a", "a", "a"), FINAL], dialect="deepseek"
     ) as emu:
         session = rs.Session(emu.client(), model="deepseek-v4-pro", dialect="deepseek", tools=[reader])
         session.run("first")
         session.run("second")
-        last = json.loads(emu.requests[4].body)["messages"][-1]
-    assert reads == ["a", "a"]
+        last = json.loads(emu.requests[5].body)["messages"][-1]
+    assert reads == ["a", "a", "a"]
     assert last["role"] == "tool" and last["content"].startswith(
         "suppressed: read was called with the same arguments 3 times in the last 6 calls;"
     )

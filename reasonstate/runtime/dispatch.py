@@ -119,10 +119,11 @@ class StormBreaker:
     (the call itself included; seed 002's storm breaker: read the same file, fail to understand, read it
     again...). The default is 3 in 6.
 
-    The window counts every tool call of the session in declared order — earlier steps and turns from the
-    history, then the current step's calls before this one — including calls that were themselves
-    suppressed or not run. A suppressed call is answered with an explanatory error result and traced as
-    ``tool.suppressed``. Pass ``storm_breaker=None`` to ``run`` to turn it off.
+    The window counts the tool calls of the current user turn in declared order — its earlier steps from
+    the history, then the current step's calls before this one — including calls that were themselves
+    suppressed or not run. A new user turn starts afresh (the same lookup in a later turn may see a changed
+    world: ``run_tests`` once per turn is no storm). A suppressed call is answered with an explanatory error
+    result and traced as ``tool.suppressed``. Pass ``storm_breaker=None`` to ``run`` to turn it off.
     """
 
     repeats: int = attrs.field(default=3, validator=lambda _i, _a, v: _count("StormBreaker(repeats=)", v, 2))
