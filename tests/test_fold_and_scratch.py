@@ -30,6 +30,7 @@ from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
+from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 from reasonstate.views import inspect_text, load
 from tests.conftest import SYSTEM, strip_cache_control
 
@@ -53,7 +54,7 @@ WEATHER = rs.Tool(
     description="Current weather for a city",
     parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
-VENDORS = ("anthropic", "deepseek", "gemini")
+VENDORS = ("anthropic", "deepseek", "gemini", "responses")
 
 
 def script() -> list[ModelAction]:
@@ -70,6 +71,8 @@ def emulator(vendor: str) -> AbstractContextManager[Any]:
         return AnthropicEmulator()
     if vendor == "deepseek":
         return OpenAIChatEmulator(dialect="deepseek")
+    if vendor == "responses":
+        return OpenAIResponsesEmulator()
     return GeminiEmulator()
 
 
@@ -82,6 +85,9 @@ def session_on(emu: Any, vendor: str, **kw: Any) -> rs.Session:
         return rs.Session(emu.client(), model="claude-sonnet-4-6", **options)
     if vendor == "deepseek":
         return rs.Session(emu.client(), model="deepseek-v4-pro", dialect="deepseek", **options)
+    if vendor == "responses":
+        options.setdefault("reasoning", {"effort": "medium", "summary": "auto"})
+        return rs.Session(emu.client(), model="gpt-5.5", **options)
     options.setdefault("thinking_config", {"include_thoughts": True})
     return rs.Session(emu.client(), model="gemini-3-flash", **options)
 
@@ -110,6 +116,16 @@ def conversation(vendor: str, data: dict[str, Any]) -> list[tuple[str, str]]:
             if text:
                 out.append(("assistant" if content["role"] == "model" else "user", text))
         return out
+    if vendor == "responses":
+        for item in data["input"]:
+            if item.get("type", "message") != "message":
+                continue
+            content = item["content"]
+            if isinstance(content, list):
+                content = "".join(b.get("text", "") for b in content if "text" in b)
+            if content:
+                out.append((item["role"], content))
+        return out
     for message in data["messages"]:
         content = message.get("content")
         if message["role"] not in ("user", "assistant") or not content:
@@ -123,7 +139,7 @@ def conversation(vendor: str, data: dict[str, Any]) -> list[tuple[str, str]]:
 
 def history_of(vendor: str, data: dict[str, Any]) -> list[Any]:
     """The conversation part of a body, cache markers removed (they move as the conversation grows)."""
-    value = data["contents"] if vendor == "gemini" else data["messages"]
+    value = {"gemini": data.get("contents"), "responses": data.get("input")}.get(vendor, data.get("messages"))
     return list(strip_cache_control(value))
 
 
@@ -259,9 +275,10 @@ def test_at_the_threshold_the_head_is_folded_once_at_a_user_boundary_and_the_nex
             assert not any(p in emu.requests[i].body for p in head_payloads if len(p) > 16)
         predicted = [r.predicted_cache_read for r in session.execution]
         reported = [r.usage.cache_read for r in session.execution]
-        if vendor == "anthropic":
+        if vendor in ("anthropic", "responses"):
             # explicit breakpoints: after a rewrite only the stable prefix's own entry is read, and its size
-            # was never reported on its own, so that one prediction is "unknown" (cache/rules.py)
+            # was never reported on its own; Responses: the shared items end inside an earlier prompt, whose
+            # token count there was never reported; so that one prediction is "unknown" (cache/rules.py)
             assert predicted[4] is None
             predicted[4] = reported[4]
         assert predicted == reported
@@ -270,7 +287,12 @@ def test_at_the_threshold_the_head_is_folded_once_at_a_user_boundary_and_the_nex
 
 
 #: the JSON path where the first request after a fold departs from the one before it: the first message
-FOLD_PATH = {"anthropic": "$.messages[0]", "deepseek": "$.messages[1]", "gemini": "$.contents[0]"}
+FOLD_PATH = {
+    "anthropic": "$.messages[0]",
+    "deepseek": "$.messages[1]",
+    "gemini": "$.contents[0]",
+    "responses": "$.input[0]",
+}
 
 
 @pytest.mark.parametrize("vendor", VENDORS)
@@ -290,7 +312,7 @@ def test_a_fold_is_a_declared_cache_break_predicted_at_the_fold_point(
         assert declared_break(broken, session.trace)
         record = session.execution[4]
         assert record.divergence == broken.data["unit"] == fold.data["divergence_unit"]
-        if vendor == "anthropic":  # only the stable prefix's entry is readable, of unreported size
+        if vendor in ("anthropic", "responses"):  # the shared part's size was never reported on its own
             assert record.predicted_cache_read is None and fold.data["predicted_cache_read"] is None
         else:
             assert record.predicted_cache_read == record.usage.cache_read  # not an unexplained miss
