@@ -17,6 +17,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check reasonstate tests benchmarks examples
+	$(BIN)/ruff format --check reasonstate tests benchmarks examples
 	$(BIN)/mypy --strict reasonstate
 
 test: lint

@@ -53,4 +53,3 @@ def test_an_empty_answer_inside_the_closed_history_goes_as_one_user_message_on_e
     # the history keeps both turns as they happened: the merge is only how they are sent
     assert [t.user for t in session.history.turns] == ["Say nothing.", "Now say something.", "And again?"]
     assert session.history.turns[0].steps[0].parts == ()
-

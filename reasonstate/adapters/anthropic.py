@@ -76,7 +76,6 @@ PRESERVED_THINKING_MODELS = ("fable-5", "opus-5-5", "sonnet-5-5", "haiku-5-5")
 _RECENT = cache_rules.ANTHROPIC.recent
 
 
-
 @attrs.frozen(slots=True)
 class _TurnEncoding:
     """One turn's messages as (role, blocks, unit digests), shared read-only between requests."""
@@ -314,7 +313,6 @@ class AnthropicAdapter:
             response_id=response.get("id") if isinstance(response.get("id"), str) else None,
             response_model=echoed if isinstance(echoed, str) else None,
         )
-
 
 
 _BLOCK_PATH = re.compile(r"messages\.(\d+)\.content\.(\d+): Invalid `(?:signature|data)`")

@@ -79,7 +79,6 @@ def count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-
 def summary_note(summary: str) -> str:
     """The text Compress puts before a closed turn's final answer in place of its dropped reasoning."""
     return f"(Summary of my earlier reasoning: {summary})"
@@ -121,8 +120,10 @@ def _step_with_text(step: Step, vendor: str, api: str, model: str) -> Step:
     changed = False
     for part in step.parts:
         payload = payload_of(step, part)
-        if isinstance(part, ReasoningPart) and part.text and (
-            payload is None or not payload.replayable_to(vendor, api, model)
+        if (
+            isinstance(part, ReasoningPart)
+            and part.text
+            and (payload is None or not payload.replayable_to(vendor, api, model))
         ):
             note = (
                 f"(Earlier reasoning by {step.model}, shown as plain text:)\n{part.text}\n"

@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = ["common_prefix_len", "divergence"]
 
+
 def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
     """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed)."""
     n = min(len(a), len(b))

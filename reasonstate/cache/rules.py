@@ -291,9 +291,7 @@ def _shared(q: tuple[str, ...], records: Sequence[ExecutionRecord]) -> list[int]
 #: so an entry goes with its record; the blocks are kept to notice a record changed in memory
 _PAIRS: dict[
     int,
-    tuple[
-        weakref.ref[ExecutionRecord], weakref.ref[ExecutionRecord], tuple[str, ...], tuple[str, ...], int
-    ],
+    tuple[weakref.ref[ExecutionRecord], weakref.ref[ExecutionRecord], tuple[str, ...], tuple[str, ...], int],
 ] = {}
 
 
