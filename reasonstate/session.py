@@ -742,14 +742,26 @@ class _Core:
 
     # -- run(): the step's calls → calls to execute → ordered dispatch → results ---------------------------
     @staticmethod
-    def _run_options(tool_timeout: Any, storm_breaker: Any) -> float | None:
+    def _run_options(max_steps: Any, tool_timeout: Any, storm_breaker: Any) -> float | None:
         """``run``'s options checked before anything is sent (bad input changes nothing)."""
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise InvalidOption(f"run(max_steps=...) must be an integer >= 1, got {max_steps!r:.80}")
         if storm_breaker is not None and not isinstance(storm_breaker, StormBreaker):
             raise InvalidOption(
                 "storm_breaker= must be an rs.StormBreaker(repeats=, window=) or None, "
                 f"got {storm_breaker!r:.80}"
             )
         return check_timeout("run(tool_timeout=...)", tool_timeout)
+
+    def _no_answer(self, max_steps: int) -> IllegalTransition:
+        """``run`` reached ``max_steps``: say where the session was left (results pending, or, after
+        scavenged calls answered in a user message, idle)."""
+        where = (
+            "tool results are pending (send_tool_results continues the chain)"
+            if self.state is TurnState.AWAITING_TOOL_RESULTS
+            else "the last reply's calls were scavenged from its text and answered; the session is idle"
+        )
+        return IllegalTransition(f"no final answer after {max_steps} steps; {where}")
 
     def _plan(
         self, calls: Sequence[ToolCall], tool_timeout: float | None, storm: StormBreaker | None
@@ -1009,7 +1021,7 @@ class Session(_Core):
         is then made through :meth:`stream`); an exception it raises ends the run, and the call it was
         raised in commits nothing.
         """
-        timeout = self._run_options(tool_timeout, storm_breaker)
+        timeout = self._run_options(max_steps, tool_timeout, storm_breaker)
         reply = self._step(self._user_attempt(text), on_event)
         for _ in range(max_steps):
             calls = self._to_run(reply)
@@ -1017,7 +1029,7 @@ class Session(_Core):
                 return reply
             results = self._executed(dispatch(self._plan(calls, timeout, storm_breaker)))
             reply = self._step(self._results_attempt(calls, results), on_event)
-        raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
+        raise self._no_answer(max_steps)
 
     def _step(self, attempt: _Attempt, on_event: Callable[[StreamEvent], None] | None) -> Reply:
         if on_event is None:
@@ -1073,7 +1085,7 @@ class AsyncSession(_Core):
         awaited and cancelled at its timeout; a sync one runs on a daemon thread the task awaits), so the loop
         is never blocked while tools run. ``on_event`` is called with each event as it arrives; when it
         returns an awaitable (an ``async def`` callback), that is awaited before the next event is read."""
-        timeout = self._run_options(tool_timeout, storm_breaker)
+        timeout = self._run_options(max_steps, tool_timeout, storm_breaker)
         reply = await self._step(self._user_attempt(text), on_event)
         for _ in range(max_steps):
             calls = self._to_run(reply)
@@ -1081,7 +1093,7 @@ class AsyncSession(_Core):
                 return reply
             results = self._executed(await adispatch(self._plan(calls, timeout, storm_breaker)))
             reply = await self._step(self._results_attempt(calls, results), on_event)
-        raise IllegalTransition(f"no final answer after {max_steps} steps; tool results are pending")
+        raise self._no_answer(max_steps)
 
     async def _step(
         self, attempt: _Attempt, on_event: Callable[[StreamEvent], Awaitable[None] | None] | None

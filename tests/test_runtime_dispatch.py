@@ -544,3 +544,27 @@ def test_change_prefix_with_the_same_bytes_still_attaches_handlers_and_timeouts(
         release.set()
     assert sent_results(emu, 1)[0]["content"].startswith("timeout: slow")
     assert session.trace.of_kind(EventKind.PREFIX_CHANGED) == []  # same bytes: no cache break
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3", None])
+def test_a_bad_max_steps_is_refused_before_anything_is_sent(emu: AnthropicEmulator, bad: Any) -> None:
+    reader, reads = counting_reader()
+    session = session_on(emu, [reader])
+    with pytest.raises(rs.errors.InvalidOption, match="max_steps"):
+        session.run("go", max_steps=bad)
+    assert emu.requests == [] and reads == [] and session.state is rs.TurnState.IDLE
+    assert len(session.history) == 0
+
+
+def test_reaching_max_steps_leaves_the_chain_open_and_says_so(emu: AnthropicEmulator) -> None:
+    emu.script.extend(read_steps("a", "b", "c"))
+    reader, reads = counting_reader()
+    session = session_on(emu, [reader])
+    with pytest.raises(
+        rs.errors.IllegalTransition, match="no final answer after 2 steps; tool results are pending"
+    ):
+        session.run("go", max_steps=2)
+    # the first reply's calls and the second's ran; the third reply's calls wait for their results
+    assert reads == ["a", "b"] and len(emu.requests) == 3
+    assert session.state is rs.TurnState.AWAITING_TOOL_RESULTS
+    assert [c.arguments for c in session.pending_calls] == [{"path": "c"}]

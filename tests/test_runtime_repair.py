@@ -1004,3 +1004,21 @@ def test_nesting_the_flat_form_of_any_nested_arguments_gives_them_back(arguments
 
     nested = nest_arguments(flat(arguments))
     assert nested is not None and nested[0] == arguments
+
+
+def test_a_model_that_keeps_writing_calls_as_text_ends_run_at_max_steps_with_the_session_idle(
+    deepseek: OpenAIChatEmulator, wire: Wire
+) -> None:
+    text = '{"name": "read_file", "arguments": {"path": "notes.txt"}}'
+    deepseek.script.extend([ModelAction.answer(text, reasoning=f"r{i}") for i in range(3)])
+    seen: list[Any] = []
+    read = rs.Tool(
+        name="read_file", parameters=dict(READ.parameters), handler=lambda **kw: seen.append(kw) or "x"
+    )
+    session = deepseek_session(deepseek, wire, [read])
+    with pytest.raises(
+        rs.errors.IllegalTransition, match="scavenged from its text and answered; the session is idle"
+    ):
+        session.run("Read notes", max_steps=2, storm_breaker=None)
+    assert len(seen) == 2 and len(deepseek.requests) == 3
+    assert session.state is rs.TurnState.IDLE
