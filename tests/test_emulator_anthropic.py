@@ -1358,3 +1358,34 @@ def test_block_binding_without_its_beta_header_is_rejected(client: anthropic.Ant
         err,
         "thinking.block_binding: requires the `anthropic-beta: thinking-binding-controls-2026-08-01` header",
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "accepted"),
+    [
+        *[("city", True), ("ship_to.address.city", True), ("a-b_C9", True), ("x" * 64, True)],
+        *[("x" * 65, False), ("my key", False), ("città", False), ("", False), ("a/b", False)],
+    ],
+)
+def test_tool_property_keys_outside_the_documented_pattern_are_rejected(
+    emu: AnthropicEmulator, client: anthropic.Anthropic, key: str, accepted: bool
+) -> None:
+    # docs/protocols.md §4.2: properties keys match ^[a-zA-Z0-9_.-]{1,64}$ (the 400 quoted from users)
+    emu.script.extend([ModelAction.answer("ok")])
+    tools: Any = [{"name": "t", "input_schema": {"type": "object", "properties": {key: {"type": "string"}}}}]
+    request = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "tools": tools,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    if accepted:
+        assert client.messages.create(**request).content[0].text == "ok"
+        return
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(**request)
+    assert caught.value.body["error"] == {
+        "type": "invalid_request_error",
+        "message": "tools.0.custom.input_schema.properties: Property keys should match pattern "
+        "'^[a-zA-Z0-9_.-]{1,64}$'",
+    }

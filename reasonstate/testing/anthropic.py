@@ -1065,6 +1065,9 @@ def _check_thinking(value: Any, max_tokens: int, betas: frozenset[str] = frozens
     )
 
 
+_PROPERTY_KEY = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
+
+
 def _check_system_and_tools(body: Mapping[str, Any]) -> None:
     system = body.get("system")
     if system is not None and not isinstance(system, str):
@@ -1084,6 +1087,16 @@ def _check_system_and_tools(body: Mapping[str, Any]) -> None:
         for i, tool in enumerate(tools):
             if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
                 raise _Reject(f"tools.{i}.name: Field required")
+            schema = tool.get("input_schema")
+            properties = schema.get("properties") if isinstance(schema, dict) else None
+            if isinstance(properties, dict) and not all(
+                isinstance(k, str) and _PROPERTY_KEY.fullmatch(k) for k in properties
+            ):
+                # docs/protocols.md §4: property keys are [a-zA-Z0-9_.-]{1,64} (dots allowed)
+                raise _Reject(
+                    f"tools.{i}.custom.input_schema.properties: Property keys should match pattern "
+                    "'^[a-zA-Z0-9_.-]{1,64}$'"
+                )
     for path, holder in _cache_holders(body):
         _ttl(path, holder)
 
