@@ -39,12 +39,16 @@ the SDK and reasonstate each go first equally often (the second of identical req
 emulator's cache warmer). Repeats are fewer where one SDK call takes seconds (each ``Case.repeats``
 in the scripts), since the SDK's share then dwarfs the noise on the ratio.
 
-Before each repeat the benchmark runs ``gc.collect()`` (untimed). Each side still pays the collections its
-own allocations trigger, but no side inherits a full collection made due by the garbage of earlier
-repeats: at 1,000 Gemini turns such a ~50 ms collection (the SDK call allocates a few hundred thousand
-objects) landed on whichever side came next and moved single repeats by ±10% (IQR 0.84-1.22 on 21
-repeats). Collecting before each *side* instead would leave every side cache-cold, which at 10 turns
-distorts the ratio more than the collections did.
+Before each repeat the benchmark runs ``gc.collect()`` (untimed), and while the repeat's three sides run
+the collector makes no *full* (generation 2) collection; the young collections run as usual, so each side
+still pays for collecting what it allocates. A full collection traverses the whole heap, and at large sizes
+one falls due inside most repeats (at 1,000 Gemini turns the SDK call keeps a few hundred thousand
+temporaries alive; a ``gc.callbacks`` count over 21 repeats found 10-11 full collections of ~100 ms on
+*each* side): which side it lands on is a coin toss that swung the median of the per-repeat ratios between
+1.00 and 1.14 from run to run. The untimed collection before the next repeat makes it instead. Collecting
+before each *side* would leave every side cache-cold, which at 10 turns distorts the ratio more than the
+collections did; switching the collector off altogether would hide the young collections that reasonstate's
+own allocations cause.
 
 The emulators (one process per vendor, as a vendor would be: no GIL shared with the client) keep the
 last :data:`KEEP_PROMPTS` prompts for their cache accounting and drop their request log after each
@@ -94,6 +98,8 @@ from reasonstate.testing import ModelAction
 
 TARGET = 1.05
 SIZES = (10, 100, 1000)
+#: a generation-2 threshold no repeat reaches: full collections happen untimed, between repeats
+NO_FULL_COLLECTION = 1 << 30
 WARM = 2
 KEEP_PROMPTS = 8
 # the bare POST needs the body, so it is never first; the SDK and reasonstate lead equally often
@@ -342,8 +348,15 @@ class Bench:
                 turns = len(session.history)
             assert session is not None
             row.last_turns = max(row.last_turns, turns)
-            gc.collect()  # untimed, before each repeat: see the module docstring
-            times, row.request_bytes = self.triple(session, f"Benchmark question {size}-{k}?", ORDERS[k % 4])
+            gc.collect()  # untimed; no full collection inside the repeat (module docstring)
+            thresholds = gc.get_threshold()
+            gc.set_threshold(thresholds[0], thresholds[1], NO_FULL_COLLECTION)
+            try:
+                times, row.request_bytes = self.triple(
+                    session, f"Benchmark question {size}-{k}?", ORDERS[k % 4]
+                )
+            finally:
+                gc.set_threshold(*thresholds)
             turns += 1
             for side, seconds in times.items():
                 getattr(row, side).append(seconds)
