@@ -55,3 +55,30 @@ def test_the_readme_export_example_runs_against_the_emulator_and_an_otlp_receive
     assert capsys.readouterr().out.splitlines() == ["Rome is warmer."]
     assert names == ["chat claude-sonnet-4-6", "reasonstate.session", "reasonstate.turn"]
     assert (tmp_path / "trace.jsonl").read_text().count("\n") >= 5
+
+
+def test_the_readme_agent_runtime_example_runs_against_the_emulator(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    code = re.search(r"## Agent runtime\n.*?```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    actions = [
+        ModelAction(
+            reasoning="Read both.",
+            tool_calls=(
+                ToolCallSpec("read_file", {"path": "README"}),
+                ToolCallSpec("read_file", {"path": "app.py"}),
+            ),
+        ),
+        ModelAction(reasoning="Done.", text="LIMIT is 10; raise it when asked."),
+    ]
+    with AnthropicEmulator(actions) as emulator:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        exec(compile(code.group(1), str(README), "exec"), {})
+        results = json.loads(emulator.requests[1].body)["messages"][-1]["content"]
+    assert capsys.readouterr().out.splitlines() == ["LIMIT is 10; raise it when asked."]
+    # both handlers ran; their results went back in the model's declared order
+    assert [r["content"] for r in results] == ["Raise LIMIT when asked.\n", "LIMIT = 10\n"]
