@@ -446,6 +446,16 @@ def deepseek_session(emu: OpenAIChatEmulator, wire: Wire, tools: list[rs.Tool]) 
     )
 
 
+def recording(base: rs.Tool, answer: Any) -> tuple[rs.Tool, list[Any]]:
+    """A tool with ``base``'s name and parameters whose handler records its arguments and answers
+    ``answer``; the list it records into."""
+    seen: list[Any] = []
+    tool = rs.Tool(
+        name=base.name, parameters=dict(base.parameters), handler=lambda **kw: seen.append(kw) or answer
+    )
+    return tool, seen
+
+
 def ship_tool(seen: list[Any]) -> rs.Tool:
     return rs.Tool(
         name="ship",
@@ -520,12 +530,7 @@ def test_deepseek_arguments_missing_only_a_brace_run_completed_and_go_back_as_se
             ModelAction.answer("Sunny.", reasoning="Done."),
         ]
     )
-    seen: list[Any] = []
-    weather = rs.Tool(
-        name="get_weather",
-        parameters=dict(WEATHER.parameters),
-        handler=lambda **kw: seen.append(kw) or "sunny",
-    )
+    weather, seen = recording(WEATHER, "sunny")
     session = deepseek_session(deepseek, wire, [weather])
     session.run("Weather in Paris?")
     assert seen == [{"city": "Paris", "units": "C"}]
@@ -550,12 +555,7 @@ def test_deepseek_arguments_cut_inside_a_value_are_an_error_result_and_the_handl
             ModelAction.answer("Sorry.", reasoning="Done."),
         ]
     )
-    seen: list[Any] = []
-    weather = rs.Tool(
-        name="get_weather",
-        parameters=dict(WEATHER.parameters),
-        handler=lambda **kw: seen.append(kw) or "sunny",
-    )
+    weather, seen = recording(WEATHER, "sunny")
     session = deepseek_session(deepseek, wire, [weather])
     session.run("Weather in Paris?")
     assert seen == []
@@ -582,12 +582,7 @@ def test_responses_arguments_missing_only_a_brace_run_completed_and_the_items_go
                 ModelAction.answer("Cold.", reasoning="Done."),
             ]
         )
-        seen: list[Any] = []
-        weather = rs.Tool(
-            name="get_weather",
-            parameters=dict(WEATHER.parameters),
-            handler=lambda **kw: seen.append(kw) or "cold",
-        )
+        weather, seen = recording(WEATHER, "cold")
         session = rs.Session(emu.client(http_client=wire.http), model="gpt-5.5", tools=[weather], store=False)
         session.run("Weather in Oslo?")
         second = json.loads(emu.requests[1].body)
@@ -620,10 +615,7 @@ def test_deepseek_a_dsml_call_in_the_reasoning_is_run_and_its_result_goes_back_i
             ModelAction.answer("The notes say hello.", reasoning="Read it."),
         ]
     )
-    seen: list[Any] = []
-    read = rs.Tool(
-        name="read_file", parameters=dict(READ.parameters), handler=lambda **kw: seen.append(kw) or "hello"
-    )
+    read, seen = recording(READ, "hello")
     session = deepseek_session(deepseek, wire, [read])
     reply = session.run("What do my notes say?")
     assert reply.text == "The notes say hello."
@@ -667,12 +659,7 @@ def test_anthropic_a_json_call_in_the_text_is_run_and_the_signed_turn_goes_back_
             ModelAction.answer("Oslo is cold.", reasoning="Got it."),
         ]
     )
-    seen: list[Any] = []
-    weather = rs.Tool(
-        name="get_weather",
-        parameters=dict(WEATHER.parameters),
-        handler=lambda **kw: seen.append(kw) or {"temp": -3},
-    )
+    weather, seen = recording(WEATHER, {"temp": -3})
     session = anthropic_session(anthropic_emu, wire, [weather])
     assert session.run("Weather in Oslo?").text == "Oslo is cold."
     assert seen == [{"city": "Oslo"}]
@@ -695,10 +682,7 @@ def test_a_scavenged_call_with_arguments_cut_short_gets_an_error_in_the_message_
     deepseek.script.extend(
         [ModelAction.answer(text, reasoning="r"), ModelAction.answer("Sorry.", reasoning="r2")]
     )
-    seen: list[Any] = []
-    read = rs.Tool(
-        name="read_file", parameters=dict(READ.parameters), handler=lambda **kw: seen.append(kw) or "x"
-    )
+    read, seen = recording(READ, "x")
     session = deepseek_session(deepseek, wire, [read])
     session.run("Read notes")
     assert seen == []
@@ -730,12 +714,7 @@ def test_gemini_a_json_call_in_the_text_is_run_and_the_signed_parts_go_back_as_r
                 ModelAction.answer("Oslo is cold.", reasoning="Got it."),
             ]
         )
-        seen: list[Any] = []
-        weather = rs.Tool(
-            name="get_weather",
-            parameters=dict(WEATHER.parameters),
-            handler=lambda **kw: seen.append(kw) or "cold",
-        )
+        weather, seen = recording(WEATHER, "cold")
         client = emu.client(
             http_options=types.HttpOptions(base_url=emu.base_url, api_version="v1", httpx_client=wire.http)
         )
@@ -812,12 +791,7 @@ def test_responses_a_json_call_in_the_text_is_run_and_the_items_go_back_as_recei
                 ModelAction.answer("Cold.", reasoning="Done."),
             ]
         )
-        seen: list[Any] = []
-        weather = rs.Tool(
-            name="get_weather",
-            parameters=dict(WEATHER.parameters),
-            handler=lambda **kw: seen.append(kw) or "cold",
-        )
+        weather, seen = recording(WEATHER, "cold")
         session = rs.Session(emu.client(http_client=wire.http), model="gpt-5.5", tools=[weather], store=False)
         assert session.run("Weather in Oslo?").text == "Cold."
         second = json.loads(emu.requests[1].body)
@@ -845,10 +819,7 @@ def test_async_run_repairs_the_same_way(deepseek: OpenAIChatEmulator) -> None:
             ModelAction.answer("Done.", reasoning="r"),
         ]
     )
-    seen: list[Any] = []
-    read = rs.Tool(
-        name="read_file", parameters=dict(READ.parameters), handler=lambda **kw: seen.append(kw) or "x"
-    )
+    read, seen = recording(READ, "x")
 
     async def main() -> rs.AsyncSession:
         session = rs.AsyncSession(
@@ -1011,10 +982,7 @@ def test_a_model_that_keeps_writing_calls_as_text_ends_run_at_max_steps_with_the
 ) -> None:
     text = '{"name": "read_file", "arguments": {"path": "notes.txt"}}'
     deepseek.script.extend([ModelAction.answer(text, reasoning=f"r{i}") for i in range(3)])
-    seen: list[Any] = []
-    read = rs.Tool(
-        name="read_file", parameters=dict(READ.parameters), handler=lambda **kw: seen.append(kw) or "x"
-    )
+    read, seen = recording(READ, "x")
     session = deepseek_session(deepseek, wire, [read])
     with pytest.raises(
         rs.errors.IllegalTransition, match="scavenged from its text and answered; the session is idle"
