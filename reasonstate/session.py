@@ -70,6 +70,7 @@ from reasonstate.runtime.dispatch import (
     StormBreaker,
     ToolResult,
     adispatch,
+    check_count,
     dispatch,
     plan,
     result_text,
@@ -744,8 +745,7 @@ class _Core:
     @staticmethod
     def _run_options(max_steps: Any, tool_timeout: Any, storm_breaker: Any) -> float | None:
         """``run``'s options checked before anything is sent (bad input changes nothing)."""
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise InvalidOption(f"run(max_steps=...) must be an integer >= 1, got {max_steps!r:.80}")
+        check_count("run(max_steps=...)", max_steps, 1)
         if storm_breaker is not None and not isinstance(storm_breaker, StormBreaker):
             raise InvalidOption(
                 "storm_breaker= must be an rs.StormBreaker(repeats=, window=) or None, "

@@ -85,7 +85,9 @@ def result_text(value: Any) -> tuple[str, bool]:
     return text, is_error
 
 
-def _count(what: str, value: Any, least: int) -> int:
+def check_count(what: str, value: Any, least: int) -> int:
+    """``value`` when it is an integer >= ``least`` (not a bool), else :class:`InvalidOption` naming
+    ``what``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise InvalidOption(f"{what} must be an integer >= {least}, got {value!r}")
     return value
@@ -126,12 +128,14 @@ class StormBreaker:
     result and traced as ``tool.suppressed``. Pass ``storm_breaker=None`` to ``run`` to turn it off.
     """
 
-    repeats: int = attrs.field(default=3, validator=lambda _i, _a, v: _count("StormBreaker(repeats=)", v, 2))
+    repeats: int = attrs.field(
+        default=3, validator=lambda _i, _a, v: check_count("StormBreaker(repeats=)", v, 2)
+    )
     window: int = attrs.field(default=6)
 
     @window.validator
     def _window(self, _attribute: object, value: Any) -> None:
-        _count("StormBreaker(window=)", value, self.repeats)
+        check_count("StormBreaker(window=)", value, self.repeats)
 
     def suppressed(self, earlier: Sequence[_Call], calls: Sequence[_Call]) -> dict[str, int]:
         """Call id → how often its (tool, arguments) occur in the window ending at it, for each of
