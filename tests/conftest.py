@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -67,6 +68,25 @@ def sonnet_usd(usage: rs.Usage) -> float:
 def body(emulator: AnthropicEmulator, i: int) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(emulator.requests[i].body)
     return data
+
+
+def as_read_by_vendor(value: Any) -> str:
+    """A JSON value as a vendor reads it, as comparable text: keys in any order, base64 signatures as their
+    bytes (google-genai re-encodes a Part's ``thoughtSignature`` urlsafe and sorts keys on the wire)."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {
+                k: base64.urlsafe_b64decode(x.replace("+", "-").replace("/", "_")).hex()
+                if k == "thoughtSignature" and isinstance(x, str)
+                else norm(x)
+                for k, x in v.items()
+            }
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        return v
+
+    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
 
 
 def strip_cache_control(value: Any) -> Any:

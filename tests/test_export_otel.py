@@ -8,7 +8,6 @@ the bytes the emulator received, attribute names from ``opentelemetry-semantic-c
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
@@ -48,6 +47,7 @@ from tests._export_support import (
     run_agent,
     vendor_session,
 )
+from tests.conftest import as_read_by_vendor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,25 +91,6 @@ def by_name(spans: list[ReadableSpan], prefix: str) -> list[ReadableSpan]:
     return sorted((s for s in spans if s.name.startswith(prefix)), key=lambda s: s.start_time or 0)
 
 
-def _same(value: Any) -> str:
-    """A JSON value compared as a vendor reads it: keys in any order, base64 signatures as their bytes
-    (google-genai re-encodes a Part's ``thoughtSignature`` urlsafe and sorts keys on the wire)."""
-
-    def norm(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {
-                k: base64.urlsafe_b64decode(x.replace("+", "-").replace("/", "_")).hex()
-                if k == "thoughtSignature" and isinstance(x, str)
-                else norm(x)
-                for k, x in v.items()
-            }
-        if isinstance(v, list):
-            return [norm(x) for x in v]
-        return v
-
-    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
-
-
 def payloads_in(body: bytes, payloads: tuple[Any, ...]) -> list[Any]:
     """The payloads the request body carries as received: JSON objects of the body equal to a payload's
     value, in the order they appear."""
@@ -117,7 +98,7 @@ def payloads_in(body: bytes, payloads: tuple[Any, ...]) -> list[Any]:
 
     def walk(value: Any) -> None:
         if isinstance(value, dict):
-            found.append(_same(value))
+            found.append(as_read_by_vendor(value))
             for item in value.values():
                 walk(item)
         elif isinstance(value, list):
@@ -126,7 +107,7 @@ def payloads_in(body: bytes, payloads: tuple[Any, ...]) -> list[Any]:
 
     walk(json.loads(body))
     position = {node: i for i, node in reversed(list(enumerate(found)))}
-    keyed = [(c, _same(json.loads(c.payload))) for c in payloads]
+    keyed = [(c, as_read_by_vendor(json.loads(c.payload))) for c in payloads]
     return [c for c, key in sorted((p for p in keyed if p[1] in position), key=lambda p: position[p[1]])]
 
 

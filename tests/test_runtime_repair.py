@@ -32,7 +32,7 @@ from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
-from tests.conftest import MODEL, SYSTEM, THINKING
+from tests.conftest import MODEL, SYSTEM, THINKING, as_read_by_vendor
 
 # -- a deep schema and its flat form, both written by hand -------------------------------------------------
 
@@ -725,30 +725,12 @@ def test_gemini_a_json_call_in_the_text_is_run_and_the_signed_parts_go_back_as_r
         contents = json.loads(emu.requests[1].body)["contents"]
     assert seen == [{"city": "Oslo"}]
     # the model's turn goes back part for part (thought signatures compared as bytes: the SDK re-encodes)
-    assert same(contents[1]["parts"]) == same(wire.response(0)["candidates"][0]["content"]["parts"])
+    received = wire.response(0)["candidates"][0]["content"]["parts"]
+    assert as_read_by_vendor(contents[1]["parts"]) == as_read_by_vendor(received)
     assert (
         contents[2]["role"] == "user" and '<tool_result name="get_weather"' in contents[2]["parts"][0]["text"]
     )
     assert [e["repair"] for e in repairs(session)] == ["scavenge"]
-
-
-def same(value: Any) -> str:
-    """A JSON value as a vendor reads it: keys in any order, base64 signatures as their bytes."""
-    import base64
-
-    def norm(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {
-                k: base64.urlsafe_b64decode(x.replace("+", "-").replace("/", "_")).hex()
-                if k == "thoughtSignature" and isinstance(x, str)
-                else norm(x)
-                for k, x in v.items()
-            }
-        if isinstance(v, list):
-            return [norm(x) for x in v]
-        return v
-
-    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
 
 
 def test_gemini_offers_the_flat_schema_and_the_handler_gets_nested_arguments(wire: Wire) -> None:
@@ -779,7 +761,8 @@ def test_gemini_offers_the_flat_schema_and_the_handler_gets_nested_arguments(wir
     declaration = first["tools"][0]["functionDeclarations"][0]
     assert declaration["parameters_json_schema"] == OFFERED
     assert first["tools"] == second["tools"]
-    assert same(second["contents"][1]["parts"]) == same(wire.response(0)["candidates"][0]["content"]["parts"])
+    received = wire.response(0)["candidates"][0]["content"]["parts"]
+    assert as_read_by_vendor(second["contents"][1]["parts"]) == as_read_by_vendor(received)
     assert [e["repair"] for e in repairs(session)] == ["flatten"]
 
 
