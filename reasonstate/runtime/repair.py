@@ -16,8 +16,9 @@ Three repairs, each reported as a ``tool.repaired`` trace event by the session (
 Invariant: nothing here sees or returns a continuation payload; the caller runs handlers on the repaired
 values and keeps the model's own bytes (raw arguments, reasoning, signatures) exactly as received.
 
-This module imports nothing from the rest of ``reasonstate``, so :mod:`reasonstate.prefix` can use
-:func:`flat_schema` without a cycle.
+This module imports nothing from the rest of ``reasonstate`` but the value helpers of
+:mod:`reasonstate.state.history` (which import neither the prefix nor the runtime), so
+:mod:`reasonstate.prefix` can use :func:`flat_schema` without a cycle.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import attrs
+
+from reasonstate.state.history import parse_json_object
 
 if TYPE_CHECKING:
     from reasonstate.prefix import Tool
@@ -319,16 +322,6 @@ _NAME_KEYS = ("name", "tool", "tool_name")
 _ARGUMENT_KEYS = ("arguments", "parameters", "input", "args")
 
 
-def _parsed(raw: str) -> tuple[Mapping[str, Any] | None, str | None]:
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        return None, f"arguments are not valid JSON: {exc.msg} (char {exc.pos})"
-    if not isinstance(value, dict):
-        return None, f"arguments are JSON {type(value).__name__}, not an object"
-    return value, None
-
-
 def _dsml(text: str, tools: frozenset[str], where: str) -> list[Found]:
     found = []
     for name, body in _INVOKE.findall(text):
@@ -385,7 +378,7 @@ def _json_call(value: Mapping[str, Any], tools: frozenset[str], where: str) -> F
         return None
     arguments = value[key]
     if isinstance(arguments, str):  # OpenAI's shape: the arguments as JSON text
-        parsed, error = _parsed(arguments)
+        parsed, error = parse_json_object(arguments)
         return Found(str(name), parsed, arguments, error, "json", where)
     if not isinstance(arguments, dict):
         return None

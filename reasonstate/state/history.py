@@ -41,6 +41,7 @@ __all__ = [
     "Turn",
     "TurnView",
     "parse_arguments",
+    "parse_json_object",
 ]
 
 
@@ -105,6 +106,11 @@ def parse_arguments(raw: str) -> tuple[Mapping[str, Any] | None, str | None]:
     ``(None, why)``: how every decoder reads a tool call's argument text."""
     if not raw.strip():
         return {}, None
+    return parse_json_object(raw)
+
+
+def parse_json_object(raw: str) -> tuple[Mapping[str, Any] | None, str | None]:
+    """``(value, None)`` when ``raw`` is a JSON object, else ``(None, why)`` (an empty string is not one)."""
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
