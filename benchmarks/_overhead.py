@@ -2,8 +2,9 @@
 
 What is compared, per vendor and history size (10, 100 and 1,000 turns), on one emulator process:
 
-* **SDK**: the vendor SDK call on the very kwargs ``session.next_request(q)`` returns, plus a raw user's
-  bookkeeping (append the reply to their message list);
+* **SDK**: the vendor SDK call on the very kwargs ``session.send(q)`` sends (``next_request(q)`` of a twin
+  restored from the session's snapshot: on the session itself it would warm the codec's memos for the
+  timed ``send``), plus a raw user's bookkeeping (append the reply to their message list);
 * **reasonstate**: ``session.send(q)``;
 * **bare**: the same request body bytes (and headers) POSTed with the ``httpx2`` client class the SDK
   uses, response read and ``json.loads``-ed: the floor any client pays for this round trip.
@@ -49,6 +50,13 @@ temporaries alive; a ``gc.callbacks`` count over 21 repeats found 10-11 full col
 before each *side* would leave every side cache-cold, which at 10 turns distorts the ratio more than the
 collections did; switching the collector off altogether would hide the young collections that reasonstate's
 own allocations cause.
+
+Then, still untimed, one raw SDK call on a copy of the repeat's kwargs. The collection walks the whole heap
+and leaves the CPU caches cold, and the SDK's code is large (~20,000 Python calls per Gemini request):
+without this call, whichever side ran first paid ~0.45 ms of the SDK's cold start (Gemini, 10 turns), the
+per-repeat differences fell into two clusters (the SDK first: ~0 ms; reasonstate first: ~0.9 ms) and their
+median landed anywhere between them, 1.02 to 1.08 from run to run. reasonstate's own code stays as cold as
+in use (the warm-up call runs none of it).
 
 The emulators (one process per vendor, as a vendor would be: no GIL shared with the client) keep the
 last :data:`KEEP_PROMPTS` prompts for their cache accounting and drop their request log after each
@@ -303,11 +311,26 @@ class Bench:
     def restore(self, snapshot_text: str) -> rs.Session:
         return rs.Session.restore(SessionSnapshot.model_validate_json(snapshot_text), self.client)
 
+    def raw_kwargs(self, session: rs.Session, question: str) -> dict[str, Any]:
+        """The kwargs ``session.send(question)`` will send, for the raw SDK call: a copy built by a twin
+        restored from the session's snapshot. ``session.next_request`` on the session itself would encode
+        the request ahead of the timed ``send`` and leave its codec memos (the turn that just closed, the
+        extended run) warm, so ``send`` would skip work a real one does: ~20% of its own work. (Memos
+        keyed by value alone, such as the new question's text unit, are shared with the twin.)"""
+        twin = rs.Session.restore(session.snapshot(), self.client)
+        return copy.deepcopy(dict(twin.next_request(question).kwargs))
+
     def triple(
-        self, session: rs.Session, question: str, order: tuple[str, ...]
+        self,
+        session: rs.Session,
+        question: str,
+        order: tuple[str, ...],
+        kwargs: dict[str, Any] | None = None,
     ) -> tuple[dict[str, float], int]:
-        """One repeat: the three sides in ``order``; their times and the body size."""
-        kwargs = copy.deepcopy(dict(session.next_request(question).kwargs))
+        """One repeat: the three sides in ``order``; their times and the body size. ``kwargs``: the raw
+        call's (:meth:`raw_kwargs`, built here unless given)."""
+        if kwargs is None:
+            kwargs = self.raw_kwargs(session, question)
         self.captured.clear()
         times: dict[str, float] = {}
         for side in order:
@@ -348,13 +371,16 @@ class Bench:
                 turns = len(session.history)
             assert session is not None
             row.last_turns = max(row.last_turns, turns)
+            question = f"Benchmark question {size}-{k}?"
+            kwargs = self.raw_kwargs(session, question)
             gc.collect()  # untimed; no full collection inside the repeat (module docstring)
+            # untimed, after the collection: the SDK's own code is as warm for the first timed side as for
+            # the second (module docstring)
+            self.case.raw_call(self.client, copy.deepcopy(kwargs))
             thresholds = gc.get_threshold()
             gc.set_threshold(thresholds[0], thresholds[1], NO_FULL_COLLECTION)
             try:
-                times, row.request_bytes = self.triple(
-                    session, f"Benchmark question {size}-{k}?", ORDERS[k % 4]
-                )
+                times, row.request_bytes = self.triple(session, question, ORDERS[k % 4], kwargs)
             finally:
                 gc.set_threshold(*thresholds)
             turns += 1
@@ -372,7 +398,7 @@ class Bench:
         ours, sdk = cProfile.Profile(), cProfile.Profile()
         for k in range(PROFILE_SENDS):
             question = f"Profiled question {k}?"
-            kwargs = copy.deepcopy(dict(session.next_request(question).kwargs))
+            kwargs = self.raw_kwargs(session, question)
             for side in ("sdk", "ours") if k % 2 else ("ours", "sdk"):
                 gc.collect()
                 profiler = ours if side == "ours" else sdk

@@ -64,7 +64,7 @@ GEMINI = Case(
     base_path="",
     session_options={"model": "gemini-3-flash", "thinking_config": {"include_thoughts": True}},
     raw_call=_raw_call,
-    repeats={10: 61, 100: 61, 1000: 21},
+    repeats={10: 301, 100: 61, 1000: 21},
     make_client=_make_client,
     make_bare=_make_bare,
 )

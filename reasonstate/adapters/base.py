@@ -396,7 +396,10 @@ class ProtocolRules:
         return not any(fragment in model for fragment in self.append_only_models)
 
     def clamp(self, turn: Turn, view: TurnView) -> tuple[TurnView, tuple[str, ...]]:
-        """The closest view to ``view`` that the vendor accepts, and why each change was made."""
+        """The closest view to ``view`` that the vendor accepts, and why each change was made.
+
+        Invariant (every override keeps it): a clamp only turns keep flags on, so a keep-all view comes back
+        as it is (the session's :class:`~reasonstate.policies.Keep` path skips the clamp on that ground)."""
         keep = list(view.keep_reasoning)
         reasons: list[str] = []
         for i, step in enumerate(turn.steps):

@@ -413,18 +413,44 @@ async def _aon_response(response: Any) -> None:
 
 
 def _genai_call(adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
+    # one try block instead of the two context managers the streamed path uses: this is the hot path of
+    # every unstreamed Gemini request (benchmarks/overhead_gemini.py)
     models, api_client = _genai_target(client, is_async=False)
-    with _genai_translated(adapter, request, False), _exchange(api_client, is_async=False) as exchange:
+    exchange = _Exchange()
+    token = None
+    try:
+        _install_hooks(api_client, is_async=False)
+        token = _EXCHANGE.set(exchange)
         models.generate_content(**request.kwargs)
-        return _genai_result(adapter, exchange)
+    except Exception as exc:
+        failure = _genai_failure(adapter, request, exc, stream=False)
+        if failure is exc:
+            raise
+        raise failure from exc
+    finally:
+        if token is not None:
+            _EXCHANGE.reset(token)
+    return _genai_result(adapter, exchange)
 
 
 async def _genai_acall(adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
     """:func:`_genai_call` with awaits, on ``client.aio.models``."""
     models, api_client = _genai_target(client, is_async=True)
-    with _genai_translated(adapter, request, False), _exchange(api_client, is_async=True) as exchange:
+    exchange = _Exchange()
+    token = None
+    try:
+        _install_hooks(api_client, is_async=True)
+        token = _EXCHANGE.set(exchange)
         await models.generate_content(**request.kwargs)
-        return _genai_result(adapter, exchange)
+    except Exception as exc:
+        failure = _genai_failure(adapter, request, exc, stream=False)
+        if failure is exc:
+            raise
+        raise failure from exc
+    finally:
+        if token is not None:
+            _EXCHANGE.reset(token)
+    return _genai_result(adapter, exchange)
 
 
 _END = object()
@@ -514,17 +540,6 @@ def _genai_target(client: Any, *, is_async: bool) -> tuple[Any, Any]:
     return owner.models, owner._api_client
 
 
-@contextlib.contextmanager
-def _exchange(api_client: Any, *, is_async: bool) -> Iterator[_Exchange]:
-    _install_hooks(api_client, is_async=is_async)
-    exchange = _Exchange()
-    token = _EXCHANGE.set(exchange)
-    try:
-        yield exchange
-    finally:
-        _EXCHANGE.reset(token)
-
-
 def _install_hooks(api_client: Any, *, is_async: bool) -> None:
     """Add the capture hooks to the httpx2 client the SDK sends this call's request through (once)."""
     hooks: tuple[Any, Any]
@@ -545,6 +560,8 @@ def _install_hooks(api_client: Any, *, is_async: bool) -> None:
                 "exchange reasonstate cannot read: pass HttpOptions(httpx_client=httpx2.Client(...))"
             )
         http, hooks = api_client._httpx_client, (_on_request, _on_response)
+        if http is not None and _on_request in http.event_hooks["request"]:
+            return  # installed before (a sync client has no per-loop inner clients)
     if http is None:
         raise InvalidOption("this genai.Client has no httpx2 client for these calls")
     with _HOOKS_LOCK:
@@ -590,37 +607,51 @@ def _genai_result(adapter: Adapter, exchange: _Exchange) -> CallResult:
 
 @contextlib.contextmanager
 def _genai_translated(adapter: Adapter, request: VendorRequest, stream: bool) -> Iterator[None]:
-    """google-genai's failures as reasonstate errors: ``errors.APIError`` (``ClientError`` 4xx,
-    ``ServerError`` 5xx) → :class:`VendorError` with the status and the error envelope; httpx2/httpx
-    transport errors → :class:`VendorError` (:class:`StreamInterrupted` while streaming); the SDK refusing
-    the kwargs before sending (pydantic) → :class:`ProtocolViolation`; an answer it cannot parse →
-    :class:`MalformedResponse`. The SDK's exception is kept as ``__cause__``."""
-    errors = importlib.import_module("google.genai.errors")
+    """:func:`_genai_failure` as a context manager (the streamed calls, step by step)."""
+    try:
+        yield
+    except Exception as exc:
+        failure = _genai_failure(adapter, request, exc, stream=stream)
+        if failure is exc:
+            raise
+        raise failure from exc
+
+
+_GENAI_ERRORS: list[Any] = []  # google.genai.errors, imported on the first failure
+
+
+def _genai_failure(adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool) -> Exception:
+    """google-genai's failure ``exc`` as the reasonstate error to raise from it (``exc`` itself when it
+    passes through): ``errors.APIError`` (``ClientError`` 4xx, ``ServerError`` 5xx) → :class:`VendorError`
+    with the status and the error envelope; httpx2/httpx transport errors → :class:`VendorError`
+    (:class:`StreamInterrupted` while streaming); the SDK refusing the kwargs before sending (pydantic) →
+    :class:`ProtocolViolation`; an answer it cannot parse → :class:`MalformedResponse`. The caller raises
+    it ``from exc``, so the SDK's exception is kept as ``__cause__``."""
+    if isinstance(exc, ReasonStateError):
+        return exc
+    if not _GENAI_ERRORS:
+        _GENAI_ERRORS.append(importlib.import_module("google.genai.errors"))
+    errors = _GENAI_ERRORS[0]
     import pydantic
 
     label = adapter.endpoint.label
-    try:
-        yield
-    except errors.APIError as exc:
+    if isinstance(exc, errors.APIError):
         status = exc.code if isinstance(exc.code, int) else None
         message = f"{label} {exc.code} {exc.status}: {exc.message}"
         status_error = adapter.endpoint.status_error
         specific = status_error(exc, request) if status_error is not None else None
         if specific is not None:
-            raise specific from exc
-        raise VendorError(message, status=status, body=exc.details) from exc
-    except ReasonStateError:
-        raise
-    except pydantic.ValidationError as exc:
-        raise ProtocolViolation(f"google-genai refused the request before sending it: {exc}") from exc
-    except errors.UnknownApiResponseError as exc:
-        raise MalformedResponse(f"{label} answered with something that is not JSON: {exc}") from exc
-    except Exception as exc:
-        if stream:
-            raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
-        if _is_transport_error(exc):
-            raise VendorError(f"{label} call failed: {type(exc).__name__}: {exc}") from exc
-        raise
+            return specific
+        return VendorError(message, status=status, body=exc.details)
+    if isinstance(exc, pydantic.ValidationError):
+        return ProtocolViolation(f"google-genai refused the request before sending it: {exc}")
+    if isinstance(exc, errors.UnknownApiResponseError):
+        return MalformedResponse(f"{label} answered with something that is not JSON: {exc}")
+    if stream:
+        return StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}")
+    if _is_transport_error(exc):
+        return VendorError(f"{label} call failed: {type(exc).__name__}: {exc}")
+    return exc
 
 
 def _is_transport_error(exc: BaseException) -> bool:

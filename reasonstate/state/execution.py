@@ -24,6 +24,8 @@ def ids_digest(ids: Sequence[int]) -> str:
     return digest_of(array.array("q", ids).tobytes())
 
 
+#: the one type a count may have (``bool`` is an ``int`` subclass and is not a count)
+_INT = frozenset({int})
 _COUNTS = ("uncached_input", "cache_read", "cache_write", "output", "cache_write_1h")
 
 
@@ -55,7 +57,7 @@ class Usage:
     def __attrs_post_init__(self) -> None:
         # one check of every field (a validator per field costs a call each, on every response decoded)
         values = (self.uncached_input, self.cache_read, self.cache_write, self.output, self.cache_write_1h)
-        if not all(type(v) is int and v >= 0 for v in values):
+        if not (_INT.issuperset(map(type, values)) and min(values) >= 0):
             bad = next(n for n, v in zip(_COUNTS, values, strict=True) if not (type(v) is int and v >= 0))
             raise ValueError(f"Usage.{bad} must be a non-negative integer, got {getattr(self, bad)!r}")
         if self.reasoning is not None:
@@ -97,11 +99,12 @@ class Usage:
         """A Usage from vendor figures as received: a missing, non-integer or negative count is 0, a
         reasoning count is capped at ``output`` and the 1-hour write at ``cache_write`` (a vendor's odd
         figure never fails the call whose answer was already paid for)."""
-        output_ = _clean(output)
-        write = _clean(cache_write)
-        thinking = None if reasoning is None or not _is_int(reasoning) else min(max(reasoning, 0), output_)
-        one_hour = min(_clean(cache_write_1h), write)
-        return cls(_clean(uncached_input), _clean(cache_read), write, output_, thinking, one_hour)
+        figures = (uncached_input, cache_read, cache_write, output, cache_write_1h)
+        if not (_INT.issuperset(map(type, figures)) and min(figures) >= 0):  # an odd figure: clean each
+            uncached_input, cache_read, cache_write, output, cache_write_1h = map(_clean, figures)
+        thinking = None if reasoning is None or not _is_int(reasoning) else min(max(reasoning, 0), output)
+        one_hour = min(cache_write_1h, cache_write)
+        return cls(uncached_input, cache_read, cache_write, output, thinking, one_hour)
 
 
 def _is_int(value: Any) -> bool:
