@@ -335,21 +335,16 @@ class _Core:
                 "cache; keep the date in the prefix and the time in the newest user message",
             )
         self._publisher = Publisher(Publisher.checked(exporters), self)
-        self._layers = Layers(trace=trace)
+        self._set_layers(Layers(trace=trace))
 
     _async = False
     _publisher: Publisher | None = None
-    _current: Layers
+    _layers: Layers  # set by _set_layers only
 
-    @property
-    def _layers(self) -> Layers:
-        return self._current
-
-    @_layers.setter
-    def _layers(self, layers: Layers) -> None:
-        """Every state change is this assignment: the trace events it appended go to the logger and the
-        exporters (:mod:`reasonstate.export`), after the change, in order."""
-        self._current = layers
+    def _set_layers(self, layers: Layers) -> None:
+        """Every state change is this call: the trace events it appended go to the logger and the exporters
+        (:mod:`reasonstate.export`), after the change, in order."""
+        self._layers = layers
         if self._publisher is not None:
             self._publisher.publish(layers.trace)
 
@@ -563,7 +558,7 @@ class _Core:
                 )
             except BaseException as exc:  # the answer is paid for: it stays committed, unfolded
                 interrupted = exc
-        self._layers = layers
+        self._set_layers(layers)
         self._state = self._require("tool_calls" if calls else "answer")
         if not calls:
             self._scratch.clear()
@@ -605,7 +600,7 @@ class _Core:
             return None
         self._fail(call, exc)
         self._state = TurnState.AWAITING_MODEL
-        self._layers = attrs.evolve(self._layers, stripped=digests)
+        self._set_layers(attrs.evolve(self._layers, stripped=digests))
         self._traced(
             EventKind.CONTINUATION_STRIPPED,
             digests=[c.digest for c in offending],
@@ -640,7 +635,7 @@ class _Core:
         lost = getattr(exc, "response_id", None)
         if lost is not None:  # the vendor no longer holds this stored response: never refer to it again
             data["lost_response_id"] = lost
-            self._layers = attrs.evolve(self._layers, lost=self._layers.lost | {str(lost)})
+            self._set_layers(attrs.evolve(self._layers, lost=self._layers.lost | {str(lost)}))
         self._traced(EventKind.CALL_FAILED, **data)
 
     # -- prefix and model changes ----------------------------------------------------------------------
@@ -787,7 +782,7 @@ class _Core:
         for record in done.suppressed:
             trace = trace.appended(EventKind.TOOL_SUPPRESSED, turn=index, **record)
         trace = trace.appended(EventKind.TOOL_EXECUTED, turn=index, calls=done.timings)
-        self._layers = attrs.evolve(self._layers, trace=trace)
+        self._set_layers(attrs.evolve(self._layers, trace=trace))
         return done.results
 
     def _to_run(self, reply: Reply) -> tuple[ToolCall, ...]:
@@ -837,7 +832,7 @@ class _Core:
         return self._tools_attempt(results)
 
     def _traced(self, kind: str, **data: Any) -> None:
-        self._layers = attrs.evolve(self._layers, trace=self._layers.trace.appended(kind, **data))
+        self._set_layers(attrs.evolve(self._layers, trace=self._layers.trace.appended(kind, **data)))
 
     # -- reporting and snapshots -----------------------------------------------------------------------
     def report(self, *, pricing: Pricing | None = None, kv: KVConfig | None = None) -> Report:
@@ -936,7 +931,7 @@ class _Core:
             )
         layers = restored_layers(snapshot)
         session._publisher = Publisher(Publisher.checked(exporters), session, cursor=len(layers.trace) - 1)
-        session._layers = layers
+        session._set_layers(layers)
         session._state = TurnState(snapshot.state)
         return session
 

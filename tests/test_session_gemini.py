@@ -249,7 +249,13 @@ def test_the_genai_client_picks_the_gemini_adapter_and_serves_sync_and_async() -
 
 @pytest.mark.parametrize(
     "options",
-    [{"contents": []}, {"system_instruction": "x"}, {"candidate_count": 2}, {"automatic_continuation": True}],
+    [
+        {"contents": []},
+        {"system_instruction": "x"},
+        {"candidate_count": 2},
+        {"automatic_continuation": True},
+        {"should_return_http_response": False},
+    ],
 )
 def test_options_the_session_owns_are_refused_at_construction(options: dict[str, Any]) -> None:
     client = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url="http://gemini.test"))
@@ -699,6 +705,37 @@ def test_snapshot_to_json_and_restore_gives_a_byte_identical_next_request(emulat
     snap.send("And tomorrow?")
     session.send("And tomorrow?")
     assert emulator.requests[-1].body == emulator.requests[-2].body
+
+
+def test_an_unstreamed_answer_is_read_raw_and_the_sdk_never_parses_it(
+    emulator: GeminiEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's own raw-response option (``should_return_http_response``): the answer the session
+    decodes is never also converted to pydantic models by the SDK, sync or async, and the request bytes
+    are those of the SDK call on ``next_request``'s kwargs (the option is not sent)."""
+    parsed: list[Any] = []
+    real = genai_types.GenerateContentResponse._from_response.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(cls)
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(genai_types.GenerateContentResponse, "_from_response", classmethod(counting))
+    emulator.script.extend([answer(1), answer(2), answer(3)])
+    client = emulator.client()
+    session = make_session(emulator, client)
+    expected = session.next_request("Paris?").kwargs
+    client.models.generate_content(**json.loads(json.dumps(expected)))  # the raw call parses its answer
+    assert len(parsed) == 1
+    reply = session.send("Paris?")
+    assert reply.text and len(parsed) == 1
+    assert emulator.requests[1].body == emulator.requests[0].body
+
+    async def main() -> rs.Reply:
+        async_session = rs.AsyncSession(client, model=MODEL, thinking_config=THOUGHTS)
+        return await async_session.send("Rome?")
+
+    assert asyncio.run(main()).text and len(parsed) == 1
 
 
 def test_an_async_session_takes_the_same_genai_client_and_calls_client_aio(emulator: GeminiEmulator) -> None:

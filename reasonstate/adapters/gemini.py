@@ -124,8 +124,15 @@ _PART_FIELDS = frozenset(
 _FUNCTION_CALL_FIELDS = frozenset({"id", "name", "args", "partialArgs", "willContinue"})
 #: config fields the session builds itself or must control: the contents and prefix are its state, and
 #: one SDK call must be one HTTP exchange (automatic continuation and automatic function calling would
-#: send more requests and merge their answers: the captured answer would not be the answer decoded)
-_OWNED_CONFIG = ("contents", "config", "system_instruction", "automatic_continuation")
+#: send more requests and merge their answers: the captured answer would not be the answer decoded); the
+#: transport asks for the raw HTTP response of an unstreamed call (``should_return_http_response``)
+_OWNED_CONFIG = (
+    "contents",
+    "config",
+    "system_instruction",
+    "automatic_continuation",
+    "should_return_http_response",
+)
 
 
 @attrs.frozen(slots=True)
@@ -137,7 +144,7 @@ class GeminiRules(ProtocolRules):
         if owned:
             return (
                 f"{owned} are built by the session (contents, system prompt and tools are its state; one "
-                "call is one request, so automatic continuation is off)"
+                "call is one request, so automatic continuation is off; the answer is read raw)"
             )
         candidates = options.get("candidate_count")
         if candidates not in (None, 1):

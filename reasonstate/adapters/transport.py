@@ -421,7 +421,7 @@ def _genai_call(adapter: Adapter, client: Any, request: VendorRequest) -> CallRe
     try:
         _install_hooks(api_client, is_async=False)
         token = _EXCHANGE.set(exchange)
-        models.generate_content(**request.kwargs)
+        models.generate_content(**_raw_response(request))
     except Exception as exc:
         failure = _genai_failure(adapter, request, exc, stream=False)
         if failure is exc:
@@ -441,7 +441,7 @@ async def _genai_acall(adapter: Adapter, client: Any, request: VendorRequest) ->
     try:
         _install_hooks(api_client, is_async=True)
         token = _EXCHANGE.set(exchange)
-        await models.generate_content(**request.kwargs)
+        await models.generate_content(**_raw_response(request))
     except Exception as exc:
         failure = _genai_failure(adapter, request, exc, stream=False)
         if failure is exc:
@@ -451,6 +451,17 @@ async def _genai_acall(adapter: Adapter, client: Any, request: VendorRequest) ->
         if token is not None:
             _EXCHANGE.reset(token)
     return _genai_result(adapter, exchange)
+
+
+def _raw_response(request: VendorRequest) -> dict[str, Any]:
+    """The request's kwargs with ``config.should_return_http_response`` (google-genai's documented option:
+    "the raw HTTP response will be returned in the 'sdk_http_response' field"): the SDK hands back the
+    answer unparsed, as ``with_raw_response`` does for the other SDKs, instead of converting it to pydantic
+    models reasonstate would discard (it decodes the exact bytes). The option is not sent: the request
+    bytes are the same. ~0.5 ms of a 7 ms call at 10 turns of history, more as the history grows (the
+    SDK's parse dumps the whole request model again)."""
+    kwargs = request.kwargs
+    return {**kwargs, "config": {**kwargs["config"], "should_return_http_response": True}}
 
 
 _END = object()
