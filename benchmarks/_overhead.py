@@ -51,12 +51,13 @@ before each *side* would leave every side cache-cold, which at 10 turns distorts
 collections did; switching the collector off altogether would hide the young collections that reasonstate's
 own allocations cause.
 
-Then, still untimed, one raw SDK call on a copy of the repeat's kwargs. The collection walks the whole heap
-and leaves the CPU caches cold, and the SDK's code is large (~20,000 Python calls per Gemini request):
-without this call, whichever side ran first paid ~0.45 ms of the SDK's cold start (Gemini, 10 turns), the
+Then, still untimed, the SDK's two paths on copies of the repeat's kwargs: the raw call, and the
+raw-response call ``session.send`` makes (:meth:`Bench.warm_sdk`). The collection walks the whole heap and
+leaves the CPU caches cold, and the SDK's code is large (~20,000 Python calls per Gemini request): without
+these calls, whichever side ran first paid ~0.45 ms of the SDK's cold start (Gemini, 10 turns), the
 per-repeat differences fell into two clusters (the SDK first: ~0 ms; reasonstate first: ~0.9 ms) and their
 median landed anywhere between them, 1.02 to 1.08 from run to run. reasonstate's own code stays as cold as
-in use (the warm-up call runs none of it).
+in use (the warm-up calls run none of it).
 
 The emulators (one process per vendor, as a vendor would be: no GIL shared with the client) keep the
 last :data:`KEEP_PROMPTS` prompts for their cache accounting and drop their request log after each
@@ -77,6 +78,7 @@ import argparse
 import contextlib
 import copy
 import cProfile
+import functools
 import gc
 import importlib.metadata
 import itertools
@@ -320,6 +322,19 @@ class Bench:
         twin = rs.Session.restore(session.snapshot(), self.client)
         return copy.deepcopy(dict(twin.next_request(question).kwargs))
 
+    def warm_sdk(self, session: rs.Session, kwargs: dict[str, Any]) -> None:
+        """Both SDK paths of a repeat, untimed, none of reasonstate's code: the raw call, and the raw-response
+        call ``session.send`` makes (``with_raw_response.create``; google-genai with its
+        ``should_return_http_response`` option), each on a copy of the repeat's kwargs."""
+        self.case.raw_call(self.client, copy.deepcopy(kwargs))
+        endpoint = session._adapter.endpoint
+        if endpoint.sdk == "google.genai":
+            config = {**kwargs["config"], "should_return_http_response": True}
+            self.client.models.generate_content(**{**copy.deepcopy(kwargs), "config": config})
+        else:
+            resource = functools.reduce(getattr, endpoint.resource, self.client)
+            resource.with_raw_response.create(**copy.deepcopy(kwargs)).http_response.read()
+
     def triple(
         self,
         session: rs.Session,
@@ -374,9 +389,7 @@ class Bench:
             question = f"Benchmark question {size}-{k}?"
             kwargs = self.raw_kwargs(session, question)
             gc.collect()  # untimed; no full collection inside the repeat (module docstring)
-            # untimed, after the collection: the SDK's own code is as warm for the first timed side as for
-            # the second (module docstring)
-            self.case.raw_call(self.client, copy.deepcopy(kwargs))
+            self.warm_sdk(session, kwargs)  # untimed, after the collection (module docstring)
             thresholds = gc.get_threshold()
             gc.set_threshold(thresholds[0], thresholds[1], NO_FULL_COLLECTION)
             try:
