@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -243,8 +244,8 @@ def log_events(events: Sequence[TraceEvent], trace: Trace) -> None:
     log = _log
     debug = log.isEnabledFor(logging.DEBUG)
     if not debug and not log.isEnabledFor(logging.INFO):
-        if not log.isEnabledFor(logging.WARNING):
-            return
+        if not log.isEnabledFor(logging.WARNING) or _WARNED.isdisjoint(map(_KIND, events)):
+            return  # the common case: a request's events, none of them a warning
         for event in events:
             if event.kind in _WARNED:
                 _log_event(event, trace)
@@ -351,6 +352,7 @@ _SWITCHES = frozenset({EventKind.MODEL_CHANGED, EventKind.VENDOR_CHANGED, EventK
 _CHAIN_FALLBACK = "chain.fallback"
 
 #: kinds logged at WARNING (cache.break only when undeclared: decided in _log_event)
+_KIND = operator.attrgetter("kind")
 _WARNED = frozenset(
     {
         EventKind.CACHE_BREAK,
