@@ -73,9 +73,15 @@ def call(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) ->
             return streaming.result()
     if adapter.endpoint.sdk == GENAI:
         return _genai_call(adapter, client, request)
-    with _translated(adapter, request, stream):
+    try:  # one try block, not _translated: this is the hot path of every unstreamed request
         raw = _resource(client, adapter).with_raw_response.create(**request.kwargs)
-        return CallResult(_json(raw.http_response.content, adapter), raw.http_response.request.content)
+    except Exception as exc:
+        failure = _failure(adapter, request, exc, stream=False)
+        if failure is exc:
+            raise
+        raise failure from exc
+    http = raw.http_response
+    return CallResult(_json(http.content, adapter), http.request.content)
 
 
 async def acall(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) -> CallResult:
@@ -87,9 +93,15 @@ async def acall(adapter: Adapter, client: Any, request: VendorRequest, stream: b
             return await streaming.result()
     if adapter.endpoint.sdk == GENAI:
         return await _genai_acall(adapter, client, request)
-    with _translated(adapter, request, stream):
+    try:
         raw = await _resource(client, adapter).with_raw_response.create(**request.kwargs)
-        return CallResult(_json(raw.http_response.content, adapter), raw.http_response.request.content)
+    except Exception as exc:
+        failure = _failure(adapter, request, exc, stream=False)
+        if failure is exc:
+            raise
+        raise failure from exc
+    http = raw.http_response
+    return CallResult(_json(http.content, adapter), http.request.content)
 
 
 # -- a streamed answer, read as it arrives ------------------------------------------------------------------
@@ -304,25 +316,37 @@ def status_message(label: str, exc: Any) -> str:
 
 @contextlib.contextmanager
 def _translated(adapter: Adapter, request: VendorRequest, stream: bool) -> Iterator[None]:
-    sdk = importlib.import_module(adapter.endpoint.sdk)
-    label = adapter.endpoint.label
+    """:func:`_failure` as a context manager (the streamed calls)."""
     try:
         yield
-    except sdk.APIStatusError as exc:
+    except Exception as exc:
+        failure = _failure(adapter, request, exc, stream=stream)
+        if failure is exc:
+            raise
+        raise failure from exc
+
+
+def _failure(adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool) -> Exception:
+    """The SDK's failure ``exc`` as the reasonstate error to raise from it (``exc`` itself when it passes
+    through): a status error → :class:`VendorError` (or the codec's more specific one), another SDK error →
+    :class:`VendorError` (:class:`StreamInterrupted` while streaming), any other error while streaming →
+    :class:`StreamInterrupted`; reasonstate's own errors pass through."""
+    if isinstance(exc, ReasonStateError):
+        return exc
+    sdk = importlib.import_module(adapter.endpoint.sdk)
+    label = adapter.endpoint.label
+    if isinstance(exc, sdk.APIStatusError):
         status_error = adapter.endpoint.status_error
         specific = status_error(exc, request) if status_error is not None else None
         if specific is not None:
-            raise specific from exc
-        raise VendorError(status_message(label, exc), status=exc.status_code, body=exc.body) from exc
-    except sdk.APIError as exc:
+            return specific
+        return VendorError(status_message(label, exc), status=exc.status_code, body=exc.body)
+    if isinstance(exc, sdk.APIError):
         cls = StreamInterrupted if stream else VendorError
-        raise cls(f"{label} call failed: {type(exc).__name__}: {exc}") from exc
-    except ReasonStateError:
-        raise
-    except Exception as exc:
-        if stream:
-            raise StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}") from exc
-        raise
+        return cls(f"{label} call failed: {type(exc).__name__}: {exc}")
+    if stream:
+        return StreamInterrupted(f"the stream broke: {type(exc).__name__}: {exc}")
+    return exc
 
 
 # -- google-genai: the exact bytes through the client's httpx2 event hooks --------------------------------
