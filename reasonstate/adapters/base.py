@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 import attrs
@@ -44,6 +44,8 @@ __all__ = [
     "Assembler",
     "DecodedStep",
     "Endpoint",
+    "ListEncoding",
+    "ListRun",
     "ProtocolRules",
     "Run",
     "RunNode",
@@ -58,7 +60,6 @@ __all__ = [
     "payload_of",
     "request_digest",
     "summary_note",
-    "turn_encodings",
     "unit_digest",
     "without_payloads",
 ]
@@ -245,26 +246,11 @@ class TurnEncoding(Protocol):
 _E = TypeVar("_E", bound=TurnEncoding)
 
 
-def turn_encodings(
-    history: History, key: Hashable, build: Callable[[Turn], _E], model: str, rule: str
-) -> Iterator[_E]:
-    """Each turn's encoding, in order: a closed turn's is built once per ``key`` (its view is frozen, so its
-    encoding is too) and its payloads re-verified on every request; the open turn's is built fresh, and
-    if it would withhold a payload the request is refused before anything is sent: inside a tool chain
-    the vendor requires the chain's continuation back (``rule`` cites where), so it would fail anyway.
-    """
-    for turn in history.turns:
-        if turn.closed:
-            encoded = turn.encoded(key, functools.partial(build, turn))
-            encoded.verify()
-        else:
-            encoded = open_turn_encoding(turn, build, model, rule)
-        yield encoded
-
-
 def open_turn_encoding(turn: Turn, build: Callable[[Turn], _E], model: str, rule: str) -> _E:
     """The open turn's encoding, built fresh; :class:`ContinuationMismatch` (nothing sent) if it would
-    withhold a payload (see :func:`turn_encodings`)."""
+    withhold a payload: inside a tool chain the vendor requires the chain's continuation back (``rule``
+    cites where), so the request would fail anyway. (A closed turn's encoding is built once per codec key
+    and its payloads re-verified on every request: :func:`closed_run`.)"""
     encoded = build(turn)
     if encoded.withheld:
         sources = sorted({f"{c.vendor}/{c.model}" for c in encoded.withheld})
@@ -358,6 +344,58 @@ def closed_run(turns: tuple[Turn, ...], key: Hashable, encode: Callable[[Turn], 
     if newest is not None:
         newest.run = run
     return run
+
+
+class ListEncoding(Protocol):
+    """A turn's encoding as a list of request values (messages or input items) and their unit digests."""
+
+    @property
+    def values(self) -> Sequence[Any]: ...
+
+    @property
+    def units(self) -> Sequence[str]: ...
+
+    @property
+    def withheld(self) -> tuple[Continuation, ...]: ...
+
+    @property
+    def seal(self) -> Seal: ...
+
+
+@attrs.frozen(slots=True)
+class ListRun:
+    """The run of closed turns of a codec whose request is a flat list in which nothing merges across turns
+    (OpenAI Chat messages, OpenAI Responses input items): its turns' values and units side by side, copied
+    into a request at C speed.
+
+    Built incrementally (:func:`closed_run`), as the Anthropic and Gemini runs are: the run of turns
+    ``0..k`` extends the run of ``0..k-1``, so a request pays one turn's work to extend it and identity
+    checks of its payloads to verify it, not a Python pass over every turn. Never changed once built.
+    """
+
+    turns: tuple[Turn, ...] = ()
+    values: tuple[Any, ...] = ()
+    units: tuple[str, ...] = ()
+    withheld: tuple[Continuation, ...] = ()
+    seals: Seals = attrs.field(factory=Seals)
+
+    def check(self) -> None:
+        self.seals.check()
+
+    def extended(self, turns: Sequence[Turn], encodings: Sequence[ListEncoding]) -> ListRun:
+        """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
+        values, units, withheld = list(self.values), list(self.units), list(self.withheld)
+        for encoded in encodings:
+            values.extend(encoded.values)
+            units.extend(encoded.units)
+            withheld.extend(encoded.withheld)
+        return ListRun(
+            (*self.turns, *turns),
+            tuple(values),
+            tuple(units),
+            tuple(withheld),
+            self.seals.extended([e.seal for e in encodings]),
+        )
 
 
 def payload_of(step: Step, part: Part) -> Continuation | None:

@@ -43,12 +43,14 @@ import attrs
 from reasonstate.adapters.base import (
     DecodedStep,
     Endpoint,
+    ListRun,
     ProtocolRules,
     Seal,
     VendorRequest,
+    closed_run,
     count,
+    open_turn_encoding,
     summary_note,
-    turn_encodings,
 )
 from reasonstate.adapters.streams import ChatAssembler
 from reasonstate.cache import rules as cache_rules
@@ -131,6 +133,13 @@ class _TurnEncoding:
     def verify(self) -> None:
         self.seal.check()
 
+    @property
+    def values(self) -> tuple[Mapping[str, Any], ...]:
+        return self.messages
+
+
+_EMPTY_RUN = ListRun()
+
 
 class OpenAIChatAdapter:
     """The Chat Completions codec for one dialect; ``vendor`` is the dialect name, ``api`` is ``"chat"``."""
@@ -189,10 +198,15 @@ class OpenAIChatAdapter:
             add({"role": "user", "content": user})
             add({"role": "assistant", "content": answer})
         n_head = len(units)
-        withheld: list[Continuation] = []
-        build = functools.partial(self._encode_turn, model=model)
-        rule = "docs/protocols.md §2.2, §3.3"
-        for encoded in turn_encodings(history, (API, self.dialect, model), build, model, rule):
+        closed = history.turns[:-1] if history.open_turn is not None else history.turns
+        run = self._closed_run(closed, model)
+        run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
+        messages.extend(run.values)
+        units.extend(run.units)
+        withheld: list[Continuation] = list(run.withheld)
+        if history.open_turn is not None:
+            build = functools.partial(self._encode_turn, model=model)
+            encoded = open_turn_encoding(history.turns[-1], build, model, "docs/protocols.md §2.2, §3.3")
             messages.extend(encoded.messages)
             units.extend(encoded.units)
             withheld.extend(encoded.withheld)
@@ -209,6 +223,16 @@ class OpenAIChatAdapter:
         return VendorRequest(
             kwargs=kwargs, units=tuple(units), model=model, prefix_units=n_head, withheld=tuple(withheld)
         )
+
+    def _closed_run(self, turns: tuple[Turn, ...], model: str) -> ListRun:
+        """The run of ``turns`` (all closed) for ``model`` (a :class:`ListRun`: messages never merge across
+        turns here)."""
+
+        def encode(turn: Turn) -> _TurnEncoding:
+            build = functools.partial(self._encode_turn, turn, model=model)
+            return turn.encoded((API, self.dialect, model), build)
+
+        return closed_run(turns, (API, "run", self.dialect, model), encode, _EMPTY_RUN)
 
     def _encode_turn(self, turn: Turn, *, model: str) -> _TurnEncoding:
         messages: list[Mapping[str, Any]] = [{"role": "user", "content": turn.user}]

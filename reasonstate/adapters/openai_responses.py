@@ -62,13 +62,15 @@ import attrs
 from reasonstate.adapters.base import (
     DecodedStep,
     Endpoint,
+    ListRun,
     ProtocolRules,
     Seal,
     VendorRequest,
+    closed_run,
     count,
+    open_turn_encoding,
     payload_of,
     summary_note,
-    turn_encodings,
     unit_digest,
 )
 from reasonstate.adapters.streams import ResponsesAssembler
@@ -196,6 +198,27 @@ class _TurnEncoding:
     def verify(self) -> None:
         self.seal.check()
 
+    @property
+    def values(self) -> tuple[Any, ...]:
+        return tuple(i.value for i in self.items)
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        return tuple(i.unit for i in self.items)
+
+
+_EMPTY_RUN = ListRun()
+
+
+def _closed_run(turns: tuple[Turn, ...], model: str, store: bool) -> ListRun:
+    """The run of ``turns`` (all closed); a turn's items depend on the model and on ``store`` only."""
+
+    def encode(turn: Turn) -> _TurnEncoding:
+        build = functools.partial(_encode_turn, turn, model=model, by_reference=store)
+        return turn.encoded((API, model, store), build)
+
+    return closed_run(turns, (API, "run", model, store), encode, _EMPTY_RUN)
+
 
 class OpenAIResponsesAdapter:
     """The Responses API codec. ``strict_tools`` (optional) sets ``strict`` on every function tool."""
@@ -249,16 +272,23 @@ class OpenAIResponsesAdapter:
         if tools:
             units.append(unit_digest({"tools": tools}))
         n_head = len(units)
-        items: list[_Item] = []
+        values: list[Any] = []  # the input items, one unit each after the head's
         for user, answer in prefix.few_shots:
-            items.append(_message_item("user", user))
-            items.append(_message_item("assistant", answer))
-        withheld: list[Continuation] = []
-        build = functools.partial(_encode_turn, model=model, by_reference=store)
-        for encoded in turn_encodings(history, (API, model, store), build, model, "docs/protocols.md §1.4"):
-            items.extend(encoded.items)
+            for item in (_message_item("user", user), _message_item("assistant", answer)):
+                values.append(item.value)
+                units.append(item.unit)
+        closed = history.turns[:-1] if history.open_turn is not None else history.turns
+        run = _closed_run(closed, model, store)
+        run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
+        values.extend(run.values)
+        units.extend(run.units)
+        withheld: list[Continuation] = list(run.withheld)
+        if history.open_turn is not None:
+            build = functools.partial(_encode_turn, model=model, by_reference=store)
+            encoded = open_turn_encoding(history.turns[-1], build, model, "docs/protocols.md §1.4")
+            values.extend(encoded.values)
+            units.extend(encoded.units)
             withheld.extend(encoded.withheld)
-        units.extend(i.unit for i in items)
 
         events: list[tuple[str, Mapping[str, Any]]] = []
         previous: str | None = None
@@ -278,7 +308,7 @@ class OpenAIResponsesAdapter:
             kwargs["instructions"] = prefix.system
         if tools:
             kwargs["tools"] = tools
-        kwargs["input"] = [i.value for i in items[start:]]
+        kwargs["input"] = values[start:]
         if previous is not None:
             kwargs["previous_response_id"] = previous
         include = list(options.get("include") or ())

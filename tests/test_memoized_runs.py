@@ -1,0 +1,89 @@
+"""The OpenAI codecs memoize the closed history as a run extended turn by turn (``ListRun``, as the Anthropic
+and Gemini codecs do): whatever sequence of histories they encode (shorter, longer, an earlier view
+rewritten, branches sharing turns), every request equals the one an encoding from scratch gives. Fresh turn
+objects (``attrs.evolve``) memoize nothing, so they are the oracle.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+
+import reasonstate as rs
+from reasonstate.adapters.base import compact
+from reasonstate.state import History, Turn, TurnView
+from reasonstate.testing import ModelAction
+from reasonstate.testing.openai_chat import OpenAIChatEmulator
+from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+from tests.conftest import CLOCK, WEATHER
+from tests.test_session_openai_chat import MODELS, chain, follow_up, run_chain
+from tests.test_session_openai_responses import answer
+from tests.test_session_openai_responses import chain as responses_chain
+
+
+def _grown(kind: str) -> tuple[rs.Session, str]:
+    """A session of a tool chain, an empty answer and four more turns, on the kind's strict emulator."""
+    if kind == "deepseek":
+        actions = [*chain(), follow_up(1), ModelAction(), follow_up(2), follow_up(3), follow_up(4)]
+        with OpenAIChatEmulator(actions, dialect="deepseek") as emu:
+            model = MODELS["deepseek"]
+            session = rs.Session(emu.client(), model=model, dialect="deepseek", tools=[WEATHER, CLOCK])
+            _turns(session)
+        return session, model
+    actions = [*responses_chain(), answer(1), ModelAction(text="."), answer(2), answer(3), answer(4)]
+    with OpenAIResponsesEmulator(actions) as emu:
+        model = "gpt-5.5"
+        session = rs.Session(emu.client(), model=model, tools=[WEATHER, CLOCK], store=kind == "stored")
+        _turns(session)
+    return session, model
+
+
+def _turns(session: rs.Session) -> None:
+    run_chain(session)
+    for question in ("One?", "Nothing?", "Two?", "Three?", "Four?"):
+        session.send(question)
+
+
+@pytest.mark.parametrize("kind", ["deepseek", "responses", "stored"])
+def test_the_memoized_closed_history_encodes_as_a_fresh_one_whatever_the_order_of_requests(kind: str) -> None:
+    session, model = _grown(kind)
+    turns = session.history.turns
+    adapter, prefix, options = session._adapter, session.prefix, dict(session._options)
+
+    def request(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
+        full = History((*history, Turn(index=len(history), user="Next?")))
+        r = adapter.encode(prefix, full, model, options, [])
+        return compact(r.kwargs), r.units, [c.digest for c in r.withheld]
+
+    def fresh(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
+        return request(tuple(attrs.evolve(t) for t in history))
+
+    dropped = [attrs.evolve(t, view=TurnView((False,) * len(t.steps), policy="drop")) for t in turns]
+    rng = random.Random(9)
+    seen = set()
+    for _ in range(40):
+        k = rng.randint(0, len(turns))
+        history = list(turns[:k])
+        if k and rng.random() < 0.3:  # an earlier view rewritten (KeepLast), the turns after it shared
+            j = rng.randrange(k)
+            history[j] = dropped[j]
+        got = request(tuple(history))
+        assert got == fresh(tuple(history))
+        seen.add(got[0])
+    assert len(seen) > 10  # the histories differ: the property is not checked on one request
+
+
+def test_a_payload_edited_in_memory_in_a_memoized_closed_turn_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    session, _model = _grown("responses")
+    session.next_request("Warm?")  # the run is memoized now
+    payload = next(c for c in session.continuation if c.kind == "reasoning")
+    edit: Callable[[Any, str, Any], None] = object.__setattr__
+    edit(payload, "payload", payload.payload.replace(b"encrypted_content", b"encrypted_kontent"))
+    with pytest.raises(rs.ContinuationMismatch):
+        session.next_request("Edited?")
