@@ -344,26 +344,30 @@ def _messages(
     persisted = rules.scheme == "persisted"
     recs = [r for r in records if r.model == model]
     q = tuple(units)
-    known: dict[tuple[str, ...], int] = {}
-    for r in recs:
-        known[r.blocks] = r.usage.prompt_tokens
-        if persisted and r.output_unit is not None:
-            with_output: tuple[str, ...] = (*r.blocks, r.output_unit)
-            known[with_output] = r.usage.prompt_tokens + r.usage.output
-    best_len, best = 0, 0
-    for chain, tokens in known.items():
-        n = len(chain)
-        if n <= len(q) and n >= best_len and q[:n] == chain:
-            best_len, best = n, max(best, tokens) if n == best_len else tokens
+    # what each earlier request shares with this one; its chain is a prefix of this one when it shares all
+    # of it, and (DeepSeek) its chain plus its output unit when, beyond that, the next unit is the output
     shares = [_common(q, r.blocks) for r in recs]
+    best_len, best = 0, 0  # the longest known chain that is a prefix; equal chains: the newest figure
+    for r, shared in zip(recs, shares, strict=True):
+        n = len(r.blocks)
+        if shared != n:
+            continue
+        if n >= best_len:
+            best_len, best = n, r.usage.prompt_tokens
+        output = r.output_unit
+        if persisted and output is not None and n < len(q) and q[n] == output and n + 1 >= best_len:
+            best_len, best = n + 1, r.usage.prompt_tokens + r.usage.output
     if persisted:
+        known: set[tuple[str, ...]] | None = None
         for i, r in enumerate(recs):
             if shares[i] <= best_len:
                 continue
             for earlier in recs[:i]:
                 common = _common(r.blocks, earlier.blocks)
-                if best_len < common <= shares[i] and r.blocks[:common] not in known:
-                    return None
+                if best_len < common <= shares[i]:
+                    known = _known_chains(recs) if known is None else known
+                    if r.blocks[:common] not in known:
+                        return None
         return best
     if any(s > best_len for s in shares):
         return None
@@ -372,6 +376,16 @@ def _messages(
     # the last prompt token is always computed: an identical prompt reuses at most prompt_tokens - 1
     reusable = best - 1 if best_len == len(q) else best
     return rules.block * (max(reusable, 0) // rules.block)
+
+
+def _known_chains(records: Sequence[ExecutionRecord]) -> set[tuple[str, ...]]:
+    """Every unit chain whose size DeepSeek reported: each request's, and each request's with its output."""
+    known: set[tuple[str, ...]] = set()
+    for r in records:
+        known.add(r.blocks)
+        if r.output_unit is not None:
+            known.add((*r.blocks, r.output_unit))
+    return known
 
 
 def _tokens(rules: CacheRules, prompt: Sequence[int], records: Sequence[ExecutionRecord]) -> int:
