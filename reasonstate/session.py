@@ -456,7 +456,7 @@ class _Core:
         if not isinstance(text, str) or not text:
             raise IllegalTransition("a user message must be a non-empty string")
         history = self.history
-        return _Attempt(base=history, history=history.with_turn(Turn(index=len(history), user=text)))
+        return _Attempt(base=history, history=history.with_turn(Turn(index=len(history.turns), user=text)))
 
     def _tools_attempt(self, results: Mapping[str, Any]) -> _Attempt:
         self._require("send_tool_results")
@@ -488,7 +488,11 @@ class _Core:
         out the payloads a vendor rejected (``stripped``: the session's own set unless given). ``layers``:
         the records and sets to build on (the session's current ones unless given)."""
         layers = self._layers if layers is None else layers
-        history = without_payloads(history.rendered(), layers.stripped if stripped is None else stripped)
+        if history.fold is not None:
+            history = history.rendered()
+        stripped = layers.stripped if stripped is None else stripped
+        if stripped:
+            history = without_payloads(history, stripped)
         if self._foreign_reasoning == "text":
             adapter = self._adapter
             history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, self._model)
