@@ -122,3 +122,42 @@ def make_session(emulator: AnthropicEmulator, **kw: Any) -> rs.Session:
     }
     options.update(kw)
     return rs.Session(emulator.client(), model=MODEL, **options)
+
+
+def assert_memoized_runs_encode_as_fresh(session: rs.Session, options: dict[str, Any] | None = None) -> None:
+    """A codec memoizes the closed history as a run extended turn by turn, kept on its newest turn only:
+    any sequence of histories built from ``session``'s turns (shorter, longer, an earlier view rewritten,
+    branches sharing turns) must give the very request an encoding from scratch gives. Fresh turn objects
+    (``attrs.evolve``) memoize nothing, so they are the oracle."""
+    import random
+
+    import attrs
+
+    from reasonstate.adapters.base import compact
+    from reasonstate.state import History, Turn, TurnView
+
+    turns = session.history.turns
+    adapter, prefix, model = session._adapter, session.prefix, session.model
+    options = dict(session._options) if options is None else options
+
+    def request(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
+        full = History((*history, Turn(index=len(history), user="Next?")))
+        r = adapter.encode(prefix, full, model, options, [])
+        return compact(r.kwargs), r.units, [c.digest for c in r.withheld]
+
+    def fresh(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
+        return request(tuple(attrs.evolve(t) for t in history))
+
+    dropped = [attrs.evolve(t, view=TurnView((False,) * len(t.steps), policy="drop")) for t in turns]
+    rng = random.Random(9)
+    seen = set()
+    for _ in range(40):
+        k = rng.randint(0, len(turns))
+        history = list(turns[:k])
+        if k and rng.random() < 0.3:  # an earlier view rewritten (KeepLast), the turns after it shared
+            j = rng.randrange(k)
+            history[j] = dropped[j]
+        got = request(tuple(history))
+        assert got == fresh(tuple(history))
+        seen.add(got[0])
+    assert len(seen) > 10  # the histories differ: the property is not checked on one request

@@ -36,12 +36,12 @@ from reasonstate.state import (
     TextPart,
     ToolCallPart,
     Turn,
-    TurnView,
     Usage,
 )
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec, count_tokens
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
+from tests.conftest import assert_memoized_runs_encode_as_fresh
 
 # -- the documented example (§5.5): a thought part and a signed function call -----------------------------
 
@@ -951,34 +951,9 @@ def test_a_payload_changed_in_memory_in_a_closed_turn_is_refused_and_nothing_is_
 
 
 def test_the_memoized_closed_history_encodes_as_a_fresh_one_whatever_the_order_of_requests() -> None:
-    # the codec memoizes the closed history as a run extended turn by turn, kept on its newest turn only;
-    # any sequence of histories (shorter, longer, an earlier view rewritten, two branches sharing turns)
-    # must give the very request an encoding from scratch gives (fresh turn objects memoize nothing)
-    import random
-
-    import attrs
-
     with GeminiEmulator([*chain(), answer(1), ModelAction(), answer(2), answer(3), answer(4)]) as emu:
         session = make_session(emu)
         run_chain(session)
         for question in ("One?", "Nothing?", "Two?", "Three?", "Four?"):
             session.send(question)
-    turns = session.history.turns
-    adapter, prefix = GeminiAdapter(), Prefix(system=SYSTEM, tools=[WEATHER, CLOCK])
-
-    def request(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
-        r = adapter.encode(prefix, History((*history, Turn(index=len(history), user="Next?"))), MODEL, {}, [])
-        return compact(r.kwargs), r.units, [c.digest for c in r.withheld]
-
-    def fresh(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
-        return request(tuple(attrs.evolve(t) for t in history))
-
-    dropped = [attrs.evolve(t, view=TurnView((False,) * len(t.steps), policy="drop")) for t in turns]
-    rng = random.Random(9)
-    for _ in range(40):
-        k = rng.randint(0, len(turns))
-        history = list(turns[:k])
-        if k and rng.random() < 0.3:  # an earlier view rewritten (KeepLast), the turns after it shared
-            j = rng.randrange(k)
-            history[j] = dropped[j]
-        assert request(tuple(history)) == fresh(tuple(history))
+    assert_memoized_runs_encode_as_fresh(session, options={})

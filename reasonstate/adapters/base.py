@@ -437,7 +437,7 @@ class ProtocolRules:
         """The closest view to ``view`` that the vendor accepts, and why each change was made.
 
         Invariant (every override keeps it): a clamp only turns keep flags on, so a keep-all view comes back
-        as it is (the session's :class:`~reasonstate.policies.Keep` path skips the clamp on that ground)."""
+        as it is (the session does not clamp a keep-all view on that ground)."""
         keep = list(view.keep_reasoning)
         reasons: list[str] = []
         for i, step in enumerate(turn.steps):

@@ -73,13 +73,8 @@ def call(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) ->
             return streaming.result()
     if adapter.endpoint.sdk == GENAI:
         return _genai_call(adapter, client, request)
-    try:  # one try block, not _translated: this is the hot path of every unstreamed request
+    with _Translated(adapter, request, False):
         raw = _resource(client, adapter).with_raw_response.create(**request.kwargs)
-    except Exception as exc:
-        failure = _failure(adapter, request, exc, stream=False)
-        if failure is exc:
-            raise
-        raise failure from exc
     http = raw.http_response
     return CallResult(_json(http.content, adapter), http.request.content)
 
@@ -93,13 +88,8 @@ async def acall(adapter: Adapter, client: Any, request: VendorRequest, stream: b
             return await streaming.result()
     if adapter.endpoint.sdk == GENAI:
         return await _genai_acall(adapter, client, request)
-    try:
+    with _Translated(adapter, request, False):
         raw = await _resource(client, adapter).with_raw_response.create(**request.kwargs)
-    except Exception as exc:
-        failure = _failure(adapter, request, exc, stream=False)
-        if failure is exc:
-            raise
-        raise failure from exc
     http = raw.http_response
     return CallResult(_json(http.content, adapter), http.request.content)
 
@@ -248,7 +238,7 @@ def open_stream(adapter: Adapter, client: Any, request: VendorRequest) -> Stream
     assembler, kwargs = _streamed(adapter, request)
     if adapter.endpoint.sdk == GENAI:
         return _genai_open(adapter, client, request, assembler)
-    translated = functools.partial(_translated, adapter, request, True)
+    translated = functools.partial(_Translated, adapter, request, True)
     with translated():
         http = _resource(client, adapter).with_raw_response.create(**kwargs).http_response
     chunks = http.iter_bytes()
@@ -261,7 +251,7 @@ async def aopen_stream(adapter: Adapter, client: Any, request: VendorRequest) ->
     assembler, kwargs = _streamed(adapter, request)
     if adapter.endpoint.sdk == GENAI:
         return await _genai_aopen(adapter, client, request, assembler)
-    translated = functools.partial(_translated, adapter, request, True)
+    translated = functools.partial(_Translated, adapter, request, True)
     with translated():
         http = (await _resource(client, adapter).with_raw_response.create(**kwargs)).http_response
     chunks = http.aiter_bytes()
@@ -314,16 +304,26 @@ def status_message(label: str, exc: Any) -> str:
     return f"{label} {exc.status_code}: {exc}"
 
 
-@contextlib.contextmanager
-def _translated(adapter: Adapter, request: VendorRequest, stream: bool) -> Iterator[None]:
-    """:func:`_failure` as a context manager (the streamed calls)."""
-    try:
-        yield
-    except Exception as exc:
-        failure = _failure(adapter, request, exc, stream=stream)
-        if failure is exc:
-            raise
-        raise failure from exc
+class _Translated:
+    """The SDK's failures inside the block as reasonstate errors (:func:`_failure`, or
+    :func:`_genai_failure` for google-genai), the SDK's exception kept as ``__cause__``; reasonstate's own
+    errors pass through. A plain class rather than a generator context manager: it wraps every request."""
+
+    __slots__ = ("_adapter", "_request", "_stream")
+
+    def __init__(self, adapter: Adapter, request: VendorRequest, stream: bool) -> None:
+        self._adapter, self._request, self._stream = adapter, request, stream
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if not isinstance(exc, Exception):
+            return  # no exception, or a BaseException (KeyboardInterrupt, ...): it propagates as it is
+        translate = _genai_failure if self._adapter.endpoint.sdk == GENAI else _failure
+        failure = translate(self._adapter, self._request, exc, stream=self._stream)
+        if failure is not exc:
+            raise failure from exc
 
 
 def _failure(adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool) -> Exception:
@@ -437,43 +437,17 @@ async def _aon_response(response: Any) -> None:
 
 
 def _genai_call(adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
-    # one try block instead of the two context managers the streamed path uses: this is the hot path of
-    # every unstreamed Gemini request (benchmarks/overhead_gemini.py)
     models, api_client = _genai_target(client, is_async=False)
-    exchange = _Exchange()
-    token = None
-    try:
-        _install_hooks(api_client, is_async=False)
-        token = _EXCHANGE.set(exchange)
+    with _Translated(adapter, request, False), _Capture(api_client, is_async=False) as exchange:
         models.generate_content(**_raw_response(request))
-    except Exception as exc:
-        failure = _genai_failure(adapter, request, exc, stream=False)
-        if failure is exc:
-            raise
-        raise failure from exc
-    finally:
-        if token is not None:
-            _EXCHANGE.reset(token)
     return _genai_result(adapter, exchange)
 
 
 async def _genai_acall(adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
     """:func:`_genai_call` with awaits, on ``client.aio.models``."""
     models, api_client = _genai_target(client, is_async=True)
-    exchange = _Exchange()
-    token = None
-    try:
-        _install_hooks(api_client, is_async=True)
-        token = _EXCHANGE.set(exchange)
+    with _Translated(adapter, request, False), _Capture(api_client, is_async=True) as exchange:
         await models.generate_content(**_raw_response(request))
-    except Exception as exc:
-        failure = _genai_failure(adapter, request, exc, stream=False)
-        if failure is exc:
-            raise
-        raise failure from exc
-    finally:
-        if token is not None:
-            _EXCHANGE.reset(token)
     return _genai_result(adapter, exchange)
 
 
@@ -482,8 +456,7 @@ def _raw_response(request: VendorRequest) -> dict[str, Any]:
     "the raw HTTP response will be returned in the 'sdk_http_response' field"): the SDK hands back the
     answer unparsed, as ``with_raw_response`` does for the other SDKs, instead of converting it to pydantic
     models reasonstate would discard (it decodes the exact bytes). The option is not sent: the request
-    bytes are the same. ~0.5 ms of a 7 ms call at 10 turns of history, more as the history grows (the
-    SDK's parse dumps the whole request model again)."""
+    bytes are the same (~0.25 ms saved per call at 10 turns of history, benchmarks/overhead_gemini.py)."""
     kwargs = request.kwargs
     return {**kwargs, "config": {**kwargs["config"], "should_return_http_response": True}}
 
@@ -517,7 +490,7 @@ def _genai_open(adapter: Adapter, client: Any, request: VendorRequest, assembler
         if exchange.response is not None:
             exchange.response.close()
 
-    translated = functools.partial(_genai_translated, adapter, request, True)
+    translated = functools.partial(_Translated, adapter, request, True)
     with translated():
         first = pull()
     return Streaming(assembler, pull, close, lambda: exchange.request_body, translated, first)
@@ -549,7 +522,7 @@ async def _genai_aopen(
         if exchange.response is not None:
             await exchange.response.aclose()
 
-    translated = functools.partial(_genai_translated, adapter, request, True)
+    translated = functools.partial(_Translated, adapter, request, True)
     with translated():
         first = await pull()
     return AsyncStreaming(assembler, pull, close, lambda: exchange.request_body, translated, first)
@@ -573,6 +546,25 @@ def _genai_target(client: Any, *, is_async: bool) -> tuple[Any, Any]:
     and async calls on ``.aio.models``; a ``client.aio`` (``AsyncClient``) serves async calls only."""
     owner = client.aio if is_async and hasattr(client, "aio") else client
     return owner.models, owner._api_client
+
+
+class _Capture:
+    """The exchange of the one SDK call made inside the block: the capture hooks installed on the client,
+    a new :class:`_Exchange` current in this context for the block, and the previous one back after it."""
+
+    __slots__ = ("_api_client", "_async", "_exchange", "_token")
+
+    def __init__(self, api_client: Any, *, is_async: bool) -> None:
+        self._api_client, self._async = api_client, is_async
+
+    def __enter__(self) -> _Exchange:
+        _install_hooks(self._api_client, is_async=self._async)
+        self._exchange = _Exchange()
+        self._token = _EXCHANGE.set(self._exchange)
+        return self._exchange
+
+    def __exit__(self, *exc: object) -> None:
+        _EXCHANGE.reset(self._token)
 
 
 def _install_hooks(api_client: Any, *, is_async: bool) -> None:
@@ -640,21 +632,6 @@ def _genai_result(adapter: Adapter, exchange: _Exchange) -> CallResult:
     return CallResult(_json(body, adapter), exchange.request_body)
 
 
-@contextlib.contextmanager
-def _genai_translated(adapter: Adapter, request: VendorRequest, stream: bool) -> Iterator[None]:
-    """:func:`_genai_failure` as a context manager (the streamed calls, step by step)."""
-    try:
-        yield
-    except Exception as exc:
-        failure = _genai_failure(adapter, request, exc, stream=stream)
-        if failure is exc:
-            raise
-        raise failure from exc
-
-
-_GENAI_ERRORS: list[Any] = []  # google.genai.errors, imported on the first failure
-
-
 def _genai_failure(adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool) -> Exception:
     """google-genai's failure ``exc`` as the reasonstate error to raise from it (``exc`` itself when it
     passes through): ``errors.APIError`` (``ClientError`` 4xx, ``ServerError`` 5xx) → :class:`VendorError`
@@ -664,9 +641,7 @@ def _genai_failure(adapter: Adapter, request: VendorRequest, exc: Exception, *, 
     it ``from exc``, so the SDK's exception is kept as ``__cause__``."""
     if isinstance(exc, ReasonStateError):
         return exc
-    if not _GENAI_ERRORS:
-        _GENAI_ERRORS.append(importlib.import_module("google.genai.errors"))
-    errors = _GENAI_ERRORS[0]
+    errors = importlib.import_module("google.genai.errors")
     import pydantic
 
     label = adapter.endpoint.label

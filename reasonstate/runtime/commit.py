@@ -369,14 +369,6 @@ def _close_turn(
     """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules; the
     decision's events are added to ``events``."""
     turn = history.turns[-1]
-    if type(policy) is Keep:
-        # the default policy, decided here: one keep-all view of the closed turn, which every vendor's
-        # rules accept as it is (a keep-all view is never clamped, and no earlier turn is revisited)
-        view = TurnView((True,) * len(turn.steps), policy=policy.name)
-        history = history.with_view(turn.index, view)
-        return _decision(
-            history, {turn.index: view}, events, records, adapter, prefix, model, options, policy
-        )
     try:
         views = _decided(policy, history, turn.index)
     except Exception as exc:  # the reply is paid for: it is kept whatever the policy does
@@ -402,29 +394,13 @@ def _close_turn(
             clamp = {"turn": index, "policy": policy.name, "reasons": [reason]}
             events.append((EventKind.POLICY_CLAMPED, clamp))
     for index in sorted(views):
-        target = history.turns[index]
-        view, reasons = adapter.rules.clamp(target, views[index])
-        if reasons:
-            events.append(
-                (EventKind.POLICY_CLAMPED, {"turn": index, "policy": policy.name, "reasons": list(reasons)})
-            )
+        view = views[index]
+        if not view.keeps_all:  # a clamp only turns keep flags on: a keep-all view stands as it is
+            view, reasons = adapter.rules.clamp(history.turns[index], view)
+            if reasons:
+                clamped = {"turn": index, "policy": policy.name, "reasons": list(reasons)}
+                events.append((EventKind.POLICY_CLAMPED, clamped))
         history = history.with_view(index, view)
-    return _decision(history, views, events, records, adapter, prefix, model, options, policy)
-
-
-def _decision(
-    history: History,
-    views: Mapping[int, TurnView],
-    events: list[tuple[str, Mapping[str, Any]]],
-    records: tuple[ExecutionRecord, ...],
-    adapter: Adapter,
-    prefix: Prefix,
-    model: str,
-    options: Mapping[str, Any],
-    policy: Policy,
-) -> History:
-    """``history`` (its views applied) with the decision's events added to ``events``: the views decided,
-    with their predicted effect on the next request, then the turn's close."""
     closed = history.turns[-1]
     assert closed.view is not None
     effect = _predict_effect(history, views.keys(), records, adapter, prefix, model, options)

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from reasonstate.state.frozen import FrozenDict, freeze
+from reasonstate.state.frozen import freeze
 
 __all__ = ["EventKind", "Trace", "TraceEvent"]
 
@@ -80,7 +80,7 @@ class Trace:
         """The trace with one event per ``(kind, data)`` appended, in order, stamped with one wall time:
         a request's events are one batch, so the session copies its trace once per request, not per event."""
         n, now = len(self.events), time.time()
-        added = [_event(n + i, kind, data, now) for i, (kind, data) in enumerate(items)]
+        added = [TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(items)]
         return Trace((*self.events, *added)) if added else self
 
     def of_kind(self, kind: str) -> list[TraceEvent]:
@@ -92,17 +92,3 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self.events)
-
-
-_new, _set = object.__new__, object.__setattr__
-
-
-def _event(seq: int, kind: str, data: Mapping[str, Any], at: float) -> TraceEvent:
-    """``TraceEvent(seq, kind, data, at)``, built without the generated ``__init__`` (a request's events
-    are built on every request): the same fields, ``data`` frozen exactly as the converter freezes it."""
-    event = _new(TraceEvent)
-    _set(event, "seq", seq)
-    _set(event, "kind", kind)
-    _set(event, "data", data if type(data) is FrozenDict else freeze(data))
-    _set(event, "at", at)
-    return event
