@@ -69,7 +69,9 @@ def _script(turns: int) -> list[ModelAction]:
     actions: list[ModelAction] = []
     for i in range(turns):
         actions.append(
-            ModelAction(reasoning=f"Look it up {i}.", tool_calls=(ToolCallSpec("get_weather", {"city": "Rome"}),))
+            ModelAction(
+                reasoning=f"Look it up {i}.", tool_calls=(ToolCallSpec("get_weather", {"city": "Rome"}),)
+            )
         )
         actions.append(ModelAction(reasoning=f"Answer {i}.", text=f"Warm {i}."))
     return actions
@@ -118,7 +120,9 @@ def async_rows() -> list[tuple[str, set[str], set[tuple[str, str]]]]:
         try:
             for i in range(2):
                 reply = loop.run_until_complete(session.send(f"warm-up {i}"))
-                loop.run_until_complete(session.send_tool_results({c.id: {"temp_c": 20} for c in reply.tool_calls}))
+                loop.run_until_complete(
+                    session.send_tool_results({c.id: {"temp_c": 20} for c in reply.tool_calls})
+                )
 
             async def streamed() -> None:
                 async with session.stream("streamed question") as stream:
@@ -127,7 +131,9 @@ def async_rows() -> list[tuple[str, set[str], set[tuple[str, str]]]]:
 
             files, fns = traced(lambda: loop.run_until_complete(session.send("question")))
             rows = [("AsyncSession.send", files, fns)]
-            loop.run_until_complete(session.send_tool_results({c.id: {"t": 1} for c in session.pending_calls}))
+            loop.run_until_complete(
+                session.send_tool_results({c.id: {"t": 1} for c in session.pending_calls})
+            )
             files, fns = traced(lambda: loop.run_until_complete(streamed()))
             rows.append(("AsyncSession.stream", files, fns))
             return rows
@@ -140,7 +146,7 @@ def main() -> int:
     parser.add_argument("--files", action="store_true", help="list the files each call entered")
     args = parser.parse_args()
     rows = sync_rows() + async_rows()
-    print(f"{'call':<30} {'files':>5} {'functions':>9}   (reasonstate outside testing/ and state/; target <= {TARGET})")
+    print(f"{'call':<30} {'files':>5} {'functions':>9}   (outside testing/, state/; target <= {TARGET})")
     worst = 0
     for name, files, fns in rows:
         worst = max(worst, len(files))
