@@ -20,8 +20,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check reasonstate tests benchmarks examples
 	$(BIN)/mypy --strict reasonstate
 
+# the suite on every core (pytest-xdist; an idle worker steals the tests a busy one has queued), the ten
+# slowest tests listed at the end; hypothesis properties at 100 examples each (tests/conftest.py)
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist worksteal --durations=10
 
 # The wheel and the sdist, built from this tree, install and import in clean virtual environments without
 # any extra or dev dependency: the package data (py.typed, the bundled templates) is in them, the console
@@ -45,10 +47,11 @@ dist-check: $(STAMP)
 		echo "dist-check: $$(basename "$$tmp"/dist/reasonstate-*.$$kind) installs and imports (reasonstate $$got)"; \
 	done
 
-# the hypothesis properties of tests/test_fuzz.py with 20x their default 1,000 examples each
+# the hypothesis properties of tests/test_fuzz.py with 200x the 100 examples each of make test (the
+# "fuzz" profile of tests/conftest.py), on every core
 FUZZ_EXAMPLES ?= 20000
 fuzz: $(STAMP)
-	REASONSTATE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q tests/test_fuzz.py
+	REASONSTATE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -n auto --dist worksteal tests/test_fuzz.py
 
 # every benchmark runs even when an earlier one misses its target; the target fails at the end if any did
 bench: $(STAMP)

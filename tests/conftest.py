@@ -1,17 +1,37 @@
-"""Shared helpers: a scripted agent on the Anthropic emulator with a real ``anthropic`` client."""
+"""Shared helpers: a scripted agent on the Anthropic emulator with a real ``anthropic`` client, and the one
+hypothesis settings profile every property runs under.
+
+Profiles: ``suite`` (what ``make test`` runs) gives each property 100 examples; ``fuzz`` is selected when
+``REASONSTATE_FUZZ_EXAMPLES`` is set and gives each property that many (``make fuzz``: 20,000). No deadline
+in either: the properties drive real SDK clients over loopback HTTP, whose timing the load of the machine
+decides. A property that states its own ``max_examples`` does so because one example is a whole session
+(a cap below the profile's), never for volume.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import reasonstate as rs
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
+
+settings.register_profile(
+    "suite", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "fuzz",
+    settings.get_profile("suite"),
+    max_examples=int(os.environ.get("REASONSTATE_FUZZ_EXAMPLES", 20000)),
+)
+settings.load_profile("fuzz" if os.environ.get("REASONSTATE_FUZZ_EXAMPLES") else "suite")
 
 MODEL = "claude-sonnet-4-6"
 THINKING = {"type": "enabled", "budget_tokens": 2048}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 
 import attrs
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from reasonstate.cache import rules
@@ -74,7 +74,6 @@ def _chains(draw: st.DrawFn) -> list[tuple[str, ...]]:
     return chains
 
 
-@settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_shared_prefixes_and_predictions_equal_the_direct_definition(data: st.DataObject) -> None:
     chains = _chains(data.draw)
@@ -110,7 +109,6 @@ def test_the_memo_goes_with_its_records() -> None:
     assert not keys & set(rules._PAIRS)
 
 
-@settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_predicting_as_a_session_does_equals_the_direct_definition(data: st.DataObject) -> None:
     """A session predicts each request before its record exists, and the record keeps that very unit

@@ -538,22 +538,24 @@ def test_a_backend_that_is_down_neither_fails_nor_slows_send(pipeline: Pipeline)
 
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    with socket.socket() as s:  # a port nothing listens on
+    # a port nothing listens on, held (bound, never listening) until the end, so that no server of a test
+    # running alongside can take it meanwhile: a connection to it is refused
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    provider = TracerProvider()
-    provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=1))
-    )
-    exporter = OTelExporter(provider, pipeline.meter_provider)
-    with vendor_session("anthropic", Recorder()) as (_emu, make):
-        session = make(exporters=[exporter])
-        t0 = time.perf_counter()
-        run_agent(session)
-        elapsed = time.perf_counter() - t0
-    assert session.report().requests == 4 and exporter.failures == 0
-    assert elapsed < 5  # the export of each span happens on the processor's thread, not in send
-    provider.shutdown()
+        provider = TracerProvider()
+        provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=1))
+        )
+        exporter = OTelExporter(provider, pipeline.meter_provider)
+        with vendor_session("anthropic", Recorder()) as (_emu, make):
+            session = make(exporters=[exporter])
+            t0 = time.perf_counter()
+            run_agent(session)
+            elapsed = time.perf_counter() - t0
+        assert session.report().requests == 4 and exporter.failures == 0
+        assert elapsed < 5  # the export of each span happens on the processor's thread, not in send
+        provider.shutdown()
 
 
 # -- the example ---------------------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ properties above; and a stream event carrying a field of the wrong type (a chat 
 ``reasoning_content`` list or ``arguments`` object, ...) must not end in an accepted answer
 (:func:`stream_must_refuse`): a silently dropped piece is a changed payload.
 
-``REASONSTATE_FUZZ_EXAMPLES`` (default 1000) sets the examples per property; ``make fuzz`` runs 20000.
+Examples per property: the hypothesis profile of tests/conftest.py, 100 in ``make test``; with
+``REASONSTATE_FUZZ_EXAMPLES`` set, that many (``make fuzz`` runs 20000).
 The targeted tests at the end pin each wrong-type field on its own, so each refusal that is missing shows
 up as its own failure.
 """
@@ -40,7 +41,6 @@ import copy
 import functools
 import itertools
 import json
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -63,10 +63,8 @@ from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 from reasonstate.tokens import ChatTemplateRenderer, template_path
 
-EXAMPLES = int(os.environ.get("REASONSTATE_FUZZ_EXAMPLES", 1000))
+# max_examples and deadline come from the loaded profile (tests/conftest.py); these add reproducibility
 FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
     derandomize=True,
     database=None,
     phases=(Phase.explicit, Phase.generate, Phase.shrink),

@@ -78,6 +78,7 @@ def test_every_emulator_is_exported_from_reasonstate_testing() -> None:
     defined = {
         name
         for path in root.glob("*.py")
+        if path.name != "_server.py"  # the framework: the lifecycle bases every emulator stands on
         for name in re.findall(r"^class (\w+Emulator)\b", path.read_text(), re.MULTILINE)
         if not name.endswith("FamilyEmulator")  # the OpenAI emulators' shared base, not an emulator
     }

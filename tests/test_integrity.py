@@ -505,18 +505,22 @@ def test_next_request_kwargs_are_a_copy_the_caller_may_change_without_changing_a
     sent_alike(rig, lambda s: s.send_tool_results(results), session, control)
 
 
-def test_editing_a_snapshot_and_its_json_changes_no_sent_byte_of_the_session_it_was_taken_from(
+def test_editing_a_snapshot_changes_neither_the_sessions_next_snapshot_nor_a_sent_byte(
     rig: Rig,
 ) -> None:
+    """What a snapshot holds is the caller's: editing it (the trace and execution records included, which
+    no request carries) must not reach the session it was taken from, whose next snapshot is the same
+    JSON as before the edit."""
     session = rig.session()
     reply = open_chain(rig, session)
     control = fork(rig, session)
+    before = session.snapshot().model_dump_json()
     snap = session.snapshot()
     for field in ("options", "tools", "few_shots", "history", "execution", "trace"):
         scribble(getattr(snap, field))
     snap.model = "another-model"
     snap.system = "another system"
-    scribble(json.loads(session.snapshot().model_dump_json()))
+    assert session.snapshot().model_dump_json() == before
     results = results_for(reply)
     rig.queue("answer", "answer")
     sent_alike(rig, lambda s: s.send_tool_results(results), session, control)

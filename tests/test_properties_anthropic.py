@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonstate.policies import CacheAware, Drop, Keep, KeepLast
@@ -43,7 +43,7 @@ def _actions(shapes: list[tuple[int, int, int, bool]]) -> list[ModelAction]:
     return actions
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30)  # slow examples (whole sessions or rollouts): capped below the profile's 100
 @given(shapes=turn_shapes, policy=st.sampled_from(POLICIES), stream=st.booleans())
 def test_every_session_is_accepted_predicted_exactly_and_replays_chains_verbatim(
     shapes: list[tuple[int, int, int, bool]], policy: Any, stream: bool

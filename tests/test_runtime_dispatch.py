@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reasonstate as rs
@@ -62,7 +62,7 @@ def emu() -> Iterator[AnthropicEmulator]:
 
 
 # -- declared order ------------------------------------------------------------------------------------------
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12)  # slow examples (whole sessions or rollouts): capped below the profile's 100
 @given(delays=st.lists(st.sampled_from([0.0, 0.01, 0.02, 0.04]), min_size=2, max_size=6))
 def test_results_go_back_in_declared_order_whatever_order_the_handlers_finish_in(delays: list[float]) -> None:
     finished: list[int] = []

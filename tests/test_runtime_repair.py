@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import reasonstate as rs
@@ -917,7 +917,6 @@ def _within(part: Any, whole: Any) -> bool:
     return part == whole and type(part) is type(whole)
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.text(max_size=4), _VALUES, min_size=1, max_size=4), st.booleans(), st.data())
 def test_a_completed_cut_holds_only_values_the_model_wrote_in_full(
     value: dict[str, Any], spaced: bool, data: st.DataObject

@@ -85,10 +85,56 @@ def test_system_and_tools_bytes_are_identical_in_every_request(emulator: Anthrop
     systems = {json.dumps(body(emulator, i)["system"]) for i in range(5)}
     tools = {json.dumps(body(emulator, i)["tools"]) for i in range(5)}
     assert len(systems) == 1 and len(tools) == 1
-    # tools are sorted by name and their schemas key-sorted, whatever order the caller declared
-    first = body(emulator, 0)["tools"]
-    assert [t["name"] for t in first] == ["get_time", "get_weather"]
-    assert list(first[0]["input_schema"]) == ["properties", "type"]
+
+
+#: the ``tools`` of a request for the two tools below, written out by hand: the tools in name order, each
+#: as the adapter builds it (name, description, input_schema), every schema key sorted at every depth, the
+#: order of a list (``required``) as declared
+SORTED_TOOLS = (
+    b'"tools":[{"name":"book_table","description":"Book a table","input_schema":{"properties":{"party":'
+    b'{"properties":{"names":{"items":{"type":"string"},"type":"array"},"size":{"minimum":1,"type":"integer"}},'
+    b'"required":["size"],"type":"object"},"when":{"description":"local time","format":"date-time",'
+    b'"type":"string"}},"required":["when","party"],"type":"object"}},{"name":"zone_time","description":'
+    b'"Local time","input_schema":{"properties":{"zone":{"type":"string"}},"type":"object"}}]'
+)
+
+
+def test_tools_go_out_in_name_order_with_every_schema_key_sorted_whatever_order_they_are_declared_in(
+    emulator: AnthropicEmulator,
+) -> None:
+    """Pain point #27 (maximhq/bifrost PR #2082, /work/shared/painpoints.md): tool schemas serialized in a
+    non-deterministic key order break the prompt cache on every request; sorting the keys cut the cost by
+    72-90%. The tools are declared out of name order and their schemas' keys unsorted at every depth; the
+    bytes on the wire are compared with :data:`SORTED_TOOLS`, written by hand."""
+    booking = rs.Tool(
+        name="book_table",
+        description="Book a table",
+        parameters={
+            "type": "object",
+            "required": ["when", "party"],
+            "properties": {
+                "when": {"type": "string", "format": "date-time", "description": "local time"},
+                "party": {
+                    "type": "object",
+                    "required": ["size"],
+                    "properties": {
+                        "size": {"type": "integer", "minimum": 1},
+                        "names": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            },
+        },
+    )
+    zone = rs.Tool(
+        name="zone_time",
+        description="Local time",
+        parameters={"type": "object", "properties": {"zone": {"type": "string"}}},
+    )
+    emulator.script.extend([answer(1), answer(2)])
+    session = make_session(emulator, tools=[zone, booking])
+    session.send("A table for two tonight?")
+    session.send("And tomorrow?")
+    assert [emulator.requests[i].body.count(SORTED_TOOLS) for i in range(2)] == [1, 1]
 
 
 # -- between-turn policies ---------------------------------------------------------------------------------

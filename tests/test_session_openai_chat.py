@@ -509,7 +509,7 @@ def test_a_stream_without_finish_reason_and_done_is_interrupted(deepseek: OpenAI
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)  # slow examples (whole sessions or rollouts): capped below the profile's 100
 @given(
     reasoning=st.one_of(st.none(), _text),
     content=st.one_of(st.none(), _text),

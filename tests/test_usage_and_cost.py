@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import reasonstate as rs
@@ -41,7 +41,6 @@ def _invariants(u: rs.Usage) -> None:
 # -- each vendor's fields, consistent: the normalized figures are the vendor's own ---------------------------
 
 
-@settings(max_examples=200, deadline=None)
 @given(inp=COUNTS, read=COUNTS, five=COUNTS, hour=COUNTS, out=COUNTS, thinking=st.one_of(st.none(), COUNTS))
 def test_anthropic_parts_are_disjoint_and_sum_to_the_prompt(
     inp: int, read: int, five: int, hour: int, out: int, thinking: int | None
@@ -62,7 +61,6 @@ def test_anthropic_parts_are_disjoint_and_sum_to_the_prompt(
     assert u.output == out and u.reasoning == (None if thinking is None else min(thinking, out))
 
 
-@settings(max_examples=200, deadline=None)
 @given(total=COUNTS, data=st.data())
 def test_openai_cached_tokens_are_inside_input_tokens(total: int, data: st.DataObject) -> None:
     cached = data.draw(st.integers(0, total))
@@ -80,7 +78,6 @@ def test_openai_cached_tokens_are_inside_input_tokens(total: int, data: st.DataO
     assert (u.output, u.reasoning) == (out, reasoning)
 
 
-@settings(max_examples=200, deadline=None)
 @given(hit=COUNTS, miss=COUNTS, out=COUNTS)
 def test_deepseek_hit_plus_miss_is_the_prompt(hit: int, miss: int, out: int) -> None:
     raw = {
@@ -94,7 +91,6 @@ def test_deepseek_hit_plus_miss_is_the_prompt(hit: int, miss: int, out: int) -> 
     assert (u.input_total, u.cache_read, u.uncached_input, u.output) == (hit + miss, hit, miss, out)
 
 
-@settings(max_examples=200, deadline=None)
 @given(prompt=COUNTS, candidates=COUNTS, thoughts=COUNTS, data=st.data())
 def test_gemini_cached_content_is_inside_the_prompt_and_thoughts_are_output(
     prompt: int, candidates: int, thoughts: int, data: st.DataObject
@@ -115,7 +111,6 @@ def test_gemini_cached_content_is_inside_the_prompt_and_thoughts_are_output(
 # -- odd figures never fail the call: a missing, negative or non-integer count is 0 --------------------------
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     fields=st.dictionaries(
         st.sampled_from(

@@ -1,6 +1,11 @@
-"""The emulator framework: a real HTTP/1.1 server on 127.0.0.1, routes, recorded requests, fault injection.
+"""The emulator framework: a real HTTP/1.1 server on 127.0.0.1, routes, recorded requests, fault injection,
+and the lifecycle every vendor emulator shares.
 
-Every vendor emulator is a set of routes on an :class:`EmulatorServer`. The server binds a free port on
+Every vendor emulator is a set of routes on an :class:`EmulatorServer`, owned by an :class:`Emulator`
+(start/stop, a context manager, the recorded requests, injected faults, the options of a real SDK client
+pointed at it); an emulator of a model API is a :class:`ScriptedEmulator` (the model's actions from a
+:class:`~reasonstate.testing.script.Script`, the key of what it signs, a response transform, the model
+aliases it resolves, the lock its handlers run under). The server binds a free port on
 the loopback interface, serves each request on its own thread, records every request exactly as it arrived
 (raw body bytes included, so tests can compare what the SDK put on the wire), and consumes injected
 :class:`Fault` values first-in first-out before it calls the route handler.
@@ -16,26 +21,38 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import select
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
+from reasonstate.testing.script import ModelAction, Responder, Script
+
 __all__ = [
+    "Emulator",
     "EmulatorServer",
     "Fault",
     "JSONResponse",
     "RecordedRequest",
     "Route",
+    "ScriptedEmulator",
     "StreamResponse",
+    "Transform",
 ]
+
+_E = TypeVar("_E", bound="Emulator")
+
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+"""Applied to every successful response body before it is sent; a streamed response is framed from the
+transformed body, so both agree."""
 
 
 @attrs.frozen(slots=True)
@@ -350,6 +367,101 @@ class EmulatorServer:
             h.wfile.flush()
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
+
+
+class Emulator:
+    """The lifecycle every vendor emulator shares: one :class:`EmulatorServer` serving its routes.
+
+    Use it as a context manager (or :meth:`start`/:meth:`stop`). ``base_url`` is the server root
+    (``http://127.0.0.1:PORT``); ``sdk_path`` is what the vendor SDK's own ``base_url`` adds to it (``""``
+    for Anthropic and Gemini, ``"/v1"`` for OpenAI's), and :meth:`_client_kwargs` the options of a real
+    SDK client pointed there (``api_key="test-key"``, ``max_retries=0``; the caller's ``kw`` override).
+    """
+
+    sdk_path = ""
+
+    def __init__(self, routes: Iterable[Route], *, name: str) -> None:
+        self._server = EmulatorServer(routes, name=name)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self: _E) -> _E:
+        """Serve on a free loopback port (unless :meth:`EmulatorServer.bind` chose one); returns self."""
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self: _E) -> _E:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """The server root, ``http://127.0.0.1:PORT`` (no ``sdk_path``)."""
+        return self._server.base_url
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received, faulted and rejected ones included, in arrival order."""
+        return self._server.requests
+
+    @property
+    def server(self) -> EmulatorServer:
+        """The underlying :class:`EmulatorServer` (e.g. to :meth:`~EmulatorServer.bind` an address)."""
+        return self._server
+
+    # -- faults and clients ------------------------------------------------------------------------
+    def inject(self, *faults: Fault) -> None:
+        """Queue faults; each answers one later request, in order, before any validation."""
+        self._server.inject(*faults)
+
+    def _client_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
+        return {"base_url": self.base_url + self.sdk_path, "api_key": "test-key", "max_retries": 0, **kw}
+
+
+class ScriptedEmulator(Emulator):
+    """An emulator of a model API: what the model does comes from ``script``.
+
+    ``script``: a :class:`~reasonstate.testing.script.Script`, an iterable of
+    :class:`~reasonstate.testing.script.ModelAction` or a responder ``(request_json) -> ModelAction``.
+    ``secret``: the HMAC key of what the emulator signs (bytes, or text taken as UTF-8; random per emulator
+    when None, so one emulator's signatures do not verify on another, as another organisation's would not;
+    give two emulators the same secret to let them verify each other's). ``transform``: applied to each
+    successful response (:data:`Transform`). ``aliases``: the complete alias → model id table
+    :meth:`resolve_model` reads (each vendor's emulator merges its defaults with the caller's entries
+    before it gets here). Handlers run under ``_lock``, so concurrent requests see one consistent store,
+    cache and script.
+    """
+
+    def __init__(
+        self,
+        routes: Iterable[Route],
+        *,
+        name: str,
+        script: Script | Iterable[ModelAction] | Responder = (),
+        secret: bytes | str | None = None,
+        transform: Transform | None = None,
+        aliases: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(routes, name=name)
+        self.script = script if isinstance(script, Script) else Script(script)
+        if secret is None:
+            secret = secrets.token_bytes(32)
+        self.secret = secret.encode() if isinstance(secret, str) else bytes(secret)
+        self.transform = transform
+        #: alias → the model id the API answers with, as this emulator resolves them
+        self.aliases: dict[str, str] = dict(aliases or {})
+        self._lock = threading.RLock()
+
+    def resolve_model(self, model: str) -> str:
+        """The model id the API answers ``model`` with: the dated id for an alias, else ``model`` itself."""
+        return self.aliases.get(model, model)
+
+    def _transformed(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self.transform(payload) if self.transform is not None else payload
 
 
 def _send_raw(h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str]) -> None:

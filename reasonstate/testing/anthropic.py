@@ -171,22 +171,22 @@ import itertools
 import json
 import os
 import re
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from reasonstate.testing._server import (
-    EmulatorServer,
     Fault,
     JSONResponse,
     RecordedRequest,
     Route,
+    ScriptedEmulator,
     StreamResponse,
+    Transform,
     sse_event,
 )
-from reasonstate.testing.script import ModelAction, Script, ScriptExhausted, count_tokens
+from reasonstate.testing.script import ModelAction, Responder, Script, ScriptExhausted, count_tokens
 
 if TYPE_CHECKING:
     import anthropic
@@ -288,7 +288,6 @@ _BOUND_TO_OTHER_CONVERSATION = (
 # claude-<family>-<major>[-<minor>][-<yyyymmdd>]; older ids (claude-3-7-sonnet-...) do not match
 _MODEL_ID = re.compile(r"claude-(opus|sonnet|haiku|fable|mythos)-(\d+)(?:-(\d{1,2}))?(?:-\d{8})?")
 
-Transform = Callable[[dict[str, Any]], dict[str, Any]]
 _Dropped = tuple[int, int, str]  # (message index, block index, reason) of a block drop_block removed
 
 
@@ -433,7 +432,7 @@ def _chunks(text: str, parts: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-class AnthropicEmulator:
+class AnthropicEmulator(ScriptedEmulator):
     """A running, strict Anthropic Messages API on 127.0.0.1; use it as a context manager.
 
     Point a real SDK client at it (the base URL is the server root, no ``/v1``; :meth:`client` does this)::
@@ -460,7 +459,7 @@ class AnthropicEmulator:
 
     def __init__(
         self,
-        script: Script | Iterable[ModelAction] | Callable[[Any], ModelAction] = (),
+        script: Script | Iterable[ModelAction] | Responder = (),
         *,
         cache_min_tokens: int = 1024,
         secret: bytes | str | None = None,
@@ -468,65 +467,23 @@ class AnthropicEmulator:
         transform: Transform | None = None,
         aliases: Mapping[str, str] | None = None,
     ) -> None:
-        if isinstance(script, Script):
-            self._script = script
-        else:
-            self._script = Script(script)
-        self.cache_min_tokens = cache_min_tokens
-        self.lookback_blocks = lookback_blocks
-        self.transform = transform
-        #: alias → dated id, as this emulator resolves them (:data:`MODEL_ALIASES` + ``aliases``)
-        self.aliases: dict[str, str] = {**MODEL_ALIASES, **dict(aliases or {})}
-        if secret is None:
-            self._secret = os.urandom(32)
-        elif isinstance(secret, str):
-            self._secret = secret.encode()
-        else:
-            self._secret = bytes(secret)
-        self._lock = threading.Lock()
-        self._msg_ids = itertools.count(1)
-        self._tool_ids = itertools.count(1)
-        self._cache: dict[tuple[str, bytes], int] = {}
-        self._issued_by_tool: dict[str, _Issued] = {}
-        self.server = EmulatorServer(
+        super().__init__(
             [
                 Route("POST", r"/v1/messages", self._handle_messages),
                 Route("POST", r"/v1/messages/count_tokens", self._handle_count_tokens),
             ],
             name="anthropic-emulator",
+            script=script,
+            secret=secret,
+            transform=transform,
+            aliases={**MODEL_ALIASES, **dict(aliases or {})},
         )
-
-    # -- lifecycle and accessors ----------------------------------------------------------------------
-    def start(self) -> AnthropicEmulator:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> AnthropicEmulator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT`` — the Anthropic SDK's ``base_url`` (no ``/v1``)."""
-        return self.server.base_url
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received (faulted and rejected ones included), in arrival order."""
-        return self.server.requests
-
-    @property
-    def script(self) -> Script:
-        return self._script
-
-    def inject(self, *faults: Fault) -> None:
-        """Queue faults; each is consumed by one later request, in order."""
-        self.server.inject(*faults)
+        self.cache_min_tokens = cache_min_tokens
+        self.lookback_blocks = lookback_blocks
+        self._msg_ids = itertools.count(1)
+        self._tool_ids = itertools.count(1)
+        self._cache: dict[tuple[str, bytes], int] = {}
+        self._issued_by_tool: dict[str, _Issued] = {}
 
     def clear_cache(self) -> None:
         """Forget every prompt-cache entry."""
@@ -562,27 +519,18 @@ class AnthropicEmulator:
         ``max_retries=0`` unless overridden)."""
         import anthropic
 
-        options: dict[str, Any] = {"base_url": self.base_url, "api_key": "test-key", "max_retries": 0}
-        options.update(kw)
-        return anthropic.Anthropic(**options)
+        return anthropic.Anthropic(**self._client_kwargs(kw))
 
     def async_client(self, **kw: Any) -> anthropic.AsyncAnthropic:
         """A real ``anthropic.AsyncAnthropic`` pointed at this emulator."""
         import anthropic
 
-        options: dict[str, Any] = {"base_url": self.base_url, "api_key": "test-key", "max_retries": 0}
-        options.update(kw)
-        return anthropic.AsyncAnthropic(**options)
-
-    # -- models --------------------------------------------------------------------------------------
-    def resolve_model(self, model: str) -> str:
-        """The model id the API answers ``model`` with: the dated id for an alias, else ``model`` itself."""
-        return self.aliases.get(model, model)
+        return anthropic.AsyncAnthropic(**self._client_kwargs(kw))
 
     # -- signatures ------------------------------------------------------------------------------------
     # Every helper resolves its ``model`` first: an alias and its dated id sign and verify alike.
     def _mac(self, *parts: bytes) -> bytes:
-        return hmac.new(self._secret, b"\x00".join(parts), hashlib.sha256).digest()
+        return hmac.new(self.secret, b"\x00".join(parts), hashlib.sha256).digest()
 
     def sign_thinking(self, model: str, thinking: str, *, prefix_digest: bytes | None = None) -> str:
         """A fresh signature for ``thinking`` as produced by ``model``.
@@ -665,7 +613,7 @@ class AnthropicEmulator:
             except _Reject as exc:
                 return JSONResponse(exc.status, _envelope(exc.kind, exc.message, rid), {"request-id": rid})
             try:
-                action = self._script.take(body)
+                action = self.script.take(body)
             except ScriptExhausted as exc:
                 return JSONResponse(500, _envelope("api_error", str(exc), rid), {"request-id": rid})
             model = self.resolve_model(str(body["model"]))
@@ -676,8 +624,7 @@ class AnthropicEmulator:
                     {"type": "thinking_dropped", "path": f"messages.{n}.content.{m}", "reason": reason}
                     for n, m, reason in dropped
                 ]
-        if self.transform is not None:
-            message = self.transform(message)
+        message = self._transformed(message)
         if body.get("stream") is True:
             return StreamResponse(list(_stream_events(message)), headers={"request-id": rid})
         return JSONResponse(200, message, {"request-id": rid})

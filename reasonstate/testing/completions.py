@@ -35,7 +35,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from reasonstate.testing._server import EmulatorServer, JSONResponse, RecordedRequest, Route
+from reasonstate.testing._server import Emulator, JSONResponse, RecordedRequest, Route
 
 __all__ = [
     "BLOCK_SIZE",
@@ -156,7 +156,7 @@ class Served:
 Responder = Callable[[Sequence[int]], "ScriptedCompletion | str | Sequence[int]"]
 
 
-class VLLMCompletionsEmulator:
+class VLLMCompletionsEmulator(Emulator):
     """``POST /v1/completions`` on an :class:`EmulatorServer`; use it as a context manager.
 
     Point a real SDK client at it (root plus ``/v1``)::
@@ -186,6 +186,7 @@ class VLLMCompletionsEmulator:
         model: str = "emulated-model",
         block_size: int = BLOCK_SIZE,
     ) -> None:
+        super().__init__([Route("POST", "/v1/completions", self._handle)], name="vllm-completions")
         self._queue = [_scripted(c) for c in completions]
         self._responder = responder
         if tokenizer is not None and codec is not None:
@@ -200,28 +201,6 @@ class VLLMCompletionsEmulator:
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self.served: list[Served] = []
-        self.server = EmulatorServer(
-            [Route("POST", "/v1/completions", self._handle)], name="vllm-completions"
-        )
-
-    # -- lifecycle --------------------------------------------------------------------------------------
-    def start(self) -> VLLMCompletionsEmulator:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> VLLMCompletionsEmulator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT`` (an OpenAI client wants ``base_url + "/v1"``)."""
-        return self.server.base_url
 
     def add(self, *completions: ScriptedCompletion | str | Sequence[int]) -> None:
         with self._lock:

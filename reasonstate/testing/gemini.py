@@ -188,22 +188,22 @@ import itertools
 import json
 import os
 import re
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from reasonstate.testing._server import (
-    EmulatorServer,
     Fault,
     JSONResponse,
     RecordedRequest,
     Route,
+    ScriptedEmulator,
     StreamResponse,
+    Transform,
 )
 from reasonstate.testing.openai import canonical_json, shared_item_tokens
-from reasonstate.testing.script import ModelAction, Script, ScriptExhausted, count_tokens
+from reasonstate.testing.script import ModelAction, Responder, Script, ScriptExhausted, count_tokens
 
 if TYPE_CHECKING:
     from google import genai
@@ -339,8 +339,6 @@ _NONCE_LEN = 12
 _MAC_LEN = 32
 _STD = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _URLSAFE = re.compile(r"[A-Za-z0-9_-]*={0,2}")
-
-Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class _Reject(Exception):
@@ -686,7 +684,7 @@ def _sse(chunks: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
         yield b"data: " + _compact(chunk).encode() + b"\r\n\r\n"
 
 
-class GeminiEmulator:
+class GeminiEmulator(ScriptedEmulator):
     """A running, strict Gemini ``generateContent`` API on 127.0.0.1; use it as a context manager.
 
     Point a real SDK client at it (the base URL is the server root; the SDK adds ``/v1/models/...``;
@@ -711,7 +709,7 @@ class GeminiEmulator:
 
     def __init__(
         self,
-        script: Script | Iterable[ModelAction] | Callable[[Any], ModelAction] = (),
+        script: Script | Iterable[ModelAction] | Responder = (),
         *,
         secret: bytes | str | None = None,
         cache_min_tokens: int | None = None,
@@ -719,55 +717,21 @@ class GeminiEmulator:
         transform: Transform | None = None,
         accept_sentinels: bool = True,
     ) -> None:
-        self._script = script if isinstance(script, Script) else Script(script)
-        if secret is None:
-            self._secret = os.urandom(32)
-        else:
-            self._secret = secret.encode() if isinstance(secret, str) else bytes(secret)
+        super().__init__(
+            [Route("POST", _ROUTE, self._handle)],
+            name="gemini-emulator",
+            script=script,
+            secret=secret,
+            transform=transform,
+            aliases={**MODEL_ALIASES, **dict(aliases or {})},
+        )
         self.cache_min_tokens = cache_min_tokens
-        #: alias → versioned id, as this emulator resolves them (:data:`MODEL_ALIASES` + ``aliases``)
-        self.aliases: dict[str, str] = {**MODEL_ALIASES, **dict(aliases or {})}
-        self.transform = transform
         self._sentinels: frozenset[bytes] = frozenset()
         if accept_sentinels:
             wire = {base64.urlsafe_b64decode(s) for s in SENTINEL_SIGNATURES}
             self._sentinels = frozenset(wire | {s.encode() for s in SENTINEL_SIGNATURES})
-        self._lock = threading.Lock()
         self._response_ids = itertools.count(1)
         self._prompts: dict[str, list[list[bytes]]] = {}
-        self.server = EmulatorServer([Route("POST", _ROUTE, self._handle)], name="gemini-emulator")
-
-    # -- lifecycle and accessors ----------------------------------------------------------------------
-    def start(self) -> GeminiEmulator:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def __enter__(self) -> GeminiEmulator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT`` — the SDK's ``HttpOptions.base_url`` (the SDK adds ``/v1/...``)."""
-        return self.server.base_url
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received (faulted and rejected ones included), in arrival order."""
-        return self.server.requests
-
-    @property
-    def script(self) -> Script:
-        return self._script
-
-    def inject(self, *faults: Fault) -> None:
-        """Queue faults; each answers one later request, in order, before any validation."""
-        self.server.inject(*faults)
 
     def clear_cache(self) -> None:
         """Forget every earlier prompt: the next request of any model reports no cached tokens."""
@@ -776,8 +740,7 @@ class GeminiEmulator:
 
     def resolve_model(self, model: str) -> str:
         """The id the API answers ``model`` with (``modelVersion``): the versioned id for an alias."""
-        name = model.removeprefix("models/")
-        return self.aliases.get(name, name)
+        return super().resolve_model(model.removeprefix("models/"))
 
     # -- vendor-shaped faults ------------------------------------------------------------------------
     @staticmethod
@@ -827,7 +790,7 @@ class GeminiEmulator:
         message = b"\x00".join(
             (b"gemini-thought-signature", model.encode(), nonce, canonical_json(dict(part)).encode())
         )
-        return hmac.new(self._secret, message, hashlib.sha256).digest()
+        return hmac.new(self.secret, message, hashlib.sha256).digest()
 
     def sign(self, model: str, part: Mapping[str, Any]) -> str:
         """A fresh signature for the wire ``part`` (bound to its core, see the module doc) from ``model``."""
@@ -875,12 +838,11 @@ class GeminiEmulator:
             except _Reject as rejected:
                 return rejected.response()
             try:
-                action = self._script.take(body)
+                action = self.script.take(body)
             except ScriptExhausted as exc:
                 return _error(500, str(exc))
             response = self._respond(model, parsed, action)
-        if self.transform is not None:
-            response = self.transform(response)
+        response = self._transformed(response)
         if match.group(3) == "generateContent":
             return JSONResponse(200, response)
         chunks = _stream_chunks(response)

@@ -1,5 +1,6 @@
-"""What the OpenAI-family emulators share: server lifecycle, real SDK clients, OpenAI's error envelope,
-bearer auth, fault helpers, and the token-level prefix arithmetic both cache simulations stand on.
+"""What the OpenAI-family emulators share on top of the common lifecycle (:class:`ScriptedEmulator`): real
+``openai`` clients, OpenAI's error envelope, bearer auth, fault helpers, and the token-level prefix
+arithmetic both cache simulations stand on.
 
 The emulators themselves live next door: :mod:`reasonstate.testing.openai_responses`
 (``POST /v1/responses``) and :mod:`reasonstate.testing.openai_chat` (``POST /v1/chat/completions`` with
@@ -38,13 +39,18 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from reasonstate.testing._server import EmulatorServer, Fault, JSONResponse, RecordedRequest, Route
-from reasonstate.testing.script import ModelAction, Script
+from reasonstate.testing._server import (
+    Fault,
+    JSONResponse,
+    RecordedRequest,
+    Route,
+    ScriptedEmulator,
+    Transform,
+)
+from reasonstate.testing.script import ModelAction, Responder, Script
 
 if TYPE_CHECKING:
     import openai
@@ -61,8 +67,6 @@ __all__ = [
     "shared_tokens",
 ]
 
-_E = TypeVar("_E", bound="OpenAIFamilyEmulator")
-
 DOCS_GPT5_MODEL = "https://platform.openai.com/docs/models/gpt-5"
 
 #: Alias → the dated snapshot id OpenAI answers with (``DOCS_GPT5_MODEL``, "Snapshots").
@@ -71,10 +75,6 @@ MODEL_ALIASES: dict[str, str] = {
     "gpt-5-mini": "gpt-5-mini-2025-08-07",
     "gpt-5-nano": "gpt-5-nano-2025-08-07",
 }
-
-Transform = Callable[[dict[str, Any]], dict[str, Any]]
-"""Applied to every successful response body (a Responses ``response`` object or a chat completion)
-before it is sent; a streamed response is derived from the transformed body, so both agree."""
 
 
 def openai_error(
@@ -140,8 +140,8 @@ def openai_cached_tokens(prompt_tokens: int, matched_tokens: int) -> int:
     return 1024 + 128 * ((matched_tokens - 1024) // 128)
 
 
-class OpenAIFamilyEmulator:
-    """Base of the OpenAI-family emulators: a running :class:`EmulatorServer` plus real SDK clients.
+class OpenAIFamilyEmulator(ScriptedEmulator):
+    """Base of the OpenAI-family emulators: the common lifecycle plus real ``openai`` clients.
 
     Use it as a context manager (or :meth:`start`/:meth:`stop`). ``base_url`` is the server root
     (``http://127.0.0.1:PORT``); :meth:`client` points the SDK at ``root + sdk_path`` (``/v1`` for OpenAI).
@@ -156,65 +156,22 @@ class OpenAIFamilyEmulator:
 
     def __init__(
         self,
-        script: Iterable[ModelAction] | Script = (),
+        script: Script | Iterable[ModelAction] | Responder = (),
         *,
         secret: bytes | str | None = None,
         transform: Transform | None = None,
         name: str = "openai-emulator",
         aliases: Mapping[str, str] | None = None,
     ) -> None:
-        self.script = script if isinstance(script, Script) else Script(script)
-        #: alias → dated id, as this emulator resolves them
-        self.aliases: dict[str, str] = dict(aliases or {})
-        if secret is None:
-            secret = secrets.token_bytes(32)
-        self.secret = secret.encode() if isinstance(secret, str) else bytes(secret)
-        self.transform = transform
-        self._lock = threading.RLock()
-        self._server = EmulatorServer(self._routes(), name=name)
+        super().__init__(
+            self._routes(), name=name, script=script, secret=secret, transform=transform, aliases=aliases
+        )
 
     # -- subclass hooks ----------------------------------------------------------------------------
     def _routes(self) -> list[Route]:
         raise NotImplementedError
 
-    # -- models ------------------------------------------------------------------------------------
-    def resolve_model(self, model: str) -> str:
-        """The model id the API answers ``model`` with: the dated id for an alias, else ``model`` itself."""
-        return self.aliases.get(model, model)
-
-    # -- lifecycle ---------------------------------------------------------------------------------
-    def start(self: _E) -> _E:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    def __enter__(self: _E) -> _E:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        """The server root, ``http://127.0.0.1:PORT`` (no ``/v1``)."""
-        return self._server.base_url
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received, faulted and rejected ones included, in arrival order."""
-        return self._server.requests
-
-    @property
-    def server(self) -> EmulatorServer:
-        """The underlying :class:`EmulatorServer` (e.g. to :meth:`~EmulatorServer.bind` an address)."""
-        return self._server
-
     # -- clients -----------------------------------------------------------------------------------
-    def _client_kwargs(self, kw: dict[str, Any]) -> dict[str, Any]:
-        return {"base_url": self.base_url + self.sdk_path, "api_key": "test-key", "max_retries": 0, **kw}
-
     def client(self, **kw: Any) -> openai.OpenAI:
         """A real ``openai.OpenAI`` pointed at this emulator (``max_retries=0``; ``kw`` overrides)."""
         import openai
@@ -228,10 +185,6 @@ class OpenAIFamilyEmulator:
         return openai.AsyncOpenAI(**self._client_kwargs(kw))
 
     # -- faults ------------------------------------------------------------------------------------
-    def inject(self, *faults: Fault) -> None:
-        """Queue faults; each answers one later request, in order, before any validation."""
-        self._server.inject(*faults)
-
     @staticmethod
     def rate_limited(retry_after: float = 1.0) -> Fault:
         """A 429 in OpenAI's shape (``code: rate_limit_exceeded``) with a ``retry-after`` header."""
@@ -261,8 +214,14 @@ class OpenAIFamilyEmulator:
         )
         return openai_error(401, message, code=None)
 
-    @staticmethod
-    def _json_body(request: RecordedRequest) -> dict[str, Any] | JSONResponse:
+    @classmethod
+    def _json_body(cls, request: RecordedRequest) -> dict[str, Any] | JSONResponse:
+        """The JSON object of an authorized request that names a model, or what OpenAI answers instead:
+        401 without a bearer key (checked first), 400 for a body that is not a JSON object or has no
+        string ``model``."""
+        denied = cls._unauthorized(request)
+        if denied is not None:
+            return denied
         try:
             body = request.json()
         except ValueError:
@@ -272,6 +231,3 @@ class OpenAIFamilyEmulator:
         if not isinstance(body.get("model"), str):
             return openai_error(400, "you must provide a model parameter", param="model")
         return body
-
-    def _transformed(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.transform(payload) if self.transform is not None else payload

@@ -232,9 +232,6 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
 
     # -- the handler -------------------------------------------------------------------------------
     def _handle(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
-        denied = self._unauthorized(request)
-        if denied is not None:
-            return denied
         body = self._json_body(request)
         if isinstance(body, JSONResponse):
             return body

@@ -49,11 +49,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal, Protocol, TextIO
+from typing import Any, Literal, TextIO
 
 import attrs
 
-from reasonstate.testing._server import EmulatorServer
+from reasonstate.testing._server import Emulator
 from reasonstate.testing.completions import ScriptedCompletion, VLLMCompletionsEmulator
 from reasonstate.testing.script import ModelAction, Script, ScriptExhausted, ToolCallSpec
 
@@ -85,16 +85,6 @@ _GEMINI_SCHEMA_KEYS = ("parametersJsonSchema", "parameters_json_schema", "parame
 
 class ScriptFileError(ValueError):
     """A script file that is not valid JSON or not in the documented format (the message says where)."""
-
-
-class _Running(Protocol):
-    @property
-    def server(self) -> EmulatorServer: ...
-
-    @property
-    def base_url(self) -> str: ...
-
-    def stop(self) -> None: ...
 
 
 # -- script files ----------------------------------------------------------------------------------------
@@ -300,7 +290,7 @@ def build_emulator(
     *,
     dialect: str = "openai",
     tokenizer: str | None = None,
-) -> _Running:
+) -> Emulator:
     """The (not yet started) emulator ``reasonstate emulate`` runs, with the script file loaded."""
     if vendor == "completions":
         completions: list[ScriptedCompletion] = []

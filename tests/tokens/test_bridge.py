@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonstate.tokens import CARRIED, STRUCTURE, ChatTemplateRenderer, ToolCallParseError
@@ -176,7 +176,7 @@ def _next_messages(
     return [{"role": "user", "content": data.draw(_TEXT)}]
 
 
-@settings(max_examples=64, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=64)  # slow examples (whole sessions or rollouts): capped below the profile's 100
 @given(data=st.data())
 def test_bridge_keeps_the_exact_prefix_over_random_rollouts_qwen(
     qwen: ChatTemplateRenderer, data: st.DataObject
@@ -184,7 +184,7 @@ def test_bridge_keeps_the_exact_prefix_over_random_rollouts_qwen(
     _rollout(qwen, data)
 
 
-@settings(max_examples=64, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=64)  # slow examples (whole sessions or rollouts): capped below the profile's 100
 @given(data=st.data())
 def test_bridge_keeps_the_exact_prefix_over_random_rollouts_deepseek_v4(
     deepseek: ChatTemplateRenderer, data: st.DataObject

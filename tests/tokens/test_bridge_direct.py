@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonstate.tokens import CARRIED, STRUCTURE, ChatTemplateRenderer, template_path
@@ -624,7 +624,7 @@ def _qwen_turn(
     return text + "<|im_end|>", message
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)  # slow examples (whole sessions or rollouts): capped below the profile's 100
 @given(data=st.data())
 def test_random_qwen_tool_chains_bridge_to_the_direct_render(
     qwen_renderer: ChatTemplateRenderer, data: st.DataObject
@@ -645,7 +645,7 @@ def test_random_qwen_tool_chains_bridge_to_the_direct_render(
         )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)  # slow examples (whole sessions or rollouts): capped below the profile's 100
 @given(data=st.data())
 def test_random_deepseek_tool_chains_bridge_to_the_direct_render(
     deepseek_renderer: ChatTemplateRenderer, data: st.DataObject
@@ -734,7 +734,6 @@ _WRITERS: dict[str, tuple[Callable[..., Step], int]] = {
 
 
 @pytest.mark.parametrize("template", list(_WRITERS))
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_tool_chains_bridge_to_the_direct_render_string_level(
     template: str, data: st.DataObject
