@@ -68,9 +68,6 @@ _FLAT_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 _OBJECT_KEYS = frozenset({"type", "properties", "required", "description", "title", "additionalProperties"})
 
 
-# -- schema flatten ----------------------------------------------------------------------------------------
-
-
 def _is_object(node: Any) -> bool:
     return (
         isinstance(node, Mapping)
