@@ -309,7 +309,7 @@ def test_a_fold_is_a_declared_cache_break_predicted_at_the_fold_point(
         assert broken.data["index"] == 4
         assert str(broken.data["path"]).startswith(FOLD_PATH[vendor])
         assert str(broken.data["why"]).startswith("context.folded: folded turns 0..1")
-        assert declared_break(broken, session.trace)
+        assert declared_break(broken)
         record = session.execution[4]
         assert record.divergence == broken.data["unit"] == fold.data["divergence_unit"]
         if vendor in ("anthropic", "responses"):  # the shared part's size was never reported on its own
