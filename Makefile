@@ -19,6 +19,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check reasonstate tests benchmarks examples
 	$(BIN)/ruff format --check reasonstate tests benchmarks examples
 	$(BIN)/mypy --strict reasonstate
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/pytest
