@@ -25,13 +25,13 @@ import reasonstate as rs
 from reasonstate.errors import InvalidOption
 from reasonstate.export import declared_break
 from reasonstate.policies import Drop, Fold, Keep
+from reasonstate.recordings import inspect_text, load
 from reasonstate.state import EventKind, TraceEvent
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
-from reasonstate.views import inspect_text, load
 from tests.conftest import SYSTEM, strip_cache_control
 
 INTRO = "[Summary of the earlier conversation follows]"

@@ -317,7 +317,9 @@ def scavenge(text: str, reasoning: str, tools: Iterable[str]) -> list[Found]:
 # -- the calls ``Session.run`` executes ------------------------------------------------------------------
 
 
-class _Call(Protocol):
+class _CallToRepair(Protocol):
+    """A tool call as repair reads it (the session's ``ToolCall``)."""
+
     @property
     def id(self) -> str: ...
 
@@ -334,7 +336,7 @@ class _Call(Protocol):
     def arguments_error(self) -> str | None: ...
 
 
-_C = TypeVar("_C", bound=_Call)
+_C = TypeVar("_C", bound=_CallToRepair)
 
 
 def _evolve(call: _C, **changes: Any) -> _C:
