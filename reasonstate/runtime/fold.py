@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import attrs
 
@@ -250,5 +250,5 @@ def _traced(layers: _L, data: dict[str, object]) -> _L:
 
 
 def _evolved(layers: _L, **changes: Any) -> _L:
-    evolved: _L = attrs.evolve(layers, **changes)  # type: ignore[misc]
-    return evolved
+    """``attrs.evolve`` of the layers (the engine's ``Layers``, an attrs value; a protocol here)."""
+    return cast(_L, attrs.evolve(cast(Any, layers), **changes))
