@@ -19,6 +19,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check reasonstate tests benchmarks examples
 	$(BIN)/ruff format --check reasonstate tests benchmarks examples
 	$(BIN)/mypy --strict reasonstate
+	$(BIN)/lint-imports
 
 # the suite on every core (pytest-xdist; an idle worker steals the tests a busy one has queued), the ten
 # slowest tests listed at the end; hypothesis properties at 100 examples each (tests/conftest.py)

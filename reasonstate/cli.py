@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from reasonstate.views import RecordingError, diff_text
+    from reasonstate.recordings import RecordingError, diff_text
 
     try:
         print(diff_text(args.first, args.second, api=args.api, model=args.model))
@@ -131,7 +131,7 @@ def _diff(args: argparse.Namespace) -> int:
 def _view(args: argparse.Namespace) -> int:
     from reasonstate.cache.pricing import Pricing
     from reasonstate.errors import InvalidOption
-    from reasonstate.views import RecordingError, inspect_text, load, report_text
+    from reasonstate.recordings import RecordingError, inspect_text, load, report_text
 
     try:
         recording = load(args.file)

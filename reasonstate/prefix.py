@@ -15,18 +15,17 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
 
 from reasonstate.errors import InvalidOption
-from reasonstate.runtime.repair import flat_schema
 from reasonstate.state.frozen import freeze
 
 _T = TypeVar("_T")
 
-__all__ = ["Prefix", "Tool", "canonical_json"]
+__all__ = ["MAX_DEPTH", "MAX_LEAVES", "Prefix", "Tool", "canonical_json", "flat_schema"]
 
 
 # a clock time with seconds, also inside an ISO 8601 timestamp (``2026-12-01T03:32:20.123456``), where no
@@ -54,6 +53,99 @@ def _frozen_schema(value: Any) -> Mapping[str, Any]:
         raise InvalidOption(f"Tool(parameters=...) is not JSON-serializable: {exc}") from exc
     result: Mapping[str, Any] = freeze(json.loads(text))
     return result
+
+
+# -- the flat schema a tool offers (runtime/repair.py re-nests the flat arguments) -------------------------
+
+#: object levels a tool's parameters may nest before they are flattened (``{"a": {"b": x}}`` is 2 levels)
+MAX_DEPTH = 2
+#: leaves (non-object properties) a tool's parameters may have before they are flattened
+MAX_LEAVES = 10
+
+# Anthropic's property-key rule ``^[a-zA-Z0-9_.-]{1,64}$`` (docs/protocols.md §4.2): a flat name must fit it
+_FLAT_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
+# what an object node may hold for its flat form to say the same thing (anything else: not flattened)
+_OBJECT_KEYS = frozenset({"type", "properties", "required", "description", "title", "additionalProperties"})
+
+
+def _is_object(node: Any) -> bool:
+    return (
+        isinstance(node, Mapping)
+        and node.get("type") == "object"
+        and isinstance(node.get("properties"), Mapping)
+    )
+
+
+def _depth_and_leaves(node: Mapping[str, Any]) -> tuple[int, int]:
+    depth, leaves = 1, 0
+    for child in node["properties"].values():
+        if _is_object(child) and child["properties"]:
+            d, n = _depth_and_leaves(child)
+            depth, leaves = max(depth, d + 1), leaves + n
+        else:
+            leaves += 1
+    return depth, leaves
+
+
+def _flat_properties(
+    node: Mapping[str, Any], path: str, required: bool, notes: tuple[str, ...]
+) -> Iterator[tuple[str, Any, bool]]:
+    """``(flat name, leaf schema, required)`` of every leaf under ``node``; a leaf is required when it and
+    every object above it are required (an optional object's required keys cannot be said flat)."""
+    inner = set(node.get("required") or ())
+    for name, child in node["properties"].items():
+        flat = f"{path}.{name}" if path else name
+        if _is_object(child) and child["properties"]:
+            note = (*notes, f"{flat}: {child['description']}") if child.get("description") else notes
+            yield from _flat_properties(child, flat, required and name in inner, note)
+        else:
+            leaf = dict(child)
+            if notes:
+                leaf["description"] = " / ".join((*notes, str(leaf.get("description", "")))).rstrip(" /")
+            yield flat, leaf, required and name in inner
+
+
+def _flattenable(node: Mapping[str, Any]) -> bool:
+    """Every object node says only what a flat form can say, and no property name holds a dot (a flat name
+    must split back into exactly one path)."""
+    for name, child in node["properties"].items():
+        if not isinstance(name, str) or "." in name:
+            return False
+        nested = _is_object(child) and child["properties"]
+        if nested and (set(child) - _OBJECT_KEYS or not _flattenable(child)):
+            return False
+    return True
+
+
+def flat_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``schema`` with dotted flat property names, or None when it needs none or cannot take one.
+
+    Flattened only when the schema is an object whose properties nest deeper than :data:`MAX_DEPTH` levels
+    or have more than :data:`MAX_LEAVES` leaves, every nested object is plain (type, properties, required,
+    description, title, additionalProperties: no ``$ref``, ``anyOf``, ...), no property name has a dot and
+    every flat name fits the vendors' 64-character rule. A leaf keeps its own schema; the descriptions of
+    the objects above it are prefixed to its description (``"address: Where to ship / The city"``); the
+    flat name is required when the leaf and every object above it are required. The top level keeps its
+    other keys (``description``, ``additionalProperties``, ...). Deterministic: equal schemas, equal output.
+    """
+    if not _is_object(schema) or not _flattenable(schema):
+        return None
+    depth, leaves = _depth_and_leaves(schema)
+    if depth <= MAX_DEPTH and leaves <= MAX_LEAVES:
+        return None
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, leaf, needed in _flat_properties(schema, "", True, ()):
+        if not _FLAT_NAME.fullmatch(name):
+            return None
+        properties[name] = leaf
+        if needed:
+            required.append(name)
+    flat = {k: v for k, v in schema.items() if k not in ("properties", "required")}
+    flat["properties"] = properties
+    if required:
+        flat["required"] = required
+    return flat
 
 
 def _tool_name(instance: object, attribute: Any, value: Any) -> None:
@@ -114,7 +206,7 @@ class Tool:
 
     ``offered_parameters`` is the schema every request sends: ``parameters`` itself, or, with ``flatten``
     (the default) and parameters nesting deeper than 2 object levels or with more than 10 leaves, their
-    dotted flat form (:func:`reasonstate.runtime.repair.flat_schema`: ``"address.city"``), computed once
+    dotted flat form (:func:`flat_schema`: ``"address.city"``), computed once
     here so the tools bytes are the same in every request. ``Session.run`` re-nests the model's flat
     arguments before the handler runs; the history keeps them as the model sent them.
 

@@ -58,7 +58,7 @@ from reasonstate.errors import (
     ToolResultError,
     VendorError,
 )
-from reasonstate.export import Exporter, Publisher
+from reasonstate.export import ExportContext, Exporter, Publisher
 from reasonstate.policies import Fold, Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool, check_timeout
 from reasonstate.runtime import repair
@@ -334,7 +334,7 @@ class _Core:
                 advice="a clock time in the system prompt changes every session and busts the prefix "
                 "cache; keep the date in the prefix and the time in the newest user message",
             )
-        self._publisher = Publisher(Publisher.checked(exporters), self)
+        self._publisher = Publisher(Publisher.checked(exporters), self._export_context)
         self._set_layers(Layers(trace=trace))
 
     _async = False
@@ -347,6 +347,23 @@ class _Core:
         self._layers = layers
         if self._publisher is not None:
             self._publisher.publish(layers.trace)
+
+    def _export_context(self, session_id: str) -> ExportContext:
+        """What the exporters see of this session right after a transition (:mod:`reasonstate.export`)."""
+        adapter, layers = self._adapter, self._layers
+        return ExportContext(
+            session_id=session_id,
+            vendor=str(adapter.vendor),
+            api=str(adapter.api),
+            model=self._model,
+            prefix=self._prefix,
+            policy=self._policy.name,
+            history=layers.history,
+            execution=layers.records,
+            trace=layers.trace,
+            stripped=layers.stripped,
+            units=getattr(adapter, "payload_units", None),
+        )
 
     def _check_client(self, client: Any) -> None:
         """A sync session needs a sync client and an async session an async one (refused before any
@@ -934,7 +951,9 @@ class _Core:
                 f"{session._adapter.vendor}/{session._adapter.api} (pass adapter=)"
             )
         layers = restored_layers(snapshot)
-        session._publisher = Publisher(Publisher.checked(exporters), session, cursor=len(layers.trace) - 1)
+        session._publisher = Publisher(
+            Publisher.checked(exporters), session._export_context, cursor=len(layers.trace) - 1
+        )
         session._set_layers(layers)
         session._state = TurnState(snapshot.state)
         return session

@@ -25,13 +25,13 @@ import reasonstate as rs
 from reasonstate.errors import InvalidOption
 from reasonstate.export import declared_break
 from reasonstate.policies import Drop, Fold, Keep
+from reasonstate.recordings import inspect_text, load
 from reasonstate.state import EventKind, TraceEvent
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
-from reasonstate.views import inspect_text, load
 from tests.conftest import SYSTEM, strip_cache_control
 
 INTRO = "[Summary of the earlier conversation follows]"
@@ -309,7 +309,7 @@ def test_a_fold_is_a_declared_cache_break_predicted_at_the_fold_point(
         assert broken.data["index"] == 4
         assert str(broken.data["path"]).startswith(FOLD_PATH[vendor])
         assert str(broken.data["why"]).startswith("context.folded: folded turns 0..1")
-        assert declared_break(broken, session.trace)
+        assert declared_break(broken)
         record = session.execution[4]
         assert record.divergence == broken.data["unit"] == fold.data["divergence_unit"]
         if vendor in ("anthropic", "responses"):  # the shared part's size was never reported on its own

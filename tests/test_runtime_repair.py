@@ -17,10 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import reasonstate as rs
+from reasonstate.prefix import flat_schema
 from reasonstate.runtime.commit import ToolCall
 from reasonstate.runtime.repair import (
     Found,
-    flat_schema,
     json_completion,
     missing_required,
     nest_arguments,

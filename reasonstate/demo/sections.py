@@ -141,8 +141,8 @@ def tokens(out: Output) -> None:
     """Part 4: the token-level PRR matrix and a token-in/token-out session (needs the ``tokens`` extra)."""
     out.heading("4. Self-hosted models: token-level prefix reuse")
     try:
+        from reasonstate.demo.token_session import token_demo_rows
         from reasonstate.tokens.matrix import run_matrix
-        from reasonstate.tokens.session_demo import token_demo_rows
         from reasonstate.tokens.templates import template_path
     except ImportError:  # the `tokens` extra is not installed
         out.text("(skipped: pip install 'reasonstate[tokens]')")

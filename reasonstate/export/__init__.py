@@ -25,15 +25,13 @@ import contextlib
 import logging
 import operator
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
+import attrs
+
+from reasonstate.prefix import Prefix
 from reasonstate.state import EventKind, ExecutionRecord, History, Step, Trace, TraceEvent
-
-if TYPE_CHECKING:
-    from reasonstate.prefix import Prefix
-    from reasonstate.runtime.commit import Layers
-    from reasonstate.session import _Core
 
 __all__ = ["ExportContext", "Exporter", "Publisher", "declared_break", "log_events", "provider_name"]
 
@@ -69,83 +67,69 @@ def provider_name(vendor: str) -> str:
     return _PROVIDERS.get(vendor, vendor)
 
 
+@attrs.frozen(slots=True)
 class ExportContext:
     """One session as its exporters see it at one transition: a stable id and the session's state right
     after the transition whose events are being exported.
 
-    An immutable snapshot (the layers are immutable values; the adapter holds configuration only), so an
-    exporter may keep it and read it later, on another thread: it still describes that transition.
-    ``session_id`` is unique per session object (``gen_ai.conversation.id``, the JSONL ``session`` field).
+    A value built by the session from what an exporter reads (its vendor, API, model, prefix and policy
+    name, and the layers, all immutable), so an exporter may keep it and read it later, on another thread:
+    it still describes that transition. ``session_id`` is unique per session object
+    (``gen_ai.conversation.id``, the JSONL ``session`` field). ``units`` is the adapter's ``payload_units``
+    when it has one (see :meth:`payload_units`).
     """
 
-    __slots__ = ("_adapter", "_layers", "model", "policy", "prefix", "session_id")
-
-    def __init__(self, session: _Core, session_id: str) -> None:
-        self.session_id = session_id
-        self._adapter: Any = session._adapter
-        self._layers: Layers = session._layers
-        self.model: str = session.model
-        self.prefix: Prefix = session.prefix
-        self.policy: str = session.policy.name
-
-    @property
-    def vendor(self) -> str:
-        """The session's vendor (``anthropic``, ``openai``, ``deepseek``, ...) at this transition."""
-        return str(self._adapter.vendor)
-
-    @property
-    def api(self) -> str:
-        """The session's API (``messages``, ``responses``, ``chat``, ...) at this transition."""
-        return str(self._adapter.api)
+    session_id: str
+    #: the session's vendor (``anthropic``, ``openai``, ``deepseek``, ...) at this transition
+    vendor: str
+    #: the session's API (``messages``, ``responses``, ``chat``, ...) at this transition
+    api: str
+    model: str
+    prefix: Prefix
+    #: the session's policy's name
+    policy: str
+    #: the canonical history as it is with this transition's events
+    history: History
+    #: the execution records as they are with this transition's events
+    execution: tuple[ExecutionRecord, ...]
+    #: the whole trace up to and including this transition's events
+    trace: Trace
+    #: digests of the payloads a vendor rejected and the session leaves out
+    stripped: frozenset[str] = frozenset()
+    units: Callable[[Step], Mapping[str, tuple[str, ...]]] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
 
     @property
     def provider(self) -> str:
         """``gen_ai.provider.name`` of the session's vendor."""
-        return provider_name(self._adapter.vendor)
+        return provider_name(self.vendor)
 
     def payload_units(self, step: Step) -> Mapping[str, tuple[str, ...]]:
         """The prefix units ``step``'s payloads are when the adapter replays them as received → the payload
         digests each carries: a payload's own digest where it is a whole unit (an Anthropic content block,
         a Responses input item); the adapter's ``payload_units`` where units are built around payloads (a
         chat message as the server reads it, a Gemini content of Parts)."""
-        units = getattr(self._adapter, "payload_units", None)
-        if callable(units):
-            found: Mapping[str, tuple[str, ...]] = units(step)
-            return found
+        if self.units is not None:
+            return self.units(step)
         return {c.digest: (c.digest,) for c in step.continuation}
-
-    @property
-    def history(self) -> History:
-        """The canonical history as it is with this transition's events (immutable)."""
-        return self._layers.history
-
-    @property
-    def execution(self) -> tuple[ExecutionRecord, ...]:
-        """The execution records as they are with this transition's events (immutable)."""
-        return self._layers.records
-
-    @property
-    def trace(self) -> Trace:
-        """The whole trace up to and including this transition's events (immutable)."""
-        return self._layers.trace
-
-    @property
-    def stripped(self) -> frozenset[str]:
-        """Digests of the payloads a vendor rejected and the session leaves out."""
-        return self._layers.stripped
 
 
 class Publisher:
     """The session's side: hands the events appended since the last call to the logger and the exporters.
 
     ``cursor`` is how many events were already handed out; :meth:`publish` hands out ``trace[cursor:]``.
+    ``context`` is the session's: its :class:`ExportContext` right now, given this publisher's
+    ``session_id`` (called only when there are exporters).
     """
 
-    __slots__ = ("cursor", "exporters", "session", "session_id", "started")
+    __slots__ = ("context", "cursor", "exporters", "session_id", "started")
 
-    def __init__(self, exporters: Sequence[Exporter], session: _Core, cursor: int = 0) -> None:
+    def __init__(
+        self, exporters: Sequence[Exporter], context: Callable[[str], ExportContext], cursor: int = 0
+    ) -> None:
         self.exporters = tuple(exporters)
-        self.session = session
+        self.context = context
         self.session_id = uuid.uuid4().hex
         self.cursor = cursor
         self.started = False
@@ -177,11 +161,11 @@ class Publisher:
         new = events[self.cursor :]
         self.cursor = n
         if new:
-            log_events(new, trace)
+            log_events(new)
         self.started = True
         if not self.exporters:
             return
-        context = ExportContext(self.session, self.session_id)
+        context = self.context(self.session_id)
         for exporter in self.exporters:
             try:
                 exporter.export(new, context)
@@ -189,7 +173,7 @@ class Publisher:
                 self._failed(exporter, "export", exc)
 
     def close(self) -> None:
-        context = ExportContext(self.session, self.session_id)
+        context = self.context(self.session_id)
         for exporter in self.exporters:
             try:
                 exporter.close(context)
@@ -211,32 +195,17 @@ class Publisher:
 
 # -- the reasonstate logger ---------------------------------------------------------------------------------
 
-#: cache-break ``why`` prefixes that name a change the caller made (``commit._why_diverged``'s wording)
-_DECLARED = (
-    f"{EventKind.PREFIX_CHANGED}:",
-    f"{EventKind.MODEL_CHANGED}:",
-    f"{EventKind.CONTEXT_FOLDED}:",
-    "the stable prefix changed",
-    "model ",
-)
+
+def declared_break(event: TraceEvent) -> bool:
+    """Whether a ``cache.break`` event was declared before its request: its ``declared`` field, which the
+    commit sets when the cause is a prefix or model change, a vendor switch or a fold (``context.folded``),
+    or when the policy decision it cites predicted the divergence (``divergence_unit``). A break a Keep
+    decision did not predict (a vendor rejection left a payload out, say) was not declared, nor is one
+    whose event has no such field."""
+    return event.data.get("declared") is True
 
 
-def declared_break(event: TraceEvent, trace: Trace) -> bool:
-    """Whether a ``cache.break`` event was declared before its request: its cause is a prefix or model
-    change, a vendor switch or a fold (``context.folded``), or the policy decision it cites (the last one
-    before it in ``trace``) predicted a divergence (``divergence_unit``). A break a Keep decision did not
-    predict (a vendor rejection left a payload out, say) was not declared."""
-    why = str(event.data.get("why", ""))
-    if why.startswith(_DECLARED):
-        return True
-    if why.startswith(f"{EventKind.POLICY_DECISION}:"):
-        for earlier in reversed(trace.events[: event.seq]):
-            if earlier.kind == EventKind.POLICY_DECISION:
-                return earlier.data.get("divergence_unit") is not None
-    return False
-
-
-def log_events(events: Sequence[TraceEvent], trace: Trace) -> None:
+def log_events(events: Sequence[TraceEvent]) -> None:
     """The ``reasonstate`` logger's records for ``events``: DEBUG per request, INFO per turn close and fold,
     WARNING for undeclared cache breaks, withheld continuation, clamped policies, recovered failures and
     a fold skipped because ``summarize`` failed.
@@ -248,13 +217,13 @@ def log_events(events: Sequence[TraceEvent], trace: Trace) -> None:
             return  # the common case: a request's events, none of them a warning
         for event in events:
             if event.kind in _WARNED:
-                _log_event(event, trace)
+                _log_event(event)
         return
     for event in events:
-        _log_event(event, trace)
+        _log_event(event)
 
 
-def _log_event(event: TraceEvent, trace: Trace) -> None:
+def _log_event(event: TraceEvent) -> None:
     kind, data, log = event.kind, event.data, _log
     if kind == EventKind.REQUEST_SENT:
         if log.isEnabledFor(logging.DEBUG):
@@ -292,7 +261,7 @@ def _log_event(event: TraceEvent, trace: Trace) -> None:
             )
     elif kind == EventKind.CACHE_BREAK:
         why = str(data.get("why", ""))
-        declared = declared_break(event, trace)
+        declared = declared_break(event)
         level = logging.INFO if declared else logging.WARNING
         if log.isEnabledFor(level):
             cause = why if declared else f"not declared by any traced change ({why})"

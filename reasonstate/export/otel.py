@@ -489,7 +489,7 @@ class OTelExporter:
             attributes["reasonstate.cache.break.why"] = why
             if broken.data.get("path"):
                 attributes["reasonstate.cache.break.path"] = str(broken.data["path"])
-            attributes["reasonstate.cache.break.declared"] = declared_break(broken, context.trace)
+            attributes["reasonstate.cache.break.declared"] = declared_break(broken)
         count, digest = _replayed(state, record)
         attributes["reasonstate.continuation.replayed.count"] = count
         attributes["reasonstate.continuation.replayed.digest"] = digest

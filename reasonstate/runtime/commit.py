@@ -280,7 +280,8 @@ def _why_diverged(
     """The cause of a cache break: ``cause`` (a word of :data:`reasonstate.guard.analysis.CAUSES`), ``path``
     (the JSON path of the first difference) and ``why`` (a sentence; it starts with the traced event that
     declared the change — ``prefix.changed``, ``model.changed``, ``context.folded``, ``policy.decision`` —
-    when there is one).
+    when there is one) and ``declared`` (whether the change was declared before the request: a prefix or
+    model change, a fold, or a policy decision that predicted the divergence).
 
     The cause comes from the guard's analysis of the two requests' bytes (:func:`explain`), the same as
     guard mode's; the session adds what only it knows: the model switch or prefix change it traced, and,
@@ -303,6 +304,7 @@ def _why_diverged(
     ]
     cause: str
     decision: str | None = None
+    declared = True  # a model or prefix change the session made (traced, or seen in the records)
     if record.model != previous.model:
         cause, path = "model_changed", "$.model"
         why = _cause(trace, (EventKind.MODEL_CHANGED,), f"model {previous.model} → {record.model}")
@@ -316,13 +318,20 @@ def _why_diverged(
         else:  # the bytes were not kept (a restored session): a view change is the known change
             cause, path = ("reasoning_dropped" if decisions else "history_rewritten"), "$"
         why = f"{cause} at {path}" if found is not None else f"prefix unit {record.divergence} differs"
+        declared = False
         if decisions:
             decision = why = f"{decisions[-1].kind}: {decisions[-1].data.get('summary', '')}".strip()
+            # declared when the newest policy decision before this request predicted the divergence
+            newest = next(e for e in reversed(trace.events) if e.kind == EventKind.POLICY_DECISION)
+            declared = newest.data.get("divergence_unit") is not None
         if folds:
             if found is None:
                 cause = "compacted"
             decision = why = f"{folds[-1].kind}: {folds[-1].data.get('summary', '')}".strip()
-    out: dict[str, Any] = {"cause": cause, "path": path, "why": why}
+            declared = True
+    # ``declared``: the break's cause is a change the trace declared before this request (the exporters
+    # and the logger read this field, never the sentence in ``why``)
+    out: dict[str, Any] = {"cause": cause, "path": path, "why": why, "declared": declared}
     if decision is not None:
         out["decision"] = decision
     return out

@@ -93,7 +93,9 @@ def check_count(what: str, value: Any, least: int) -> int:
     return value
 
 
-class _Call(Protocol):
+class _CallToRun(Protocol):
+    """A tool call as dispatch reads it (the session's ``ToolCall``)."""
+
     @property
     def id(self) -> str: ...
 
@@ -107,7 +109,7 @@ class _Call(Protocol):
     def arguments_error(self) -> str | None: ...
 
 
-def _key(call: _Call) -> tuple[str, str] | None:
+def _key(call: _CallToRun) -> tuple[str, str] | None:
     """What makes two calls "the same": the tool and its arguments as canonical JSON (key order and spacing
     do not matter). A call without arguments (botched JSON) is never run, so it matches nothing."""
     if call.arguments is None:
@@ -137,7 +139,7 @@ class StormBreaker:
     def _window(self, _attribute: object, value: Any) -> None:
         check_count("StormBreaker(window=)", value, self.repeats)
 
-    def suppressed(self, earlier: Sequence[_Call], calls: Sequence[_Call]) -> dict[str, int]:
+    def suppressed(self, earlier: Sequence[_CallToRun], calls: Sequence[_CallToRun]) -> dict[str, int]:
         """Call id → how often its (tool, arguments) occur in the window ending at it, for each of
         ``calls`` (one step, declared order) to suppress; ``earlier`` are the session's calls before them."""
         keys = [_key(c) for c in earlier[-self.window :]]
@@ -161,7 +163,7 @@ STORM_BREAKER = StormBreaker()
 class _Job:
     """One call to answer: run ``handler(**arguments)`` within ``timeout``, or give ``answer`` as is."""
 
-    call: _Call
+    call: _CallToRun
     handler: Callable[..., Any] | None
     arguments: Mapping[str, Any]
     timeout: float | None
@@ -185,7 +187,7 @@ class Plan:
     """A step's calls as groups to run one after the other (a group's jobs run together), plus what the
     storm breaker suppressed (one record per suppressed call, for the trace)."""
 
-    calls: tuple[_Call, ...]
+    calls: tuple[_CallToRun, ...]
     groups: tuple[tuple[_Job, ...], ...]
     suppressed: tuple[dict[str, Any], ...]
 
@@ -204,9 +206,9 @@ class Dispatched:
 
 def plan(
     prefix: Prefix,
-    calls: Sequence[_Call],
+    calls: Sequence[_CallToRun],
     *,
-    earlier: Sequence[_Call] = (),
+    earlier: Sequence[_CallToRun] = (),
     timeout: float | None = None,
     storm: StormBreaker | None = STORM_BREAKER,
 ) -> Plan:
@@ -243,7 +245,11 @@ def plan(
 
 
 def _job(
-    prefix: Prefix, call: _Call, timeout: float | None, storm_count: int | None, storm: StormBreaker | None
+    prefix: Prefix,
+    call: _CallToRun,
+    timeout: float | None,
+    storm_count: int | None,
+    storm: StormBreaker | None,
 ) -> _Job:
     tool = prefix.tool(call.name)
     parallel = tool is not None and tool.parallel_safe

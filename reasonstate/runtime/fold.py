@@ -21,18 +21,66 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 import attrs
 
-from reasonstate.adapters.base import Adapter, VendorRequest
-from reasonstate.cache.guard import divergence
+from reasonstate.cache import CacheRules, divergence, predict_cache_read
 from reasonstate.policies import Fold, reasoning_tokens
 from reasonstate.prefix import Prefix, canonical_json
-from reasonstate.runtime.commit import Layers, predict
-from reasonstate.state import FOLD_INTRO, EventKind, Folded, History, Turn, TurnView
+from reasonstate.state import FOLD_INTRO, EventKind, ExecutionRecord, Folded, History, Trace, Turn, TurnView
 
 __all__ = ["context_tokens", "folded", "transcript", "turn_tokens"]
+
+
+# What folding reads of the session's values, as protocols: the runtime sits below the adapters and the
+# engine (pyproject.toml, [tool.importlinter]), so it names no class of theirs.
+
+
+class _Layers(Protocol):
+    """The session's layers (the engine's ``Layers``): an attrs value folding evolves."""
+
+    @property
+    def history(self) -> History: ...
+    @property
+    def trace(self) -> Trace: ...
+    @property
+    def records(self) -> tuple[ExecutionRecord, ...]: ...
+
+
+class _Rules(Protocol):
+    """The adapter's :class:`~reasonstate.adapters.base.ProtocolRules`, as far as folding obeys them."""
+
+    def may_rewrite_past(self, model: str) -> bool: ...
+    def clamp(self, turn: Turn, view: TurnView) -> tuple[TurnView, tuple[str, ...]]: ...
+
+
+class _Adapter(Protocol):
+    """An adapter's rules and cache rules (the codec itself is the ``encode`` the session hands in)."""
+
+    @property
+    def rules(self) -> _Rules: ...
+    @property
+    def cache(self) -> CacheRules: ...
+
+
+class _Request(Protocol):
+    """A :class:`~reasonstate.adapters.base.VendorRequest`, as far as the cache prediction reads it."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def units(self) -> Sequence[str]: ...
+    @property
+    def breakpoints(self) -> Sequence[int]: ...
+    @property
+    def prefix_units(self) -> int: ...
+    @property
+    def prompt_ids(self) -> Sequence[int] | None: ...
+
+
+_L = TypeVar("_L", bound=_Layers)
 
 
 def _tokens(text: str) -> int:
@@ -56,7 +104,7 @@ def turn_tokens(turn: Turn) -> int:
     return total
 
 
-def context_tokens(layers: Layers, prefix: Prefix) -> tuple[int, str]:
+def context_tokens(layers: _Layers, prefix: Prefix) -> tuple[int, str]:
     """``(size, how)``: the newest request's reported prompt + output (``how == "usage"``), or, when it
     reported no usage, the estimate from the prefix and the rendered history (``"estimate"``)."""
     records = layers.records
@@ -97,14 +145,14 @@ def transcript(history: History, start: int, stop: int) -> str:
 
 
 def folded(
-    layers: Layers,
+    layers: _L,
     fold: Fold,
     *,
-    adapter: Adapter,
+    adapter: _Adapter,
     prefix: Prefix,
     model: str,
-    encode: Callable[[History], VendorRequest],
-) -> Layers:
+    encode: Callable[[History], _Request],
+) -> _L:
     """The layers after the turn that just closed, folded when the context is ``>= fold.threshold_tokens``
     (see the module docstring); ``encode`` is how the session builds a request on a history (used only to
     predict where the next request diverges)."""
@@ -154,7 +202,15 @@ def folded(
         request = encode(new)
         records = layers.records
         unit = divergence(request.units, records[-1].blocks) if records else None
-        predicted = predict(adapter, request, records)
+        predicted = predict_cache_read(
+            adapter.cache,
+            request.model,
+            request.units,
+            records,
+            breakpoints=request.breakpoints,
+            prefix_units=request.prefix_units,
+            prompt_ids=request.prompt_ids,
+        )
     except Exception as exc:  # the summarizer is user code: a failed fold is skipped, never half-applied
         return _traced(
             layers,
@@ -186,8 +242,13 @@ def folded(
     }
     if reasons:
         data["tail_clamped"] = reasons
-    return attrs.evolve(layers, history=new, trace=layers.trace.appended(EventKind.CONTEXT_FOLDED, **data))
+    return _evolved(layers, history=new, trace=layers.trace.appended(EventKind.CONTEXT_FOLDED, **data))
 
 
-def _traced(layers: Layers, data: dict[str, object]) -> Layers:
-    return attrs.evolve(layers, trace=layers.trace.appended(EventKind.CONTEXT_FOLDED, **data))
+def _traced(layers: _L, data: dict[str, object]) -> _L:
+    return _evolved(layers, trace=layers.trace.appended(EventKind.CONTEXT_FOLDED, **data))
+
+
+def _evolved(layers: _L, **changes: Any) -> _L:
+    """``attrs.evolve`` of the layers (the engine's ``Layers``, an attrs value; a protocol here)."""
+    return cast(_L, attrs.evolve(cast(Any, layers), **changes))

@@ -2,10 +2,11 @@
 
 Three repairs, each reported as a ``tool.repaired`` trace event by the session (``repair`` names it):
 
-* ``flatten`` — a tool whose JSON-schema parameters nest deeper than :data:`MAX_DEPTH` object levels or have
-  more than :data:`MAX_LEAVES` leaves is offered with dotted flat property names (:func:`flat_schema`, once,
-  when the :class:`~reasonstate.prefix.Tool` is built, so every request sends the same bytes); the model's
-  flat arguments are re-nested before the handler runs (:func:`nest_arguments`);
+* ``flatten`` — a tool whose JSON-schema parameters nest deeper than :data:`~reasonstate.prefix.MAX_DEPTH`
+  object levels or have more than :data:`~reasonstate.prefix.MAX_LEAVES` leaves is offered with dotted flat
+  property names (:func:`~reasonstate.prefix.flat_schema`, once, when the :class:`~reasonstate.prefix.Tool`
+  is built, so every request sends the same bytes); the model's flat arguments are re-nested before the
+  handler runs (:func:`nest_arguments`);
 * ``scavenge`` — a reply without a tool call whose text or reasoning holds one (a DeepSeek DSML invoke block
   or a JSON object naming a known tool) gives the calls :func:`scavenge` finds;
 * ``arguments_completed`` / ``arguments_invalid`` — argument text that is a JSON object cut short is
@@ -16,9 +17,8 @@ Three repairs, each reported as a ``tool.repaired`` trace event by the session (
 Invariant: nothing here sees or returns a continuation payload; the caller runs handlers on the repaired
 values and keeps the model's own bytes (raw arguments, reasoning, signatures) exactly as received.
 
-This module imports nothing from the rest of ``reasonstate`` but the value helpers of
-:mod:`reasonstate.state.history` (which import neither the prefix nor the runtime), so
-:mod:`reasonstate.prefix` can use :func:`flat_schema` without a cycle.
+The flat schema a tool offers is the prefix's (:mod:`reasonstate.prefix`, below the runtime); this module
+reads it from the :class:`~reasonstate.prefix.Tool` and re-nests what the model sends back.
 """
 
 from __future__ import annotations
@@ -26,20 +26,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import attrs
 
+from reasonstate.prefix import Tool
 from reasonstate.state.history import parse_json_object
 
-if TYPE_CHECKING:
-    from reasonstate.prefix import Tool
-
 __all__ = [
-    "MAX_DEPTH",
-    "MAX_LEAVES",
     "Found",
-    "flat_schema",
     "json_completion",
     "missing_required",
     "nest_arguments",
@@ -48,98 +43,7 @@ __all__ = [
     "scavenged_message",
 ]
 
-#: object levels a tool's parameters may nest before they are flattened (``{"a": {"b": x}}`` is 2 levels)
-MAX_DEPTH = 2
-#: leaves (non-object properties) a tool's parameters may have before they are flattened
-MAX_LEAVES = 10
-
-# Anthropic's property-key rule ``^[a-zA-Z0-9_.-]{1,64}$`` (docs/protocols.md §4.2): a flat name must fit it
-_FLAT_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
-# what an object node may hold for its flat form to say the same thing (anything else: not flattened)
-_OBJECT_KEYS = frozenset({"type", "properties", "required", "description", "title", "additionalProperties"})
-
-
-# -- schema flatten ----------------------------------------------------------------------------------------
-
-
-def _is_object(node: Any) -> bool:
-    return (
-        isinstance(node, Mapping)
-        and node.get("type") == "object"
-        and isinstance(node.get("properties"), Mapping)
-    )
-
-
-def _depth_and_leaves(node: Mapping[str, Any]) -> tuple[int, int]:
-    depth, leaves = 1, 0
-    for child in node["properties"].values():
-        if _is_object(child) and child["properties"]:
-            d, n = _depth_and_leaves(child)
-            depth, leaves = max(depth, d + 1), leaves + n
-        else:
-            leaves += 1
-    return depth, leaves
-
-
-def _flat_properties(
-    node: Mapping[str, Any], path: str, required: bool, notes: tuple[str, ...]
-) -> Iterator[tuple[str, Any, bool]]:
-    """``(flat name, leaf schema, required)`` of every leaf under ``node``; a leaf is required when it and
-    every object above it are required (an optional object's required keys cannot be said flat)."""
-    inner = set(node.get("required") or ())
-    for name, child in node["properties"].items():
-        flat = f"{path}.{name}" if path else name
-        if _is_object(child) and child["properties"]:
-            note = (*notes, f"{flat}: {child['description']}") if child.get("description") else notes
-            yield from _flat_properties(child, flat, required and name in inner, note)
-        else:
-            leaf = dict(child)
-            if notes:
-                leaf["description"] = " / ".join((*notes, str(leaf.get("description", "")))).rstrip(" /")
-            yield flat, leaf, required and name in inner
-
-
-def _flattenable(node: Mapping[str, Any]) -> bool:
-    """Every object node says only what a flat form can say, and no property name holds a dot (a flat name
-    must split back into exactly one path)."""
-    for name, child in node["properties"].items():
-        if not isinstance(name, str) or "." in name:
-            return False
-        nested = _is_object(child) and child["properties"]
-        if nested and (set(child) - _OBJECT_KEYS or not _flattenable(child)):
-            return False
-    return True
-
-
-def flat_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``schema`` with dotted flat property names, or None when it needs none or cannot take one.
-
-    Flattened only when the schema is an object whose properties nest deeper than :data:`MAX_DEPTH` levels
-    or have more than :data:`MAX_LEAVES` leaves, every nested object is plain (type, properties, required,
-    description, title, additionalProperties: no ``$ref``, ``anyOf``, ...), no property name has a dot and
-    every flat name fits the vendors' 64-character rule. A leaf keeps its own schema; the descriptions of
-    the objects above it are prefixed to its description (``"address: Where to ship / The city"``); the
-    flat name is required when the leaf and every object above it are required. The top level keeps its
-    other keys (``description``, ``additionalProperties``, ...). Deterministic: equal schemas, equal output.
-    """
-    if not _is_object(schema) or not _flattenable(schema):
-        return None
-    depth, leaves = _depth_and_leaves(schema)
-    if depth <= MAX_DEPTH and leaves <= MAX_LEAVES:
-        return None
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for name, leaf, needed in _flat_properties(schema, "", True, ()):
-        if not _FLAT_NAME.fullmatch(name):
-            return None
-        properties[name] = leaf
-        if needed:
-            required.append(name)
-    flat = {k: v for k, v in schema.items() if k not in ("properties", "required")}
-    flat["properties"] = properties
-    if required:
-        flat["required"] = required
-    return flat
+# -- flat arguments ----------------------------------------------------------------------------------------
 
 
 def nest_arguments(arguments: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]] | None:
@@ -413,7 +317,9 @@ def scavenge(text: str, reasoning: str, tools: Iterable[str]) -> list[Found]:
 # -- the calls ``Session.run`` executes ------------------------------------------------------------------
 
 
-class _Call(Protocol):
+class _CallToRepair(Protocol):
+    """A tool call as repair reads it (the session's ``ToolCall``)."""
+
     @property
     def id(self) -> str: ...
 
@@ -430,7 +336,7 @@ class _Call(Protocol):
     def arguments_error(self) -> str | None: ...
 
 
-_C = TypeVar("_C", bound=_Call)
+_C = TypeVar("_C", bound=_CallToRepair)
 
 
 def _evolve(call: _C, **changes: Any) -> _C:

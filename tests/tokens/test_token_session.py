@@ -483,7 +483,7 @@ def test_the_async_session_bridges_the_same_way(
 
 
 def test_the_demo_section_reports_bridges_full_renders_and_exact_predictions() -> None:
-    from reasonstate.tokens.session_demo import token_demo_section
+    from reasonstate.demo.token_session import token_demo_section
 
     text = token_demo_section()
     assert "predicted exactly on 16/16 requests" in text

@@ -1,4 +1,4 @@
-"""Plain-text views of recordings for ``reasonstate inspect``, ``report`` and ``diff``.
+"""Recordings and what ``reasonstate inspect``, ``report`` and ``diff`` print about them.
 
 A recording is either a snapshot (``session.snapshot().model_dump_json()``: all four layers, checked as
 ``Session.restore`` checks it) or a JSONL trace (:class:`~reasonstate.export.jsonl.JSONLExporter`: the trace
