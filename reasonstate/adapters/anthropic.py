@@ -43,10 +43,10 @@ from reasonstate.adapters.base import (
     summary_note,
     unit_digest,
 )
-from reasonstate.adapters.streams import AnthropicAssembler
+from reasonstate.adapters.streams import SSEEvent, StreamAssembler, in_wire_order, json_object
 from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.guard import divergence
-from reasonstate.errors import MalformedResponse, VendorError
+from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -63,7 +63,7 @@ from reasonstate.state import (
     parse_arguments,
 )
 
-__all__ = ["AnthropicAdapter"]
+__all__ = ["AnthropicAdapter", "AnthropicAssembler"]
 
 VENDOR = "anthropic"
 API = "messages"
@@ -120,6 +120,244 @@ class AnthropicRules(ProtocolRules):
         if kind == "enabled" and isinstance(choice, Mapping) and choice.get("type") in ("any", "tool"):
             return "thinking may not be enabled when tool_choice forces tool use (docs/protocols.md §4.1)"
         return None
+
+
+# -- Anthropic Messages (§4.5) ----------------------------------------------------------------------------
+
+#: the top-level key order of a non-streamed Messages response (docs/protocols.md §4.6; the emulator's body)
+_MESSAGE_ORDER = ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")
+#: the usage key order of a non-streamed response (§4.6 example; the rest in the order §4.4 lists them)
+_USAGE_ORDER = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "cache_creation",
+    "output_tokens",
+    "output_tokens_details",
+    "server_tool_use",
+    "service_tier",
+    "speed",
+    "inference_geo",
+)
+#: the key order of each known block type in a non-streamed response (§4.6)
+_BLOCK_ORDER: dict[str, tuple[str, ...]] = {
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+    "text": ("type", "text", "citations"),
+    "tool_use": ("type", "id", "name", "input"),
+}
+#: block types whose ``input`` is streamed as ``input_json_delta`` (the SDK's ``TRACKS_TOOL_INPUT``)
+_TOOL_INPUT_BLOCKS = ("tool_use", "server_tool_use")
+#: delta type -> the block type it extends
+_DELTA_BLOCK: dict[str, tuple[str, ...]] = {
+    "text_delta": ("text",),
+    "citations_delta": ("text",),
+    "thinking_delta": ("thinking",),
+    "signature_delta": ("thinking",),
+    "input_json_delta": _TOOL_INPUT_BLOCKS,
+}
+
+
+@attrs.define(slots=True)
+class _OpenBlock:
+    value: dict[str, Any]
+    partial_json: list[str] | None = None  # input_json_delta pieces, once one arrived
+    stopped: bool = False
+    call: int | None = None  # a tool_use block: its position among the message's tool calls
+
+
+class AnthropicAssembler(StreamAssembler):
+    """The Messages ``message`` object from its SSE stream (docs/protocols.md §4.5).
+
+    Invariant: for a server that streams what it would return, ``finish(stream(m)) == m`` with the same
+    key order (§4.6): top level ``id, type, role, model, content, stop_reason, stop_sequence, usage``;
+    blocks ``thinking``: ``type, thinking, signature``; ``redacted_thinking``: ``type, data``; ``text``:
+    ``type, text`` (+ ``citations``); ``tool_use``: ``type, id, name, input``; usage ``input_tokens,
+    cache_creation_input_tokens, cache_read_input_tokens, cache_creation, output_tokens,
+    output_tokens_details, server_tool_use, service_tier, ...``. The stream does not carry that order (a
+    ``message_start`` usage has no final ``output_tokens``, a thinking block's signature arrives last), so
+    these keys are put in it; any other key stays right after the key it followed on the wire.
+
+    Assembly:
+
+    * ``message_start`` gives the skeleton (its ``content`` blocks, normally none, count as complete);
+    * ``content_block_start`` opens block ``index`` (which must be the next one); ``text_delta``,
+      ``thinking_delta`` append; ``signature_delta`` sets the signature; ``citations_delta`` appends its
+      ``citation`` to ``citations``; ``input_json_delta`` pieces are concatenated and, at
+      ``content_block_stop``, the block's ``input`` is their JSON parse (``{}`` when they concatenate to
+      nothing); text that is not a JSON object stays the block's ``input`` as a string (never a silent
+      ``{}``: the decoder reads it as a call with broken arguments). A block
+      that got no ``input_json_delta`` keeps the ``input`` it started with. A delta of an unknown type,
+      or of a type that does not fit its block, is :class:`MalformedResponse`: it would be lost;
+    * ``message_delta``: every non-null field of ``delta`` (``stop_reason``, ``stop_sequence``, ...) is
+      set on the message and every non-null ``usage`` field replaces the ``message_start`` one (counts are
+      cumulative; a null or absent one leaves the ``message_start`` value: what the SDK's accumulator
+      does), so ``output_tokens`` comes from the delta and the cache fields from ``message_start`` unless
+      the delta has them;
+    * ``message_stop`` ends the message; later events are ignored. Without it: :class:`StreamInterrupted`;
+    * ``error`` → :class:`VendorError` with the event as body; ``ping`` and unknown event types are ignored
+      (Anthropic may add event types).
+
+    The event type is the JSON ``type`` field (the SSE ``event:`` name when that is missing).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._message: dict[str, Any] | None = None
+        self._blocks: list[_OpenBlock] = []
+        self._stopped = False
+        self._calls = 0
+
+    def _event(self, event: SSEEvent) -> None:
+        if self._stopped:
+            return
+        data = json_object(event, "stream event")
+        kind = data.get("type", event.event)
+        if kind == "error":
+            error = data.get("error")
+            detail = (
+                f"{error.get('type')}: {error.get('message')}" if isinstance(error, Mapping) else str(error)
+            )
+            raise VendorError(f"Anthropic stream error: {detail}", body=data)
+        if kind == "message_start":
+            self._start(data)
+        elif kind == "content_block_start":
+            self._require_message(kind)
+            self._block_start(data)
+        elif kind == "content_block_delta":
+            self._require_message(kind)
+            self._block_delta(self._open_block(data, kind), data.get("delta"))
+        elif kind == "content_block_stop":
+            self._require_message(kind)
+            _close_block(self._open_block(data, kind), data["index"])
+        elif kind == "message_delta":
+            self._message_delta(self._require_message(kind), data)
+        elif kind == "message_stop":
+            self._require_message(kind)
+            self._close()
+        # ping, and event types this module does not know, change nothing
+
+    def _start(self, data: Mapping[str, Any]) -> None:
+        if self._message is not None:
+            raise MalformedResponse("a second message_start in one stream")
+        message = data.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("content", []), list):
+            raise MalformedResponse("message_start without a message object")
+        self._message = dict(message)
+        for block in message.get("content", []):
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise MalformedResponse("message_start content holds an untyped block")
+            self._blocks.append(_OpenBlock(dict(block), stopped=True))
+
+    def _require_message(self, kind: Any) -> dict[str, Any]:
+        if self._message is None:
+            raise MalformedResponse(f"{kind} before message_start")
+        return self._message
+
+    def _block_start(self, data: Mapping[str, Any]) -> None:
+        index, block = data.get("index"), data.get("content_block")
+        if index != len(self._blocks):
+            raise MalformedResponse(f"content_block_start index {index!r}, expected {len(self._blocks)}")
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise MalformedResponse(f"content_block_start {index} without a typed content_block")
+        opened = _OpenBlock(dict(block))
+        self._blocks.append(opened)
+        kind = block["type"]
+        if kind == "tool_use":
+            opened.call, self._calls = self._calls, self._calls + 1
+            self._emit_call(opened, "")
+        elif kind in ("text", "thinking") and isinstance(block.get(kind), str):
+            self._emit("text" if kind == "text" else "reasoning", block[kind])
+
+    def _emit_call(self, block: _OpenBlock, delta: str) -> None:
+        call_id, name = block.value.get("id"), block.value.get("name")
+        self._emit(
+            "tool_call",
+            delta,
+            call_id=call_id if isinstance(call_id, str) else None,
+            name=name if isinstance(name, str) else None,
+            index=block.call,
+        )
+
+    def _open_block(self, data: Mapping[str, Any], kind: str) -> _OpenBlock:
+        index = data.get("index")
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self._blocks):
+            raise MalformedResponse(f"{kind} for content block {index!r}, which was never started")
+        block = self._blocks[index]
+        if block.stopped:
+            raise MalformedResponse(f"{kind} for content block {index} after its content_block_stop")
+        return block
+
+    def _block_delta(self, block: _OpenBlock, delta: Any) -> None:
+        if not isinstance(delta, Mapping):
+            raise MalformedResponse("content_block_delta without a delta object")
+        kind, target = delta.get("type"), block.value["type"]
+        if target not in _DELTA_BLOCK.get(str(kind), ()):
+            raise MalformedResponse(f"a {kind!r} delta for a {target!r} block")
+        value = block.value
+        if kind == "citations_delta":
+            citations = value.get("citations")
+            value["citations"] = [*(citations if isinstance(citations, list) else ()), delta.get("citation")]
+            return
+        field, text = {
+            "text_delta": ("text", delta.get("text")),
+            "thinking_delta": ("thinking", delta.get("thinking")),
+            "signature_delta": ("signature", delta.get("signature")),
+            "input_json_delta": ("partial_json", delta.get("partial_json")),
+        }[str(kind)]
+        if not isinstance(text, str):
+            raise MalformedResponse(f"a {kind} without a string {field}")
+        if kind == "input_json_delta":
+            block.partial_json = [*(block.partial_json or ()), text]
+            if block.call is not None:
+                self._emit_call(block, text)
+        elif kind == "signature_delta":
+            value["signature"] = text  # delivered once, whole, before content_block_stop (§4.5)
+        else:
+            previous = value.get(field)
+            value[field] = (previous if isinstance(previous, str) else "") + text
+            self._emit("text" if kind == "text_delta" else "reasoning", text)
+
+    def _message_delta(self, message: dict[str, Any], data: Mapping[str, Any]) -> None:
+        delta, usage = data.get("delta", {}), data.get("usage", {})
+        if not isinstance(delta, Mapping) or not isinstance(usage, Mapping):
+            raise MalformedResponse("message_delta with a non-object delta or usage")
+        message.update((k, v) for k, v in delta.items() if v is not None)
+        if usage:
+            start = message.get("usage")
+            merged = dict(start) if isinstance(start, Mapping) else {}
+            merged.update((k, v) for k, v in usage.items() if v is not None)
+            message["usage"] = merged
+
+    def _close(self) -> None:
+        for i, block in enumerate(self._blocks):
+            if not block.stopped:
+                raise MalformedResponse(f"message_stop while content block {i} is still open")
+        self._stopped = True
+
+    def _result(self) -> dict[str, Any]:
+        if not self._stopped or self._message is None:
+            raise StreamInterrupted("the stream ended before message_stop")
+        message = dict(self._message)
+        message["content"] = [
+            in_wire_order(b.value, _BLOCK_ORDER.get(str(b.value["type"]), ())) for b in self._blocks
+        ]
+        if isinstance(message.get("usage"), Mapping):
+            message["usage"] = in_wire_order(message["usage"], _USAGE_ORDER)
+        return in_wire_order(message, _MESSAGE_ORDER)
+
+
+def _close_block(block: _OpenBlock, index: int) -> None:
+    if block.partial_json is not None:
+        text = "".join(block.partial_json)
+        try:
+            value = json.loads(text) if text else {}
+        except ValueError:
+            value = None
+        # a model cut short (max_tokens) or confused streams argument text that is not a JSON object: the
+        # text itself is kept as ``input`` (never a silent {}), and the decoder reads it as a broken call
+        block.value["input"] = value if isinstance(value, dict) else text
+    block.stopped = True
 
 
 class AnthropicAdapter:

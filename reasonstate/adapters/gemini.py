@@ -65,9 +65,9 @@ from reasonstate.adapters.base import (
     summary_note,
     unit_digest,
 )
-from reasonstate.adapters.streams import GeminiAssembler
+from reasonstate.adapters.streams import SSEEvent, StreamAssembler, in_wire_order, json_object
 from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import MalformedResponse, VendorError
+from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
@@ -85,7 +85,7 @@ from reasonstate.state import (
     freeze,
 )
 
-__all__ = ["GeminiAdapter", "GeminiRules"]
+__all__ = ["GeminiAdapter", "GeminiAssembler", "GeminiRules"]
 
 VENDOR = "google"
 API = "generate_content"
@@ -164,6 +164,156 @@ class _TurnEncoding:
 
     def verify(self) -> None:
         self.seal.check()
+
+
+# -- Gemini generateContent (§5.5) ------------------------------------------------------------------------
+
+
+class GeminiAssembler(StreamAssembler):
+    """The ``GenerateContentResponse`` of a ``streamGenerateContent?alt=sse`` stream (docs/protocols.md §5.5).
+
+    Each event's data is a ``GenerateContentResponse`` chunk; the answer is their union. Invariant, for a
+    server that streams what it would return (each Part whole, or a text Part cut into consecutive text
+    fragments, its signature on the last one or on an empty-text fragment after them): ``finish(stream(r))
+    == r``, key order included (the response and candidate keys the API writes in proto field order are
+    put in that order; content and Part keys stay in first-seen order), so a streamed and a non-streamed
+    call capture the same Part payload bytes.
+
+    Assembly, per candidate (by ``index``, else position): the Parts of every chunk are appended in order,
+    except that a text fragment continues the previous Part when both are text Parts with the same
+    ``thought`` flag and the previous one has no ``thoughtSignature`` yet (a signature ends its Part: a
+    signed Part is never merged with another, §5.4): its text is appended and its other fields (the
+    signature) are added. Function calls and every other Part stay whole. Any other candidate or top-level
+    field takes its last value (``usageMetadata`` is cumulative, on the last chunk), keys in first-seen
+    order. A chunk with an ``error`` → :class:`VendorError` (body = that error); a chunk that is not a JSON
+    object → :class:`MalformedResponse`; a stream whose first candidate never got a ``finishReason`` →
+    :class:`StreamInterrupted` (the API has no end-of-stream event).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._response: dict[str, Any] = {}
+        self._candidates: dict[int, dict[str, Any]] = {}  # index -> candidate fields (content built last)
+        self._contents: dict[int, dict[str, Any]] = {}  # index -> content fields other than parts
+        self._parts: dict[int, list[dict[str, Any]]] = {}
+        self._shown_calls = 0
+
+    def _event(self, event: SSEEvent) -> None:
+        chunk = json_object(event, "stream chunk")
+        error = chunk.get("error")
+        if error is not None:
+            detail = error.get("message") if isinstance(error, Mapping) else error
+            raise VendorError(f"Gemini stream error: {detail}", body=chunk)
+        for key, value in chunk.items():
+            if key == "candidates":
+                if not isinstance(value, list):
+                    raise MalformedResponse("a stream chunk's candidates is not a list")
+                self._response.setdefault("candidates", None)
+                for position, candidate in enumerate(value):
+                    self._candidate(position, candidate)
+            else:
+                self._response[key] = value
+
+    def _candidate(self, position: int, candidate: Any) -> None:
+        if not isinstance(candidate, Mapping):
+            raise MalformedResponse("a stream chunk's candidate is not an object")
+        index = candidate.get("index", position)
+        index = index if isinstance(index, int) and not isinstance(index, bool) else position
+        fields = self._candidates.setdefault(index, {})
+        for key, value in candidate.items():
+            if key != "content":
+                fields[key] = value
+                continue
+            fields.setdefault("content", None)
+            if not isinstance(value, Mapping):
+                raise MalformedResponse("a stream chunk's candidate content is not an object")
+            content = self._contents.setdefault(index, {})
+            parts = self._parts.setdefault(index, [])
+            for name, field in value.items():
+                if name != "parts":
+                    content[name] = field
+                    continue
+                content.setdefault("parts", None)
+                if not isinstance(field, list):
+                    raise MalformedResponse("a stream chunk's content parts is not a list")
+                for part in field:
+                    if not isinstance(part, Mapping):
+                        raise MalformedResponse("a stream chunk's part is not an object")
+                    _add_part(parts, part)
+                    if index == 0:
+                        self._show(part)
+
+    def _show(self, part: Mapping[str, Any]) -> None:
+        """A Part of the first candidate (the one the codec decodes) as a :class:`StreamEvent`."""
+        call = part.get("functionCall")
+        if isinstance(call, Mapping):
+            call_id, name = call.get("id"), call.get("name")
+            self._emit(
+                "tool_call",
+                json.dumps(call.get("args", {}), ensure_ascii=False, separators=(",", ":")),
+                call_id=call_id if isinstance(call_id, str) else None,
+                name=name if isinstance(name, str) else None,
+                index=self._shown_calls,
+            )
+            self._shown_calls += 1
+        elif isinstance(part.get("text"), str):
+            self._emit("reasoning" if part.get("thought") else "text", part["text"])
+
+    def _result(self) -> dict[str, Any]:
+        first = self._candidates.get(min(self._candidates)) if self._candidates else None
+        if first is None or not isinstance(first.get("finishReason"), str):
+            if not self._candidates and "promptFeedback" in self._response:
+                return dict(self._response)  # a blocked prompt: no candidate ever comes
+            raise StreamInterrupted("the stream ended before the candidate's finishReason")
+        candidates = []
+        for index in sorted(self._candidates):
+            candidate = dict(self._candidates[index])
+            if index in self._contents:
+                content = dict(self._contents[index])
+                if "parts" in content:
+                    content["parts"] = self._parts[index]
+                candidate["content"] = content
+            candidates.append(in_wire_order(candidate, _GEMINI_CANDIDATE_ORDER))
+        return in_wire_order({**self._response, "candidates": candidates}, _GEMINI_RESPONSE_ORDER)
+
+
+def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
+    """Append a streamed Part, or continue the previous text Part with it (see :class:`GeminiAssembler`)."""
+    previous = parts[-1] if parts else None
+    if (
+        previous is not None
+        and isinstance(previous.get("text"), str)
+        and isinstance(part.get("text"), str)
+        and previous.get("thought") == part.get("thought")
+        and "thoughtSignature" not in previous
+        and not any(key not in _TEXT_FIELDS for key in (*previous, *part))
+    ):
+        previous["text"] += part["text"]
+        for key, value in part.items():
+            if key != "text":
+                previous[key] = value
+        return
+    parts.append(dict(part))
+
+
+#: the key order of a non-streamed response and candidate (proto field order, as the REST API writes them:
+#: §5.5); the last chunk carries ``finishReason`` and ``usageMetadata`` after the keys every chunk has
+_GEMINI_RESPONSE_ORDER = ("candidates", "promptFeedback", "usageMetadata", "modelVersion", "responseId")
+_GEMINI_CANDIDATE_ORDER = (
+    "content",
+    "finishReason",
+    "finishMessage",
+    "index",
+    "safetyRatings",
+    "citationMetadata",
+    "tokenCount",
+    "groundingMetadata",
+    "avgLogprobs",
+    "logprobsResult",
+    "urlContextMetadata",
+)
+#: the fields of a text Part that may be streamed in fragments (types.Part, §5.1)
+_TEXT_FIELDS = frozenset({"text", "thought", "thoughtSignature"})
 
 
 class GeminiAdapter:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 
@@ -52,9 +52,15 @@ from reasonstate.adapters.base import (
     open_turn_encoding,
     summary_note,
 )
-from reasonstate.adapters.streams import ChatAssembler
+from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
 from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import ContinuationMismatch, InvalidOption, MalformedResponse
+from reasonstate.errors import (
+    ContinuationMismatch,
+    InvalidOption,
+    MalformedResponse,
+    StreamInterrupted,
+    VendorError,
+)
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import (
     Continuation,
@@ -72,7 +78,7 @@ from reasonstate.state import (
     thaw,
 )
 
-__all__ = ["Dialect", "OpenAIChatAdapter"]
+__all__ = ["ChatAssembler", "Dialect", "OpenAIChatAdapter"]
 
 API = "chat"
 Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
@@ -139,6 +145,177 @@ class _TurnEncoding:
 
 
 _EMPTY_RUN = ListRun()
+
+
+# -- stream assembly (docs/protocols.md §2, §3) ---------------------------------------------------------
+
+#: the key order of a non-streamed ``choices[0].message`` (then any other delta field, first seen first)
+_CHAT_MESSAGE_ORDER = ("role", "content", "reasoning", "reasoning_content", "tool_calls")
+_DONE = "[DONE]"
+
+
+class ChatAssembler(StreamAssembler):
+    """The ``chat.completion`` object from its SSE stream (docs/protocols.md §2, §3; ``include_usage`` on).
+
+    Invariant: for a server that streams what it would return, ``finish(stream(c)) == c`` on
+    ``choices[0].message`` (key order ``role, content, reasoning, reasoning_content, tool_calls``, then
+    any other delta field in first-seen order), ``finish_reason``, ``usage``, ``id``, ``created``,
+    ``model`` and ``system_fingerprint``; the result is ``{id, object: "chat.completion", created, model,
+    [system_fingerprint], choices: [{index: 0, message, logprobs: null, finish_reason}], usage}``.
+
+    Assembly (choice 0 only): string deltas of a field concatenate; a field that only ever came as null
+    stays null; any other field takes its last non-null value; ``role`` defaults to ``"assistant"`` and
+    ``content`` to null. Tool calls are keyed by ``index``: ``id``/``type`` take the last string seen,
+    ``function.name``/``function.arguments`` concatenate (``arguments`` is kept as the exact string).
+    ``id``, ``created``, ``model``, ``system_fingerprint`` come from the first chunk that has them,
+    ``usage`` from the last non-null one.
+
+    A chunk with an ``error`` key → :class:`VendorError` (body = that error); a chunk that is not a JSON
+    object → :class:`MalformedResponse`; no ``finish_reason`` or no ``data: [DONE]`` →
+    :class:`StreamInterrupted`. Events after ``[DONE]`` are ignored. A chunk is one SSE event (``data``
+    lines up to a blank line, as servers frame them), not one ``data`` line.
+    """
+
+    _HEAD: ClassVar[tuple[str, ...]] = ("id", "created", "model", "system_fingerprint")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._head: dict[str, Any] = {}
+        self._usage: Any = None
+        self._finish_reason: str | None = None
+        self._done = False
+        self._fields: dict[str, list[Any]] = {}  # delta key -> pieces, in first-seen order
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._reasoning_key: str | None = None  # the first reasoning field seen: the one shown as it comes
+
+    def _event(self, event: SSEEvent) -> None:
+        if self._done:
+            return
+        if event.data.strip() == _DONE:
+            self._done = True
+            return
+        chunk = json_object(event, "stream chunk")
+        if "error" in chunk:
+            raise VendorError(f"the stream reported an error: {chunk['error']}", body=chunk["error"])
+        for key in self._HEAD:
+            if key in chunk and key not in self._head:
+                self._head[key] = chunk[key]
+        if chunk.get("usage") is not None:
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            raise MalformedResponse("a stream chunk's choices is not a list")
+        for choice in choices or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            if isinstance(choice.get("finish_reason"), str):
+                self._finish_reason = choice["finish_reason"]
+            delta = choice.get("delta")
+            delta = {} if delta is None else delta
+            if not isinstance(delta, Mapping):
+                raise MalformedResponse("a choice delta is not an object")
+            for key, value in delta.items():
+                if key == "tool_calls":
+                    self._call_deltas(value)
+                elif key == "role":  # names the message (some servers repeat it): not text to join
+                    if value is not None and not isinstance(value, str):
+                        raise MalformedResponse("a delta role is not a string")
+                    if value is not None:
+                        self._fields["role"] = [value]
+                else:
+                    self._fields.setdefault(key, []).append(value)
+                    self._show(key, value)
+
+    def _show(self, key: str, value: Any) -> None:
+        """A text or reasoning delta as a :class:`StreamEvent`. Some servers stream the same reasoning
+        under both ``reasoning`` and ``reasoning_content``: only the first of the two seen is shown."""
+        if not isinstance(value, str):
+            return
+        if key == "content":
+            self._emit("text", value)
+        elif key in ("reasoning", "reasoning_content"):
+            if self._reasoning_key is None:
+                self._reasoning_key = key
+            if key == self._reasoning_key:
+                self._emit("reasoning", value)
+
+    def _call_deltas(self, deltas: Any) -> None:
+        if deltas is not None and not isinstance(deltas, list):
+            raise MalformedResponse("a delta's tool_calls is not a list")
+        for delta in deltas or ():
+            if not isinstance(delta, Mapping):
+                raise MalformedResponse("a tool_calls delta is not an object")
+            index = delta.get("index")
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise MalformedResponse("a tool_calls delta has no integer index")
+            call = self._calls.setdefault(
+                index,
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            for key in ("id", "type"):
+                if delta.get(key) is not None and not isinstance(delta[key], str):
+                    raise MalformedResponse(f"a tool_calls delta's {key} is not a string")
+                if isinstance(delta.get(key), str):
+                    call[key] = delta[key]
+            function = delta.get("function")
+            function = {} if function is None else function
+            if not isinstance(function, Mapping):
+                raise MalformedResponse("a tool_calls delta has a non-object function")
+            for key in ("name", "arguments"):
+                piece = function.get(key)
+                if piece is not None and not isinstance(piece, str):
+                    raise MalformedResponse(f"a tool_calls delta's function.{key} is not a string")
+                if isinstance(piece, str):
+                    call["function"][key] += piece
+            arguments = function.get("arguments")
+            self._emit(
+                "tool_call",
+                arguments if isinstance(arguments, str) else "",
+                call_id=call["id"],
+                name=call["function"]["name"] or None,
+                index=sorted(self._calls).index(index),
+            )
+
+    def _result(self) -> dict[str, Any]:
+        if self._finish_reason is None or not self._done:
+            raise StreamInterrupted("the stream ended before its finish_reason and [DONE]")
+        fields = self._fields
+        message: dict[str, Any] = {}
+        for key in _CHAT_MESSAGE_ORDER:
+            if key == "tool_calls":
+                if self._calls:
+                    message["tool_calls"] = [self._calls[i] for i in sorted(self._calls)]
+            elif key in fields or key in ("role", "content"):
+                message[key] = _joined(fields.get(key, []))
+        message["role"] = message["role"] or "assistant"
+        for key, pieces in fields.items():
+            if key not in message:
+                message[key] = _joined(pieces)
+        head = self._head
+        completion: dict[str, Any] = {
+            "id": head.get("id"),
+            "object": "chat.completion",
+            "created": head.get("created"),
+            "model": head.get("model"),
+        }
+        if "system_fingerprint" in head:
+            completion["system_fingerprint"] = head["system_fingerprint"]
+        completion["choices"] = [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish_reason}
+        ]
+        completion["usage"] = self._usage
+        return completion
+
+
+def _joined(pieces: list[Any]) -> Any:
+    """String deltas concatenate; a field that only ever came as null stays null; else the last value."""
+    strings = [p for p in pieces if isinstance(p, str)]
+    if strings:
+        if len(strings) != len([p for p in pieces if p is not None]):
+            raise MalformedResponse("a streamed text field mixes text with other values")
+        return "".join(strings)
+    values = [p for p in pieces if p is not None]
+    return values[-1] if values else None
 
 
 class OpenAIChatAdapter:

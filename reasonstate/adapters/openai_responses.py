@@ -73,10 +73,10 @@ from reasonstate.adapters.base import (
     summary_note,
     unit_digest,
 )
-from reasonstate.adapters.streams import ResponsesAssembler
+from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
 from reasonstate.adapters.transport import status_message
 from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import MalformedResponse, VendorError
+from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -102,6 +102,7 @@ __all__ = [
     "REASONING_UNREPLAYABLE",
     "OpenAIResponsesAdapter",
     "PreviousResponseNotFound",
+    "ResponsesAssembler",
     "ResponsesRules",
 ]
 
@@ -218,6 +219,109 @@ def _closed_run(turns: tuple[Turn, ...], model: str, store: bool) -> ListRun:
         return turn.encoded((API, model, store), build)
 
     return closed_run(turns, (API, "run", model, store), encode, _EMPTY_RUN)
+
+
+# -- OpenAI Responses (§1.6) ------------------------------------------------------------------------------
+
+
+class ResponsesAssembler(StreamAssembler):
+    """The Responses ``response`` object from its SSE stream (docs/protocols.md §1.6).
+
+    Invariant: for a server that streams what it would return, ``finish(stream(r)) == r``, in wire key
+    order: the JSON of the terminal event is parsed as sent. The output items are taken from
+    ``response.output_item.done`` (the ``added`` copy of a reasoning item "may be incomplete": §1.2),
+    everything else from ``response.completed``/``response.incomplete``: when the terminal response has a
+    non-empty ``output``, item ``i`` is the ``output_item.done`` item of index ``i`` (or the terminal's own
+    item ``i`` when none arrived); when it has none, the ``done`` items in index order.
+
+    ``response.failed`` → :class:`VendorError` (body = the response's ``error``); ``error`` →
+    :class:`VendorError` (body = the event); no terminal event → :class:`StreamInterrupted`; an event that
+    is not a JSON object → :class:`MalformedResponse`. The event type is the JSON ``type`` field.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._items: dict[int, Any] = {}
+        self._terminal: dict[str, Any] | None = None
+        self._calls: dict[int, tuple[str | None, str | None, int]] = {}  # output index -> id, name, position
+        self._reasoning_at: tuple[Any, Any] | None = None  # (output index, content index) of raw reasoning
+
+    def _event(self, event: SSEEvent) -> None:
+        data = json_object(event, "stream event")
+        kind = data.get("type")
+        shown = isinstance(kind, str) and kind.endswith(".delta")
+        if shown or kind == "response.reasoning_summary_part.added":
+            self._delta(str(kind), data)
+        elif kind == "response.output_item.added":
+            item = data.get("item")
+            if isinstance(item, Mapping) and item.get("type") == "function_call":
+                call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+                call = (
+                    call_id if isinstance(call_id, str) else None,
+                    name if isinstance(name, str) else None,
+                    len(self._calls),
+                )
+                at = data.get("output_index")
+                if isinstance(at, int) and not isinstance(at, bool):
+                    self._calls[at] = call
+                self._emit(
+                    "tool_call",
+                    arguments if isinstance(arguments, str) else "",
+                    call_id=call[0],
+                    name=call[1],
+                    index=call[2],
+                )
+        if kind == "response.output_item.done" and isinstance(data.get("output_index"), int):
+            self._items[data["output_index"]] = data.get("item")
+        elif kind in ("response.completed", "response.incomplete") and isinstance(data.get("response"), dict):
+            self._terminal = data["response"]
+        elif kind == "response.failed":
+            response = data.get("response")
+            error = response.get("error") if isinstance(response, dict) else None
+            raise VendorError(f"OpenAI response failed: {error}", body=error)
+        elif kind == "error":
+            raise VendorError(f"OpenAI stream error: {data.get('message')}", body=data)
+
+    def _delta(self, kind: str, data: Mapping[str, Any]) -> None:
+        """What the caller sees of a delta event. The codec joins an item's summary (or raw reasoning)
+        parts with a blank line: the separator is emitted when the next part starts."""
+        delta = data.get("delta")
+        if kind == "response.reasoning_summary_part.added":
+            if data.get("summary_index", 0) != 0:
+                self._emit("reasoning", "\n\n")
+            return
+        if not isinstance(delta, str):
+            return
+        if kind == "response.reasoning_summary_text.delta":
+            self._emit("reasoning", delta)
+        elif kind == "response.reasoning_text.delta":
+            where = (data.get("output_index"), data.get("content_index", 0))
+            if where != self._reasoning_at and where[1] != 0:  # the next part of the same item
+                self._emit("reasoning", "\n\n")
+            self._reasoning_at = where
+            self._emit("reasoning", delta)
+        elif kind in ("response.output_text.delta", "response.refusal.delta"):
+            self._emit("text", delta)
+        elif kind == "response.function_call_arguments.delta":
+            at = data.get("output_index")
+            call = self._calls.get(at) if isinstance(at, int) and not isinstance(at, bool) else None
+            if call is not None:
+                self._emit("tool_call", delta, call_id=call[0], name=call[1], index=call[2])
+
+    def _result(self) -> dict[str, Any]:
+        if self._terminal is None:
+            raise StreamInterrupted("the stream ended before response.completed")
+        output = self._terminal.get("output")
+        if not isinstance(output, list):  # the non-streamed answer without it is refused too
+            raise MalformedResponse("the terminal response event has no output list")
+        if output:
+            merged = [self._items.get(i, item) for i, item in enumerate(output)]
+        else:
+            merged = [self._items[i] for i in sorted(self._items)]
+        return {**self._terminal, "output": merged}
+
+
+# -- Chat Completions (§2, §3) ----------------------------------------------------------------------------
 
 
 class OpenAIResponsesAdapter:
