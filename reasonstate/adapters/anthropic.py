@@ -25,8 +25,8 @@ import bisect
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
@@ -34,18 +34,30 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Endpoint,
     ProtocolRules,
+    Room,
     Seal,
     Seals,
     VendorRequest,
     closed_run,
     open_turn_encoding,
+    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
 from reasonstate.adapters.streams import SSEEvent, StreamAssembler, in_wire_order, json_object
 from reasonstate.cache import rules as cache_rules
-from reasonstate.cache.guard import divergence
+from reasonstate.cache.divergence import (
+    Section,
+    View,
+    ViewBuilder,
+    divergence,
+    listed,
+    model_name,
+    request_body,
+    walk,
+)
+from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
@@ -63,7 +75,7 @@ from reasonstate.state import (
     parse_arguments,
 )
 
-__all__ = ["AnthropicAdapter", "AnthropicAssembler"]
+__all__ = ["ROOM", "AnthropicAdapter", "AnthropicAssembler", "MessagesRoom"]
 
 VENDOR = "anthropic"
 API = "messages"
@@ -789,3 +801,103 @@ def _usage(raw: Any) -> Usage:
         reasoning=details.get("thinking_tokens") if isinstance(details, Mapping) else None,
         cache_write_1h=creation.get("ephemeral_1h_input_tokens") if isinstance(creation, Mapping) else 0,
     )
+
+
+# -- the room: what the guard, the commit and the exporters read of the Messages API ------------------------
+
+#: the prompt keys of a Messages body (the model, tools, system and history units); the rest are options
+_PROMPT_KEYS = frozenset({"model", "tools", "system", "messages"})
+_CACHE_CONTROL = frozenset({"cache_control"})
+
+
+def _without(value: Any, keys: frozenset[str]) -> Any:
+    if isinstance(value, Mapping):
+        return {k: v for k, v in value.items() if k not in keys}
+    return value
+
+
+class _Reasoning:
+    """Thinking blocks are units of their own (§4.3): a unit is reasoning or it is not."""
+
+    def reasoning_only(self, value: Any) -> bool:
+        return isinstance(value, Mapping) and value.get("type") in _REASONING_KINDS
+
+    def without_reasoning(self, value: Any) -> Any:
+        return value
+
+
+class MessagesRoom(Room):
+    """The Messages API (docs/protocols.md §4) as the guard and the commit read it."""
+
+    api: ClassVar[str] = API
+
+    def serves(self, path: str) -> bool:
+        return path.endswith("/messages")
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """One unit per tool, system block and message content block (§4.4), keyed on the JSON as sent
+        without its ``cache_control`` (Anthropic's cache compares the blocks as received); ``breakpoints``:
+        the units carrying ``cache_control``, and the last unit when the body asks for automatic caching."""
+        body = request_body(body)
+        name = model_name(body, model)
+        b = ViewBuilder(API, body, name, name, prompt=_PROMPT_KEYS, sort=False)
+
+        def add(section: Section, path: str, value: Any, key_value: Any, role: str = "") -> None:
+            if isinstance(value, Mapping) and "cache_control" in value:
+                b.breakpoints.append(len(b.units) + 1)
+            b.add(section, path, value, key_value, role)
+
+        for i, tool in enumerate(listed(body.get("tools"))):
+            add("tools", f"$.tools[{i}]", tool, _without(tool, _CACHE_CONTROL))
+        system = body.get("system")
+        if isinstance(system, str):
+            add("system", "$.system", system, {"type": "text", "text": system})
+        for i, block in enumerate(listed(system)):
+            add("system", f"$.system[{i}]", block, _without(block, _CACHE_CONTROL))
+        b.prefix = len(b.units)
+        for i, message in enumerate(listed(body.get("messages"))):
+            m = message if isinstance(message, Mapping) else {}
+            role, content = f"{m.get('role')}:", m.get("content")
+            if isinstance(content, str):
+                add("history", f"$.messages[{i}].content", content, {"type": "text", "text": content}, role)
+            for j, block in enumerate(listed(content)):
+                add("history", f"$.messages[{i}].content[{j}]", block, _without(block, _CACHE_CONTROL), role)
+        if body.get("cache_control") and b.units:
+            b.breakpoints.append(len(b.units))
+        return b.view(_REASONING)
+
+    def starts_conversation(self, view: View) -> bool:
+        return all(u.key.startswith("user:") for u in view.units if u.section == "history")
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        return _usage(raw)
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        return cache_rules.ANTHROPIC
+
+    def assembler(self) -> AnthropicAssembler:
+        return AnthropicAssembler()
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        """Thinking signatures and redacted data the answer to a tool call must carry back (§4.3)."""
+        content = listed(response.get("content"))
+        calls = {b.get("id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"}
+        if not calls:
+            return
+        sent = list(walk(body.get("messages")))
+        if not any(isinstance(v, Mapping) and v.get("tool_use_id") in calls for v in sent):
+            return
+        carried = {
+            v.get("signature") or v.get("data")
+            for v in sent
+            if isinstance(v, Mapping) and v.get("type") in _REASONING_KINDS
+        }
+        for b in content:
+            if isinstance(b, Mapping) and b.get("type") in _REASONING_KINDS:
+                payload = b.get("signature") or b.get("data")
+                if payload and payload not in carried:
+                    yield payload_digest(payload)
+
+
+_REASONING = _Reasoning()
+ROOM = MessagesRoom()

@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 import json
 import operator
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar, cast
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import attrs
 
 from reasonstate.adapters.streams import StreamEvent
+from reasonstate.cache.divergence import View
 from reasonstate.cache.rules import CacheRules, Units
 from reasonstate.errors import ContinuationMismatch, VendorError
 from reasonstate.prefix import Prefix
@@ -47,6 +48,7 @@ __all__ = [
     "ListEncoding",
     "ListRun",
     "ProtocolRules",
+    "Room",
     "Run",
     "RunNode",
     "Seal",
@@ -57,6 +59,7 @@ __all__ = [
     "count",
     "foreign_reasoning_as_text",
     "open_turn_encoding",
+    "payload_digest",
     "payload_of",
     "request_digest",
     "summary_note",
@@ -66,7 +69,7 @@ __all__ = [
 
 
 # -- prefix units: the compact JSON bytes of one piece of a request (a tool, a system block, a message or
-# content block) and the digest the cache guard compares, piece by piece (docs/protocols.md §1.5, §3.4, §4.4)
+# content block) and the digest divergences compare, piece by piece (docs/protocols.md §1.5, §3.4, §4.4)
 
 
 def unit_digest(value: Any) -> str:
@@ -464,7 +467,7 @@ def _has_reasoning(parts: Sequence[Part]) -> bool:
 
 @attrs.frozen(slots=True)
 class VendorRequest:
-    """The exact keyword arguments of one vendor SDK call, plus what the cache guard needs.
+    """The exact keyword arguments of one vendor SDK call, plus what the cache prediction needs.
 
     ``model`` is the model the session asked for: the provenance every payload of the answer is bound to
     (vendors echo a dated id for an alias: docs/protocols.md §0). ``units`` holds one digest per prefix unit
@@ -580,3 +583,89 @@ class Adapter(Protocol):
     def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
         """The answer to ``request``, split into the layers' material; payloads bound to ``request.model``."""
         ...
+
+
+# -- the room: what a vendor API means, beyond its codec ----------------------------------------------------
+
+
+def payload_digest(value: Any) -> str:
+    """How an opaque payload (a signature, an encrypted item, reasoning text) appears in a finding."""
+    return digest_of(str(value).encode())
+
+
+class Room:
+    """Everything one vendor API means that the guard, the commit and the exporters read, as public
+    functions of that API's module (its room): which URL paths it serves, the view of its request bodies as
+    its prefix cache reads them, its usage parser, its cache rules, its stream assembler, and the reasoning
+    payloads a request failed to carry back. The registry (:mod:`reasonstate.adapters`) finds a room by its
+    :attr:`api`; nothing outside a room branches on an API name.
+
+    The defaults here are the common case; a room overrides what its API does differently.
+    """
+
+    #: the API name (``Adapter.api``, the registry key)
+    api: ClassVar[str] = ""
+    #: where a JSON answer reports its usage
+    usage_key: ClassVar[str] = "usage"
+
+    def serves(self, path: str) -> bool:
+        """Whether a request to this URL path is a call of this API (for a guard on a plain client)."""
+        return False
+
+    def streamed(self, path: str) -> bool:
+        """Whether the URL path alone says the answer streams (else the content type tells)."""
+        return False
+
+    def model_from_path(self, path: str, body: Any) -> str:
+        """The model a request to ``path`` with ``body`` (the parsed JSON) asks for."""
+        return str(body.get("model", "")) if isinstance(body, Mapping) else ""
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """The prefix units of a request body as the vendor's prefix cache reads them (``model``: where the
+        model is not in the body). Pure; never raises on odd input."""
+        raise NotImplementedError
+
+    def starts_conversation(self, view: View) -> bool:
+        """Whether ``view``'s history holds nothing but user input (no answer of the model yet): the first
+        request of a conversation, whatever earlier request it shares its tools and system prompt with."""
+        return all(
+            isinstance(v, str)
+            or (isinstance(v, Mapping) and v.get("role", "user") == "user" and "type" not in v)
+            or (isinstance(v, Mapping) and v.get("type") == "message" and v.get("role") == "user")
+            for v in (u.value for u in view.units if u.section == "history")
+        )
+
+    def raw_usage(self, response: Mapping[str, Any]) -> Any:
+        """The usage object of a JSON answer, as the vendor wrote it (None when it has none)."""
+        return response.get(self.usage_key)
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        """Normalized usage from the vendor's usage object (the codec's own parser)."""
+        raise NotImplementedError
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        """The prefix-cache rules of the server that answered (``raw_usage`` tells dialects apart)."""
+        raise NotImplementedError
+
+    def assembler(self) -> Assembler:
+        """A fresh stream assembler for a streamed answer of this API."""
+        raise NotImplementedError
+
+    def output_unit(self, response: Mapping[str, Any]) -> str | None:
+        """The unit key of the answer as generated, where the vendor caches it as a prompt unit
+        (DeepSeek's persisted output, docs/protocols.md §3.4); None elsewhere."""
+        return None
+
+    def lost_continuation(self, response: Any, body: Any) -> tuple[str, ...]:
+        """Digests of the reasoning payloads ``response`` ended a tool call with that ``body`` (the request
+        answering that call) does not carry back. Empty unless ``body`` answers a call ``response`` made;
+        never an error (odd shapes: nothing to say)."""
+        if not isinstance(response, Mapping) or not isinstance(body, Mapping):
+            return ()
+        try:
+            return tuple(self._lost(response, body))
+        except Exception:
+            return ()
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        return iter(())

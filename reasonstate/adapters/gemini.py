@@ -32,7 +32,7 @@ Rules encoded here, each from docs/protocols.md §5.4:
     toolUsePrompt + thoughts, §5.3), reasoning ``thoughtsTokenCount``. ``toolUsePromptTokenCount``
     (server-side tools) is not part of the prompt this session sent and is not counted.
 
-Prefix units (cache guard and prediction): a namespace unit (the model: implicit caching is per model), one
+Prefix units (divergence, prediction): a namespace unit (the model: implicit caching is per model), one
 for ``systemInstruction``, one for the tool list, then one per content: the digest of its role and its
 Parts' digests, so a content is one unit however the SDK spells it on the wire.
 
@@ -45,8 +45,8 @@ import base64
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
@@ -54,6 +54,7 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Endpoint,
     ProtocolRules,
+    Room,
     Seal,
     Seals,
     VendorRequest,
@@ -61,12 +62,15 @@ from reasonstate.adapters.base import (
     compact,
     count,
     open_turn_encoding,
+    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
 from reasonstate.adapters.streams import SSEEvent, StreamAssembler, in_wire_order, json_object
 from reasonstate.cache import rules as cache_rules
+from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body, walk
+from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
@@ -85,7 +89,7 @@ from reasonstate.state import (
     freeze,
 )
 
-__all__ = ["GeminiAdapter", "GeminiAssembler", "GeminiRules"]
+__all__ = ["ROOM", "GeminiAdapter", "GeminiAssembler", "GeminiRules", "GenerateContentRoom"]
 
 VENDOR = "google"
 API = "generate_content"
@@ -799,3 +803,112 @@ def _usage(raw: Any) -> Usage:
         output=count(raw.get("candidatesTokenCount")) + count(thoughts),
         reasoning=thoughts,
     )
+
+
+# -- the room: what the guard, the commit and the exporters read of generateContent -------------------------
+
+#: the prompt keys of a generateContent body (the tools, system and history units); the rest are options
+_PROMPT_KEYS = frozenset({"model", "tools", "systemInstruction", "contents"})
+_SIGNATURE_FIELDS = ("thoughtSignature", "thought_signature")
+
+
+def _no_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_nulls(v) for v in value]
+    return value
+
+
+class _Reasoning:
+    """Thought parts and thought signatures ride inside a content (§5.4)."""
+
+    def reasoning_only(self, value: Any) -> bool:
+        if not isinstance(value, Mapping):
+            return False
+        parts = listed(value.get("parts"))
+        return bool(parts) and all(isinstance(p, Mapping) and p.get("thought") for p in parts)
+
+    def without_reasoning(self, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        parts = [
+            {k: v for k, v in p.items() if k not in _SIGNATURE_FIELDS}
+            for p in listed(value.get("parts"))
+            if isinstance(p, Mapping) and not p.get("thought")
+        ]
+        return {**value, "parts": parts}
+
+
+class GenerateContentRoom(Room):
+    """Gemini generateContent (docs/protocols.md §5) as the guard and the commit read it."""
+
+    api: ClassVar[str] = API
+    usage_key: ClassVar[str] = "usageMetadata"
+
+    def serves(self, path: str) -> bool:
+        return ":generateContent" in path or ":streamGenerateContent" in path
+
+    def streamed(self, path: str) -> bool:
+        return ":streamGenerateContent" in path
+
+    def model_from_path(self, path: str, body: Any) -> str:
+        """The model is in the URL: ``.../models/{model}:generateContent``."""
+        tail = path.rsplit("/models/", 1)[-1]
+        return tail.split(":", 1)[0]
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """One unit per tool, the system instruction, and one per content without its null fields (§5.3)."""
+        body = request_body(body)
+        name = model_name(body, model)
+        b = ViewBuilder(API, body, name, name, prompt=_PROMPT_KEYS, sort=True)
+        for i, tool in enumerate(listed(body.get("tools"))):
+            b.add("tools", f"$.tools[{i}]", tool, tool)
+        system = body.get("systemInstruction")
+        if system is not None:
+            b.add("system", "$.systemInstruction", system, system)
+        b.prefix = len(b.units)
+        for i, content in enumerate(listed(body.get("contents"))):
+            b.add("history", f"$.contents[{i}]", content, _no_nulls(content))
+        return b.view(_REASONING)
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        return _usage(raw)
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        return cache_rules.GEMINI
+
+    def assembler(self) -> GeminiAssembler:
+        return GeminiAssembler()
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        """Thought signatures the answer to a function call must carry back (§5.4)."""
+        candidates = listed(response.get("candidates"))
+        first = candidates[0].get("content") if candidates and isinstance(candidates[0], Mapping) else None
+        parts = listed(first.get("parts")) if isinstance(first, Mapping) else []
+        if not any(isinstance(p, Mapping) and "functionCall" in p for p in parts):
+            return
+        contents = listed(body.get("contents"))
+        last = contents[-1] if contents and isinstance(contents[-1], Mapping) else {}
+        if not any(isinstance(p, Mapping) and "functionResponse" in p for p in listed(last.get("parts"))):
+            return
+        sent = list(walk(contents))
+        # the SDK holds signatures as bytes and re-encodes them (URL-safe alphabet): compare the bytes
+        carried = {_b64(v.get("thoughtSignature")) for v in sent if isinstance(v, Mapping)}
+        for p in parts:
+            signature = p.get("thoughtSignature") if isinstance(p, Mapping) else None
+            if signature and _b64(signature) not in carried:
+                yield payload_digest(signature)
+
+
+def _b64(value: Any) -> bytes | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.urlsafe_b64decode(value.replace("+", "-").replace("/", "_") + "=" * (-len(value) % 4))
+    except ValueError:
+        return value.encode()
+
+
+_REASONING = _Reasoning()
+ROOM = GenerateContentRoom()

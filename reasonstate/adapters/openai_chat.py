@@ -35,7 +35,7 @@ only appends to ``h`` (append-only history).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import attrs
@@ -45,15 +45,19 @@ from reasonstate.adapters.base import (
     Endpoint,
     ListRun,
     ProtocolRules,
+    Room,
     Seal,
     VendorRequest,
     closed_run,
     count,
     open_turn_encoding,
+    payload_digest,
     summary_note,
 )
 from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
 from reasonstate.cache import rules as cache_rules
+from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
+from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import (
     ContinuationMismatch,
     InvalidOption,
@@ -78,7 +82,7 @@ from reasonstate.state import (
     thaw,
 )
 
-__all__ = ["ChatAssembler", "Dialect", "OpenAIChatAdapter"]
+__all__ = ["ROOM", "ChatAssembler", "ChatRoom", "Dialect", "OpenAIChatAdapter"]
 
 API = "chat"
 Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
@@ -645,3 +649,105 @@ def _usage(raw: Any, dialect: str) -> Usage:
         output=output,
         reasoning=reasoning,
     )
+
+
+# -- the room: what the guard, the commit and the exporters read of the Chat Completions API ----------------
+
+#: the prompt keys of a chat body (the model, tools and message units); the rest are options
+_PROMPT_KEYS = frozenset({"model", "tools", "messages"})
+_SYSTEM_ROLES = ("system", "developer")
+
+
+def _no_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_nulls(v) for v in value]
+    return value
+
+
+class _Reasoning:
+    """Reasoning rides inside an assistant message (``reasoning_content``, ``reasoning``: §3.3)."""
+
+    def reasoning_only(self, value: Any) -> bool:
+        return False
+
+    def without_reasoning(self, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        return {k: v for k, v in value.items() if k not in _REASONING_FIELDS}
+
+
+class ChatRoom(Room):
+    """Chat Completions and its dialects (docs/protocols.md §2, §3) as the guard and the commit read it."""
+
+    api: ClassVar[str] = API
+
+    def serves(self, path: str) -> bool:
+        return path.endswith("/chat/completions")
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """One unit per tool and per message without its null fields (§3.4: the server renders messages
+        through its chat template); the leading system and developer messages are the system prompt."""
+        body = request_body(body)
+        name = model_name(body, model)
+        b = ViewBuilder(API, body, name, name, prompt=_PROMPT_KEYS, sort=True)
+        for i, tool in enumerate(listed(body.get("tools"))):
+            b.add("tools", f"$.tools[{i}]", tool, tool)
+        messages = listed(body.get("messages"))
+        b.prefix = len(b.units)
+        for i, message in enumerate(messages):
+            m = message if isinstance(message, Mapping) else {}
+            leading = all(
+                isinstance(x, Mapping) and x.get("role") in _SYSTEM_ROLES for x in messages[: i + 1]
+            )
+            b.add("system" if leading else "history", f"$.messages[{i}]", message, _no_nulls(m))
+            if leading:
+                b.prefix = len(b.units)
+        return b.view(_REASONING)
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        return _usage(raw, _dialect_of(raw))
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        return _CACHE[_dialect_of(raw_usage)]
+
+    def assembler(self) -> ChatAssembler:
+        return ChatAssembler()
+
+    def output_unit(self, response: Mapping[str, Any]) -> str | None:
+        """The message as generated, rendered as a chat unit is (§3.4: DeepSeek persists it)."""
+        choices = response.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            return None
+        message = choices[0].get("message")
+        if not isinstance(message, Mapping):
+            return None
+        shown = {k: v for k, v in message.items() if v is not None and k != "reasoning"}
+        return self.view({"messages": [shown]}).units[-1].key
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        """DeepSeek's ``reasoning_content`` the answer to a tool call must carry back (§3.3)."""
+        choices = listed(response.get("choices"))
+        message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else None
+        if not isinstance(message, Mapping) or not message.get("reasoning_content"):
+            return
+        calls = {c.get("id") for c in listed(message.get("tool_calls")) if isinstance(c, Mapping)}
+        messages = [m for m in listed(body.get("messages")) if isinstance(m, Mapping)]
+        if not calls or not any(m.get("role") == "tool" and m.get("tool_call_id") in calls for m in messages):
+            return
+        for m in messages:
+            ids = {c.get("id") for c in listed(m.get("tool_calls")) if isinstance(c, Mapping)}
+            if m.get("role") == "assistant" and ids & calls:
+                if m.get("reasoning_content") != message["reasoning_content"]:
+                    yield payload_digest(message["reasoning_content"])
+                return
+
+
+def _dialect_of(raw_usage: Mapping[str, Any] | None) -> str:
+    """The dialect a plain client's answer shows: DeepSeek reports its cache hits and misses (§3.4)."""
+    return "deepseek" if raw_usage is not None and "prompt_cache_hit_tokens" in raw_usage else "openai"
+
+
+_REASONING = _Reasoning()
+ROOM = ChatRoom()

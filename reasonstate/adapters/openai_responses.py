@@ -54,8 +54,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
@@ -64,11 +64,13 @@ from reasonstate.adapters.base import (
     Endpoint,
     ListRun,
     ProtocolRules,
+    Room,
     Seal,
     VendorRequest,
     closed_run,
     count,
     open_turn_encoding,
+    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
@@ -76,6 +78,8 @@ from reasonstate.adapters.base import (
 from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
 from reasonstate.adapters.transport import status_message
 from reasonstate.cache import rules as cache_rules
+from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
+from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
@@ -100,9 +104,11 @@ __all__ = [
     "ENCRYPTED_CONTENT",
     "INPUT_TRANSFORMATIONS",
     "REASONING_UNREPLAYABLE",
+    "ROOM",
     "OpenAIResponsesAdapter",
     "PreviousResponseNotFound",
     "ResponsesAssembler",
+    "ResponsesRoom",
     "ResponsesRules",
 ]
 
@@ -707,3 +713,89 @@ def _usage(raw: Any) -> Usage:
         output=raw.get("output_tokens"),
         reasoning=reasoning,
     )
+
+
+# -- the room: what the guard, the commit and the exporters read of the Responses API -----------------------
+
+#: the prompt keys of a Responses body (the model, tools, system and history units); the rest are options
+_PROMPT_KEYS = frozenset({"model", "tools", "instructions", "input"})
+#: item fields that are bookkeeping, not prompt: the item's id and status are not rendered into the prompt
+_ITEM_METADATA = frozenset({"id", "status"})
+
+
+class _Reasoning:
+    """Reasoning items are units of their own (§1.4): a unit is reasoning or it is not."""
+
+    def reasoning_only(self, value: Any) -> bool:
+        return isinstance(value, Mapping) and value.get("type") == "reasoning"
+
+    def without_reasoning(self, value: Any) -> Any:
+        return value
+
+
+class ResponsesRoom(Room):
+    """The Responses API (docs/protocols.md §1) as the guard and the commit read it."""
+
+    api: ClassVar[str] = API
+
+    def serves(self, path: str) -> bool:
+        return path.endswith("/responses")
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """One unit per tool, the instructions, and one per input item without its id and status (§1.5);
+        the model unit's key is the cache namespace: the model and the ``prompt_cache_key``."""
+        body = request_body(body)
+        name = model_name(body, model)
+        namespace = f"{name}|{body.get('prompt_cache_key') or ''}"
+        b = ViewBuilder(API, body, name, namespace, prompt=_PROMPT_KEYS, sort=True)
+        for i, tool in enumerate(listed(body.get("tools"))):
+            b.add("tools", f"$.tools[{i}]", tool, tool)
+        if body.get("instructions") is not None:
+            b.add("system", "$.instructions", body["instructions"], body["instructions"])
+        b.prefix = len(b.units)
+        items = body.get("input")
+        if isinstance(items, str):
+            b.add("history", "$.input", items, {"content": items, "role": "user"})
+        for i, item in enumerate(listed(items)):
+            kept = (
+                {k: v for k, v in item.items() if k not in _ITEM_METADATA}
+                if isinstance(item, Mapping)
+                else item
+            )
+            b.add("history", f"$.input[{i}]", item, kept)
+        return b.view(_REASONING)
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        return _usage(raw)
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        return cache_rules.OPENAI_RESPONSES
+
+    def assembler(self) -> ResponsesAssembler:
+        return ResponsesAssembler()
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        """Reasoning items (their encrypted content, else their id) a stateless answer to a tool call must
+        carry back (§1.4); a request chained with ``previous_response_id`` carries them server-side."""
+        output = listed(response.get("output"))
+        calls = {
+            i.get("call_id") for i in output if isinstance(i, Mapping) and i.get("type") == "function_call"
+        }
+        answered = any(
+            isinstance(v, Mapping) and v.get("type") == "function_call_output" and v.get("call_id") in calls
+            for v in listed(body.get("input"))
+        )
+        if not calls or not answered or body.get("previous_response_id") == response.get("id"):
+            return
+        ids = {v.get("id") for v in listed(body.get("input")) if isinstance(v, Mapping)}
+        blobs = {v.get("encrypted_content") for v in listed(body.get("input")) if isinstance(v, Mapping)}
+        for item in output:
+            if not isinstance(item, Mapping) or item.get("type") != "reasoning":
+                continue
+            blob = item.get("encrypted_content")
+            if (blob and blob not in blobs) or (not blob and item.get("id") not in ids):
+                yield payload_digest(blob or item.get("id"))
+
+
+_REASONING = _Reasoning()
+ROOM = ResponsesRoom()

@@ -17,7 +17,7 @@ from typing import Literal
 
 import attrs
 
-from reasonstate.cache.guard import common_prefix_len
+from reasonstate.cache.divergence import common_prefix_len
 from reasonstate.state import ExecutionRecord
 
 __all__ = [

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import attrs
 
 from reasonstate.adapters.base import Adapter, VendorRequest
-from reasonstate.cache.guard import divergence
+from reasonstate.cache.divergence import divergence
 from reasonstate.policies import Fold, reasoning_tokens
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.runtime.commit import Layers, predict
