@@ -46,7 +46,6 @@ from reasonstate.adapters.base import (
     unit_digest,
 )
 from reasonstate.adapters.streams import SSEEvent, StreamAssembler, in_wire_order, json_object
-from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.divergence import (
     Section,
     View,
@@ -75,7 +74,17 @@ from reasonstate.state import (
     parse_arguments,
 )
 
-__all__ = ["ROOM", "AnthropicAdapter", "AnthropicAssembler", "MessagesRoom"]
+__all__ = ["ANTHROPIC", "ROOM", "AnthropicAdapter", "AnthropicAssembler", "MessagesRoom"]
+
+#: this API's prefix cache, as data (docs/protocols.md; the schemes are :mod:`reasonstate.cache.rules`)
+ANTHROPIC = CacheRules(
+    scheme="breakpoints",
+    source="docs/protocols.md §4.4",
+    min_tokens=1024,
+    min_tokens_by_model=((("opus-4-5", "opus-4-6", "haiku-4-5"), 4096), (("haiku-3",), 2048)),
+    max_breakpoints=4,
+    lookback_units=20,
+)
 
 VENDOR = "anthropic"
 API = "messages"
@@ -85,7 +94,7 @@ _EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 _DEFAULT_MAX_TOKENS = 4096
 PRESERVED_THINKING_MODELS = ("fable-5", "opus-5-5", "sonnet-5-5", "haiku-5-5")
 #: how many earlier requests breakpoint placement looks back at
-_RECENT = cache_rules.ANTHROPIC.recent
+_RECENT = ANTHROPIC.recent
 
 
 @attrs.frozen(slots=True)
@@ -387,7 +396,7 @@ class AnthropicAdapter:
     )
 
     def __init__(self, *, min_cacheable: int | None = None, lookback_units: int = 20) -> None:
-        cache = attrs.evolve(cache_rules.ANTHROPIC, lookback_units=lookback_units)
+        cache = attrs.evolve(ANTHROPIC, lookback_units=lookback_units)
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
@@ -873,7 +882,7 @@ class MessagesRoom(Room):
         return _usage(raw)
 
     def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
-        return cache_rules.ANTHROPIC
+        return ANTHROPIC
 
     def assembler(self) -> AnthropicAssembler:
         return AnthropicAssembler()

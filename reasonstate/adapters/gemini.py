@@ -36,7 +36,7 @@ Prefix units (divergence, prediction): a namespace unit (the model: implicit cac
 for ``systemInstruction``, one for the tool list, then one per content: the digest of its role and its
 Parts' digests, so a content is one unit however the SDK spells it on the wire.
 
-Cache prediction (§5.3): :data:`reasonstate.cache.rules.GEMINI`.
+Cache prediction (§5.3): :data:`GEMINI`.
 """
 
 from __future__ import annotations
@@ -89,7 +89,21 @@ from reasonstate.state import (
     freeze,
 )
 
-__all__ = ["ROOM", "GeminiAdapter", "GeminiAssembler", "GeminiRules", "GenerateContentRoom"]
+__all__ = ["GEMINI", "ROOM", "GeminiAdapter", "GeminiAssembler", "GeminiRules", "GenerateContentRoom"]
+
+#: this API's prefix cache, as data: Gemini implicit caching (on by default for 2.5+, none before):
+#: automatic, any earlier prompt of the same model, by content, reported exactly; the minimum prompt size
+#: from the 2026-10 caching page (3.x Flash / 3.1 Pro / 4: 4096, 2.5: 2048; the 2026-05 page listed 1024
+#: for Flash models)
+GEMINI = CacheRules(
+    scheme="items",
+    source="docs/protocols.md §5.3",
+    min_tokens=4096,
+    min_tokens_by_model=(
+        (("gemini-2.5",), 2048),
+        (("gemini-1.", "gemini-2.0"), cache_rules.NEVER),
+    ),
+)
 
 VENDOR = "google"
 API = "generate_content"
@@ -334,7 +348,7 @@ class GeminiAdapter:
     )
 
     def __init__(self, *, min_cacheable: int | None = None) -> None:
-        cache = cache_rules.GEMINI
+        cache = GEMINI
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
@@ -876,7 +890,7 @@ class GenerateContentRoom(Room):
         return _usage(raw)
 
     def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
-        return cache_rules.GEMINI
+        return GEMINI
 
     def assembler(self) -> GeminiAssembler:
         return GeminiAssembler()

@@ -55,7 +55,6 @@ from reasonstate.adapters.base import (
     summary_note,
 )
 from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
-from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import (
@@ -82,7 +81,22 @@ from reasonstate.state import (
     thaw,
 )
 
-__all__ = ["ROOM", "ChatAssembler", "ChatRoom", "Dialect", "OpenAIChatAdapter"]
+__all__ = [
+    "DEEPSEEK",
+    "OPENAI_CHAT",
+    "ROOM",
+    "SELF_HOSTED_CHAT",
+    "ChatAssembler",
+    "ChatRoom",
+    "Dialect",
+    "OpenAIChatAdapter",
+]
+
+#: this API's prefix cache, as data (docs/protocols.md; the schemes are :mod:`reasonstate.cache.rules`)
+OPENAI_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §1.5, §2.1", min_tokens=1024, step=128)
+DEEPSEEK = CacheRules(scheme="persisted", source="docs/protocols.md §3.4")
+#: vLLM automatic prefix caching and SGLang RadixAttention behind the chat API: full 16-token KV blocks
+SELF_HOSTED_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §2.2", block=16)
 
 API = "chat"
 Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
@@ -104,10 +118,10 @@ _UNREAD: dict[str, tuple[str, ...]] = {
     "sglang": (),
 }
 _CACHE = {
-    "openai": cache_rules.OPENAI_CHAT,
-    "deepseek": cache_rules.DEEPSEEK,
-    "vllm": cache_rules.SELF_HOSTED_CHAT,
-    "sglang": cache_rules.SELF_HOSTED_CHAT,
+    "openai": OPENAI_CHAT,
+    "deepseek": DEEPSEEK,
+    "vllm": SELF_HOSTED_CHAT,
+    "sglang": SELF_HOSTED_CHAT,
 }
 
 

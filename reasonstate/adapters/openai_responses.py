@@ -47,7 +47,7 @@ Prefix units (for the guard and the cache prediction): one pseudo-unit for the c
 ``prompt_cache_key``), one for ``instructions``, one for the tool list, then one per input item of the
 *full* transcript (in both modes: a chained request is the same prompt server-side).
 
-Cache prediction (§1.5): :data:`reasonstate.cache.rules.OPENAI_RESPONSES`, scheme ``items``.
+Cache prediction (§1.5): :data:`OPENAI_RESPONSES`, scheme ``items``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,6 @@ from reasonstate.adapters.base import (
 )
 from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
 from reasonstate.adapters.transport import status_message
-from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
@@ -103,6 +102,7 @@ __all__ = [
     "CHAIN_FALLBACK",
     "ENCRYPTED_CONTENT",
     "INPUT_TRANSFORMATIONS",
+    "OPENAI_RESPONSES",
     "REASONING_UNREPLAYABLE",
     "ROOM",
     "OpenAIResponsesAdapter",
@@ -111,6 +111,9 @@ __all__ = [
     "ResponsesRoom",
     "ResponsesRules",
 ]
+
+#: this API's prefix cache, as data (docs/protocols.md; the schemes are :mod:`reasonstate.cache.rules`)
+OPENAI_RESPONSES = CacheRules(scheme="items", source="docs/protocols.md §1.5", min_tokens=1024, step=128)
 
 VENDOR = "openai"
 API = "responses"
@@ -343,7 +346,7 @@ class OpenAIResponsesAdapter:
         status_error=_previous_response_lost,
         blame=lambda request, error: _blamed_items(request, error),
     )
-    cache = cache_rules.OPENAI_RESPONSES
+    cache = OPENAI_RESPONSES
 
     def __init__(self, *, strict_tools: bool | None = None) -> None:
         self._strict = strict_tools
@@ -769,7 +772,7 @@ class ResponsesRoom(Room):
         return _usage(raw)
 
     def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
-        return cache_rules.OPENAI_RESPONSES
+        return OPENAI_RESPONSES
 
     def assembler(self) -> ResponsesAssembler:
         return ResponsesAssembler()

@@ -189,7 +189,8 @@ def instrument(client: Any, *, cache: CacheRules | None = None) -> Guard:
     ``client``: an ``anthropic``/``openai`` client (sync or async) or a ``google.genai.Client`` (both its
     sync and ``.aio`` sides) or its ``.aio``. ``cache``: the :class:`~reasonstate.cache.CacheRules` to
     predict with, when the API's default is not the vendor's (a vLLM/SGLang server behind the chat API:
-    ``reasonstate.cache.rules.SELF_HOSTED_CHAT``). Instrumenting a client twice returns the same guard.
+    ``reasonstate.adapters.openai_chat.SELF_HOSTED_CHAT``). Instrumenting a client twice returns the same
+    guard.
     Raises ``TypeError`` for a client without an ``httpx2`` client (nothing to watch).
     """
     https = _http_clients(client)
