@@ -143,7 +143,7 @@ class AnthropicRules(ProtocolRules):
         return None
 
 
-# -- Anthropic Messages (§4.5) ----------------------------------------------------------------------------
+# -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §4.5) -------------------
 
 #: the top-level key order of a non-streamed Messages response (docs/protocols.md §4.6; the emulator's body)
 _MESSAGE_ORDER = ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")

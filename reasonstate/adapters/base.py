@@ -5,8 +5,10 @@ An adapter object holds configuration only (dialect, rules). Everything a reques
 always give the same kwargs, and so the same bytes), ``decode`` a pure function of the vendor's JSON answer
 and the request that produced it. Nothing one call leaves behind is read by the next; what must be carried
 between calls is a value in the four layers (and so in every snapshot). The I/O is
-:mod:`reasonstate.adapters.transport`; stream assembly is :mod:`reasonstate.adapters.streams`; the cache
-rules and predictor are :mod:`reasonstate.cache`.
+:mod:`reasonstate.adapters.transport`; the cache predictor is :mod:`reasonstate.cache`. Each vendor API's
+module is its room: its codec, its stream assembler (on :mod:`reasonstate.adapters.streams`' base), its
+cache rules entry, and a :class:`Room` with what the guard, the commit and the exporters read of it
+(docs/adding-a-vendor.md).
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ class _TurnEncoding:
         self.seal.check()
 
 
-# -- Gemini generateContent (§5.5) ------------------------------------------------------------------------
+# -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §5.5) -------------------
 
 
 class GeminiAssembler(StreamAssembler):

@@ -165,7 +165,7 @@ class _TurnEncoding:
 _EMPTY_RUN = ListRun()
 
 
-# -- stream assembly (docs/protocols.md §2, §3) ---------------------------------------------------------
+# -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §2, §3) -----------------
 
 #: the key order of a non-streamed ``choices[0].message`` (then any other delta field, first seen first)
 _CHAT_MESSAGE_ORDER = ("role", "content", "reasoning", "reasoning_content", "tool_calls")

@@ -230,7 +230,7 @@ def _closed_run(turns: tuple[Turn, ...], model: str, store: bool) -> ListRun:
     return closed_run(turns, (API, "run", model, store), encode, _EMPTY_RUN)
 
 
-# -- OpenAI Responses (§1.6) ------------------------------------------------------------------------------
+# -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §1.6) -------------------
 
 
 class ResponsesAssembler(StreamAssembler):
