@@ -258,23 +258,23 @@ class Folded:
 
     through: int
     summary: str
-    # the synthetic turn, built once per fold so the codecs' per-turn memoization (by identity) reuses it
-    _turn: Turn | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    # the synthetic turn, built with the fold (a value derived from the summary, never set later), so the
+    # codecs' per-turn memoization (by identity) reuses it for every request of this fold
+    _turn: Turn = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(lambda f: _summary_turn(f.summary), takes_self=True),
+    )
 
     def turn(self) -> Turn:
         """The synthetic closed turn that stands for the folded head (index -1: no real turn has it)."""
-        if self._turn is None:
-            step = Step(
-                parts=(TextPart(self.summary),),
-                continuation=(),
-                stop_reason="end_turn",
-                usage=Usage(),
-                model="",
-            )
-            turn = Turn(-1, FOLD_INTRO, (step,), TurnView((True,), policy="fold"))
-            object.__setattr__(self, "_turn", turn)
-        assert self._turn is not None
         return self._turn
+
+
+def _summary_turn(summary: str) -> Turn:
+    step = Step(parts=(TextPart(summary),), continuation=(), stop_reason="end_turn", usage=Usage(), model="")
+    return Turn(-1, FOLD_INTRO, (step,), TurnView((True,), policy="fold"))
 
 
 @attrs.frozen(slots=True)
