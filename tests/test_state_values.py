@@ -12,7 +12,7 @@ from reasonstate.state.history import Turn, TurnView
 
 
 def test_turn_fields_are_the_ones_its_with_methods_copy() -> None:
-    assert [f.name for f in attrs.fields(Turn)] == ["index", "user", "steps", "view", "_encodings"]
+    assert [f.name for f in attrs.fields(Turn)] == ["index", "user", "steps", "view"]
     turn = Turn(3, "hi")
     view = TurnView((), policy="keep")
     assert turn.with_view(view) == attrs.evolve(turn, view=view)

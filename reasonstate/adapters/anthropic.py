@@ -32,6 +32,7 @@ import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ProtocolRules,
     Room,
@@ -400,6 +401,8 @@ class AnthropicAdapter:
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
+        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
+        self.encodings = Encodings()
         self.rules: ProtocolRules = AnthropicRules(
             vendor=VENDOR,
             api=API,
@@ -418,6 +421,7 @@ class AnthropicAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``messages.create`` kwargs for the next call on ``history`` (whose last turn is open)."""
         head_tools, head_system, head_units = prefix.derived((API, "head"), functools.partial(_head, prefix))
@@ -430,7 +434,7 @@ class AnthropicAdapter:
             few.append(("assistant", *_text_block(answer)))
         offset = n_head + sum(len(d) for _, _, d in few)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, offset)
+        run = _closed_run(closed, model, offset, encodings if encodings is not None else self.encodings)
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
@@ -665,13 +669,13 @@ class _Run:
         )
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str, offset: int) -> _Run:
+def _closed_run(turns: tuple[Turn, ...], model: str, offset: int, encodings: Encodings) -> _Run:
     """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``."""
 
     def encode(turn: Turn) -> _TurnEncoding:
-        return turn.encoded((API, model), functools.partial(_encode_turn, turn, model=model))
+        return encodings.encoded(turn, (API, model), functools.partial(_encode_turn, turn, model=model))
 
-    return closed_run(turns, (API, "run", model, offset), encode, _Run(offset))
+    return closed_run(turns, (API, "run", model, offset), encode, _Run(offset), encodings)
 
 
 def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
+import weakref
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
@@ -46,6 +47,7 @@ __all__ = [
     "Adapter",
     "Assembler",
     "DecodedStep",
+    "Encodings",
     "Endpoint",
     "ListEncoding",
     "ListRun",
@@ -96,13 +98,17 @@ def summary_note(summary: str) -> str:
 FOREIGN_REASONING = ("drop", "text")
 
 
-def foreign_reasoning_as_text(history: History, vendor: str, api: str, model: str) -> History:
+def foreign_reasoning_as_text(
+    history: History, vendor: str, api: str, model: str, *, encodings: Encodings | None = None
+) -> History:
     """``history`` with each reasoning part that ``vendor``/``api``/``model`` cannot receive as its own
     payload turned into a delimited text part (rendered canonically by every codec).
 
-    Pure and memoized per closed turn (``Turn.encoded``): the same turn gives the same new turn value, so
-    its encodings are reused across requests. Invariant: a turn with nothing foreign is returned as is.
+    Pure, and memoized per closed turn in ``encodings`` (the session's; a fresh one when none is given): the
+    same turn gives the same new turn value, so its encodings are reused across requests. Invariant: a turn
+    with nothing foreign is returned as is.
     """
+    memo = encodings if encodings is not None else Encodings()
 
     def view(turn: Turn) -> Turn:
         steps = tuple(_step_with_text(step, vendor, api, model) for step in turn.steps)
@@ -111,7 +117,7 @@ def foreign_reasoning_as_text(history: History, vendor: str, api: str, model: st
         return attrs.evolve(turn, steps=steps)
 
     turns = tuple(
-        turn.encoded(("foreign_reasoning_text", vendor, api, model), functools.partial(view, turn))
+        memo.encoded(turn, ("foreign_reasoning_text", vendor, api, model), functools.partial(view, turn))
         if turn.closed
         else view(turn)
         for turn in history.turns
@@ -144,13 +150,17 @@ def _step_with_text(step: Step, vendor: str, api: str, model: str) -> Step:
     return attrs.evolve(step, parts=tuple(parts)) if changed else step
 
 
-def without_payloads(history: History, digests: frozenset[str]) -> History:
+def without_payloads(
+    history: History, digests: frozenset[str], *, encodings: Encodings | None = None
+) -> History:
     """``history`` with the payloads whose digest is in ``digests`` made unreplayable (vendor
     ``"stripped"``), so every codec renders their parts canonically: how a continuation a vendor rejected
-    is left out of later requests. Pure, memoized per closed turn; a turn without them is returned as is.
+    is left out of later requests. Pure, memoized per closed turn in ``encodings`` (the session's; a fresh
+    one when none is given); a turn without them is returned as is.
     """
     if not digests:
         return history
+    memo = encodings if encodings is not None else Encodings()
     key = ("stripped", tuple(sorted(digests)))
 
     def view(turn: Turn) -> Turn:
@@ -171,7 +181,7 @@ def without_payloads(history: History, digests: frozenset[str]) -> History:
         return attrs.evolve(turn, steps=steps)
 
     turns = tuple(
-        turn.encoded(key, functools.partial(view, turn)) if turn.closed else view(turn)
+        memo.encoded(turn, key, functools.partial(view, turn)) if turn.closed else view(turn)
         for turn in history.turns
     )
     if all(a is b for a, b in zip(turns, history.turns, strict=True)):
@@ -249,6 +259,7 @@ class TurnEncoding(Protocol):
 
 
 _E = TypeVar("_E", bound=TurnEncoding)
+_T = TypeVar("_T")
 
 
 def open_turn_encoding(turn: Turn, build: Callable[[Turn], _E], model: str, rule: str) -> _E:
@@ -280,74 +291,140 @@ class Run(Protocol):
 _R = TypeVar("_R", bound=Run)
 
 
-@attrs.define(slots=True, eq=False)
+@attrs.frozen(slots=True, eq=False)
 class RunNode(Generic[_R]):
-    """A closed turn's place at the end of the run of turns up to it, memoized on that turn.
+    """A closed turn's place at the end of the run of turns up to it (memoized in :class:`Encodings`).
 
-    A node is O(1) in size: only the newest node of a run holds the run itself, so memory stays linear in
-    the history (a run memoized on every turn holds O(turns²) references); an older node's run is rebuilt
-    in one pass when needed (a policy that rewrote a later turn's view, another session sharing the turns).
+    A node is O(1) in size: only the newest run of a key is kept (by the memo, next to its node), so memory
+    stays linear in the history; an older node's run is rebuilt in one pass when needed (a policy that
+    rewrote a later turn's view). A node holds its turn weakly: the memo entry of a turn must not keep the
+    turn alive.
     """
 
     previous: RunNode[_R] | None
-    turn: Turn
+    turn: weakref.ref[Turn]
     encoded: Any
     depth: int  # how many turns the run up to this node holds
-    run: _R | None = None
 
     def matches(self, turns: tuple[Turn, ...]) -> bool:
         """Whether the run up to this node is the first ``depth`` of ``turns``, turn for turn (identity)."""
-        if self.run is not None:
-            return all(map(operator.is_, self.run.turns, turns))
         node: RunNode[_R] | None = self
         for turn in reversed(turns[: self.depth]):
-            if node is None or node.turn is not turn:
+            if node is None or node.turn() is not turn:
                 return False
             node = node.previous
         return node is None
 
-    def materialized(self, empty: _R) -> _R:
-        """The run up to this node: from the nearest earlier node that holds one (else ``empty``), in one
-        pass."""
+    def materialized(self, turns: tuple[Turn, ...], empty: _R) -> _R:
+        """The run up to this node (whose turns are the first ``depth`` of ``turns``), from ``empty``."""
         pending: list[RunNode[_R]] = []
         node: RunNode[_R] | None = self
-        while node is not None and node.run is None:
+        while node is not None:
             pending.append(node)
             node = node.previous
-        base = node.run if node is not None and node.run is not None else empty
-        if not pending:
-            return base
         pending.reverse()
-        return cast(_R, base.extended([n.turn for n in pending], [n.encoded for n in pending]))
+        return cast(_R, empty.extended(turns[: self.depth], [n.encoded for n in pending]))
 
 
-def closed_run(turns: tuple[Turn, ...], key: Hashable, encode: Callable[[Turn], Any], empty: _R) -> _R:
-    """The run of ``turns`` (all closed) memoized under ``key``: the newest memoized node that still ends a
-    prefix of ``turns`` (checked by identity), its run extended by the turns after it (each encoded with
-    ``encode``). ``empty`` is the run of no turns; ``key`` must tell apart runs that ``empty`` does."""
+class Encodings:
+    """Encoding memos: what codecs derived from turn values, by (turn, key), and the newest run of closed
+    turns per run key. One belongs to a session (handed to ``Adapter.encode``); an adapter keeps its own for
+    callers that hand it none.
+
+    Keyed so that a stale entry cannot be read: an entry is found by the very turn object it was built from
+    (checked through a weak reference, so a reused ``id`` never matches) and goes with that turn. A turn is
+    immutable and a changed turn is a new object without entries, so an entry is true for as long as it
+    can be read. The values themselves hold no memo: this object is where memos live.
+    """
+
+    __slots__ = ("_runs", "_turns")
+
+    def __init__(self) -> None:
+        self._turns: dict[int, tuple[weakref.ref[Turn], dict[Hashable, Any]]] = {}
+        self._runs: dict[Hashable, tuple[RunNode[Any], Any]] = {}
+
+    def _entries(self, turn: Turn) -> dict[Hashable, Any] | None:
+        hit = self._turns.get(id(turn))
+        if hit is not None and hit[0]() is turn:
+            return hit[1]
+        return None
+
+    def encoded(self, turn: Turn, key: Hashable, build: Callable[[], _T]) -> _T:
+        """``build()``, computed once per ``key`` for this turn object and shared afterwards. Callers
+        re-verify the payloads an encoding was built from before each send."""
+        entries = self._entries(turn)
+        if entries is None:
+            entries = self._new_entries(turn)
+        elif key in entries:
+            found: _T = entries[key]
+            return found
+        value = entries[key] = build()
+        return value
+
+    def get(self, turn: Turn, key: Hashable) -> Any:
+        """The value memoized for ``turn`` under ``key`` (None if there is none)."""
+        entries = self._entries(turn)
+        return entries.get(key) if entries is not None else None
+
+    def remember(self, turn: Turn, key: Hashable, value: Any) -> None:
+        """Memoize ``value`` for ``turn`` under ``key`` (replacing what was there)."""
+        entries = self._entries(turn)
+        if entries is None:
+            entries = self._new_entries(turn)
+        entries[key] = value
+
+    def _new_entries(self, turn: Turn) -> dict[Hashable, Any]:
+        key, entries = id(turn), dict[Hashable, Any]()
+        self._turns[key] = (weakref.ref(turn, functools.partial(_forget, self._turns, key)), entries)
+        return entries
+
+    def newest(self, key: Hashable) -> tuple[RunNode[Any] | None, Any]:
+        """The newest run memoized under ``key`` and the node it ends at (None, None: none yet)."""
+        return self._runs.get(key, (None, None))
+
+    def keep_newest(self, key: Hashable, node: RunNode[Any], run: Any) -> None:
+        self._runs[key] = (node, run)
+
+
+def _forget(entries: dict[int, Any], key: int, ref: weakref.ref[Any]) -> None:
+    hit = entries.get(key)
+    if hit is not None and hit[0] is ref:
+        del entries[key]
+
+
+def closed_run(
+    turns: tuple[Turn, ...], key: Hashable, encode: Callable[[Turn], Any], empty: _R, encodings: Encodings
+) -> _R:
+    """The run of ``turns`` (all closed) memoized under ``key`` in ``encodings``: the newest memoized node
+    that still ends a prefix of ``turns`` (checked by identity), its run extended by the turns after it
+    (each encoded with ``encode``). ``empty`` is the run of no turns; ``key`` must tell apart runs that
+    ``empty`` does."""
+    newest_node, newest_run = encodings.newest(key)
     k, node = len(turns), None
     while k > 0:
-        cached = turns[k - 1].cached(key)
+        cached = encodings.get(turns[k - 1], key)
         if isinstance(cached, RunNode) and cached.depth == k and cached.matches(turns):
             node = cached
             break
         k -= 1
-    if node is not None and node.run is not None and k == len(turns):
-        return cast(_R, node.run)  # the common case: the closed history did not change since the last request
-    run: _R = node.materialized(empty) if node is not None else empty
+    if node is not None and node is newest_node and k == len(turns):
+        return cast(
+            _R, newest_run
+        )  # the common case: the closed history did not change since the last request
+    run: _R = empty
+    if node is not None:
+        run = cast(_R, newest_run) if node is newest_node else node.materialized(turns, empty)
     newest = node
     if k < len(turns):
-        encodings = []
+        encodings_: list[Any] = []
         for turn in turns[k:]:
             encoded = encode(turn)
-            encodings.append(encoded)
-            newest = RunNode(newest, turn, encoded, k + len(encodings))
-            turn.remember(key, newest)
-        run = cast(_R, run.extended(turns[k:], encodings))
-        if node is not None:
-            node.run = None  # only the newest node of a run keeps it
+            encodings_.append(encoded)
+            newest = RunNode(newest, weakref.ref(turn), encoded, k + len(encodings_))
+            encodings.remember(turn, key, newest)
+        run = cast(_R, run.extended(turns[k:], encodings_))
     if newest is not None:
-        newest.run = run
+        encodings.keep_newest(key, newest, run)
     return run
 
 
@@ -577,6 +654,7 @@ class Adapter(Protocol):
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """The next request on ``history`` (whose last turn is open). ``lost_responses``: response ids the
         vendor said it no longer holds (derived from the trace), never referred to again."""

@@ -52,6 +52,7 @@ import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ProtocolRules,
     Room,
@@ -352,6 +353,8 @@ class GeminiAdapter:
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
+        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
+        self.encodings = Encodings()
         self.rules: ProtocolRules = GeminiRules(vendor=VENDOR, api=API)
 
     # -- encode ------------------------------------------------------------------------------------------
@@ -364,6 +367,7 @@ class GeminiAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``models.generate_content`` kwargs for the next call on ``history``."""
         units: list[str] = [_head_unit("model", model)]
@@ -388,7 +392,7 @@ class GeminiAdapter:
             add(*_text_content("user", user))
             add(*_text_content("model", answer))
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model)
+        run = _closed_run(closed, model, encodings if encodings is not None else self.encodings)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         if run.contents:
             # a run starts with a user content and few-shots end with a model one: never a merge here
@@ -551,14 +555,14 @@ class _Run:
 _EMPTY_RUN = _Run()
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str) -> _Run:
+def _closed_run(turns: tuple[Turn, ...], model: str, encodings: Encodings) -> _Run:
     """The run of ``turns`` (all closed). A content's unit depends on that content only, so a run does not
     depend on what precedes it (the prefix head, few-shots)."""
 
     def encode(turn: Turn) -> _TurnEncoding:
-        return turn.encoded((API, model), functools.partial(_encode_turn, turn, model=model))
+        return encodings.encoded(turn, (API, model), functools.partial(_encode_turn, turn, model=model))
 
-    return closed_run(turns, (API, "run", model), encode, _EMPTY_RUN)
+    return closed_run(turns, (API, "run", model), encode, _EMPTY_RUN, encodings)
 
 
 # The prefix is the same on every request of a session: its units are memoized (values are frozen).

@@ -42,6 +42,7 @@ import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ListRun,
     ProtocolRules,
@@ -348,6 +349,8 @@ class OpenAIChatAdapter:
         self.vendor: str = dialect
         self.rules = ProtocolRules(vendor=dialect, api=API, tool_steps_keep_reasoning=dialect == "deepseek")
         self.cache = _CACHE[dialect]
+        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
+        self.encodings = Encodings()
         # ``stream_options.include_usage``: the usage arrives in the last chunk (docs/protocols.md §2.1)
         self.endpoint = Endpoint(
             sdk="openai",
@@ -367,6 +370,7 @@ class OpenAIChatAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """The ``chat.completions.create`` kwargs for the next call on ``history`` (last turn open)."""
         tools = [
@@ -394,7 +398,7 @@ class OpenAIChatAdapter:
             add({"role": "assistant", "content": answer})
         n_head = len(units)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = self._closed_run(closed, model)
+        run = self._closed_run(closed, model, encodings if encodings is not None else self.encodings)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         messages.extend(run.values)
         units.extend(run.units)
@@ -419,15 +423,15 @@ class OpenAIChatAdapter:
             kwargs=kwargs, units=tuple(units), model=model, prefix_units=n_head, withheld=tuple(withheld)
         )
 
-    def _closed_run(self, turns: tuple[Turn, ...], model: str) -> ListRun:
+    def _closed_run(self, turns: tuple[Turn, ...], model: str, encodings: Encodings) -> ListRun:
         """The run of ``turns`` (all closed) for ``model`` (a :class:`ListRun`: messages never merge across
         turns here)."""
 
         def encode(turn: Turn) -> _TurnEncoding:
             build = functools.partial(self._encode_turn, turn, model=model)
-            return turn.encoded((API, self.dialect, model), build)
+            return encodings.encoded(turn, (API, self.dialect, model), build)
 
-        return closed_run(turns, (API, "run", self.dialect, model), encode, _EMPTY_RUN)
+        return closed_run(turns, (API, "run", self.dialect, model), encode, _EMPTY_RUN, encodings)
 
     def _encode_turn(self, turn: Turn, *, model: str) -> _TurnEncoding:
         messages: list[Mapping[str, Any]] = [{"role": "user", "content": turn.user}]

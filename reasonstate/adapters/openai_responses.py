@@ -61,6 +61,7 @@ import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ListRun,
     ProtocolRules,
@@ -220,14 +221,14 @@ class _TurnEncoding:
 _EMPTY_RUN = ListRun()
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str, store: bool) -> ListRun:
+def _closed_run(turns: tuple[Turn, ...], model: str, store: bool, encodings: Encodings) -> ListRun:
     """The run of ``turns`` (all closed); a turn's items depend on the model and on ``store`` only."""
 
     def encode(turn: Turn) -> _TurnEncoding:
         build = functools.partial(_encode_turn, turn, model=model, by_reference=store)
-        return turn.encoded((API, model, store), build)
+        return encodings.encoded(turn, (API, model, store), build)
 
-    return closed_run(turns, (API, "run", model, store), encode, _EMPTY_RUN)
+    return closed_run(turns, (API, "run", model, store), encode, _EMPTY_RUN, encodings)
 
 
 # -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §1.6) -------------------
@@ -330,9 +331,6 @@ class ResponsesAssembler(StreamAssembler):
         return {**self._terminal, "output": merged}
 
 
-# -- Chat Completions (§2, §3) ----------------------------------------------------------------------------
-
-
 class OpenAIResponsesAdapter:
     """The Responses API codec. ``strict_tools`` (optional) sets ``strict`` on every function tool."""
 
@@ -350,6 +348,8 @@ class OpenAIResponsesAdapter:
 
     def __init__(self, *, strict_tools: bool | None = None) -> None:
         self._strict = strict_tools
+        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
+        self.encodings = Encodings()
         self.rules: ProtocolRules = ResponsesRules(
             vendor=VENDOR, api=API, reasoning_only_steps_keep_reasoning=False
         )
@@ -364,6 +364,7 @@ class OpenAIResponsesAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``responses.create`` kwargs for the next call on ``history``."""
         store = options.get("store", False) is True
@@ -391,7 +392,7 @@ class OpenAIResponsesAdapter:
                 values.append(item.value)
                 units.append(item.unit)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, store)
+        run = _closed_run(closed, model, store, encodings if encodings is not None else self.encodings)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         values.extend(run.values)
         units.extend(run.units)

@@ -46,6 +46,7 @@ import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ProtocolRules,
     VendorRequest,
@@ -145,6 +146,7 @@ class TokenAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """The ``completions.create`` kwargs: ``prompt`` is the bridged prompt when the history allows it,
         else the full render of the canonical history (with a ``cache.break`` event)."""
