@@ -403,9 +403,14 @@ def closed_run(
     k, node = len(turns), None
     while k > 0:
         cached = encodings.get(turns[k - 1], key)
-        if isinstance(cached, RunNode) and cached.depth == k and cached.matches(turns):
-            node = cached
-            break
+        if isinstance(cached, RunNode) and cached.depth == k:
+            if cached is newest_node:  # its run's turns, compared at C speed
+                matched = all(map(operator.is_, newest_run.turns, turns))
+            else:
+                matched = cached.matches(turns)
+            if matched:
+                node = cached
+                break
         k -= 1
     if node is not None and node is newest_node and k == len(turns):
         return cast(
