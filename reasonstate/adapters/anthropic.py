@@ -424,17 +424,18 @@ class AnthropicAdapter:
         encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``messages.create`` kwargs for the next call on ``history`` (whose last turn is open)."""
+        memo = encodings if encodings is not None else self.encodings
         head_tools, head_system, head_units = prefix.derived((API, "head"), functools.partial(_head, prefix))
         # shared with every request on this prefix: the lists are copied, and a marked block is a new dict
         tools, system, units = list(head_tools), list(head_system), list(head_units)
         n_head = len(units)
         few: list[tuple[str, list[Any], list[str]]] = []
         for user, answer in prefix.few_shots:
-            few.append(("user", *_text_block(user)))
-            few.append(("assistant", *_text_block(answer)))
+            few.append(("user", *_text_block(user, memo)))
+            few.append(("assistant", *_text_block(answer, memo)))
         offset = n_head + sum(len(d) for _, _, d in few)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, offset, encodings if encodings is not None else self.encodings)
+        run = _closed_run(closed, model, offset, memo)
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
@@ -448,7 +449,7 @@ class AnthropicAdapter:
         run.check()
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model)
+            build = functools.partial(_encode_turn, model=model, memo=memo)
             encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
             withheld.extend(encoded.withheld)
             for role, blocks, digests in encoded.messages:
@@ -673,13 +674,14 @@ def _closed_run(turns: tuple[Turn, ...], model: str, offset: int, encodings: Enc
     """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``."""
 
     def encode(turn: Turn) -> _TurnEncoding:
-        return encodings.encoded(turn, (API, model), functools.partial(_encode_turn, turn, model=model))
+        build = functools.partial(_encode_turn, turn, model=model, memo=encodings)
+        return encodings.encoded(turn, (API, model), build)
 
     return closed_run(turns, (API, "run", model, offset), encode, _Run(offset), encodings)
 
 
-def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
-    messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user))]
+def _encode_turn(turn: Turn, *, model: str, memo: Encodings) -> _TurnEncoding:
+    messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user, memo))]
     withheld: list[Continuation] = []
     replayed: list[Continuation] = []
     for i, step in enumerate(turn.steps):
@@ -687,7 +689,7 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
         if blocks:  # a step with nothing this model may see (foreign reasoning only) adds no message
             messages.append(("assistant", blocks, digests))
         if step.tool_results:
-            pairs = [_tool_result(r.call_id, r.content, r.is_error) for r in step.tool_results]
+            pairs = [memo.call(_tool_result, r.call_id, r.content, r.is_error) for r in step.tool_results]
             messages.append(("user", [dict(b) for b, _ in pairs], [d for _, d in pairs]))
     return _TurnEncoding(turn, model, tuple(messages), tuple(withheld), Seal.of(replayed))
 
@@ -747,20 +749,19 @@ def _canonical_block(part: Part) -> dict[str, Any] | None:
     return None
 
 
-def _text_block(text: str) -> tuple[list[dict[str, Any]], list[str]]:
-    block, digest = _text_unit(text)
+def _text_block(text: str, memo: Encodings) -> tuple[list[dict[str, Any]], list[str]]:
+    block, digest = memo.call(_text_unit, text)
     return [dict(block)], [digest]
 
 
-# History blocks we build ourselves are the same on every request: their digests are memoized (the
-# returned dicts are copied before use, so the cache cannot be mutated through a request).
-@functools.lru_cache(maxsize=1 << 16)
+# History blocks we build ourselves are the same on every request: their digests are memoized in the
+# session's Encodings (the returned dicts are copied before use, so the memo cannot be mutated through a
+# request).
 def _text_unit(text: str) -> tuple[dict[str, Any], str]:
     block = {"type": "text", "text": text}
     return block, unit_digest(block)
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _tool_result(call_id: str, content: str, is_error: bool) -> tuple[dict[str, Any], str]:
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": content}
     if is_error:

@@ -246,6 +246,7 @@ class Seals:
             seal.check()
 
 
+_MISSING: Any = object()
 _PAYLOAD, _DIGEST = operator.attrgetter("payload"), operator.attrgetter("digest")
 
 
@@ -337,11 +338,23 @@ class Encodings:
     can be read. The values themselves hold no memo: this object is where memos live.
     """
 
-    __slots__ = ("_runs", "_turns")
+    __slots__ = ("_calls", "_runs", "_turns")
 
     def __init__(self) -> None:
         self._turns: dict[int, tuple[weakref.ref[Turn], dict[Hashable, Any]]] = {}
         self._runs: dict[Hashable, tuple[RunNode[Any], Any]] = {}
+        self._calls: dict[tuple[Hashable, ...], Any] = {}
+
+    def call(self, fn: Callable[..., _T], *args: Hashable) -> _T:
+        """``fn(*args)`` for a pure ``fn`` of immutable arguments (a text, a call id), computed once: the
+        blocks and digests a codec builds for the same text on every request. Callers copy a returned
+        mutable value before changing it."""
+        key = (fn, *args)
+        found = self._calls.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._calls[key] = fn(*args)
+        result: _T = found
+        return result
 
     def _entries(self, turn: Turn) -> dict[Hashable, Any] | None:
         hit = self._turns.get(id(turn))

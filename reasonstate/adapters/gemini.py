@@ -370,13 +370,14 @@ class GeminiAdapter:
         encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``models.generate_content`` kwargs for the next call on ``history``."""
-        units: list[str] = [_head_unit("model", model)]
+        memo = encodings if encodings is not None else self.encodings
+        units: list[str] = [memo.call(_head_unit, "model", model)]
         config: dict[str, Any] = {}
         if prefix.system:
             config["system_instruction"] = {"parts": [{"text": prefix.system}]}
-            units.append(_head_unit("systemInstruction", prefix.system))
+            units.append(memo.call(_head_unit, "systemInstruction", prefix.system))
         if prefix.tools:
-            tools, unit = _tools(prefix.tools)
+            tools, unit = memo.call(_tools, prefix.tools)
             config["tools"] = [{"function_declarations": list(tools)}]
             units.append(unit)
         n_head = len(units)
@@ -389,10 +390,10 @@ class GeminiAdapter:
             last = _add(contents, units, last, role, parts, digests, unit)
 
         for user, answer in prefix.few_shots:
-            add(*_text_content("user", user))
-            add(*_text_content("model", answer))
+            add(*_text_content("user", user, memo))
+            add(*_text_content("model", answer, memo))
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, encodings if encodings is not None else self.encodings)
+        run = _closed_run(closed, model, memo)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         if run.contents:
             # a run starts with a user content and few-shots end with a model one: never a merge here
@@ -401,7 +402,7 @@ class GeminiAdapter:
             last = run.last
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model)
+            build = functools.partial(_encode_turn, model=model, memo=memo)
             # the current turn's signatures are validated (§5.4): the open chain is refused if it would
             # withhold
             encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
@@ -560,18 +561,18 @@ def _closed_run(turns: tuple[Turn, ...], model: str, encodings: Encodings) -> _R
     depend on what precedes it (the prefix head, few-shots)."""
 
     def encode(turn: Turn) -> _TurnEncoding:
-        return encodings.encoded(turn, (API, model), functools.partial(_encode_turn, turn, model=model))
+        build = functools.partial(_encode_turn, turn, model=model, memo=encodings)
+        return encodings.encoded(turn, (API, model), build)
 
     return closed_run(turns, (API, "run", model), encode, _EMPTY_RUN, encodings)
 
 
-# The prefix is the same on every request of a session: its units are memoized (values are frozen).
-@functools.lru_cache(maxsize=256)
+# The prefix is the same on every request of a session, and so are the history's texts and results: the
+# units below are memoized in the session's Encodings (values are frozen, or copied before use).
 def _head_unit(key: str, value: str) -> str:
     return unit_digest({key: value})
 
 
-@functools.lru_cache(maxsize=256)
 def _tools(tools: tuple[Tool, ...]) -> tuple[tuple[Any, ...], str]:
     """Function declarations (names sorted by the Prefix, schemas key-sorted: stable bytes) and their unit;
     ``parameters_json_schema`` passes the JSON schema through the SDK untouched (``parameters`` would be
@@ -588,29 +589,26 @@ def _content_unit(role: str, digests: Sequence[str]) -> str:
     return digest_of("\n".join((role, *digests)).encode())
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _text_part(text: str) -> tuple[dict[str, Any], str]:
     part: dict[str, Any] = freeze({"text": text})
     return part, unit_digest(part)
 
 
-def _text_content(role: str, text: str) -> tuple[str, tuple[Any, ...], tuple[str, ...], str]:
-    part, digest, unit = _text_unit(role, text)
+def _text_content(role: str, text: str, memo: Encodings) -> tuple[str, tuple[Any, ...], tuple[str, ...], str]:
+    part, digest, unit = memo.call(_text_unit, role, text)
     return role, (dict(part),), (digest,), unit
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _text_unit(role: str, text: str) -> tuple[dict[str, Any], str, str]:
     part, digest = _text_part(text)
     return part, digest, _content_unit(role, (digest,))
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _function_response(
     name: str, call_id: str | None, content: str, is_error: bool
 ) -> tuple[dict[str, Any], str]:
-    """A ``functionResponse`` Part (§5.1). Memoized: history's results are the same on every request
-    (the returned dict is copied before use)."""
+    """A ``functionResponse`` Part (§5.1). Memoized (:meth:`Encodings.call`): history's results are the same
+    on every request (the returned dict is copied before use)."""
     response: Any
     if is_error:
         response = {"error": content}
@@ -628,8 +626,8 @@ def _function_response(
     return part, unit_digest(part)
 
 
-def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
-    contents = [_text_content("user", turn.user)]
+def _encode_turn(turn: Turn, *, model: str, memo: Encodings) -> _TurnEncoding:
+    contents = [_text_content("user", turn.user, memo)]
     replayed: list[Continuation] = []
     withheld: list[Continuation] = []
     last = len(turn.steps) - 1
@@ -638,7 +636,7 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
         summary = turn.view.summary if turn.view is not None and i == last else None
         parts, digests, call_ids = _model_parts(step, keep, model, replayed, withheld)
         if summary is not None:
-            note, digest = _text_part(summary_note(summary))
+            note, digest = memo.call(_text_part, summary_note(summary))
             parts.insert(0, dict(note))
             digests.insert(0, digest)
         if parts:  # a step with nothing this model may see (foreign reasoning only) adds no content
@@ -646,7 +644,9 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
         if step.tool_results:
             names = {c.id: c.name for c in step.tool_calls}
             pairs = [
-                _function_response(names[r.call_id], call_ids.get(r.call_id), r.content, r.is_error)
+                memo.call(
+                    _function_response, names[r.call_id], call_ids.get(r.call_id), r.content, r.is_error
+                )
                 for r in step.tool_results
             ]
             results = tuple(dict(p) for p, _ in pairs)

@@ -62,10 +62,7 @@ class CacheRules:
     recent: int = 64
 
     def minimum(self, model: str) -> int:
-        """The minimum cacheable prompt length for ``model``."""
-        return _minimum(self, model)
-
-    def _minimum(self, model: str) -> int:
+        """The minimum cacheable prompt length for ``model`` (a few fragment searches)."""
         m = model.lower()
         for fragments, tokens in self.min_tokens_by_model:
             if any(f in m for f in fragments):
@@ -78,11 +75,6 @@ class CacheRules:
         if matched < floor:
             return 0
         return floor + self.step * ((matched - floor) // self.step)
-
-
-@functools.lru_cache(maxsize=256)
-def _minimum(rules: CacheRules, model: str) -> int:
-    return rules._minimum(model)  # a few fragment searches, once per (rules, model)
 
 
 #: a minimum no prompt reaches: the model has no implicit cache
