@@ -1,10 +1,11 @@
 """The adapter contract: a pure codec (``encode``/``decode``), its rules as data, and where the SDK call goes.
 
-An adapter object holds configuration only (dialect, rules). Everything a request depends on is an argument:
-``encode`` is a pure function of the session's layers (the same prefix, history, model, options and records
-always give the same kwargs, and so the same bytes), ``decode`` a pure function of the vendor's JSON answer
-and the request that produced it. Nothing one call leaves behind is read by the next; what must be carried
-between calls is a value in the four layers (and so in every snapshot). The I/O is
+An adapter object holds configuration (dialect, rules) and, for callers that hand ``encode`` none, an
+:class:`Encodings` memo of its own. Everything a request depends on is an argument: ``encode`` is a pure
+function of the session's layers (the same prefix, history, model, options and records always give the same
+kwargs, and so the same bytes, whatever the memo holds: its entries are keyed so that a stale one cannot be
+read), ``decode`` a pure function of the vendor's JSON answer and the request that produced it. What must be
+carried between calls is a value in the four layers (and so in every snapshot). The I/O is
 :mod:`reasonstate.adapters.transport`; the cache predictor is :mod:`reasonstate.cache`. Each vendor API's
 module is its room: its codec, its stream assembler (on :mod:`reasonstate.adapters.streams`' base), its
 cache rules entry, and a :class:`Room` with what the guard, the commit and the exporters read of it
