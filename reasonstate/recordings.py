@@ -321,7 +321,8 @@ def diff_text(
 ) -> str:
     """Where and why request body ``b`` stops extending request body ``a`` (the cause from the guard's
     vocabulary, the JSON path of the first differing value), or that it extends it."""
-    from reasonstate.guard.analysis import APIS, explain, view_of
+    from reasonstate.adapters import APIS, view_of
+    from reasonstate.cache.divergence import explain
 
     bodies = []
     for path in (a_path, b_path):

@@ -50,11 +50,10 @@ from hypothesis import HealthCheck, Phase, currently_in_test_context, event, giv
 from hypothesis import strategies as st
 
 import reasonstate as rs
-from reasonstate.adapters.anthropic import AnthropicAdapter
+from reasonstate.adapters.anthropic import AnthropicAdapter, AnthropicAssembler
 from reasonstate.adapters.base import VendorRequest, compact
-from reasonstate.adapters.openai_chat import DIALECTS, OpenAIChatAdapter
-from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter
-from reasonstate.adapters.streams import AnthropicAssembler, ChatAssembler, ResponsesAssembler
+from reasonstate.adapters.openai_chat import DIALECTS, ChatAssembler, OpenAIChatAdapter
+from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter, ResponsesAssembler
 from reasonstate.adapters.tokens import TokenAdapter
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator

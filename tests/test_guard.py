@@ -15,7 +15,7 @@ import anthropic
 import pytest
 
 import reasonstate as rs
-from reasonstate.guard.analysis import CAUSES
+from reasonstate.cache.divergence import CAUSES
 from reasonstate.testing import (
     AnthropicEmulator,
     Fault,

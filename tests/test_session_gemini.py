@@ -23,8 +23,7 @@ from google.genai import types as genai_types
 import reasonstate as rs
 from reasonstate.adapters import adapter_for, client_is_async
 from reasonstate.adapters.base import VendorRequest, compact
-from reasonstate.adapters.gemini import GeminiAdapter
-from reasonstate.adapters.streams import GeminiAssembler
+from reasonstate.adapters.gemini import GeminiAdapter, GeminiAssembler
 from reasonstate.policies import Drop, Keep, KeepLast
 from reasonstate.prefix import Prefix
 from reasonstate.state import (

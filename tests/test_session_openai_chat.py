@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 
 import reasonstate as rs
 from reasonstate.adapters import adapter_for
-from reasonstate.adapters.openai_chat import OpenAIChatAdapter
-from reasonstate.adapters.streams import ChatAssembler
-from reasonstate.cache.rules import DEEPSEEK, predict_cache_read
+from reasonstate.adapters.openai_chat import DEEPSEEK, ChatAssembler, OpenAIChatAdapter
+from reasonstate.cache.rules import predict_cache_read
 from reasonstate.policies import CacheAware, Compress, Drop, Keep, KeepLast
 from reasonstate.state import EventKind, ExecutionRecord, ReasoningPart, Usage, digest_of
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec

@@ -679,7 +679,7 @@ def _sse(*events: dict[str, Any]) -> bytes:
 
 
 def test_responses_summary_parts_are_joined_in_the_events_as_the_codec_joins_them() -> None:
-    from reasonstate.adapters.streams import ResponsesAssembler
+    from reasonstate.adapters.openai_responses import ResponsesAssembler
 
     assembler = ResponsesAssembler()
     where = {"item_id": "rs_1", "output_index": 0}
@@ -714,7 +714,7 @@ def test_responses_summary_parts_are_joined_in_the_events_as_the_codec_joins_the
 
 
 def test_chat_reasoning_streamed_under_both_names_is_shown_once() -> None:
-    from reasonstate.adapters.streams import ChatAssembler
+    from reasonstate.adapters.openai_chat import ChatAssembler
 
     assembler = ChatAssembler()
     chunk = {"id": "c", "choices": [{"index": 0, "delta": {"reasoning": "Hm.", "reasoning_content": "Hm."}}]}
@@ -726,7 +726,7 @@ def test_chat_reasoning_streamed_under_both_names_is_shown_once() -> None:
 
 
 def test_gemini_parts_of_the_first_candidate_become_events() -> None:
-    from reasonstate.adapters.streams import GeminiAssembler
+    from reasonstate.adapters.gemini import GeminiAssembler
 
     assembler = GeminiAssembler()
     parts = [

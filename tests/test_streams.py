@@ -27,14 +27,10 @@ import httpx2
 import pytest
 
 import reasonstate.adapters.streams as streams_module
-from reasonstate.adapters.streams import (
-    AnthropicAssembler,
-    ChatAssembler,
-    ResponsesAssembler,
-    SSEEvent,
-    SSEParser,
-    StreamAssembler,
-)
+from reasonstate.adapters.anthropic import AnthropicAssembler
+from reasonstate.adapters.openai_chat import ChatAssembler
+from reasonstate.adapters.openai_responses import ResponsesAssembler
+from reasonstate.adapters.streams import SSEEvent, SSEParser, StreamAssembler
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator

@@ -1,25 +1,68 @@
-"""Vendor adapters: one module per vendor API, each a sans-I/O codec plus a thin call.
+"""Vendor adapters: one room (module) per vendor API, and the registry that finds a room by its API name.
 
+A room holds everything its API means: the sans-I/O codec (``encode``/``decode``), its stream assembler, its
+usage parser, its cache rules, the view of its request bodies and its error mapping (docs/adding-a-vendor.md).
 Vendor SDKs are imported only inside the adapter's call, so this package imports without them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, cast
 
 from reasonstate.adapters.anthropic import AnthropicAdapter
-from reasonstate.adapters.base import Adapter, DecodedStep, ProtocolRules, VendorRequest
+from reasonstate.adapters.base import Adapter, DecodedStep, ProtocolRules, Room, VendorRequest
+from reasonstate.cache.divergence import View
 from reasonstate.errors import InvalidOption
 
 __all__ = [
+    "APIS",
     "Adapter",
     "AnthropicAdapter",
     "DecodedStep",
     "ProtocolRules",
+    "Room",
     "VendorRequest",
     "adapter_for",
     "client_is_async",
+    "room",
+    "room_for_path",
+    "view_of",
 ]
+
+#: the registry: each API name (``Adapter.api``) and the module of its room (its ``ROOM``). Adding a vendor
+#: API is one new room module and one line here
+_ROOMS: dict[str, str] = {
+    "messages": "reasonstate.adapters.anthropic",
+    "responses": "reasonstate.adapters.openai_responses",
+    "chat": "reasonstate.adapters.openai_chat",
+    "generate_content": "reasonstate.adapters.gemini",
+}
+#: the API names the registry knows, in registry order
+APIS: tuple[str, ...] = tuple(_ROOMS)
+
+
+def room(api: str) -> Room:
+    """The room of an API name (a key of :data:`APIS`)."""
+    module = _ROOMS.get(api)
+    if module is None:
+        raise InvalidOption(f"no room for api {api!r}; expected one of {', '.join(APIS)}")
+    return cast(Room, importlib.import_module(module).ROOM)
+
+
+def room_for_path(path: str) -> Room | None:
+    """The room whose API serves a request to this URL path, or None (a path no room knows)."""
+    for api in APIS:
+        found = room(api)
+        if found.serves(path):
+            return found
+    return None
+
+
+def view_of(api: str, body: Any, model: str | None = None) -> View:
+    """The prefix units of a request body as ``api``'s prefix cache reads them (``model``: for an API whose
+    model is in the URL, Gemini's). Pure; never raises on odd input."""
+    return room(api).view(body, model)
 
 
 def _sdk_modules(client: Any) -> set[str]:

@@ -25,28 +25,40 @@ import bisect
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ProtocolRules,
+    Room,
     Seal,
     Seals,
     VendorRequest,
     closed_run,
     open_turn_encoding,
+    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
-from reasonstate.adapters.streams import AnthropicAssembler
-from reasonstate.cache import rules as cache_rules
-from reasonstate.cache.guard import divergence
-from reasonstate.errors import MalformedResponse, VendorError
+from reasonstate.adapters.streams import SSEEvent, StreamAssembler, in_wire_order, json_object
+from reasonstate.cache.divergence import (
+    Section,
+    View,
+    ViewBuilder,
+    divergence,
+    listed,
+    model_name,
+    request_body,
+    walk,
+)
+from reasonstate.cache.rules import CacheRules
+from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -63,7 +75,17 @@ from reasonstate.state import (
     parse_arguments,
 )
 
-__all__ = ["AnthropicAdapter"]
+__all__ = ["ANTHROPIC", "ROOM", "AnthropicAdapter", "AnthropicAssembler", "MessagesRoom"]
+
+#: this API's prefix cache, as data (docs/protocols.md; the schemes are :mod:`reasonstate.cache.rules`)
+ANTHROPIC = CacheRules(
+    scheme="breakpoints",
+    source="docs/protocols.md §4.4",
+    min_tokens=1024,
+    min_tokens_by_model=((("opus-4-5", "opus-4-6", "haiku-4-5"), 4096), (("haiku-3",), 2048)),
+    max_breakpoints=4,
+    lookback_units=20,
+)
 
 VENDOR = "anthropic"
 API = "messages"
@@ -73,7 +95,7 @@ _EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 _DEFAULT_MAX_TOKENS = 4096
 PRESERVED_THINKING_MODELS = ("fable-5", "opus-5-5", "sonnet-5-5", "haiku-5-5")
 #: how many earlier requests breakpoint placement looks back at
-_RECENT = cache_rules.ANTHROPIC.recent
+_RECENT = ANTHROPIC.recent
 
 
 @attrs.frozen(slots=True)
@@ -122,6 +144,244 @@ class AnthropicRules(ProtocolRules):
         return None
 
 
+# -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §4.5) -------------------
+
+#: the top-level key order of a non-streamed Messages response (docs/protocols.md §4.6; the emulator's body)
+_MESSAGE_ORDER = ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")
+#: the usage key order of a non-streamed response (§4.6 example; the rest in the order §4.4 lists them)
+_USAGE_ORDER = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "cache_creation",
+    "output_tokens",
+    "output_tokens_details",
+    "server_tool_use",
+    "service_tier",
+    "speed",
+    "inference_geo",
+)
+#: the key order of each known block type in a non-streamed response (§4.6)
+_BLOCK_ORDER: dict[str, tuple[str, ...]] = {
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+    "text": ("type", "text", "citations"),
+    "tool_use": ("type", "id", "name", "input"),
+}
+#: block types whose ``input`` is streamed as ``input_json_delta`` (the SDK's ``TRACKS_TOOL_INPUT``)
+_TOOL_INPUT_BLOCKS = ("tool_use", "server_tool_use")
+#: delta type -> the block type it extends
+_DELTA_BLOCK: dict[str, tuple[str, ...]] = {
+    "text_delta": ("text",),
+    "citations_delta": ("text",),
+    "thinking_delta": ("thinking",),
+    "signature_delta": ("thinking",),
+    "input_json_delta": _TOOL_INPUT_BLOCKS,
+}
+
+
+@attrs.define(slots=True)
+class _OpenBlock:
+    value: dict[str, Any]
+    partial_json: list[str] | None = None  # input_json_delta pieces, once one arrived
+    stopped: bool = False
+    call: int | None = None  # a tool_use block: its position among the message's tool calls
+
+
+class AnthropicAssembler(StreamAssembler):
+    """The Messages ``message`` object from its SSE stream (docs/protocols.md §4.5).
+
+    Invariant: for a server that streams what it would return, ``finish(stream(m)) == m`` with the same
+    key order (§4.6): top level ``id, type, role, model, content, stop_reason, stop_sequence, usage``;
+    blocks ``thinking``: ``type, thinking, signature``; ``redacted_thinking``: ``type, data``; ``text``:
+    ``type, text`` (+ ``citations``); ``tool_use``: ``type, id, name, input``; usage ``input_tokens,
+    cache_creation_input_tokens, cache_read_input_tokens, cache_creation, output_tokens,
+    output_tokens_details, server_tool_use, service_tier, ...``. The stream does not carry that order (a
+    ``message_start`` usage has no final ``output_tokens``, a thinking block's signature arrives last), so
+    these keys are put in it; any other key stays right after the key it followed on the wire.
+
+    Assembly:
+
+    * ``message_start`` gives the skeleton (its ``content`` blocks, normally none, count as complete);
+    * ``content_block_start`` opens block ``index`` (which must be the next one); ``text_delta``,
+      ``thinking_delta`` append; ``signature_delta`` sets the signature; ``citations_delta`` appends its
+      ``citation`` to ``citations``; ``input_json_delta`` pieces are concatenated and, at
+      ``content_block_stop``, the block's ``input`` is their JSON parse (``{}`` when they concatenate to
+      nothing); text that is not a JSON object stays the block's ``input`` as a string (never a silent
+      ``{}``: the decoder reads it as a call with broken arguments). A block
+      that got no ``input_json_delta`` keeps the ``input`` it started with. A delta of an unknown type,
+      or of a type that does not fit its block, is :class:`MalformedResponse`: it would be lost;
+    * ``message_delta``: every non-null field of ``delta`` (``stop_reason``, ``stop_sequence``, ...) is
+      set on the message and every non-null ``usage`` field replaces the ``message_start`` one (counts are
+      cumulative; a null or absent one leaves the ``message_start`` value: what the SDK's accumulator
+      does), so ``output_tokens`` comes from the delta and the cache fields from ``message_start`` unless
+      the delta has them;
+    * ``message_stop`` ends the message; later events are ignored. Without it: :class:`StreamInterrupted`;
+    * ``error`` → :class:`VendorError` with the event as body; ``ping`` and unknown event types are ignored
+      (Anthropic may add event types).
+
+    The event type is the JSON ``type`` field (the SSE ``event:`` name when that is missing).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._message: dict[str, Any] | None = None
+        self._blocks: list[_OpenBlock] = []
+        self._stopped = False
+        self._calls = 0
+
+    def _event(self, event: SSEEvent) -> None:
+        if self._stopped:
+            return
+        data = json_object(event, "stream event")
+        kind = data.get("type", event.event)
+        if kind == "error":
+            error = data.get("error")
+            detail = (
+                f"{error.get('type')}: {error.get('message')}" if isinstance(error, Mapping) else str(error)
+            )
+            raise VendorError(f"Anthropic stream error: {detail}", body=data)
+        if kind == "message_start":
+            self._start(data)
+        elif kind == "content_block_start":
+            self._require_message(kind)
+            self._block_start(data)
+        elif kind == "content_block_delta":
+            self._require_message(kind)
+            self._block_delta(self._open_block(data, kind), data.get("delta"))
+        elif kind == "content_block_stop":
+            self._require_message(kind)
+            _close_block(self._open_block(data, kind), data["index"])
+        elif kind == "message_delta":
+            self._message_delta(self._require_message(kind), data)
+        elif kind == "message_stop":
+            self._require_message(kind)
+            self._close()
+        # ping, and event types this module does not know, change nothing
+
+    def _start(self, data: Mapping[str, Any]) -> None:
+        if self._message is not None:
+            raise MalformedResponse("a second message_start in one stream")
+        message = data.get("message")
+        if not isinstance(message, dict) or not isinstance(message.get("content", []), list):
+            raise MalformedResponse("message_start without a message object")
+        self._message = dict(message)
+        for block in message.get("content", []):
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise MalformedResponse("message_start content holds an untyped block")
+            self._blocks.append(_OpenBlock(dict(block), stopped=True))
+
+    def _require_message(self, kind: Any) -> dict[str, Any]:
+        if self._message is None:
+            raise MalformedResponse(f"{kind} before message_start")
+        return self._message
+
+    def _block_start(self, data: Mapping[str, Any]) -> None:
+        index, block = data.get("index"), data.get("content_block")
+        if index != len(self._blocks):
+            raise MalformedResponse(f"content_block_start index {index!r}, expected {len(self._blocks)}")
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise MalformedResponse(f"content_block_start {index} without a typed content_block")
+        opened = _OpenBlock(dict(block))
+        self._blocks.append(opened)
+        kind = block["type"]
+        if kind == "tool_use":
+            opened.call, self._calls = self._calls, self._calls + 1
+            self._emit_call(opened, "")
+        elif kind in ("text", "thinking") and isinstance(block.get(kind), str):
+            self._emit("text" if kind == "text" else "reasoning", block[kind])
+
+    def _emit_call(self, block: _OpenBlock, delta: str) -> None:
+        call_id, name = block.value.get("id"), block.value.get("name")
+        self._emit(
+            "tool_call",
+            delta,
+            call_id=call_id if isinstance(call_id, str) else None,
+            name=name if isinstance(name, str) else None,
+            index=block.call,
+        )
+
+    def _open_block(self, data: Mapping[str, Any], kind: str) -> _OpenBlock:
+        index = data.get("index")
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self._blocks):
+            raise MalformedResponse(f"{kind} for content block {index!r}, which was never started")
+        block = self._blocks[index]
+        if block.stopped:
+            raise MalformedResponse(f"{kind} for content block {index} after its content_block_stop")
+        return block
+
+    def _block_delta(self, block: _OpenBlock, delta: Any) -> None:
+        if not isinstance(delta, Mapping):
+            raise MalformedResponse("content_block_delta without a delta object")
+        kind, target = delta.get("type"), block.value["type"]
+        if target not in _DELTA_BLOCK.get(str(kind), ()):
+            raise MalformedResponse(f"a {kind!r} delta for a {target!r} block")
+        value = block.value
+        if kind == "citations_delta":
+            citations = value.get("citations")
+            value["citations"] = [*(citations if isinstance(citations, list) else ()), delta.get("citation")]
+            return
+        field, text = {
+            "text_delta": ("text", delta.get("text")),
+            "thinking_delta": ("thinking", delta.get("thinking")),
+            "signature_delta": ("signature", delta.get("signature")),
+            "input_json_delta": ("partial_json", delta.get("partial_json")),
+        }[str(kind)]
+        if not isinstance(text, str):
+            raise MalformedResponse(f"a {kind} without a string {field}")
+        if kind == "input_json_delta":
+            block.partial_json = [*(block.partial_json or ()), text]
+            if block.call is not None:
+                self._emit_call(block, text)
+        elif kind == "signature_delta":
+            value["signature"] = text  # delivered once, whole, before content_block_stop (§4.5)
+        else:
+            previous = value.get(field)
+            value[field] = (previous if isinstance(previous, str) else "") + text
+            self._emit("text" if kind == "text_delta" else "reasoning", text)
+
+    def _message_delta(self, message: dict[str, Any], data: Mapping[str, Any]) -> None:
+        delta, usage = data.get("delta", {}), data.get("usage", {})
+        if not isinstance(delta, Mapping) or not isinstance(usage, Mapping):
+            raise MalformedResponse("message_delta with a non-object delta or usage")
+        message.update((k, v) for k, v in delta.items() if v is not None)
+        if usage:
+            start = message.get("usage")
+            merged = dict(start) if isinstance(start, Mapping) else {}
+            merged.update((k, v) for k, v in usage.items() if v is not None)
+            message["usage"] = merged
+
+    def _close(self) -> None:
+        for i, block in enumerate(self._blocks):
+            if not block.stopped:
+                raise MalformedResponse(f"message_stop while content block {i} is still open")
+        self._stopped = True
+
+    def _result(self) -> dict[str, Any]:
+        if not self._stopped or self._message is None:
+            raise StreamInterrupted("the stream ended before message_stop")
+        message = dict(self._message)
+        message["content"] = [
+            in_wire_order(b.value, _BLOCK_ORDER.get(str(b.value["type"]), ())) for b in self._blocks
+        ]
+        if isinstance(message.get("usage"), Mapping):
+            message["usage"] = in_wire_order(message["usage"], _USAGE_ORDER)
+        return in_wire_order(message, _MESSAGE_ORDER)
+
+
+def _close_block(block: _OpenBlock, index: int) -> None:
+    if block.partial_json is not None:
+        text = "".join(block.partial_json)
+        try:
+            value = json.loads(text) if text else {}
+        except ValueError:
+            value = None
+        # a model cut short (max_tokens) or confused streams argument text that is not a JSON object: the
+        # text itself is kept as ``input`` (never a silent {}), and the decoder reads it as a broken call
+        block.value["input"] = value if isinstance(value, dict) else text
+    block.stopped = True
+
+
 class AnthropicAdapter:
     """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length,
     ``lookback_units`` the vendor's breakpoint lookback (docs/protocols.md §4.4)."""
@@ -137,10 +397,12 @@ class AnthropicAdapter:
     )
 
     def __init__(self, *, min_cacheable: int | None = None, lookback_units: int = 20) -> None:
-        cache = attrs.evolve(cache_rules.ANTHROPIC, lookback_units=lookback_units)
+        cache = attrs.evolve(ANTHROPIC, lookback_units=lookback_units)
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
+        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
+        self.encodings = Encodings()
         self.rules: ProtocolRules = AnthropicRules(
             vendor=VENDOR,
             api=API,
@@ -159,19 +421,21 @@ class AnthropicAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``messages.create`` kwargs for the next call on ``history`` (whose last turn is open)."""
+        memo = encodings if encodings is not None else self.encodings
         head_tools, head_system, head_units = prefix.derived((API, "head"), functools.partial(_head, prefix))
         # shared with every request on this prefix: the lists are copied, and a marked block is a new dict
         tools, system, units = list(head_tools), list(head_system), list(head_units)
         n_head = len(units)
         few: list[tuple[str, list[Any], list[str]]] = []
         for user, answer in prefix.few_shots:
-            few.append(("user", *_text_block(user)))
-            few.append(("assistant", *_text_block(answer)))
+            few.append(("user", *_text_block(user, memo)))
+            few.append(("assistant", *_text_block(answer, memo)))
         offset = n_head + sum(len(d) for _, _, d in few)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, offset)
+        run = _closed_run(closed, model, offset, memo)
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
@@ -185,7 +449,7 @@ class AnthropicAdapter:
         run.check()
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model)
+            build = functools.partial(_encode_turn, model=model, memo=memo)
             encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
             withheld.extend(encoded.withheld)
             for role, blocks, digests in encoded.messages:
@@ -406,17 +670,18 @@ class _Run:
         )
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str, offset: int) -> _Run:
+def _closed_run(turns: tuple[Turn, ...], model: str, offset: int, encodings: Encodings) -> _Run:
     """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``."""
 
     def encode(turn: Turn) -> _TurnEncoding:
-        return turn.encoded((API, model), functools.partial(_encode_turn, turn, model=model))
+        build = functools.partial(_encode_turn, turn, model=model, memo=encodings)
+        return encodings.encoded(turn, (API, model), build)
 
-    return closed_run(turns, (API, "run", model, offset), encode, _Run(offset))
+    return closed_run(turns, (API, "run", model, offset), encode, _Run(offset), encodings)
 
 
-def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
-    messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user))]
+def _encode_turn(turn: Turn, *, model: str, memo: Encodings) -> _TurnEncoding:
+    messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user, memo))]
     withheld: list[Continuation] = []
     replayed: list[Continuation] = []
     for i, step in enumerate(turn.steps):
@@ -424,7 +689,7 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
         if blocks:  # a step with nothing this model may see (foreign reasoning only) adds no message
             messages.append(("assistant", blocks, digests))
         if step.tool_results:
-            pairs = [_tool_result(r.call_id, r.content, r.is_error) for r in step.tool_results]
+            pairs = [memo.call(_tool_result, r.call_id, r.content, r.is_error) for r in step.tool_results]
             messages.append(("user", [dict(b) for b, _ in pairs], [d for _, d in pairs]))
     return _TurnEncoding(turn, model, tuple(messages), tuple(withheld), Seal.of(replayed))
 
@@ -484,20 +749,19 @@ def _canonical_block(part: Part) -> dict[str, Any] | None:
     return None
 
 
-def _text_block(text: str) -> tuple[list[dict[str, Any]], list[str]]:
-    block, digest = _text_unit(text)
+def _text_block(text: str, memo: Encodings) -> tuple[list[dict[str, Any]], list[str]]:
+    block, digest = memo.call(_text_unit, text)
     return [dict(block)], [digest]
 
 
-# History blocks we build ourselves are the same on every request: their digests are memoized (the
-# returned dicts are copied before use, so the cache cannot be mutated through a request).
-@functools.lru_cache(maxsize=1 << 16)
+# History blocks we build ourselves are the same on every request: their digests are memoized in the
+# session's Encodings (the returned dicts are copied before use, so the memo cannot be mutated through a
+# request).
 def _text_unit(text: str) -> tuple[dict[str, Any], str]:
     block = {"type": "text", "text": text}
     return block, unit_digest(block)
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _tool_result(call_id: str, content: str, is_error: bool) -> tuple[dict[str, Any], str]:
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": content}
     if is_error:
@@ -551,3 +815,103 @@ def _usage(raw: Any) -> Usage:
         reasoning=details.get("thinking_tokens") if isinstance(details, Mapping) else None,
         cache_write_1h=creation.get("ephemeral_1h_input_tokens") if isinstance(creation, Mapping) else 0,
     )
+
+
+# -- the room: what the guard, the commit and the exporters read of the Messages API ------------------------
+
+#: the prompt keys of a Messages body (the model, tools, system and history units); the rest are options
+_PROMPT_KEYS = frozenset({"model", "tools", "system", "messages"})
+_CACHE_CONTROL = frozenset({"cache_control"})
+
+
+def _without(value: Any, keys: frozenset[str]) -> Any:
+    if isinstance(value, Mapping):
+        return {k: v for k, v in value.items() if k not in keys}
+    return value
+
+
+class _Reasoning:
+    """Thinking blocks are units of their own (§4.3): a unit is reasoning or it is not."""
+
+    def reasoning_only(self, value: Any) -> bool:
+        return isinstance(value, Mapping) and value.get("type") in _REASONING_KINDS
+
+    def without_reasoning(self, value: Any) -> Any:
+        return value
+
+
+class MessagesRoom(Room):
+    """The Messages API (docs/protocols.md §4) as the guard and the commit read it."""
+
+    api: ClassVar[str] = API
+
+    def serves(self, path: str) -> bool:
+        return path.endswith("/messages")
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """One unit per tool, system block and message content block (§4.4), keyed on the JSON as sent
+        without its ``cache_control`` (Anthropic's cache compares the blocks as received); ``breakpoints``:
+        the units carrying ``cache_control``, and the last unit when the body asks for automatic caching."""
+        body = request_body(body)
+        name = model_name(body, model)
+        b = ViewBuilder(API, body, name, name, prompt=_PROMPT_KEYS, sort=False)
+
+        def add(section: Section, path: str, value: Any, key_value: Any, role: str = "") -> None:
+            if isinstance(value, Mapping) and "cache_control" in value:
+                b.breakpoints.append(len(b.units) + 1)
+            b.add(section, path, value, key_value, role)
+
+        for i, tool in enumerate(listed(body.get("tools"))):
+            add("tools", f"$.tools[{i}]", tool, _without(tool, _CACHE_CONTROL))
+        system = body.get("system")
+        if isinstance(system, str):
+            add("system", "$.system", system, {"type": "text", "text": system})
+        for i, block in enumerate(listed(system)):
+            add("system", f"$.system[{i}]", block, _without(block, _CACHE_CONTROL))
+        b.prefix = len(b.units)
+        for i, message in enumerate(listed(body.get("messages"))):
+            m = message if isinstance(message, Mapping) else {}
+            role, content = f"{m.get('role')}:", m.get("content")
+            if isinstance(content, str):
+                add("history", f"$.messages[{i}].content", content, {"type": "text", "text": content}, role)
+            for j, block in enumerate(listed(content)):
+                add("history", f"$.messages[{i}].content[{j}]", block, _without(block, _CACHE_CONTROL), role)
+        if body.get("cache_control") and b.units:
+            b.breakpoints.append(len(b.units))
+        return b.view(_REASONING)
+
+    def starts_conversation(self, view: View) -> bool:
+        return all(u.key.startswith("user:") for u in view.units if u.section == "history")
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        return _usage(raw)
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        return ANTHROPIC
+
+    def assembler(self) -> AnthropicAssembler:
+        return AnthropicAssembler()
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        """Thinking signatures and redacted data the answer to a tool call must carry back (§4.3)."""
+        content = listed(response.get("content"))
+        calls = {b.get("id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"}
+        if not calls:
+            return
+        sent = list(walk(body.get("messages")))
+        if not any(isinstance(v, Mapping) and v.get("tool_use_id") in calls for v in sent):
+            return
+        carried = {
+            v.get("signature") or v.get("data")
+            for v in sent
+            if isinstance(v, Mapping) and v.get("type") in _REASONING_KINDS
+        }
+        for b in content:
+            if isinstance(b, Mapping) and b.get("type") in _REASONING_KINDS:
+                payload = b.get("signature") or b.get("data")
+                if payload and payload not in carried:
+                    yield payload_digest(payload)
+
+
+_REASONING = _Reasoning()
+ROOM = MessagesRoom()

@@ -1,12 +1,15 @@
 """The adapter contract: a pure codec (``encode``/``decode``), its rules as data, and where the SDK call goes.
 
-An adapter object holds configuration only (dialect, rules). Everything a request depends on is an argument:
-``encode`` is a pure function of the session's layers (the same prefix, history, model, options and records
-always give the same kwargs, and so the same bytes), ``decode`` a pure function of the vendor's JSON answer
-and the request that produced it. Nothing one call leaves behind is read by the next; what must be carried
-between calls is a value in the four layers (and so in every snapshot). The I/O is
-:mod:`reasonstate.adapters.transport`; stream assembly is :mod:`reasonstate.adapters.streams`; the cache
-rules and predictor are :mod:`reasonstate.cache`.
+An adapter object holds configuration (dialect, rules) and, for callers that hand ``encode`` none, an
+:class:`Encodings` memo of its own. Everything a request depends on is an argument: ``encode`` is a pure
+function of the session's layers (the same prefix, history, model, options and records always give the same
+kwargs, and so the same bytes, whatever the memo holds: its entries are keyed so that a stale one cannot be
+read), ``decode`` a pure function of the vendor's JSON answer and the request that produced it. What must be
+carried between calls is a value in the four layers (and so in every snapshot). The I/O is
+:mod:`reasonstate.adapters.transport`; the cache predictor is :mod:`reasonstate.cache`. Each vendor API's
+module is its room: its codec, its stream assembler (on :mod:`reasonstate.adapters.streams`' base), its
+cache rules entry, and a :class:`Room` with what the guard, the commit and the exporters read of it
+(docs/adding-a-vendor.md).
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from __future__ import annotations
 import functools
 import json
 import operator
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar, cast
+import weakref
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import attrs
 
 from reasonstate.adapters.streams import StreamEvent
+from reasonstate.cache.divergence import View
 from reasonstate.cache.rules import CacheRules, Units
 from reasonstate.errors import ContinuationMismatch, VendorError
 from reasonstate.prefix import Prefix
@@ -43,10 +48,12 @@ __all__ = [
     "Adapter",
     "Assembler",
     "DecodedStep",
+    "Encodings",
     "Endpoint",
     "ListEncoding",
     "ListRun",
     "ProtocolRules",
+    "Room",
     "Run",
     "RunNode",
     "Seal",
@@ -57,6 +64,7 @@ __all__ = [
     "count",
     "foreign_reasoning_as_text",
     "open_turn_encoding",
+    "payload_digest",
     "payload_of",
     "request_digest",
     "summary_note",
@@ -66,7 +74,7 @@ __all__ = [
 
 
 # -- prefix units: the compact JSON bytes of one piece of a request (a tool, a system block, a message or
-# content block) and the digest the cache guard compares, piece by piece (docs/protocols.md §1.5, §3.4, §4.4)
+# content block) and the digest divergences compare, piece by piece (docs/protocols.md §1.5, §3.4, §4.4)
 
 
 def unit_digest(value: Any) -> str:
@@ -91,13 +99,17 @@ def summary_note(summary: str) -> str:
 FOREIGN_REASONING = ("drop", "text")
 
 
-def foreign_reasoning_as_text(history: History, vendor: str, api: str, model: str) -> History:
+def foreign_reasoning_as_text(
+    history: History, vendor: str, api: str, model: str, *, encodings: Encodings | None = None
+) -> History:
     """``history`` with each reasoning part that ``vendor``/``api``/``model`` cannot receive as its own
     payload turned into a delimited text part (rendered canonically by every codec).
 
-    Pure and memoized per closed turn (``Turn.encoded``): the same turn gives the same new turn value, so
-    its encodings are reused across requests. Invariant: a turn with nothing foreign is returned as is.
+    Pure, and memoized per closed turn in ``encodings`` (the session's; a fresh one when none is given): the
+    same turn gives the same new turn value, so its encodings are reused across requests. Invariant: a turn
+    with nothing foreign is returned as is.
     """
+    memo = encodings if encodings is not None else Encodings()
 
     def view(turn: Turn) -> Turn:
         steps = tuple(_step_with_text(step, vendor, api, model) for step in turn.steps)
@@ -106,7 +118,7 @@ def foreign_reasoning_as_text(history: History, vendor: str, api: str, model: st
         return attrs.evolve(turn, steps=steps)
 
     turns = tuple(
-        turn.encoded(("foreign_reasoning_text", vendor, api, model), functools.partial(view, turn))
+        memo.encoded(turn, ("foreign_reasoning_text", vendor, api, model), functools.partial(view, turn))
         if turn.closed
         else view(turn)
         for turn in history.turns
@@ -139,13 +151,17 @@ def _step_with_text(step: Step, vendor: str, api: str, model: str) -> Step:
     return attrs.evolve(step, parts=tuple(parts)) if changed else step
 
 
-def without_payloads(history: History, digests: frozenset[str]) -> History:
+def without_payloads(
+    history: History, digests: frozenset[str], *, encodings: Encodings | None = None
+) -> History:
     """``history`` with the payloads whose digest is in ``digests`` made unreplayable (vendor
     ``"stripped"``), so every codec renders their parts canonically: how a continuation a vendor rejected
-    is left out of later requests. Pure, memoized per closed turn; a turn without them is returned as is.
+    is left out of later requests. Pure, memoized per closed turn in ``encodings`` (the session's; a fresh
+    one when none is given); a turn without them is returned as is.
     """
     if not digests:
         return history
+    memo = encodings if encodings is not None else Encodings()
     key = ("stripped", tuple(sorted(digests)))
 
     def view(turn: Turn) -> Turn:
@@ -166,7 +182,7 @@ def without_payloads(history: History, digests: frozenset[str]) -> History:
         return attrs.evolve(turn, steps=steps)
 
     turns = tuple(
-        turn.encoded(key, functools.partial(view, turn)) if turn.closed else view(turn)
+        memo.encoded(turn, key, functools.partial(view, turn)) if turn.closed else view(turn)
         for turn in history.turns
     )
     if all(a is b for a, b in zip(turns, history.turns, strict=True)):
@@ -231,6 +247,7 @@ class Seals:
             seal.check()
 
 
+_MISSING: Any = object()
 _PAYLOAD, _DIGEST = operator.attrgetter("payload"), operator.attrgetter("digest")
 
 
@@ -244,6 +261,7 @@ class TurnEncoding(Protocol):
 
 
 _E = TypeVar("_E", bound=TurnEncoding)
+_T = TypeVar("_T")
 
 
 def open_turn_encoding(turn: Turn, build: Callable[[Turn], _E], model: str, rule: str) -> _E:
@@ -275,74 +293,157 @@ class Run(Protocol):
 _R = TypeVar("_R", bound=Run)
 
 
-@attrs.define(slots=True, eq=False)
+@attrs.frozen(slots=True, eq=False)
 class RunNode(Generic[_R]):
-    """A closed turn's place at the end of the run of turns up to it, memoized on that turn.
+    """A closed turn's place at the end of the run of turns up to it (memoized in :class:`Encodings`).
 
-    A node is O(1) in size: only the newest node of a run holds the run itself, so memory stays linear in
-    the history (a run memoized on every turn holds O(turns²) references); an older node's run is rebuilt
-    in one pass when needed (a policy that rewrote a later turn's view, another session sharing the turns).
+    A node is O(1) in size: only the newest run of a key is kept (by the memo, next to its node), so memory
+    stays linear in the history; an older node's run is rebuilt in one pass when needed (a policy that
+    rewrote a later turn's view). A node holds its turn weakly: the memo entry of a turn must not keep the
+    turn alive.
     """
 
     previous: RunNode[_R] | None
-    turn: Turn
+    turn: weakref.ref[Turn]
     encoded: Any
     depth: int  # how many turns the run up to this node holds
-    run: _R | None = None
 
     def matches(self, turns: tuple[Turn, ...]) -> bool:
         """Whether the run up to this node is the first ``depth`` of ``turns``, turn for turn (identity)."""
-        if self.run is not None:
-            return all(map(operator.is_, self.run.turns, turns))
         node: RunNode[_R] | None = self
         for turn in reversed(turns[: self.depth]):
-            if node is None or node.turn is not turn:
+            if node is None or node.turn() is not turn:
                 return False
             node = node.previous
         return node is None
 
-    def materialized(self, empty: _R) -> _R:
-        """The run up to this node: from the nearest earlier node that holds one (else ``empty``), in one
-        pass."""
+    def materialized(self, turns: tuple[Turn, ...], empty: _R) -> _R:
+        """The run up to this node (whose turns are the first ``depth`` of ``turns``), from ``empty``."""
         pending: list[RunNode[_R]] = []
         node: RunNode[_R] | None = self
-        while node is not None and node.run is None:
+        while node is not None:
             pending.append(node)
             node = node.previous
-        base = node.run if node is not None and node.run is not None else empty
-        if not pending:
-            return base
         pending.reverse()
-        return cast(_R, base.extended([n.turn for n in pending], [n.encoded for n in pending]))
+        return cast(_R, empty.extended(turns[: self.depth], [n.encoded for n in pending]))
 
 
-def closed_run(turns: tuple[Turn, ...], key: Hashable, encode: Callable[[Turn], Any], empty: _R) -> _R:
-    """The run of ``turns`` (all closed) memoized under ``key``: the newest memoized node that still ends a
-    prefix of ``turns`` (checked by identity), its run extended by the turns after it (each encoded with
-    ``encode``). ``empty`` is the run of no turns; ``key`` must tell apart runs that ``empty`` does."""
+class Encodings:
+    """Encoding memos: what codecs derived from turn values, by (turn, key), and the newest run of closed
+    turns per run key. One belongs to a session (handed to ``Adapter.encode``); an adapter keeps its own for
+    callers that hand it none.
+
+    Keyed so that a stale entry cannot be read: an entry is found by the very turn object it was built from
+    (checked through a weak reference, so a reused ``id`` never matches) and goes with that turn. A turn is
+    immutable and a changed turn is a new object without entries, so an entry is true for as long as it
+    can be read. The values themselves hold no memo: this object is where memos live.
+    """
+
+    __slots__ = ("_calls", "_runs", "_turns")
+
+    def __init__(self) -> None:
+        self._turns: dict[int, tuple[weakref.ref[Turn], dict[Hashable, Any]]] = {}
+        self._runs: dict[Hashable, tuple[RunNode[Any], Any]] = {}
+        self._calls: dict[tuple[Hashable, ...], Any] = {}
+
+    def call(self, fn: Callable[..., _T], *args: Hashable) -> _T:
+        """``fn(*args)`` for a pure ``fn`` of immutable arguments (a text, a call id), computed once: the
+        blocks and digests a codec builds for the same text on every request. Callers copy a returned
+        mutable value before changing it."""
+        key = (fn, *args)
+        found = self._calls.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._calls[key] = fn(*args)
+        result: _T = found
+        return result
+
+    def _entries(self, turn: Turn) -> dict[Hashable, Any] | None:
+        hit = self._turns.get(id(turn))
+        if hit is not None and hit[0]() is turn:
+            return hit[1]
+        return None
+
+    def encoded(self, turn: Turn, key: Hashable, build: Callable[[], _T]) -> _T:
+        """``build()``, computed once per ``key`` for this turn object and shared afterwards. Callers
+        re-verify the payloads an encoding was built from before each send."""
+        entries = self._entries(turn)
+        if entries is None:
+            entries = self._new_entries(turn)
+        elif key in entries:
+            found: _T = entries[key]
+            return found
+        value = entries[key] = build()
+        return value
+
+    def get(self, turn: Turn, key: Hashable) -> Any:
+        """The value memoized for ``turn`` under ``key`` (None if there is none)."""
+        entries = self._entries(turn)
+        return entries.get(key) if entries is not None else None
+
+    def remember(self, turn: Turn, key: Hashable, value: Any) -> None:
+        """Memoize ``value`` for ``turn`` under ``key`` (replacing what was there)."""
+        entries = self._entries(turn)
+        if entries is None:
+            entries = self._new_entries(turn)
+        entries[key] = value
+
+    def _new_entries(self, turn: Turn) -> dict[Hashable, Any]:
+        key, entries = id(turn), dict[Hashable, Any]()
+        self._turns[key] = (weakref.ref(turn, functools.partial(_forget, self._turns, key)), entries)
+        return entries
+
+    def newest(self, key: Hashable) -> tuple[RunNode[Any] | None, Any]:
+        """The newest run memoized under ``key`` and the node it ends at (None, None: none yet)."""
+        return self._runs.get(key, (None, None))
+
+    def keep_newest(self, key: Hashable, node: RunNode[Any], run: Any) -> None:
+        self._runs[key] = (node, run)
+
+
+def _forget(entries: dict[int, Any], key: int, ref: weakref.ref[Any]) -> None:
+    hit = entries.get(key)
+    if hit is not None and hit[0] is ref:
+        del entries[key]
+
+
+def closed_run(
+    turns: tuple[Turn, ...], key: Hashable, encode: Callable[[Turn], Any], empty: _R, encodings: Encodings
+) -> _R:
+    """The run of ``turns`` (all closed) memoized under ``key`` in ``encodings``: the newest memoized node
+    that still ends a prefix of ``turns`` (checked by identity), its run extended by the turns after it
+    (each encoded with ``encode``). ``empty`` is the run of no turns; ``key`` must tell apart runs that
+    ``empty`` does."""
+    newest_node, newest_run = encodings.newest(key)
     k, node = len(turns), None
     while k > 0:
-        cached = turns[k - 1].cached(key)
-        if isinstance(cached, RunNode) and cached.depth == k and cached.matches(turns):
-            node = cached
-            break
+        cached = encodings.get(turns[k - 1], key)
+        if isinstance(cached, RunNode) and cached.depth == k:
+            if cached is newest_node:  # its run's turns, compared at C speed
+                matched = all(map(operator.is_, newest_run.turns, turns))
+            else:
+                matched = cached.matches(turns)
+            if matched:
+                node = cached
+                break
         k -= 1
-    if node is not None and node.run is not None and k == len(turns):
-        return cast(_R, node.run)  # the common case: the closed history did not change since the last request
-    run: _R = node.materialized(empty) if node is not None else empty
+    if node is not None and node is newest_node and k == len(turns):
+        return cast(
+            _R, newest_run
+        )  # the common case: the closed history did not change since the last request
+    run: _R = empty
+    if node is not None:
+        run = cast(_R, newest_run) if node is newest_node else node.materialized(turns, empty)
     newest = node
     if k < len(turns):
-        encodings = []
+        encodings_: list[Any] = []
         for turn in turns[k:]:
             encoded = encode(turn)
-            encodings.append(encoded)
-            newest = RunNode(newest, turn, encoded, k + len(encodings))
-            turn.remember(key, newest)
-        run = cast(_R, run.extended(turns[k:], encodings))
-        if node is not None:
-            node.run = None  # only the newest node of a run keeps it
+            encodings_.append(encoded)
+            newest = RunNode(newest, weakref.ref(turn), encoded, k + len(encodings_))
+            encodings.remember(turn, key, newest)
+        run = cast(_R, run.extended(turns[k:], encodings_))
     if newest is not None:
-        newest.run = run
+        encodings.keep_newest(key, newest, run)
     return run
 
 
@@ -464,7 +565,7 @@ def _has_reasoning(parts: Sequence[Part]) -> bool:
 
 @attrs.frozen(slots=True)
 class VendorRequest:
-    """The exact keyword arguments of one vendor SDK call, plus what the cache guard needs.
+    """The exact keyword arguments of one vendor SDK call, plus what the cache prediction needs.
 
     ``model`` is the model the session asked for: the provenance every payload of the answer is bound to
     (vendors echo a dated id for an alias: docs/protocols.md §0). ``units`` holds one digest per prefix unit
@@ -572,6 +673,7 @@ class Adapter(Protocol):
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """The next request on ``history`` (whose last turn is open). ``lost_responses``: response ids the
         vendor said it no longer holds (derived from the trace), never referred to again."""
@@ -580,3 +682,89 @@ class Adapter(Protocol):
     def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
         """The answer to ``request``, split into the layers' material; payloads bound to ``request.model``."""
         ...
+
+
+# -- the room: what a vendor API means, beyond its codec ----------------------------------------------------
+
+
+def payload_digest(value: Any) -> str:
+    """How an opaque payload (a signature, an encrypted item, reasoning text) appears in a finding."""
+    return digest_of(str(value).encode())
+
+
+class Room:
+    """Everything one vendor API means that the guard, the commit and the exporters read, as public
+    functions of that API's module (its room): which URL paths it serves, the view of its request bodies as
+    its prefix cache reads them, its usage parser, its cache rules, its stream assembler, and the reasoning
+    payloads a request failed to carry back. The registry (:mod:`reasonstate.adapters`) finds a room by its
+    :attr:`api`; nothing outside a room branches on an API name.
+
+    The defaults here are the common case; a room overrides what its API does differently.
+    """
+
+    #: the API name (``Adapter.api``, the registry key)
+    api: ClassVar[str] = ""
+    #: where a JSON answer reports its usage
+    usage_key: ClassVar[str] = "usage"
+
+    def serves(self, path: str) -> bool:
+        """Whether a request to this URL path is a call of this API (for a guard on a plain client)."""
+        return False
+
+    def streamed(self, path: str) -> bool:
+        """Whether the URL path alone says the answer streams (else the content type tells)."""
+        return False
+
+    def model_from_path(self, path: str, body: Any) -> str:
+        """The model a request to ``path`` with ``body`` (the parsed JSON) asks for."""
+        return str(body.get("model", "")) if isinstance(body, Mapping) else ""
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """The prefix units of a request body as the vendor's prefix cache reads them (``model``: where the
+        model is not in the body). Pure; never raises on odd input."""
+        raise NotImplementedError
+
+    def starts_conversation(self, view: View) -> bool:
+        """Whether ``view``'s history holds nothing but user input (no answer of the model yet): the first
+        request of a conversation, whatever earlier request it shares its tools and system prompt with."""
+        return all(
+            isinstance(v, str)
+            or (isinstance(v, Mapping) and v.get("role", "user") == "user" and "type" not in v)
+            or (isinstance(v, Mapping) and v.get("type") == "message" and v.get("role") == "user")
+            for v in (u.value for u in view.units if u.section == "history")
+        )
+
+    def raw_usage(self, response: Mapping[str, Any]) -> Any:
+        """The usage object of a JSON answer, as the vendor wrote it (None when it has none)."""
+        return response.get(self.usage_key)
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        """Normalized usage from the vendor's usage object (the codec's own parser)."""
+        raise NotImplementedError
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        """The prefix-cache rules of the server that answered (``raw_usage`` tells dialects apart)."""
+        raise NotImplementedError
+
+    def assembler(self) -> Assembler:
+        """A fresh stream assembler for a streamed answer of this API."""
+        raise NotImplementedError
+
+    def output_unit(self, response: Mapping[str, Any]) -> str | None:
+        """The unit key of the answer as generated, where the vendor caches it as a prompt unit
+        (DeepSeek's persisted output, docs/protocols.md §3.4); None elsewhere."""
+        return None
+
+    def lost_continuation(self, response: Any, body: Any) -> tuple[str, ...]:
+        """Digests of the reasoning payloads ``response`` ended a tool call with that ``body`` (the request
+        answering that call) does not carry back. Empty unless ``body`` answers a call ``response`` made;
+        never an error (odd shapes: nothing to say)."""
+        if not isinstance(response, Mapping) or not isinstance(body, Mapping):
+            return ()
+        try:
+            return tuple(self._lost(response, body))
+        except Exception:
+            return ()
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        return iter(())

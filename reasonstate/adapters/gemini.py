@@ -32,11 +32,11 @@ Rules encoded here, each from docs/protocols.md §5.4:
     toolUsePrompt + thoughts, §5.3), reasoning ``thoughtsTokenCount``. ``toolUsePromptTokenCount``
     (server-side tools) is not part of the prompt this session sent and is not counted.
 
-Prefix units (cache guard and prediction): a namespace unit (the model: implicit caching is per model), one
+Prefix units (divergence, prediction): a namespace unit (the model: implicit caching is per model), one
 for ``systemInstruction``, one for the tool list, then one per content: the digest of its role and its
 Parts' digests, so a content is one unit however the SDK spells it on the wire.
 
-Cache prediction (§5.3): :data:`reasonstate.cache.rules.GEMINI`.
+Cache prediction (§5.3): :data:`GEMINI`.
 """
 
 from __future__ import annotations
@@ -45,15 +45,17 @@ import base64
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ProtocolRules,
+    Room,
     Seal,
     Seals,
     VendorRequest,
@@ -61,13 +63,16 @@ from reasonstate.adapters.base import (
     compact,
     count,
     open_turn_encoding,
+    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
-from reasonstate.adapters.streams import GeminiAssembler
+from reasonstate.adapters.streams import SSEEvent, StreamAssembler, in_wire_order, json_object
 from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import MalformedResponse, VendorError
+from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body, walk
+from reasonstate.cache.rules import CacheRules
+from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
@@ -85,7 +90,21 @@ from reasonstate.state import (
     freeze,
 )
 
-__all__ = ["GeminiAdapter", "GeminiRules"]
+__all__ = ["GEMINI", "ROOM", "GeminiAdapter", "GeminiAssembler", "GeminiRules", "GenerateContentRoom"]
+
+#: this API's prefix cache, as data: Gemini implicit caching (on by default for 2.5+, none before):
+#: automatic, any earlier prompt of the same model, by content, reported exactly; the minimum prompt size
+#: from the 2026-10 caching page (3.x Flash / 3.1 Pro / 4: 4096, 2.5: 2048; the 2026-05 page listed 1024
+#: for Flash models)
+GEMINI = CacheRules(
+    scheme="items",
+    source="docs/protocols.md §5.3",
+    min_tokens=4096,
+    min_tokens_by_model=(
+        (("gemini-2.5",), 2048),
+        (("gemini-1.", "gemini-2.0"), cache_rules.NEVER),
+    ),
+)
 
 VENDOR = "google"
 API = "generate_content"
@@ -166,6 +185,156 @@ class _TurnEncoding:
         self.seal.check()
 
 
+# -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §5.5) -------------------
+
+
+class GeminiAssembler(StreamAssembler):
+    """The ``GenerateContentResponse`` of a ``streamGenerateContent?alt=sse`` stream (docs/protocols.md §5.5).
+
+    Each event's data is a ``GenerateContentResponse`` chunk; the answer is their union. Invariant, for a
+    server that streams what it would return (each Part whole, or a text Part cut into consecutive text
+    fragments, its signature on the last one or on an empty-text fragment after them): ``finish(stream(r))
+    == r``, key order included (the response and candidate keys the API writes in proto field order are
+    put in that order; content and Part keys stay in first-seen order), so a streamed and a non-streamed
+    call capture the same Part payload bytes.
+
+    Assembly, per candidate (by ``index``, else position): the Parts of every chunk are appended in order,
+    except that a text fragment continues the previous Part when both are text Parts with the same
+    ``thought`` flag and the previous one has no ``thoughtSignature`` yet (a signature ends its Part: a
+    signed Part is never merged with another, §5.4): its text is appended and its other fields (the
+    signature) are added. Function calls and every other Part stay whole. Any other candidate or top-level
+    field takes its last value (``usageMetadata`` is cumulative, on the last chunk), keys in first-seen
+    order. A chunk with an ``error`` → :class:`VendorError` (body = that error); a chunk that is not a JSON
+    object → :class:`MalformedResponse`; a stream whose first candidate never got a ``finishReason`` →
+    :class:`StreamInterrupted` (the API has no end-of-stream event).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._response: dict[str, Any] = {}
+        self._candidates: dict[int, dict[str, Any]] = {}  # index -> candidate fields (content built last)
+        self._contents: dict[int, dict[str, Any]] = {}  # index -> content fields other than parts
+        self._parts: dict[int, list[dict[str, Any]]] = {}
+        self._shown_calls = 0
+
+    def _event(self, event: SSEEvent) -> None:
+        chunk = json_object(event, "stream chunk")
+        error = chunk.get("error")
+        if error is not None:
+            detail = error.get("message") if isinstance(error, Mapping) else error
+            raise VendorError(f"Gemini stream error: {detail}", body=chunk)
+        for key, value in chunk.items():
+            if key == "candidates":
+                if not isinstance(value, list):
+                    raise MalformedResponse("a stream chunk's candidates is not a list")
+                self._response.setdefault("candidates", None)
+                for position, candidate in enumerate(value):
+                    self._candidate(position, candidate)
+            else:
+                self._response[key] = value
+
+    def _candidate(self, position: int, candidate: Any) -> None:
+        if not isinstance(candidate, Mapping):
+            raise MalformedResponse("a stream chunk's candidate is not an object")
+        index = candidate.get("index", position)
+        index = index if isinstance(index, int) and not isinstance(index, bool) else position
+        fields = self._candidates.setdefault(index, {})
+        for key, value in candidate.items():
+            if key != "content":
+                fields[key] = value
+                continue
+            fields.setdefault("content", None)
+            if not isinstance(value, Mapping):
+                raise MalformedResponse("a stream chunk's candidate content is not an object")
+            content = self._contents.setdefault(index, {})
+            parts = self._parts.setdefault(index, [])
+            for name, field in value.items():
+                if name != "parts":
+                    content[name] = field
+                    continue
+                content.setdefault("parts", None)
+                if not isinstance(field, list):
+                    raise MalformedResponse("a stream chunk's content parts is not a list")
+                for part in field:
+                    if not isinstance(part, Mapping):
+                        raise MalformedResponse("a stream chunk's part is not an object")
+                    _add_part(parts, part)
+                    if index == 0:
+                        self._show(part)
+
+    def _show(self, part: Mapping[str, Any]) -> None:
+        """A Part of the first candidate (the one the codec decodes) as a :class:`StreamEvent`."""
+        call = part.get("functionCall")
+        if isinstance(call, Mapping):
+            call_id, name = call.get("id"), call.get("name")
+            self._emit(
+                "tool_call",
+                json.dumps(call.get("args", {}), ensure_ascii=False, separators=(",", ":")),
+                call_id=call_id if isinstance(call_id, str) else None,
+                name=name if isinstance(name, str) else None,
+                index=self._shown_calls,
+            )
+            self._shown_calls += 1
+        elif isinstance(part.get("text"), str):
+            self._emit("reasoning" if part.get("thought") else "text", part["text"])
+
+    def _result(self) -> dict[str, Any]:
+        first = self._candidates.get(min(self._candidates)) if self._candidates else None
+        if first is None or not isinstance(first.get("finishReason"), str):
+            if not self._candidates and "promptFeedback" in self._response:
+                return dict(self._response)  # a blocked prompt: no candidate ever comes
+            raise StreamInterrupted("the stream ended before the candidate's finishReason")
+        candidates = []
+        for index in sorted(self._candidates):
+            candidate = dict(self._candidates[index])
+            if index in self._contents:
+                content = dict(self._contents[index])
+                if "parts" in content:
+                    content["parts"] = self._parts[index]
+                candidate["content"] = content
+            candidates.append(in_wire_order(candidate, _GEMINI_CANDIDATE_ORDER))
+        return in_wire_order({**self._response, "candidates": candidates}, _GEMINI_RESPONSE_ORDER)
+
+
+def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
+    """Append a streamed Part, or continue the previous text Part with it (see :class:`GeminiAssembler`)."""
+    previous = parts[-1] if parts else None
+    if (
+        previous is not None
+        and isinstance(previous.get("text"), str)
+        and isinstance(part.get("text"), str)
+        and previous.get("thought") == part.get("thought")
+        and "thoughtSignature" not in previous
+        and not any(key not in _TEXT_FIELDS for key in (*previous, *part))
+    ):
+        previous["text"] += part["text"]
+        for key, value in part.items():
+            if key != "text":
+                previous[key] = value
+        return
+    parts.append(dict(part))
+
+
+#: the key order of a non-streamed response and candidate (proto field order, as the REST API writes them:
+#: §5.5); the last chunk carries ``finishReason`` and ``usageMetadata`` after the keys every chunk has
+_GEMINI_RESPONSE_ORDER = ("candidates", "promptFeedback", "usageMetadata", "modelVersion", "responseId")
+_GEMINI_CANDIDATE_ORDER = (
+    "content",
+    "finishReason",
+    "finishMessage",
+    "index",
+    "safetyRatings",
+    "citationMetadata",
+    "tokenCount",
+    "groundingMetadata",
+    "avgLogprobs",
+    "logprobsResult",
+    "urlContextMetadata",
+)
+#: the fields of a text Part that may be streamed in fragments (types.Part, §5.1)
+_TEXT_FIELDS = frozenset({"text", "thought", "thoughtSignature"})
+
+
 class GeminiAdapter:
     """The generateContent codec for ``google.genai.Client`` (sync ``client.models``, async
     ``client.aio.models``). ``min_cacheable`` overrides the implicit-cache minimum prompt length."""
@@ -180,10 +349,12 @@ class GeminiAdapter:
     )
 
     def __init__(self, *, min_cacheable: int | None = None) -> None:
-        cache = cache_rules.GEMINI
+        cache = GEMINI
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
+        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
+        self.encodings = Encodings()
         self.rules: ProtocolRules = GeminiRules(vendor=VENDOR, api=API)
 
     # -- encode ------------------------------------------------------------------------------------------
@@ -196,15 +367,17 @@ class GeminiAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``models.generate_content`` kwargs for the next call on ``history``."""
-        units: list[str] = [_head_unit("model", model)]
+        memo = encodings if encodings is not None else self.encodings
+        units: list[str] = [memo.call(_head_unit, "model", model)]
         config: dict[str, Any] = {}
         if prefix.system:
             config["system_instruction"] = {"parts": [{"text": prefix.system}]}
-            units.append(_head_unit("systemInstruction", prefix.system))
+            units.append(memo.call(_head_unit, "systemInstruction", prefix.system))
         if prefix.tools:
-            tools, unit = _tools(prefix.tools)
+            tools, unit = memo.call(_tools, prefix.tools)
             config["tools"] = [{"function_declarations": list(tools)}]
             units.append(unit)
         n_head = len(units)
@@ -217,10 +390,10 @@ class GeminiAdapter:
             last = _add(contents, units, last, role, parts, digests, unit)
 
         for user, answer in prefix.few_shots:
-            add(*_text_content("user", user))
-            add(*_text_content("model", answer))
+            add(*_text_content("user", user, memo))
+            add(*_text_content("model", answer, memo))
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model)
+        run = _closed_run(closed, model, memo)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         if run.contents:
             # a run starts with a user content and few-shots end with a model one: never a merge here
@@ -229,7 +402,7 @@ class GeminiAdapter:
             last = run.last
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model)
+            build = functools.partial(_encode_turn, model=model, memo=memo)
             # the current turn's signatures are validated (§5.4): the open chain is refused if it would
             # withhold
             encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
@@ -383,23 +556,23 @@ class _Run:
 _EMPTY_RUN = _Run()
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str) -> _Run:
+def _closed_run(turns: tuple[Turn, ...], model: str, encodings: Encodings) -> _Run:
     """The run of ``turns`` (all closed). A content's unit depends on that content only, so a run does not
     depend on what precedes it (the prefix head, few-shots)."""
 
     def encode(turn: Turn) -> _TurnEncoding:
-        return turn.encoded((API, model), functools.partial(_encode_turn, turn, model=model))
+        build = functools.partial(_encode_turn, turn, model=model, memo=encodings)
+        return encodings.encoded(turn, (API, model), build)
 
-    return closed_run(turns, (API, "run", model), encode, _EMPTY_RUN)
+    return closed_run(turns, (API, "run", model), encode, _EMPTY_RUN, encodings)
 
 
-# The prefix is the same on every request of a session: its units are memoized (values are frozen).
-@functools.lru_cache(maxsize=256)
+# The prefix is the same on every request of a session, and so are the history's texts and results: the
+# units below are memoized in the session's Encodings (values are frozen, or copied before use).
 def _head_unit(key: str, value: str) -> str:
     return unit_digest({key: value})
 
 
-@functools.lru_cache(maxsize=256)
 def _tools(tools: tuple[Tool, ...]) -> tuple[tuple[Any, ...], str]:
     """Function declarations (names sorted by the Prefix, schemas key-sorted: stable bytes) and their unit;
     ``parameters_json_schema`` passes the JSON schema through the SDK untouched (``parameters`` would be
@@ -416,29 +589,26 @@ def _content_unit(role: str, digests: Sequence[str]) -> str:
     return digest_of("\n".join((role, *digests)).encode())
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _text_part(text: str) -> tuple[dict[str, Any], str]:
     part: dict[str, Any] = freeze({"text": text})
     return part, unit_digest(part)
 
 
-def _text_content(role: str, text: str) -> tuple[str, tuple[Any, ...], tuple[str, ...], str]:
-    part, digest, unit = _text_unit(role, text)
+def _text_content(role: str, text: str, memo: Encodings) -> tuple[str, tuple[Any, ...], tuple[str, ...], str]:
+    part, digest, unit = memo.call(_text_unit, role, text)
     return role, (dict(part),), (digest,), unit
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _text_unit(role: str, text: str) -> tuple[dict[str, Any], str, str]:
     part, digest = _text_part(text)
     return part, digest, _content_unit(role, (digest,))
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _function_response(
     name: str, call_id: str | None, content: str, is_error: bool
 ) -> tuple[dict[str, Any], str]:
-    """A ``functionResponse`` Part (§5.1). Memoized: history's results are the same on every request
-    (the returned dict is copied before use)."""
+    """A ``functionResponse`` Part (§5.1). Memoized (:meth:`Encodings.call`): history's results are the same
+    on every request (the returned dict is copied before use)."""
     response: Any
     if is_error:
         response = {"error": content}
@@ -456,8 +626,8 @@ def _function_response(
     return part, unit_digest(part)
 
 
-def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
-    contents = [_text_content("user", turn.user)]
+def _encode_turn(turn: Turn, *, model: str, memo: Encodings) -> _TurnEncoding:
+    contents = [_text_content("user", turn.user, memo)]
     replayed: list[Continuation] = []
     withheld: list[Continuation] = []
     last = len(turn.steps) - 1
@@ -466,7 +636,7 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
         summary = turn.view.summary if turn.view is not None and i == last else None
         parts, digests, call_ids = _model_parts(step, keep, model, replayed, withheld)
         if summary is not None:
-            note, digest = _text_part(summary_note(summary))
+            note, digest = memo.call(_text_part, summary_note(summary))
             parts.insert(0, dict(note))
             digests.insert(0, digest)
         if parts:  # a step with nothing this model may see (foreign reasoning only) adds no content
@@ -474,7 +644,9 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
         if step.tool_results:
             names = {c.id: c.name for c in step.tool_calls}
             pairs = [
-                _function_response(names[r.call_id], call_ids.get(r.call_id), r.content, r.is_error)
+                memo.call(
+                    _function_response, names[r.call_id], call_ids.get(r.call_id), r.content, r.is_error
+                )
                 for r in step.tool_results
             ]
             results = tuple(dict(p) for p, _ in pairs)
@@ -649,3 +821,112 @@ def _usage(raw: Any) -> Usage:
         output=count(raw.get("candidatesTokenCount")) + count(thoughts),
         reasoning=thoughts,
     )
+
+
+# -- the room: what the guard, the commit and the exporters read of generateContent -------------------------
+
+#: the prompt keys of a generateContent body (the tools, system and history units); the rest are options
+_PROMPT_KEYS = frozenset({"model", "tools", "systemInstruction", "contents"})
+_SIGNATURE_FIELDS = ("thoughtSignature", "thought_signature")
+
+
+def _no_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_nulls(v) for v in value]
+    return value
+
+
+class _Reasoning:
+    """Thought parts and thought signatures ride inside a content (§5.4)."""
+
+    def reasoning_only(self, value: Any) -> bool:
+        if not isinstance(value, Mapping):
+            return False
+        parts = listed(value.get("parts"))
+        return bool(parts) and all(isinstance(p, Mapping) and p.get("thought") for p in parts)
+
+    def without_reasoning(self, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        parts = [
+            {k: v for k, v in p.items() if k not in _SIGNATURE_FIELDS}
+            for p in listed(value.get("parts"))
+            if isinstance(p, Mapping) and not p.get("thought")
+        ]
+        return {**value, "parts": parts}
+
+
+class GenerateContentRoom(Room):
+    """Gemini generateContent (docs/protocols.md §5) as the guard and the commit read it."""
+
+    api: ClassVar[str] = API
+    usage_key: ClassVar[str] = "usageMetadata"
+
+    def serves(self, path: str) -> bool:
+        return ":generateContent" in path or ":streamGenerateContent" in path
+
+    def streamed(self, path: str) -> bool:
+        return ":streamGenerateContent" in path
+
+    def model_from_path(self, path: str, body: Any) -> str:
+        """The model is in the URL: ``.../models/{model}:generateContent``."""
+        tail = path.rsplit("/models/", 1)[-1]
+        return tail.split(":", 1)[0]
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """One unit per tool, the system instruction, and one per content without its null fields (§5.3)."""
+        body = request_body(body)
+        name = model_name(body, model)
+        b = ViewBuilder(API, body, name, name, prompt=_PROMPT_KEYS, sort=True)
+        for i, tool in enumerate(listed(body.get("tools"))):
+            b.add("tools", f"$.tools[{i}]", tool, tool)
+        system = body.get("systemInstruction")
+        if system is not None:
+            b.add("system", "$.systemInstruction", system, system)
+        b.prefix = len(b.units)
+        for i, content in enumerate(listed(body.get("contents"))):
+            b.add("history", f"$.contents[{i}]", content, _no_nulls(content))
+        return b.view(_REASONING)
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        return _usage(raw)
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        return GEMINI
+
+    def assembler(self) -> GeminiAssembler:
+        return GeminiAssembler()
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        """Thought signatures the answer to a function call must carry back (§5.4)."""
+        candidates = listed(response.get("candidates"))
+        first = candidates[0].get("content") if candidates and isinstance(candidates[0], Mapping) else None
+        parts = listed(first.get("parts")) if isinstance(first, Mapping) else []
+        if not any(isinstance(p, Mapping) and "functionCall" in p for p in parts):
+            return
+        contents = listed(body.get("contents"))
+        last = contents[-1] if contents and isinstance(contents[-1], Mapping) else {}
+        if not any(isinstance(p, Mapping) and "functionResponse" in p for p in listed(last.get("parts"))):
+            return
+        sent = list(walk(contents))
+        # the SDK holds signatures as bytes and re-encodes them (URL-safe alphabet): compare the bytes
+        carried = {_b64(v.get("thoughtSignature")) for v in sent if isinstance(v, Mapping)}
+        for p in parts:
+            signature = p.get("thoughtSignature") if isinstance(p, Mapping) else None
+            if signature and _b64(signature) not in carried:
+                yield payload_digest(signature)
+
+
+def _b64(value: Any) -> bytes | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.urlsafe_b64decode(value.replace("+", "-").replace("/", "_") + "=" * (-len(value) % 4))
+    except ValueError:
+        return value.encode()
+
+
+_REASONING = _Reasoning()
+ROOM = GenerateContentRoom()

@@ -35,26 +35,36 @@ only appends to ``h`` (append-only history).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ListRun,
     ProtocolRules,
+    Room,
     Seal,
     VendorRequest,
     closed_run,
     count,
     open_turn_encoding,
+    payload_digest,
     summary_note,
 )
-from reasonstate.adapters.streams import ChatAssembler
-from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import ContinuationMismatch, InvalidOption, MalformedResponse
+from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
+from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
+from reasonstate.cache.rules import CacheRules
+from reasonstate.errors import (
+    ContinuationMismatch,
+    InvalidOption,
+    MalformedResponse,
+    StreamInterrupted,
+    VendorError,
+)
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import (
     Continuation,
@@ -72,7 +82,22 @@ from reasonstate.state import (
     thaw,
 )
 
-__all__ = ["Dialect", "OpenAIChatAdapter"]
+__all__ = [
+    "DEEPSEEK",
+    "OPENAI_CHAT",
+    "ROOM",
+    "SELF_HOSTED_CHAT",
+    "ChatAssembler",
+    "ChatRoom",
+    "Dialect",
+    "OpenAIChatAdapter",
+]
+
+#: this API's prefix cache, as data (docs/protocols.md; the schemes are :mod:`reasonstate.cache.rules`)
+OPENAI_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §1.5, §2.1", min_tokens=1024, step=128)
+DEEPSEEK = CacheRules(scheme="persisted", source="docs/protocols.md §3.4")
+#: vLLM automatic prefix caching and SGLang RadixAttention behind the chat API: full 16-token KV blocks
+SELF_HOSTED_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §2.2", block=16)
 
 API = "chat"
 Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
@@ -94,10 +119,10 @@ _UNREAD: dict[str, tuple[str, ...]] = {
     "sglang": (),
 }
 _CACHE = {
-    "openai": cache_rules.OPENAI_CHAT,
-    "deepseek": cache_rules.DEEPSEEK,
-    "vllm": cache_rules.SELF_HOSTED_CHAT,
-    "sglang": cache_rules.SELF_HOSTED_CHAT,
+    "openai": OPENAI_CHAT,
+    "deepseek": DEEPSEEK,
+    "vllm": SELF_HOSTED_CHAT,
+    "sglang": SELF_HOSTED_CHAT,
 }
 
 
@@ -141,6 +166,177 @@ class _TurnEncoding:
 _EMPTY_RUN = ListRun()
 
 
+# -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §2, §3) -----------------
+
+#: the key order of a non-streamed ``choices[0].message`` (then any other delta field, first seen first)
+_CHAT_MESSAGE_ORDER = ("role", "content", "reasoning", "reasoning_content", "tool_calls")
+_DONE = "[DONE]"
+
+
+class ChatAssembler(StreamAssembler):
+    """The ``chat.completion`` object from its SSE stream (docs/protocols.md §2, §3; ``include_usage`` on).
+
+    Invariant: for a server that streams what it would return, ``finish(stream(c)) == c`` on
+    ``choices[0].message`` (key order ``role, content, reasoning, reasoning_content, tool_calls``, then
+    any other delta field in first-seen order), ``finish_reason``, ``usage``, ``id``, ``created``,
+    ``model`` and ``system_fingerprint``; the result is ``{id, object: "chat.completion", created, model,
+    [system_fingerprint], choices: [{index: 0, message, logprobs: null, finish_reason}], usage}``.
+
+    Assembly (choice 0 only): string deltas of a field concatenate; a field that only ever came as null
+    stays null; any other field takes its last non-null value; ``role`` defaults to ``"assistant"`` and
+    ``content`` to null. Tool calls are keyed by ``index``: ``id``/``type`` take the last string seen,
+    ``function.name``/``function.arguments`` concatenate (``arguments`` is kept as the exact string).
+    ``id``, ``created``, ``model``, ``system_fingerprint`` come from the first chunk that has them,
+    ``usage`` from the last non-null one.
+
+    A chunk with an ``error`` key → :class:`VendorError` (body = that error); a chunk that is not a JSON
+    object → :class:`MalformedResponse`; no ``finish_reason`` or no ``data: [DONE]`` →
+    :class:`StreamInterrupted`. Events after ``[DONE]`` are ignored. A chunk is one SSE event (``data``
+    lines up to a blank line, as servers frame them), not one ``data`` line.
+    """
+
+    _HEAD: ClassVar[tuple[str, ...]] = ("id", "created", "model", "system_fingerprint")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._head: dict[str, Any] = {}
+        self._usage: Any = None
+        self._finish_reason: str | None = None
+        self._done = False
+        self._fields: dict[str, list[Any]] = {}  # delta key -> pieces, in first-seen order
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._reasoning_key: str | None = None  # the first reasoning field seen: the one shown as it comes
+
+    def _event(self, event: SSEEvent) -> None:
+        if self._done:
+            return
+        if event.data.strip() == _DONE:
+            self._done = True
+            return
+        chunk = json_object(event, "stream chunk")
+        if "error" in chunk:
+            raise VendorError(f"the stream reported an error: {chunk['error']}", body=chunk["error"])
+        for key in self._HEAD:
+            if key in chunk and key not in self._head:
+                self._head[key] = chunk[key]
+        if chunk.get("usage") is not None:
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            raise MalformedResponse("a stream chunk's choices is not a list")
+        for choice in choices or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            if isinstance(choice.get("finish_reason"), str):
+                self._finish_reason = choice["finish_reason"]
+            delta = choice.get("delta")
+            delta = {} if delta is None else delta
+            if not isinstance(delta, Mapping):
+                raise MalformedResponse("a choice delta is not an object")
+            for key, value in delta.items():
+                if key == "tool_calls":
+                    self._call_deltas(value)
+                elif key == "role":  # names the message (some servers repeat it): not text to join
+                    if value is not None and not isinstance(value, str):
+                        raise MalformedResponse("a delta role is not a string")
+                    if value is not None:
+                        self._fields["role"] = [value]
+                else:
+                    self._fields.setdefault(key, []).append(value)
+                    self._show(key, value)
+
+    def _show(self, key: str, value: Any) -> None:
+        """A text or reasoning delta as a :class:`StreamEvent`. Some servers stream the same reasoning
+        under both ``reasoning`` and ``reasoning_content``: only the first of the two seen is shown."""
+        if not isinstance(value, str):
+            return
+        if key == "content":
+            self._emit("text", value)
+        elif key in ("reasoning", "reasoning_content"):
+            if self._reasoning_key is None:
+                self._reasoning_key = key
+            if key == self._reasoning_key:
+                self._emit("reasoning", value)
+
+    def _call_deltas(self, deltas: Any) -> None:
+        if deltas is not None and not isinstance(deltas, list):
+            raise MalformedResponse("a delta's tool_calls is not a list")
+        for delta in deltas or ():
+            if not isinstance(delta, Mapping):
+                raise MalformedResponse("a tool_calls delta is not an object")
+            index = delta.get("index")
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise MalformedResponse("a tool_calls delta has no integer index")
+            call = self._calls.setdefault(
+                index,
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            for key in ("id", "type"):
+                if delta.get(key) is not None and not isinstance(delta[key], str):
+                    raise MalformedResponse(f"a tool_calls delta's {key} is not a string")
+                if isinstance(delta.get(key), str):
+                    call[key] = delta[key]
+            function = delta.get("function")
+            function = {} if function is None else function
+            if not isinstance(function, Mapping):
+                raise MalformedResponse("a tool_calls delta has a non-object function")
+            for key in ("name", "arguments"):
+                piece = function.get(key)
+                if piece is not None and not isinstance(piece, str):
+                    raise MalformedResponse(f"a tool_calls delta's function.{key} is not a string")
+                if isinstance(piece, str):
+                    call["function"][key] += piece
+            arguments = function.get("arguments")
+            self._emit(
+                "tool_call",
+                arguments if isinstance(arguments, str) else "",
+                call_id=call["id"],
+                name=call["function"]["name"] or None,
+                index=sorted(self._calls).index(index),
+            )
+
+    def _result(self) -> dict[str, Any]:
+        if self._finish_reason is None or not self._done:
+            raise StreamInterrupted("the stream ended before its finish_reason and [DONE]")
+        fields = self._fields
+        message: dict[str, Any] = {}
+        for key in _CHAT_MESSAGE_ORDER:
+            if key == "tool_calls":
+                if self._calls:
+                    message["tool_calls"] = [self._calls[i] for i in sorted(self._calls)]
+            elif key in fields or key in ("role", "content"):
+                message[key] = _joined(fields.get(key, []))
+        message["role"] = message["role"] or "assistant"
+        for key, pieces in fields.items():
+            if key not in message:
+                message[key] = _joined(pieces)
+        head = self._head
+        completion: dict[str, Any] = {
+            "id": head.get("id"),
+            "object": "chat.completion",
+            "created": head.get("created"),
+            "model": head.get("model"),
+        }
+        if "system_fingerprint" in head:
+            completion["system_fingerprint"] = head["system_fingerprint"]
+        completion["choices"] = [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish_reason}
+        ]
+        completion["usage"] = self._usage
+        return completion
+
+
+def _joined(pieces: list[Any]) -> Any:
+    """String deltas concatenate; a field that only ever came as null stays null; else the last value."""
+    strings = [p for p in pieces if isinstance(p, str)]
+    if strings:
+        if len(strings) != len([p for p in pieces if p is not None]):
+            raise MalformedResponse("a streamed text field mixes text with other values")
+        return "".join(strings)
+    values = [p for p in pieces if p is not None]
+    return values[-1] if values else None
+
+
 class OpenAIChatAdapter:
     """The Chat Completions codec for one dialect; ``vendor`` is the dialect name, ``api`` is ``"chat"``."""
 
@@ -153,6 +349,8 @@ class OpenAIChatAdapter:
         self.vendor: str = dialect
         self.rules = ProtocolRules(vendor=dialect, api=API, tool_steps_keep_reasoning=dialect == "deepseek")
         self.cache = _CACHE[dialect]
+        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
+        self.encodings = Encodings()
         # ``stream_options.include_usage``: the usage arrives in the last chunk (docs/protocols.md §2.1)
         self.endpoint = Endpoint(
             sdk="openai",
@@ -172,6 +370,7 @@ class OpenAIChatAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """The ``chat.completions.create`` kwargs for the next call on ``history`` (last turn open)."""
         tools = [
@@ -199,7 +398,7 @@ class OpenAIChatAdapter:
             add({"role": "assistant", "content": answer})
         n_head = len(units)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = self._closed_run(closed, model)
+        run = self._closed_run(closed, model, encodings if encodings is not None else self.encodings)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         messages.extend(run.values)
         units.extend(run.units)
@@ -224,15 +423,15 @@ class OpenAIChatAdapter:
             kwargs=kwargs, units=tuple(units), model=model, prefix_units=n_head, withheld=tuple(withheld)
         )
 
-    def _closed_run(self, turns: tuple[Turn, ...], model: str) -> ListRun:
+    def _closed_run(self, turns: tuple[Turn, ...], model: str, encodings: Encodings) -> ListRun:
         """The run of ``turns`` (all closed) for ``model`` (a :class:`ListRun`: messages never merge across
         turns here)."""
 
         def encode(turn: Turn) -> _TurnEncoding:
             build = functools.partial(self._encode_turn, turn, model=model)
-            return turn.encoded((API, self.dialect, model), build)
+            return encodings.encoded(turn, (API, self.dialect, model), build)
 
-        return closed_run(turns, (API, "run", self.dialect, model), encode, _EMPTY_RUN)
+        return closed_run(turns, (API, "run", self.dialect, model), encode, _EMPTY_RUN, encodings)
 
     def _encode_turn(self, turn: Turn, *, model: str) -> _TurnEncoding:
         messages: list[Mapping[str, Any]] = [{"role": "user", "content": turn.user}]
@@ -468,3 +667,105 @@ def _usage(raw: Any, dialect: str) -> Usage:
         output=output,
         reasoning=reasoning,
     )
+
+
+# -- the room: what the guard, the commit and the exporters read of the Chat Completions API ----------------
+
+#: the prompt keys of a chat body (the model, tools and message units); the rest are options
+_PROMPT_KEYS = frozenset({"model", "tools", "messages"})
+_SYSTEM_ROLES = ("system", "developer")
+
+
+def _no_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_nulls(v) for v in value]
+    return value
+
+
+class _Reasoning:
+    """Reasoning rides inside an assistant message (``reasoning_content``, ``reasoning``: §3.3)."""
+
+    def reasoning_only(self, value: Any) -> bool:
+        return False
+
+    def without_reasoning(self, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        return {k: v for k, v in value.items() if k not in _REASONING_FIELDS}
+
+
+class ChatRoom(Room):
+    """Chat Completions and its dialects (docs/protocols.md §2, §3) as the guard and the commit read it."""
+
+    api: ClassVar[str] = API
+
+    def serves(self, path: str) -> bool:
+        return path.endswith("/chat/completions")
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """One unit per tool and per message without its null fields (§3.4: the server renders messages
+        through its chat template); the leading system and developer messages are the system prompt."""
+        body = request_body(body)
+        name = model_name(body, model)
+        b = ViewBuilder(API, body, name, name, prompt=_PROMPT_KEYS, sort=True)
+        for i, tool in enumerate(listed(body.get("tools"))):
+            b.add("tools", f"$.tools[{i}]", tool, tool)
+        messages = listed(body.get("messages"))
+        b.prefix = len(b.units)
+        for i, message in enumerate(messages):
+            m = message if isinstance(message, Mapping) else {}
+            leading = all(
+                isinstance(x, Mapping) and x.get("role") in _SYSTEM_ROLES for x in messages[: i + 1]
+            )
+            b.add("system" if leading else "history", f"$.messages[{i}]", message, _no_nulls(m))
+            if leading:
+                b.prefix = len(b.units)
+        return b.view(_REASONING)
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        return _usage(raw, _dialect_of(raw))
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        return _CACHE[_dialect_of(raw_usage)]
+
+    def assembler(self) -> ChatAssembler:
+        return ChatAssembler()
+
+    def output_unit(self, response: Mapping[str, Any]) -> str | None:
+        """The message as generated, rendered as a chat unit is (§3.4: DeepSeek persists it)."""
+        choices = response.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            return None
+        message = choices[0].get("message")
+        if not isinstance(message, Mapping):
+            return None
+        shown = {k: v for k, v in message.items() if v is not None and k != "reasoning"}
+        return self.view({"messages": [shown]}).units[-1].key
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        """DeepSeek's ``reasoning_content`` the answer to a tool call must carry back (§3.3)."""
+        choices = listed(response.get("choices"))
+        message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else None
+        if not isinstance(message, Mapping) or not message.get("reasoning_content"):
+            return
+        calls = {c.get("id") for c in listed(message.get("tool_calls")) if isinstance(c, Mapping)}
+        messages = [m for m in listed(body.get("messages")) if isinstance(m, Mapping)]
+        if not calls or not any(m.get("role") == "tool" and m.get("tool_call_id") in calls for m in messages):
+            return
+        for m in messages:
+            ids = {c.get("id") for c in listed(m.get("tool_calls")) if isinstance(c, Mapping)}
+            if m.get("role") == "assistant" and ids & calls:
+                if m.get("reasoning_content") != message["reasoning_content"]:
+                    yield payload_digest(message["reasoning_content"])
+                return
+
+
+def _dialect_of(raw_usage: Mapping[str, Any] | None) -> str:
+    """The dialect a plain client's answer shows: DeepSeek reports its cache hits and misses (§3.4)."""
+    return "deepseek" if raw_usage is not None and "prompt_cache_hit_tokens" in raw_usage else "openai"
+
+
+_REASONING = _Reasoning()
+ROOM = ChatRoom()

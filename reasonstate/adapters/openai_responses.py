@@ -47,36 +47,40 @@ Prefix units (for the guard and the cache prediction): one pseudo-unit for the c
 ``prompt_cache_key``), one for ``instructions``, one for the tool list, then one per input item of the
 *full* transcript (in both modes: a chained request is the same prompt server-side).
 
-Cache prediction (§1.5): :data:`reasonstate.cache.rules.OPENAI_RESPONSES`, scheme ``items``.
+Cache prediction (§1.5): :data:`OPENAI_RESPONSES`, scheme ``items``.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ListRun,
     ProtocolRules,
+    Room,
     Seal,
     VendorRequest,
     closed_run,
     count,
     open_turn_encoding,
+    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
-from reasonstate.adapters.streams import ResponsesAssembler
+from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
 from reasonstate.adapters.transport import status_message
-from reasonstate.cache import rules as cache_rules
-from reasonstate.errors import MalformedResponse, VendorError
+from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
+from reasonstate.cache.rules import CacheRules
+from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
     Continuation,
@@ -99,11 +103,18 @@ __all__ = [
     "CHAIN_FALLBACK",
     "ENCRYPTED_CONTENT",
     "INPUT_TRANSFORMATIONS",
+    "OPENAI_RESPONSES",
     "REASONING_UNREPLAYABLE",
+    "ROOM",
     "OpenAIResponsesAdapter",
     "PreviousResponseNotFound",
+    "ResponsesAssembler",
+    "ResponsesRoom",
     "ResponsesRules",
 ]
+
+#: this API's prefix cache, as data (docs/protocols.md; the schemes are :mod:`reasonstate.cache.rules`)
+OPENAI_RESPONSES = CacheRules(scheme="items", source="docs/protocols.md §1.5", min_tokens=1024, step=128)
 
 VENDOR = "openai"
 API = "responses"
@@ -210,14 +221,114 @@ class _TurnEncoding:
 _EMPTY_RUN = ListRun()
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str, store: bool) -> ListRun:
+def _closed_run(turns: tuple[Turn, ...], model: str, store: bool, encodings: Encodings) -> ListRun:
     """The run of ``turns`` (all closed); a turn's items depend on the model and on ``store`` only."""
 
     def encode(turn: Turn) -> _TurnEncoding:
         build = functools.partial(_encode_turn, turn, model=model, by_reference=store)
-        return turn.encoded((API, model, store), build)
+        return encodings.encoded(turn, (API, model, store), build)
 
-    return closed_run(turns, (API, "run", model, store), encode, _EMPTY_RUN)
+    return closed_run(turns, (API, "run", model, store), encode, _EMPTY_RUN, encodings)
+
+
+# -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §1.6) -------------------
+
+
+class ResponsesAssembler(StreamAssembler):
+    """The Responses ``response`` object from its SSE stream (docs/protocols.md §1.6).
+
+    Invariant: for a server that streams what it would return, ``finish(stream(r)) == r``, in wire key
+    order: the JSON of the terminal event is parsed as sent. The output items are taken from
+    ``response.output_item.done`` (the ``added`` copy of a reasoning item "may be incomplete": §1.2),
+    everything else from ``response.completed``/``response.incomplete``: when the terminal response has a
+    non-empty ``output``, item ``i`` is the ``output_item.done`` item of index ``i`` (or the terminal's own
+    item ``i`` when none arrived); when it has none, the ``done`` items in index order.
+
+    ``response.failed`` → :class:`VendorError` (body = the response's ``error``); ``error`` →
+    :class:`VendorError` (body = the event); no terminal event → :class:`StreamInterrupted`; an event that
+    is not a JSON object → :class:`MalformedResponse`. The event type is the JSON ``type`` field.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._items: dict[int, Any] = {}
+        self._terminal: dict[str, Any] | None = None
+        self._calls: dict[int, tuple[str | None, str | None, int]] = {}  # output index -> id, name, position
+        self._reasoning_at: tuple[Any, Any] | None = None  # (output index, content index) of raw reasoning
+
+    def _event(self, event: SSEEvent) -> None:
+        data = json_object(event, "stream event")
+        kind = data.get("type")
+        shown = isinstance(kind, str) and kind.endswith(".delta")
+        if shown or kind == "response.reasoning_summary_part.added":
+            self._delta(str(kind), data)
+        elif kind == "response.output_item.added":
+            item = data.get("item")
+            if isinstance(item, Mapping) and item.get("type") == "function_call":
+                call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+                call = (
+                    call_id if isinstance(call_id, str) else None,
+                    name if isinstance(name, str) else None,
+                    len(self._calls),
+                )
+                at = data.get("output_index")
+                if isinstance(at, int) and not isinstance(at, bool):
+                    self._calls[at] = call
+                self._emit(
+                    "tool_call",
+                    arguments if isinstance(arguments, str) else "",
+                    call_id=call[0],
+                    name=call[1],
+                    index=call[2],
+                )
+        if kind == "response.output_item.done" and isinstance(data.get("output_index"), int):
+            self._items[data["output_index"]] = data.get("item")
+        elif kind in ("response.completed", "response.incomplete") and isinstance(data.get("response"), dict):
+            self._terminal = data["response"]
+        elif kind == "response.failed":
+            response = data.get("response")
+            error = response.get("error") if isinstance(response, dict) else None
+            raise VendorError(f"OpenAI response failed: {error}", body=error)
+        elif kind == "error":
+            raise VendorError(f"OpenAI stream error: {data.get('message')}", body=data)
+
+    def _delta(self, kind: str, data: Mapping[str, Any]) -> None:
+        """What the caller sees of a delta event. The codec joins an item's summary (or raw reasoning)
+        parts with a blank line: the separator is emitted when the next part starts."""
+        delta = data.get("delta")
+        if kind == "response.reasoning_summary_part.added":
+            if data.get("summary_index", 0) != 0:
+                self._emit("reasoning", "\n\n")
+            return
+        if not isinstance(delta, str):
+            return
+        if kind == "response.reasoning_summary_text.delta":
+            self._emit("reasoning", delta)
+        elif kind == "response.reasoning_text.delta":
+            where = (data.get("output_index"), data.get("content_index", 0))
+            if where != self._reasoning_at and where[1] != 0:  # the next part of the same item
+                self._emit("reasoning", "\n\n")
+            self._reasoning_at = where
+            self._emit("reasoning", delta)
+        elif kind in ("response.output_text.delta", "response.refusal.delta"):
+            self._emit("text", delta)
+        elif kind == "response.function_call_arguments.delta":
+            at = data.get("output_index")
+            call = self._calls.get(at) if isinstance(at, int) and not isinstance(at, bool) else None
+            if call is not None:
+                self._emit("tool_call", delta, call_id=call[0], name=call[1], index=call[2])
+
+    def _result(self) -> dict[str, Any]:
+        if self._terminal is None:
+            raise StreamInterrupted("the stream ended before response.completed")
+        output = self._terminal.get("output")
+        if not isinstance(output, list):  # the non-streamed answer without it is refused too
+            raise MalformedResponse("the terminal response event has no output list")
+        if output:
+            merged = [self._items.get(i, item) for i, item in enumerate(output)]
+        else:
+            merged = [self._items[i] for i in sorted(self._items)]
+        return {**self._terminal, "output": merged}
 
 
 class OpenAIResponsesAdapter:
@@ -233,10 +344,12 @@ class OpenAIResponsesAdapter:
         status_error=_previous_response_lost,
         blame=lambda request, error: _blamed_items(request, error),
     )
-    cache = cache_rules.OPENAI_RESPONSES
+    cache = OPENAI_RESPONSES
 
     def __init__(self, *, strict_tools: bool | None = None) -> None:
         self._strict = strict_tools
+        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
+        self.encodings = Encodings()
         self.rules: ProtocolRules = ResponsesRules(
             vendor=VENDOR, api=API, reasoning_only_steps_keep_reasoning=False
         )
@@ -251,6 +364,7 @@ class OpenAIResponsesAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``responses.create`` kwargs for the next call on ``history``."""
         store = options.get("store", False) is True
@@ -278,7 +392,7 @@ class OpenAIResponsesAdapter:
                 values.append(item.value)
                 units.append(item.unit)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, store)
+        run = _closed_run(closed, model, store, encodings if encodings is not None else self.encodings)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         values.extend(run.values)
         units.extend(run.units)
@@ -603,3 +717,89 @@ def _usage(raw: Any) -> Usage:
         output=raw.get("output_tokens"),
         reasoning=reasoning,
     )
+
+
+# -- the room: what the guard, the commit and the exporters read of the Responses API -----------------------
+
+#: the prompt keys of a Responses body (the model, tools, system and history units); the rest are options
+_PROMPT_KEYS = frozenset({"model", "tools", "instructions", "input"})
+#: item fields that are bookkeeping, not prompt: the item's id and status are not rendered into the prompt
+_ITEM_METADATA = frozenset({"id", "status"})
+
+
+class _Reasoning:
+    """Reasoning items are units of their own (§1.4): a unit is reasoning or it is not."""
+
+    def reasoning_only(self, value: Any) -> bool:
+        return isinstance(value, Mapping) and value.get("type") == "reasoning"
+
+    def without_reasoning(self, value: Any) -> Any:
+        return value
+
+
+class ResponsesRoom(Room):
+    """The Responses API (docs/protocols.md §1) as the guard and the commit read it."""
+
+    api: ClassVar[str] = API
+
+    def serves(self, path: str) -> bool:
+        return path.endswith("/responses")
+
+    def view(self, body: Any, model: str | None = None) -> View:
+        """One unit per tool, the instructions, and one per input item without its id and status (§1.5);
+        the model unit's key is the cache namespace: the model and the ``prompt_cache_key``."""
+        body = request_body(body)
+        name = model_name(body, model)
+        namespace = f"{name}|{body.get('prompt_cache_key') or ''}"
+        b = ViewBuilder(API, body, name, namespace, prompt=_PROMPT_KEYS, sort=True)
+        for i, tool in enumerate(listed(body.get("tools"))):
+            b.add("tools", f"$.tools[{i}]", tool, tool)
+        if body.get("instructions") is not None:
+            b.add("system", "$.instructions", body["instructions"], body["instructions"])
+        b.prefix = len(b.units)
+        items = body.get("input")
+        if isinstance(items, str):
+            b.add("history", "$.input", items, {"content": items, "role": "user"})
+        for i, item in enumerate(listed(items)):
+            kept = (
+                {k: v for k, v in item.items() if k not in _ITEM_METADATA}
+                if isinstance(item, Mapping)
+                else item
+            )
+            b.add("history", f"$.input[{i}]", item, kept)
+        return b.view(_REASONING)
+
+    def usage(self, raw: Mapping[str, Any]) -> Usage:
+        return _usage(raw)
+
+    def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
+        return OPENAI_RESPONSES
+
+    def assembler(self) -> ResponsesAssembler:
+        return ResponsesAssembler()
+
+    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
+        """Reasoning items (their encrypted content, else their id) a stateless answer to a tool call must
+        carry back (§1.4); a request chained with ``previous_response_id`` carries them server-side."""
+        output = listed(response.get("output"))
+        calls = {
+            i.get("call_id") for i in output if isinstance(i, Mapping) and i.get("type") == "function_call"
+        }
+        answered = any(
+            isinstance(v, Mapping) and v.get("type") == "function_call_output" and v.get("call_id") in calls
+            for v in listed(body.get("input"))
+        )
+        if not calls or not answered or body.get("previous_response_id") == response.get("id"):
+            return
+        ids = {v.get("id") for v in listed(body.get("input")) if isinstance(v, Mapping)}
+        blobs = {v.get("encrypted_content") for v in listed(body.get("input")) if isinstance(v, Mapping)}
+        for item in output:
+            if not isinstance(item, Mapping) or item.get("type") != "reasoning":
+                continue
+            blob = item.get("encrypted_content")
+            if (blob and blob not in blobs) or (not blob and item.get("id") not in ids):
+                yield payload_digest(blob or item.get("id"))
+
+
+_REASONING = _Reasoning()
+ROOM = ResponsesRoom()

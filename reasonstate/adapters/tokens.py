@@ -46,14 +46,14 @@ import attrs
 
 from reasonstate.adapters.base import (
     DecodedStep,
+    Encodings,
     Endpoint,
     ProtocolRules,
     VendorRequest,
     count,
     summary_note,
 )
-from reasonstate.cache import rules as cache_rules
-from reasonstate.cache.rules import shared_tokens
+from reasonstate.cache.rules import CacheRules, shared_tokens
 from reasonstate.errors import (
     ContinuationMismatch,
     InvalidOption,
@@ -79,7 +79,11 @@ from reasonstate.tokens.errors import InvalidUTF8, TokensError, UnknownTokenId
 from reasonstate.tokens.protocol import Message, ParsedResponse, Renderer
 from reasonstate.tokens.renderer import ChatTemplateRenderer
 
-__all__ = ["BLOCK_SIZES", "TokenAdapter"]
+__all__ = ["BLOCK_SIZES", "TOKENS_SGLANG", "TOKENS_VLLM", "TokenAdapter"]
+
+#: this API's prefix cache, as data (docs/protocols.md; the schemes are :mod:`reasonstate.cache.rules`)
+TOKENS_VLLM = CacheRules(scheme="tokens", source="docs/protocols.md §2.2 (vLLM block_size 16)", block=16)
+TOKENS_SGLANG = CacheRules(scheme="tokens", source="docs/protocols.md §2.2 (SGLang page_size 1)", block=1)
 
 API = "completions"
 KIND = "completion"
@@ -87,7 +91,7 @@ BLOCK_SIZES: Mapping[str, int] = {"vllm": 16, "sglang": 1}
 """Prefix-cache granularity per dialect: vLLM's default KV block size, SGLang's default page size."""
 
 Dialect = Literal["vllm", "sglang"]
-_CACHE = {"vllm": cache_rules.TOKENS_VLLM, "sglang": cache_rules.TOKENS_SGLANG}
+_CACHE = {"vllm": TOKENS_VLLM, "sglang": TOKENS_SGLANG}
 
 
 @attrs.frozen(slots=True)
@@ -142,6 +146,7 @@ class TokenAdapter:
         records: Sequence[ExecutionRecord],
         *,
         lost_responses: frozenset[str] = frozenset(),
+        encodings: Encodings | None = None,
     ) -> VendorRequest:
         """The ``completions.create`` kwargs: ``prompt`` is the bridged prompt when the history allows it,
         else the full render of the canonical history (with a ``cache.break`` event)."""

@@ -3,8 +3,10 @@ and the cache read a vendor will report for a request, predicted from that data 
 
 Token counts are never estimated: they are learned from what the vendor reported for earlier requests (a
 request's prompt tokens are the token count of its whole unit chain), so a prediction is either exact or
-``None`` (not knowable). One function per :data:`Scheme`, all reading :class:`CacheRules`, so a vendor's
-rule lives in one place; the Anthropic breakpoint placement reads the same entry. Every entry cites
+``None`` (not knowable). One function per :data:`Scheme`, all reading :class:`CacheRules`. Each vendor's
+entry lives in its room (``reasonstate.adapters.anthropic.ANTHROPIC``, ``openai_responses.OPENAI_RESPONSES``,
+``openai_chat.OPENAI_CHAT`` / ``DEEPSEEK`` / ``SELF_HOSTED_CHAT``, ``gemini.GEMINI``, ``tokens.TOKENS_VLLM``
+/ ``TOKENS_SGLANG``), where its codec and its breakpoint placement read it; every entry cites
 ``docs/protocols.md``.
 """
 
@@ -17,18 +19,11 @@ from typing import Literal
 
 import attrs
 
-from reasonstate.cache.guard import common_prefix_len
+from reasonstate.cache.divergence import common_prefix_len
 from reasonstate.state import ExecutionRecord
 
 __all__ = [
-    "ANTHROPIC",
-    "DEEPSEEK",
-    "GEMINI",
-    "OPENAI_CHAT",
-    "OPENAI_RESPONSES",
-    "SELF_HOSTED_CHAT",
-    "TOKENS_SGLANG",
-    "TOKENS_VLLM",
+    "NEVER",
     "CacheRules",
     "Scheme",
     "Units",
@@ -67,10 +62,7 @@ class CacheRules:
     recent: int = 64
 
     def minimum(self, model: str) -> int:
-        """The minimum cacheable prompt length for ``model``."""
-        return _minimum(self, model)
-
-    def _minimum(self, model: str) -> int:
+        """The minimum cacheable prompt length for ``model`` (a few fragment searches)."""
         m = model.lower()
         for fragments, tokens in self.min_tokens_by_model:
             if any(f in m for f in fragments):
@@ -85,41 +77,8 @@ class CacheRules:
         return floor + self.step * ((matched - floor) // self.step)
 
 
-@functools.lru_cache(maxsize=256)
-def _minimum(rules: CacheRules, model: str) -> int:
-    return rules._minimum(model)  # a few fragment searches, once per (rules, model)
-
-
 #: a minimum no prompt reaches: the model has no implicit cache
-_NEVER = 1 << 62
-
-ANTHROPIC = CacheRules(
-    scheme="breakpoints",
-    source="docs/protocols.md §4.4",
-    min_tokens=1024,
-    min_tokens_by_model=((("opus-4-5", "opus-4-6", "haiku-4-5"), 4096), (("haiku-3",), 2048)),
-    max_breakpoints=4,
-    lookback_units=20,
-)
-OPENAI_RESPONSES = CacheRules(scheme="items", source="docs/protocols.md §1.5", min_tokens=1024, step=128)
-OPENAI_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §1.5, §2.1", min_tokens=1024, step=128)
-DEEPSEEK = CacheRules(scheme="persisted", source="docs/protocols.md §3.4")
-#: Gemini implicit caching (on by default for 2.5+, none before): automatic, any earlier prompt of the same
-#: model, by content, reported exactly; the minimum prompt size from the 2026-10 caching page (3.x Flash /
-#: 3.1 Pro / 4: 4096, 2.5: 2048; the 2026-05 page listed 1024 for Flash models)
-GEMINI = CacheRules(
-    scheme="items",
-    source="docs/protocols.md §5.3",
-    min_tokens=4096,
-    min_tokens_by_model=(
-        (("gemini-2.5",), 2048),
-        (("gemini-1.", "gemini-2.0"), _NEVER),
-    ),
-)
-#: vLLM automatic prefix caching and SGLang RadixAttention behind the chat API: full 16-token KV blocks
-SELF_HOSTED_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §2.2", block=16)
-TOKENS_VLLM = CacheRules(scheme="tokens", source="docs/protocols.md §2.2 (vLLM block_size 16)", block=16)
-TOKENS_SGLANG = CacheRules(scheme="tokens", source="docs/protocols.md §2.2 (SGLang page_size 1)", block=1)
+NEVER = 1 << 62
 
 
 def predict_cache_read(

@@ -7,10 +7,11 @@ stream itself, so a streamed answer reaches the SDK chunk by chunk, as before). 
 nothing and raises nothing: a failure inside it becomes a :class:`GuardWarning` on the record.
 
 Analysis happens when :attr:`Guard.records` is read, off the caller's request path: each request is parsed
-as the vendor reads it (:mod:`reasonstate.guard.analysis`), matched to the earlier request of its
-conversation (the recent request it shares the longest prefix with), and given its normalized usage (the
-codecs' own usage parsers), its divergence with the cause, its warnings (``continuation_lost``,
-``unexplained_miss``, bad input) and the cache read predicted from the vendor's rules
+as the vendor reads it (its room's view: :func:`reasonstate.adapters.view_of`), matched to the earlier
+request of its conversation (the recent request it shares the longest prefix with), and given its
+normalized usage (the rooms' own usage parsers), its divergence with the cause
+(:func:`reasonstate.cache.divergence.explain`), its warnings (``continuation_lost``, ``unexplained_miss``,
+bad input) and the cache read predicted from the vendor's rules
 (:func:`reasonstate.cache.rules.predict_cache_read`, docs/protocols.md §1.5, §3.4, §4.4, §5.3) next to
 the one reported.
 """
@@ -24,8 +25,9 @@ from typing import Any
 
 import attrs
 
+from reasonstate.adapters import room_for_path
+from reasonstate.cache.divergence import CAUSES, Cause, Divergence, View
 from reasonstate.cache.rules import CacheRules
-from reasonstate.guard.analysis import CAUSES, Cause, Divergence, View
 from reasonstate.state import Usage
 
 __all__ = ["CAUSES", "Cause", "Divergence", "Guard", "GuardRecord", "GuardWarning", "instrument"]
@@ -71,7 +73,7 @@ class GuardRecord:
 
 
 @attrs.define(slots=True)
-class _Capture:
+class _Exchange:
     """What the hook kept: the exact request bytes and the response bytes as the SDK read them."""
 
     index: int
@@ -85,15 +87,9 @@ class _Capture:
 
 
 def _api_of(path: str) -> str | None:
-    if path.endswith("/messages"):
-        return "messages"
-    if path.endswith("/responses"):
-        return "responses"
-    if path.endswith("/chat/completions"):
-        return "chat"
-    if ":generateContent" in path or ":streamGenerateContent" in path:
-        return "generate_content"
-    return None
+    """The API whose room serves ``path`` (None: a request the guard does not read)."""
+    room = room_for_path(path)
+    return room.api if room is not None else None
 
 
 #: how many unread captures wait before the hook analyses them itself
@@ -107,7 +103,7 @@ class Guard:
         self._cache = cache
         self._count = itertools.count()
         self._lock = threading.Lock()
-        self._pending: list[_Capture] = []
+        self._pending: list[_Exchange] = []
         self._records: list[GuardRecord] = []
         # the recent analysed requests: (record, view, parsed response) and their execution records
         self._recent: list[tuple[GuardRecord, View, Any]] = []
@@ -138,7 +134,7 @@ class Guard:
                 body: bytes | None = bytes(request.content)
             except Exception:
                 body = None
-            capture = _Capture(
+            capture = _Exchange(
                 next(self._count),
                 path,
                 int(response.status_code),
@@ -152,14 +148,14 @@ class Guard:
                 capture.headers.pop("content-encoding", None)
                 self._done(capture)
                 return
-            from reasonstate.guard._wire import tee
+            from reasonstate.guard._capture import tee
 
             response.stream = tee(response.stream, capture, self._done)
         except Exception as exc:  # never into the caller's request
-            capture = _Capture(next(self._count), "", 0, None, {}, error=f"{type(exc).__name__}: {exc}")
+            capture = _Exchange(next(self._count), "", 0, None, {}, error=f"{type(exc).__name__}: {exc}")
             self._done(capture)
 
-    def _done(self, capture: _Capture) -> None:
+    def _done(self, capture: _Exchange) -> None:
         self._pending.append(capture)  # list.append is atomic
         # captures hold whole bodies: when nobody reads the records, they are analysed in batches (bounded
         # memory; the batch's cost falls on one request in _DRAIN, never blocked by a reader)
@@ -170,7 +166,7 @@ class Guard:
                 self._lock.release()
 
     # -- the analysis side -------------------------------------------------------------------------------
-    def _analysed(self, capture: _Capture) -> GuardRecord:
+    def _analysed(self, capture: _Exchange) -> GuardRecord:
         try:
             return _analyse(self, capture)
         except Exception as exc:
@@ -193,7 +189,8 @@ def instrument(client: Any, *, cache: CacheRules | None = None) -> Guard:
     ``client``: an ``anthropic``/``openai`` client (sync or async) or a ``google.genai.Client`` (both its
     sync and ``.aio`` sides) or its ``.aio``. ``cache``: the :class:`~reasonstate.cache.CacheRules` to
     predict with, when the API's default is not the vendor's (a vLLM/SGLang server behind the chat API:
-    ``reasonstate.cache.rules.SELF_HOSTED_CHAT``). Instrumenting a client twice returns the same guard.
+    ``reasonstate.adapters.openai_chat.SELF_HOSTED_CHAT``). Instrumenting a client twice returns the same
+    guard.
     Raises ``TypeError`` for a client without an ``httpx2`` client (nothing to watch).
     """
     https = _http_clients(client)
@@ -205,7 +202,7 @@ def instrument(client: Any, *, cache: CacheRules | None = None) -> Guard:
             if existing is not None:
                 return existing
         guard = Guard(cache)
-        from reasonstate.guard._wire import add_hook
+        from reasonstate.guard._capture import add_hook
 
         for http in https:
             add_hook(http, guard._on_response)
@@ -226,7 +223,7 @@ def _http_clients(client: Any) -> list[Any]:
 # -- analysis of one capture ------------------------------------------------------------------------------
 
 
-def _analyse(guard: Guard, capture: _Capture) -> GuardRecord:
+def _analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
     from reasonstate.guard._record import analyse
 
     return analyse(guard, capture)

@@ -1,4 +1,7 @@
-"""One captured exchange → one :class:`~reasonstate.guard.GuardRecord` (runs when records are read)."""
+"""One captured exchange → one :class:`~reasonstate.guard.GuardRecord` (runs when records are read).
+
+Everything vendor-specific comes from the exchange's room (:func:`reasonstate.adapters.room`): the view of
+the request body, the stream assembler, the usage parser, the cache rules, the lost-continuation check."""
 
 from __future__ import annotations
 
@@ -6,15 +9,14 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from reasonstate.cache import rules as cache_rules
-from reasonstate.cache.guard import common_prefix_len
+from reasonstate.adapters import Room, room_for_path
+from reasonstate.cache.divergence import View, common_prefix_len, explain
 from reasonstate.cache.rules import CacheRules, predict_cache_read
-from reasonstate.guard.analysis import View, explain, lost_continuation, starts_conversation, view_of
 from reasonstate.state import ExecutionRecord, Usage
 from reasonstate.state.continuation import digest_of
 
 if TYPE_CHECKING:
-    from reasonstate.guard import Guard, GuardRecord, GuardWarning, _Capture
+    from reasonstate.guard import Guard, GuardRecord, GuardWarning, _Exchange
 
 __all__ = ["analyse"]
 
@@ -22,13 +24,16 @@ __all__ = ["analyse"]
 _RECENT = 64
 
 
-def analyse(guard: Guard, capture: _Capture) -> GuardRecord:
-    from reasonstate.guard import GuardRecord, GuardWarning, _api_of
+def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
+    from reasonstate.guard import GuardRecord, GuardWarning
 
     warnings: list[GuardWarning] = []
     if capture.error is not None:
         warnings.append(GuardWarning("hook_error", capture.error))
-    api = _api_of(capture.path) or ""
+    room = room_for_path(capture.path)
+    if room is None:  # the hook keeps only paths a room serves
+        raise ValueError(f"no room serves {capture.path!r}")
+    api = room.api
     body: Any = None
     if capture.request is None:
         warnings.append(GuardWarning("request_not_json", "the request body was not readable"))
@@ -40,30 +45,28 @@ def analyse(guard: Guard, capture: _Capture) -> GuardRecord:
     if body is not None and not isinstance(body, Mapping):
         warnings.append(GuardWarning("request_not_json", "the request body is not a JSON object"))
         body = None
-    streamed = "event-stream" in capture.headers.get("content-type", "") or ":streamGenerateContent" in (
-        capture.path
-    )
-    response = _response(api, capture, streamed, warnings)
-    model = _model(api, capture.path, body)
-    usage, raw_usage = _usage(api, response, capture.status, warnings)
-    view = view_of(api, body, model) if body is not None else None
+    streamed = "event-stream" in capture.headers.get("content-type", "") or room.streamed(capture.path)
+    response = _response(room, capture, streamed, warnings)
+    model = room.model_from_path(capture.path, body)
+    usage, raw_usage = _usage(room, response, capture.status, warnings)
+    view = room.view(body, model) if body is not None else None
 
     previous = _conversation(guard, view) if view is not None else None
     divergence = None
     if previous is not None and view is not None:
         divergence = explain(previous[1], view)
-        if divergence is not None and divergence.unit == view.prefix_units and starts_conversation(view):
+        if divergence is not None and divergence.unit == view.prefix_units and room.starts_conversation(view):
             # a new conversation on the same tools and system prompt: it breaks nothing
             divergence, previous = None, None
     if previous is not None and view is not None:
-        lost = lost_continuation(api, previous[2], body)
+        lost = room.lost_continuation(previous[2], body)
         if lost:
             warnings.append(GuardWarning("continuation_lost", ", ".join(lost)))
 
     predicted = None
     reported = usage.cache_read if usage is not None else None
     if view is not None and usage is not None and 200 <= capture.status < 300:
-        rules = _rules(guard, api, raw_usage)
+        rules = guard._cache if guard._cache is not None else room.cache_rules(model, raw_usage)
         earlier = [r for r in guard._executed if r.model == model or rules.scheme == "items"]
         predicted = predict_cache_read(
             rules,
@@ -76,7 +79,7 @@ def analyse(guard: Guard, capture: _Capture) -> GuardRecord:
         if divergence is None and predicted is not None and reported is not None and predicted != reported:
             kind = "unexplained_miss" if reported < predicted else "prediction_mismatch"
             warnings.append(GuardWarning(kind, f"predicted {predicted}, reported {reported}"))
-        executed = _executed(len(guard._executed), view, usage, capture, predicted, response, rules)
+        executed = _executed(len(guard._executed), view, usage, capture, predicted, response, rules, room)
         if executed is not None:
             guard._executed.append(executed)
             del guard._executed[:-_RECENT]
@@ -101,7 +104,7 @@ def analyse(guard: Guard, capture: _Capture) -> GuardRecord:
     return record
 
 
-def _response(api: str, capture: _Capture, streamed: bool, warnings: list[GuardWarning]) -> Any:
+def _response(room: Room, capture: _Exchange, streamed: bool, warnings: list[GuardWarning]) -> Any:
     """The answer as JSON (a stream assembled by the codec's own assembler), or None with a warning."""
     from reasonstate.guard import GuardWarning
 
@@ -118,7 +121,7 @@ def _response(api: str, capture: _Capture, streamed: bool, warnings: list[GuardW
         # an SDK may close a stream once it has read the terminal event, before the transport's last
         # (empty) read: the assembler, which needs the terminal event, says whether the answer is whole
         try:
-            assembler = _assembler(api)
+            assembler = room.assembler()
             assembler.feed_bytes(raw)
             return assembler.finish()
         except Exception as exc:
@@ -131,51 +134,22 @@ def _response(api: str, capture: _Capture, streamed: bool, warnings: list[GuardW
         return None
 
 
-def _assembler(api: str) -> Any:
-    from reasonstate.adapters import streams
-
-    return {
-        "messages": streams.AnthropicAssembler,
-        "responses": streams.ResponsesAssembler,
-        "chat": streams.ChatAssembler,
-        "generate_content": streams.GeminiAssembler,
-    }[api]()
-
-
-def _model(api: str, path: str, body: Any) -> str:
-    if api == "generate_content":  # .../models/{model}:generateContent
-        tail = path.rsplit("/models/", 1)[-1]
-        return tail.split(":", 1)[0]
-    return str(body.get("model", "")) if isinstance(body, Mapping) else ""
-
-
 def _usage(
-    api: str, response: Any, status: int, warnings: list[GuardWarning]
+    room: Room, response: Any, status: int, warnings: list[GuardWarning]
 ) -> tuple[Usage | None, Mapping[str, Any] | None]:
     """Normalized usage from the codec's own parser; None (with a finding) when the answer has none."""
     from reasonstate.guard import GuardWarning
 
     if not isinstance(response, Mapping):
         return None, None
-    raw = response.get("usageMetadata" if api == "generate_content" else "usage")
+    raw = room.raw_usage(response)
     if not isinstance(raw, Mapping):
         warnings.append(GuardWarning("usage_missing", "the answer reports no usage"))
         return None, None
     bad = sorted(k for k, v in _counts(raw) if not isinstance(v, int) or isinstance(v, bool) or v < 0)
     if bad:
         warnings.append(GuardWarning("usage_invalid", "not a non-negative count: " + ", ".join(bad)))
-    if api == "messages":
-        from reasonstate.adapters.anthropic import _usage as parse
-    elif api == "responses":
-        from reasonstate.adapters.openai_responses import _usage as parse
-    elif api == "generate_content":
-        from reasonstate.adapters.gemini import _usage as parse
-    else:
-        from reasonstate.adapters.openai_chat import _usage as chat
-
-        dialect = "deepseek" if "prompt_cache_hit_tokens" in raw else "openai"
-        return chat(raw, dialect), raw
-    return parse(raw), raw
+    return room.usage(raw), raw
 
 
 def _counts(raw: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -186,20 +160,6 @@ def _counts(raw: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
         elif k.endswith(("tokens", "TokenCount", "Tokens")) and v is not None:
             out.append((prefix + k, v))
     return out
-
-
-def _rules(guard: Guard, api: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
-    if guard._cache is not None:
-        return guard._cache
-    if api == "messages":
-        return cache_rules.ANTHROPIC
-    if api == "responses":
-        return cache_rules.OPENAI_RESPONSES
-    if api == "generate_content":
-        return cache_rules.GEMINI
-    if raw_usage is not None and "prompt_cache_hit_tokens" in raw_usage:
-        return cache_rules.DEEPSEEK
-    return cache_rules.OPENAI_CHAT
 
 
 def _conversation(guard: Guard, view: View) -> tuple[GuardRecord, View, Any] | None:
@@ -226,10 +186,11 @@ def _executed(
     index: int,
     view: View,
     usage: Usage,
-    capture: _Capture,
+    capture: _Exchange,
     predicted: int | None,
     response: Any,
     rules: CacheRules,
+    room: Room,
 ) -> ExecutionRecord | None:
     """What later predictions learn from this request: its unit chain and its prompt tokens. With explicit
     breakpoints the cache entry is the chain up to the last breakpoint, of ``cache_read + cache_write``
@@ -243,13 +204,7 @@ def _executed(
         usage = Usage(cache_read=usage.cache_read + usage.cache_write)
     output_unit = None
     if rules.scheme == "persisted" and isinstance(response, Mapping):
-        choices = response.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
-            message = choices[0].get("message")
-            if isinstance(message, Mapping):
-                # the message as generated, rendered as a chat unit is (docs/protocols.md §3.4)
-                shown = {k: v for k, v in message.items() if v is not None and k != "reasoning"}
-                output_unit = view_of("chat", {"messages": [shown]}).units[-1].key
+        output_unit = room.output_unit(response)
     return ExecutionRecord(
         index=index,
         turn=0,

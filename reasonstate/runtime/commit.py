@@ -18,11 +18,11 @@ from typing import Any
 
 import attrs
 
+from reasonstate.adapters import APIS, view_of
 from reasonstate.adapters.base import Adapter, DecodedStep, VendorRequest, request_digest
-from reasonstate.cache.guard import divergence
+from reasonstate.cache.divergence import Divergence, divergence, explain
 from reasonstate.cache.rules import predict_cache_read
 from reasonstate.errors import PolicyConflict
-from reasonstate.guard.analysis import APIS, Divergence, explain, view_of
 from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
 from reasonstate.prefix import Prefix
 from reasonstate.state import (

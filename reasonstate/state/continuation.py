@@ -21,6 +21,11 @@ from reasonstate.state.frozen import freeze
 
 __all__ = ["Continuation", "compact", "digest_of"]
 
+#: a payload whose JSON value was not parsed (a codec that replays the bytes, or bytes that are not JSON)
+_UNPARSED: Any = object()
+#: (payload, digest, frozen value or _UNPARSED): what was found true of those very objects
+_Checked = tuple[bytes, str, Any]
+
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -50,12 +55,17 @@ class Continuation:
     payload: bytes = attrs.field(repr=False)
     digest: str
     model_bound: bool = True
-    # (digest, parsed value): the payload parsed once, re-used while the digest still verifies
-    _parsed: list[Any] = attrs.field(factory=list, init=False, eq=False, repr=False)
-    # (payload, digest): the very objects last found to match. ``bytes`` and ``str`` are immutable, so while
-    # both attributes still hold them the match still holds and nothing is re-hashed; any replaced
-    # attribute (an edit in memory) is hashed again
-    _verified: list[Any] = attrs.field(factory=list, init=False, eq=False, repr=False)
+    #: what is known of these very ``payload`` and ``digest`` objects: that they match, and the payload's
+    #: frozen JSON value (:data:`_UNPARSED` when not parsed). Taken when the value is built (at capture
+    #: from the decoded value, else by hashing and parsing once), never changed; it is read only while the
+    #: attributes still hold those objects (``bytes`` and ``str`` are immutable), so an edit in memory is
+    #: hashed and parsed again, and a replaced payload can never be read through it
+    _known: _Checked | None = attrs.field(
+        default=attrs.Factory(lambda c: _check(c.payload, c.digest), takes_self=True),
+        kw_only=True,
+        eq=False,
+        repr=False,
+    )
 
     @classmethod
     def capture(
@@ -72,12 +82,12 @@ class Continuation:
         """Capture a decoded JSON value as received (key order and string bytes preserved).
 
         ``value`` is a JSON value as decoded (``json.loads``), so ``json.loads(payload) == value``: with
-        ``parsed`` (for codecs that replay :attr:`value`) its frozen copy is memoized as the payload's
-        parsed value at once, not parsed again from the bytes on the first replay.
+        ``parsed`` (for codecs that replay :attr:`value`) its frozen copy is kept as the payload's parsed
+        value at once, not parsed again from the bytes on the first replay.
         """
         payload = compact(value)
-        digest = digest_of(payload)
-        captured = cls(
+        digest = digest_of(payload)  # taken of these very bytes: they match
+        return cls(
             vendor=vendor,
             api=api,
             model=model,
@@ -85,22 +95,18 @@ class Continuation:
             payload=payload,
             digest=digest,
             model_bound=model_bound,
+            known=(payload, digest, freeze(value) if parsed else _UNPARSED),
         )
-        captured._verified[:] = [payload, digest]  # the digest was just taken of these very bytes
-        if parsed:
-            captured._parsed[:] = [digest, freeze(value)]
-        return captured
 
     def verify(self) -> None:
         """Raise :class:`ContinuationMismatch` unless ``sha256(payload) == digest``."""
-        payload, digest, seen = self.payload, self.digest, self._verified
-        if seen and seen[0] is payload and seen[1] is digest:
+        payload, digest, known = self.payload, self.digest, self._known
+        if known is not None and known[0] is payload and known[1] is digest:
             return
         if digest_of(payload) != digest:
             raise ContinuationMismatch(
                 f"{self.vendor} {self.kind} payload changed since capture (digest {digest[:19]}…)"
             )
-        seen[:] = [payload, digest]
 
     def checked(self) -> Any:
         """The payload as a fresh, mutable JSON value, after :meth:`verify`."""
@@ -111,20 +117,30 @@ class Continuation:
     def value(self) -> Any:
         """The payload's JSON value, frozen (:func:`~reasonstate.state.frozen.freeze`), after :meth:`verify`.
 
-        Parsed once (from the verified bytes, or taken at capture from the very value the bytes were
-        serialized from) and shared between requests: nothing can change it, so what a request sends is
-        what was captured. The memo is tied to the digest it was parsed under.
+        Parsed once (when the continuation was built: from the verified bytes, or at capture from the very
+        value the bytes were serialized from) and shared between requests: nothing can change it, so what a
+        request sends is what was captured.
         """
         self.verify()
-        memo = self._parsed
-        if memo and memo[0] == self.digest:
-            return memo[1]
-        value = freeze(json.loads(self.payload))
-        memo[:] = [self.digest, value]
-        return value
+        known = self._known
+        if known is not None and known[0] is self.payload and known[2] is not _UNPARSED:
+            return known[2]
+        return freeze(json.loads(self.payload))
 
     def replayable_to(self, vendor: str, api: str, model: str) -> bool:
         """True when this payload may be sent to ``vendor``/``api``/``model``."""
         if self.vendor != vendor or self.api != api:
             return False
         return not self.model_bound or self.model == model
+
+
+def _check(payload: bytes, digest: str) -> _Checked | None:
+    """What holds of ``payload`` and ``digest`` (None: they do not match; :meth:`Continuation.verify`
+    will say so)."""
+    if not isinstance(payload, bytes) or digest_of(payload) != digest:
+        return None
+    try:
+        value = freeze(json.loads(payload))
+    except ValueError:
+        value = _UNPARSED
+    return (payload, digest, value)

@@ -15,17 +15,14 @@ Invariants:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
 from reasonstate.state.continuation import Continuation
 from reasonstate.state.execution import Usage
 from reasonstate.state.frozen import freeze
-
-_T = TypeVar("_T")
-_MISSING: Any = object()
 
 __all__ = [
     "FOLD_INTRO",
@@ -197,37 +194,13 @@ class Turn:
     user: str
     steps: tuple[Step, ...] = ()
     view: TurnView | None = None
-    # a codec's encoding of this (immutable) turn, by codec key: derived from the value, never state
-    _encodings: dict[Hashable, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
-
-    def encoded(self, key: Hashable, build: Callable[[], _T]) -> _T:
-        """``build()``, computed once per ``key`` for this turn value and shared afterwards.
-
-        A turn is immutable, so an encoding derived from it (and from what ``key`` names: the codec and
-        model) is too; a changed turn is a new value with no encodings. Callers re-verify the payloads an
-        encoding was built from before each send.
-        """
-        cached = self._encodings.get(key, _MISSING)
-        if cached is _MISSING:
-            cached = self._encodings[key] = build()
-        result: _T = cached
-        return result
-
-    def cached(self, key: Hashable) -> Any:
-        """The encoding memoized under ``key`` (None if there is none)."""
-        return self._encodings.get(key)
-
-    def remember(self, key: Hashable, value: Any) -> None:
-        """Memoize ``value`` under ``key`` (replacing what was there): for encodings that depend on the
-        turns before this one too, which the caller checks before use."""
-        self._encodings[key] = value
 
     def with_steps(self, steps: tuple[Step, ...]) -> Turn:
-        """This turn with ``steps`` (a new value: no memoized encodings)."""
+        """This turn with ``steps`` (a new value: a codec's memo has no entry for it)."""
         return Turn(self.index, self.user, steps, self.view)
 
     def with_view(self, view: TurnView | None) -> Turn:
-        """This turn with ``view`` (a new value: no memoized encodings)."""
+        """This turn with ``view`` (a new value: a codec's memo has no entry for it)."""
         return Turn(self.index, self.user, self.steps, view)
 
     @property
@@ -258,23 +231,23 @@ class Folded:
 
     through: int
     summary: str
-    # the synthetic turn, built once per fold so the codecs' per-turn memoization (by identity) reuses it
-    _turn: Turn | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    # the synthetic turn, built with the fold (a value derived from the summary, never set later), so the
+    # codecs' per-turn memoization (by identity) reuses it for every request of this fold
+    _turn: Turn = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(lambda f: _summary_turn(f.summary), takes_self=True),
+    )
 
     def turn(self) -> Turn:
         """The synthetic closed turn that stands for the folded head (index -1: no real turn has it)."""
-        if self._turn is None:
-            step = Step(
-                parts=(TextPart(self.summary),),
-                continuation=(),
-                stop_reason="end_turn",
-                usage=Usage(),
-                model="",
-            )
-            turn = Turn(-1, FOLD_INTRO, (step,), TurnView((True,), policy="fold"))
-            object.__setattr__(self, "_turn", turn)
-        assert self._turn is not None
         return self._turn
+
+
+def _summary_turn(summary: str) -> Turn:
+    step = Step(parts=(TextPart(summary),), continuation=(), stop_reason="end_turn", usage=Usage(), model="")
+    return Turn(-1, FOLD_INTRO, (step,), TurnView((True,), policy="fold"))
 
 
 @attrs.frozen(slots=True)

@@ -1,4 +1,5 @@
-"""The guard's side of the wire: an ``httpx2`` response hook and the byte streams that tee a response.
+"""Capture: how the guard keeps a copy of each exchange a watched client has (an ``httpx2`` response hook
+that keeps the request bytes, and byte streams that record the response as the SDK reads it).
 
 Imported only when a client is instrumented (``httpx2`` comes with the vendor SDKs, not with reasonstate).
 """
@@ -12,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 
 if TYPE_CHECKING:
-    from reasonstate.guard import _Capture
+    from reasonstate.guard import _Exchange
 
 __all__ = ["add_hook", "tee"]
 
-Done = Callable[["_Capture"], None]
+Done = Callable[["_Exchange"], None]
 
 
 class _SyncTee(httpx2.SyncByteStream):
     """Passes every chunk through unchanged, keeping a reference to it; reports the capture once, at close
     (the SDK closes a response when it has read it, or gives up on it)."""
 
-    def __init__(self, inner: Any, capture: _Capture, done: Done) -> None:
+    def __init__(self, inner: Any, capture: _Exchange, done: Done) -> None:
         self._inner, self._capture, self._done, self._closed = inner, capture, done, False
 
     def __iter__(self) -> Iterator[bytes]:
@@ -44,7 +45,7 @@ class _SyncTee(httpx2.SyncByteStream):
 class _AsyncTee(httpx2.AsyncByteStream):
     """:class:`_SyncTee` for an async response."""
 
-    def __init__(self, inner: Any, capture: _Capture, done: Done) -> None:
+    def __init__(self, inner: Any, capture: _Exchange, done: Done) -> None:
         self._inner, self._capture, self._done, self._closed = inner, capture, done, False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -62,7 +63,7 @@ class _AsyncTee(httpx2.AsyncByteStream):
                 self._done(self._capture)
 
 
-def tee(stream: Any, capture: _Capture, done: Done) -> Any:
+def tee(stream: Any, capture: _Exchange, done: Done) -> Any:
     """A stream yielding what ``stream`` yields, recording it into ``capture``."""
     if isinstance(stream, httpx2.AsyncByteStream):
         return _AsyncTee(stream, capture, done)
