@@ -21,6 +21,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from reasonstate.adapters import APIS
+
 __all__ = ["build_parser", "main", "version"]
 
 _VENDORS = ("anthropic", "responses", "chat", "gemini", "completions")
@@ -109,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("second", help="the later request body (JSON)")
     diff.add_argument(
         "--api",
-        choices=("messages", "responses", "chat", "generate_content"),
+        choices=APIS,
         default=None,
         help="the vendor API (default: told from the bodies' shape)",
     )
