@@ -52,6 +52,7 @@ __all__ = [
     "aopen_stream",
     "call",
     "open_stream",
+    "sdk_kwargs",
     "status_message",
 ]
 
@@ -74,7 +75,7 @@ def call(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) ->
     if adapter.endpoint.sdk == GENAI:
         return _genai_call(adapter, client, request)
     with _Translated(adapter, request, False):
-        raw = _resource(client, adapter).with_raw_response.create(**request.kwargs)
+        raw = _resource(client, adapter).with_raw_response.create(**sdk_kwargs(request.kwargs))
     http = raw.http_response
     return CallResult(_json(http.content, adapter), http.request.content)
 
@@ -89,7 +90,7 @@ async def acall(adapter: Adapter, client: Any, request: VendorRequest, stream: b
     if adapter.endpoint.sdk == GENAI:
         return await _genai_acall(adapter, client, request)
     with _Translated(adapter, request, False):
-        raw = await _resource(client, adapter).with_raw_response.create(**request.kwargs)
+        raw = await _resource(client, adapter).with_raw_response.create(**sdk_kwargs(request.kwargs))
     http = raw.http_response
     return CallResult(_json(http.content, adapter), http.request.content)
 
@@ -263,6 +264,36 @@ async def aopen_stream(adapter: Adapter, client: Any, request: VendorRequest) ->
     return AsyncStreaming(assembler, pull, http.aclose, lambda: sent, translated)
 
 
+#: the request fields that hold the history: the codecs build these lists afresh for every request, out of
+#: plain dicts they own (the memoized closed runs included), so they go to the SDK as they are
+_HISTORY_FIELDS = frozenset({"messages", "input", "contents"})
+
+
+def sdk_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """What goes to the vendor SDK: ``kwargs`` with every other value a plain deep copy (no
+    :class:`~reasonstate.state.frozen.FrozenDict` / ``FrozenList`` left), so an SDK that edits its input
+    in place (google-genai's schema transformer rewrites ``response_schema``) breaks nothing and changes
+    nothing in the session, whose options stay frozen. The bytes sent are the same: a plain copy is equal,
+    key order included."""
+    return {k: v if k in _HISTORY_FIELDS else _plain(v) for k, v in kwargs.items()}
+
+
+def _plain(value: Any) -> Any:
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if kind is tuple:
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _streamed(adapter: Adapter, request: VendorRequest) -> tuple[Assembler, dict[str, Any]]:
     """A fresh assembler, and the kwargs of the streamed form of ``request``."""
     endpoint = adapter.endpoint
@@ -270,7 +301,7 @@ def _streamed(adapter: Adapter, request: VendorRequest) -> tuple[Assembler, dict
         raise ProtocolViolation(
             f"{endpoint.label} does not stream here; create the session with stream=False"
         )
-    kwargs = {**request.kwargs, "stream": True}
+    kwargs = {**sdk_kwargs(request.kwargs), "stream": True}
     if endpoint.stream_options:
         kwargs["stream_options"] = {**(request.kwargs.get("stream_options") or {}), **endpoint.stream_options}
     return endpoint.assembler(), kwargs
@@ -457,8 +488,9 @@ def _raw_response(request: VendorRequest) -> dict[str, Any]:
     answer unparsed, as ``with_raw_response`` does for the other SDKs, instead of converting it to pydantic
     models reasonstate would discard (it decodes the exact bytes). The option is not sent: the request
     bytes are the same (~0.25 ms saved per call at 10 turns of history, benchmarks/overhead_gemini.py)."""
-    kwargs = request.kwargs
-    return {**kwargs, "config": {**kwargs["config"], "should_return_http_response": True}}
+    kwargs = sdk_kwargs(request.kwargs)
+    kwargs["config"]["should_return_http_response"] = True
+    return kwargs
 
 
 _END = object()
@@ -478,7 +510,7 @@ def _genai_open(adapter: Adapter, client: Any, request: VendorRequest, assembler
         token = _EXCHANGE.set(exchange)
         try:
             if steps is None:
-                steps = iter(models.generate_content_stream(**request.kwargs))
+                steps = iter(models.generate_content_stream(**sdk_kwargs(request.kwargs)))
             ended = next(steps, _END) is _END
         finally:
             _EXCHANGE.reset(token)
@@ -510,7 +542,7 @@ async def _genai_aopen(
         token = _EXCHANGE.set(exchange)
         try:
             if steps is None:
-                steps = aiter(await models.generate_content_stream(**request.kwargs))
+                steps = aiter(await models.generate_content_stream(**sdk_kwargs(request.kwargs)))
             ended = await anext(steps, _END) is _END
         finally:
             _EXCHANGE.reset(token)
