@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reasonstate as rs
-from reasonstate.runtime.commit import ToolCall
+from reasonstate.engine import ToolCall
 from reasonstate.runtime.repair import (
     Found,
     flat_schema,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import attrs
 
-from reasonstate.runtime.commit import Layers
+from reasonstate.engine import Layers
 from reasonstate.state.history import Turn, TurnView
 
 
