@@ -226,6 +226,7 @@ class Engine:
 
     _adapter: Adapter
     _prefix: Prefix
+    _fingerprint: str  # the prefix's, read once per prefix (set by _set_prefix only)
     _model: str
     _options: Mapping[str, Any]
     _policy: Policy
@@ -257,6 +258,9 @@ class Engine:
                 publisher.cursor = len(events)
                 return
         publisher.publish(layers.trace)
+
+    def _set_prefix(self, prefix: Prefix) -> None:
+        self._prefix, self._fingerprint = prefix, prefix.fingerprint
 
     def _traced(self, kind: str, **data: Any) -> None:
         self._set_layers(attrs.evolve(self._layers, trace=self._layers.trace.appended(kind, **data)))
@@ -362,6 +366,7 @@ class Engine:
                 time.perf_counter() - call.started,
                 adapter=self._adapter,
                 prefix=self._prefix,
+                fingerprint=self._fingerprint,
                 model=self._model,
                 options=self._options,
                 policy=self._policy,
@@ -570,11 +575,13 @@ def commit(
     *,
     adapter: Adapter,
     prefix: Prefix,
+    fingerprint: str,
     model: str,
     options: Mapping[str, Any],
     policy: Policy,
 ) -> tuple[Layers, Step]:
-    """The layers after ``decoded`` answered ``request`` (sent on ``history``, whose last turn is open)."""
+    """The layers after ``decoded`` answered ``request`` (sent on ``history``, whose last turn is open);
+    ``fingerprint`` is ``prefix.fingerprint``."""
     turn = history.open_turn
     assert turn is not None
     step = Step(
@@ -600,7 +607,7 @@ def commit(
         step=len(turn.steps) - 1,
         request_digest=digest,
         request_bytes=size,
-        prefix_fingerprint=prefix.fingerprint,
+        prefix_fingerprint=fingerprint,
         blocks=request.units,
         breakpoints=request.breakpoints,
         divergence=divergence(request.units, previous.blocks) if previous else None,

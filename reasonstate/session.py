@@ -191,7 +191,7 @@ class _Core(Switching):
         )
         self._model = model
         self._refuse_options(self._adapter, model, request_options)
-        self._prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
+        self._set_prefix(Prefix(system=system, tools=tools, few_shots=few_shots))
         self._policy: Policy = Keep() if policy is None else policy
         self._fold = fold
         # volatile per-turn notes (``scratch``): never in a request, never in a snapshot

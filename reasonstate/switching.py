@@ -83,7 +83,7 @@ class Switching(Engine):
                 new=new.fingerprint,
                 summary="system/tools/few-shots changed: the whole prompt is re-prefilled",
             )
-        self._prefix = new
+        self._set_prefix(new)
         return new
 
     def switch_model(self, model: str) -> None:
