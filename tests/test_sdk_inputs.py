@@ -13,6 +13,7 @@ unchanged.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -172,75 +173,62 @@ def test_a_gemini_response_schema_goes_to_the_async_sdk_as_a_plain_copy(
 
 
 JSON_FORMAT = {"type": "json_schema", "name": "weather", "schema": SCHEMA, "strict": True}
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA}}
+WEATHER = rs.Tool(name="get_weather", description="Weather for a city.", parameters=SCHEMA)
 
-
-def _patched(monkeypatch: pytest.MonkeyPatch, owner: Any, is_async: bool = False) -> Handed:
-    handed = Handed()
-    monkeypatch.setattr(owner, "create", handed.wrap(owner.create, is_async=is_async))
-    return handed
+#: vendor → (its emulator, the SDK module and resource classes whose ``create`` it is handed to, the session
+#: arguments, what the request body must carry): options each SDK transforms (the OpenAI SDK's structured
+#: output ``text.format`` / ``response_format``, Anthropic's ``tools`` schemas and ``metadata``)
+OTHER_SDKS: dict[str, tuple[Any, str, tuple[str, str], dict[str, Any], dict[str, Any]]] = {
+    "openai-responses": (
+        OpenAIResponsesEmulator,
+        "openai.resources.responses",
+        ("Responses", "AsyncResponses"),
+        {"model": "gpt-5.5", "text": {"format": JSON_FORMAT}, "metadata": {"run": "weather"}},
+        {"text": {"format": JSON_FORMAT}, "metadata": {"run": "weather"}},
+    ),
+    "openai-chat": (
+        OpenAIChatEmulator,
+        "openai.resources.chat.completions",
+        ("Completions", "AsyncCompletions"),
+        {"model": "gpt-5.5", "dialect": "openai", "response_format": RESPONSE_FORMAT},
+        {"response_format": RESPONSE_FORMAT},
+    ),
+    "anthropic": (
+        AnthropicEmulator,
+        "anthropic.resources.messages",
+        ("Messages", "AsyncMessages"),
+        {
+            "model": "claude-sonnet-4-6",
+            "tools": [WEATHER],
+            "max_tokens": 4096,
+            "metadata": {"user_id": "user-42"},
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+        },
+        {"metadata": {"user_id": "user-42"}, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+    ),
+}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
-def test_an_openai_responses_text_format_goes_to_the_sdk_as_a_plain_copy(
-    monkeypatch: pytest.MonkeyPatch, stream: bool
+@pytest.mark.parametrize("vendor", sorted(OTHER_SDKS))
+def test_options_the_sdk_transforms_go_to_it_as_plain_copies(
+    monkeypatch: pytest.MonkeyPatch, vendor: str, stream: bool
 ) -> None:
-    from openai.resources.responses import AsyncResponses, Responses
-
-    handed = _patched(monkeypatch, Responses)
-    ahanded = _patched(monkeypatch, AsyncResponses, is_async=True)
-    with OpenAIResponsesEmulator([ModelAction(text=ANSWER), ModelAction(text=ANSWER)]) as emu:
-        options: dict[str, Any] = {"text": {"format": JSON_FORMAT}, "metadata": {"run": "weather"}}
-        session = rs.Session(emu.client(), model="gpt-5.5", **options)
+    emulator, module_name, (sync_name, async_name), arguments, carried = OTHER_SDKS[vendor]
+    module = importlib.import_module(module_name)
+    handed, ahanded = Handed(), Handed()
+    for owner, hand, is_async in ((sync_name, handed, False), (async_name, ahanded, True)):
+        cls = getattr(module, owner)
+        monkeypatch.setattr(cls, "create", hand.wrap(cls.create, is_async=is_async))
+    with emulator([ModelAction(text=ANSWER), ModelAction(text=ANSWER)]) as emu:
+        session = rs.Session(emu.client(), **arguments)
         assert _read(session, stream, "Weather in Paris as JSON?").text == ANSWER
-        asession = rs.AsyncSession(emu.async_client(), model="gpt-5.5", **options)
+        asession = rs.AsyncSession(emu.async_client(), **arguments)
         assert asyncio.run(_aread(asession, stream, "Weather in Paris as JSON?")).text == ANSWER
         bodies = [json.loads(r.body) for r in emu.requests]
     assert handed.frozen == ahanded.frozen == [[]]
-    assert [b["text"] for b in bodies] == [{"format": JSON_FORMAT}] * 2
-    assert isinstance(session._options["text"], FrozenDict)
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
-def test_an_openai_chat_response_format_goes_to_the_sdk_as_a_plain_copy(
-    monkeypatch: pytest.MonkeyPatch, stream: bool
-) -> None:
-    from openai.resources.chat.completions import AsyncCompletions, Completions
-
-    handed = _patched(monkeypatch, Completions)
-    ahanded = _patched(monkeypatch, AsyncCompletions, is_async=True)
-    response_format = {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA}}
-    with OpenAIChatEmulator([ModelAction(text=ANSWER), ModelAction(text=ANSWER)]) as emu:
-        session = rs.Session(emu.client(), model="gpt-5.5", dialect="openai", response_format=response_format)
-        assert _read(session, stream, "Weather in Paris as JSON?").text == ANSWER
-        asession = rs.AsyncSession(
-            emu.async_client(), model="gpt-5.5", dialect="openai", response_format=response_format
-        )
-        assert asyncio.run(_aread(asession, stream, "Weather in Paris as JSON?")).text == ANSWER
-        bodies = [json.loads(r.body) for r in emu.requests]
-    assert handed.frozen == ahanded.frozen == [[]]
-    assert [b["response_format"] for b in bodies] == [response_format] * 2
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
-def test_anthropic_tools_and_metadata_go_to_the_sdk_as_plain_copies(
-    monkeypatch: pytest.MonkeyPatch, stream: bool
-) -> None:
-    from anthropic.resources.messages import AsyncMessages, Messages
-
-    handed = _patched(monkeypatch, Messages)
-    ahanded = _patched(monkeypatch, AsyncMessages, is_async=True)
-    tool = rs.Tool(name="get_weather", description="Weather for a city.", parameters=SCHEMA)
-    options: dict[str, Any] = {
-        "max_tokens": 4096,
-        "metadata": {"user_id": "user-42"},
-        "thinking": {"type": "enabled", "budget_tokens": 1024},
-    }
-    with AnthropicEmulator([ModelAction(text=ANSWER), ModelAction(text=ANSWER)]) as emu:
-        session = rs.Session(emu.client(), model="claude-sonnet-4-6", tools=[tool], **options)
-        assert _read(session, stream, "Weather in Paris?").text == ANSWER
-        asession = rs.AsyncSession(emu.async_client(), model="claude-sonnet-4-6", tools=[tool], **options)
-        assert asyncio.run(_aread(asession, stream, "Weather in Paris?")).text == ANSWER
-        bodies = [json.loads(r.body) for r in emu.requests]
-    assert handed.frozen == ahanded.frozen == [[]]
-    assert [b["metadata"] for b in bodies] == [{"user_id": "user-42"}] * 2
-    assert [b["tools"][0]["input_schema"]["required"] for b in bodies] == [["city", "temp_c"]] * 2
+    assert [{k: b[k] for k in carried} for b in bodies] == [carried] * 2
+    if vendor == "anthropic":
+        assert [b["tools"][0]["input_schema"]["required"] for b in bodies] == [["city", "temp_c"]] * 2
+    assert all(isinstance(session._options[k], FrozenDict) for k in carried)
