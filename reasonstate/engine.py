@@ -56,7 +56,7 @@ import operator
 import threading
 import time
 from collections.abc import Generator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -93,7 +93,6 @@ from reasonstate.state.history import frozen_arguments
 
 if TYPE_CHECKING:
     from reasonstate.adapters.transport import CallResult
-    from reasonstate.export import Publisher
 
 __all__ = [
     "TRANSITIONS",
@@ -101,6 +100,7 @@ __all__ = [
     "Engine",
     "InFlight",
     "Layers",
+    "Publishing",
     "Reply",
     "ToolCall",
     "TurnFlow",
@@ -218,6 +218,24 @@ TurnFlow = Generator[VendorRequest, "CallResult | None", Reply]
 _KIND = operator.attrgetter("kind")
 
 
+class Publishing(Protocol):
+    """Where the engine's trace events go after each state change (``reasonstate.export.Publisher``: the
+    logger and the exporters); the engine reads how far the trace was handed out and whether anyone
+    listens, so a quiet change costs no call."""
+
+    cursor: int
+
+    @property
+    def exporters(self) -> tuple[Any, ...]: ...
+
+    @property
+    def started(self) -> bool: ...
+
+    def publish(self, trace: Trace) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Engine:
     """The turn engine a session is: its state, the layers, and one request's begin → send → finish | fail
     → recover (:meth:`turn`). No I/O: the drivers (``Session``, ``AsyncSession``, ``Stream``,
@@ -236,7 +254,7 @@ class Engine:
     _state: TurnState
     # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
     _lock: threading.Lock
-    _publisher: Publisher | None = None
+    _publisher: Publishing | None = None
     #: trace kinds the ``reasonstate`` logger warns about (the publisher's; set by the session)
     _warned: frozenset[str] = frozenset()
     _layers: Layers  # set by _set_layers only

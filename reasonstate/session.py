@@ -214,10 +214,10 @@ class _Core(Switching):
         self._publisher = Publisher(Publisher.checked(exporters), self)
         self._set_layers(Layers(trace=trace))
 
-    _async = False
     _warned = LOGGED_WARNINGS
 
     def _folded(self, layers: Layers) -> tuple[Layers, BaseException | None]:
+        """The engine's hook after a closed turn: the session's ``Fold`` (the runtime's work) applied."""
         if self._fold is None:
             return layers, None
         committed = layers
