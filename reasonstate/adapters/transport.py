@@ -95,9 +95,8 @@ def open_stream(adapter: Adapter, client: Any, request: VendorRequest) -> Stream
     Raises before any byte is read when the vendor refuses the request (its status error) or the endpoint
     does not stream (:class:`ProtocolViolation`)."""
     assembler = _assembler(adapter)
-    return Streaming(
-        assembler, *_run(_TRANSPORTS[adapter.endpoint.sdk].opening(adapter, client, request, _SYNC))
-    )
+    opening = _TRANSPORTS[adapter.endpoint.sdk].opening(adapter, client, request, _SYNC)
+    return Streaming(assembler, *_run(opening))
 
 
 async def aopen_stream(adapter: Adapter, client: Any, request: VendorRequest) -> AsyncStreaming:
