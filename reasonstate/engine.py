@@ -498,12 +498,15 @@ def finished(turn: TurnFlow, result: CallResult) -> Reply:
 
 
 def failed(turn: TurnFlow, exc: BaseException) -> None:
-    """Throw ``exc`` into ``turn`` (recorded as the call's failure); ``exc`` itself does not propagate."""
+    """Throw ``exc`` into ``turn`` once its stream opened (recorded as the call's failure, never retried);
+    ``exc`` itself does not propagate."""
     try:
         turn.throw(exc)
     except BaseException as raised:
         if raised is not exc:
             raise
+        return
+    raise AssertionError("the turn engine retried a call whose stream had opened")
 
 
 # -- the commit: what one answered request adds to the layers ------------------------------------------
