@@ -1,68 +1,37 @@
-"""The turn state machine: the one class everything revolves around.
+"""The public session API: :class:`Session` and :class:`AsyncSession`, the one class everything revolves
+around, in its sync and async forms, plus :class:`Report`.
 
-States and legal transitions (the table :data:`_TRANSITIONS`; anything else raises
-:class:`~reasonstate.errors.IllegalTransition`)::
-
-    IDLE ──send(text)──▶ AWAITING_MODEL ──reply without tool calls──▶ IDLE   (turn closed, policy applied)
-                                        ──reply with tool calls────▶ AWAITING_TOOL_RESULTS
-                                        ──failure──────────────────▶ (the state it came from)
-    AWAITING_TOOL_RESULTS ──send_tool_results(...)──▶ AWAITING_MODEL
-    IDLE | AWAITING_TOOL_RESULTS ──close()──▶ CLOSED
-
-One request, begin → send → finish or fail: :meth:`_Core._begin` encodes it (a pure function of the layers)
-and predicts its cache read; :mod:`reasonstate.adapters.transport` sends it; :meth:`_Core._finish` decodes
-the answer and commits every layer at once (:func:`reasonstate.runtime.commit.commit`), or
-:meth:`_Core._fail` records the failure. ``Session`` and ``AsyncSession`` differ only where they await.
-
-Invariants:
-  * a call that fails (vendor error, timeout, dropped stream, malformed response, bad input) changes nothing
-    but the trace, where the failure is recorded: history, continuation and execution are exactly as before
-    and a retry sends the same bytes (except after a lost stored response, which the retry replays);
-  * inside an open tool chain every continuation payload is replayed verbatim; a policy runs only when a
-    turn closes, its decision is clamped by the adapter's ``ProtocolRules`` and frozen, so the following
-    requests extend the new prefix (append-only);
-  * tool results are sent in the model's declared call order, whatever order they are given in, and JSON
-    values are serialized canonically (sorted keys), so equal results give equal bytes
-    (stanfordnlp/dspy#10216).
+A session is the turn engine (:mod:`reasonstate.engine`: the transition table, begin → send → finish |
+fail → recover, the commit) with its construction, its prefix/model/vendor switching, ``run()``, reports
+and snapshots. ``Session`` and ``AsyncSession`` differ only where they await: each drives the engine with
+a short loop around the transport (:mod:`reasonstate.adapters.transport`); streams to the caller are in
+:mod:`reasonstate.streaming`. The invariants (a failure changes nothing but the trace, a retry sends the
+same bytes, policies only on a closed turn, tool results in declared order) are the engine's, stated in
+its module docstring.
 """
 
 from __future__ import annotations
 
 import copy
-import enum
 import inspect
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
-from reasonstate.adapters import Adapter, adapter_for, client_is_async, transport
-from reasonstate.adapters.base import (
-    FOREIGN_REASONING,
-    VendorRequest,
-    compact,
-    foreign_reasoning_as_text,
-    without_payloads,
-)
+from reasonstate.adapters import Adapter, adapter_for, transport
+from reasonstate.adapters.base import FOREIGN_REASONING, VendorRequest
 from reasonstate.adapters.streams import StreamEvent
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
-from reasonstate.errors import (
-    IllegalTransition,
-    InvalidOption,
-    ProtocolViolation,
-    ReasonStateError,
-    ToolResultError,
-    VendorError,
-)
-from reasonstate.export import ExportContext, Exporter, Publisher
+from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnState, finished
+from reasonstate.errors import IllegalTransition, InvalidOption, ToolResultError
+from reasonstate.export import WARNED_KINDS, ExportContext, Exporter, Publisher
 from reasonstate.policies import Fold, Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool, check_timeout
 from reasonstate.runtime import repair
-from reasonstate.runtime.commit import Layers, ToolCall, commit, predict
 from reasonstate.runtime.dispatch import (
     STORM_BREAKER,
     Dispatched,
@@ -86,9 +55,10 @@ from reasonstate.state import (
     ToolResultPart,
     Trace,
     Turn,
-    Usage,
     freeze,
 )
+from reasonstate.streaming import AsyncStream, Stream
+from reasonstate.switching import SDK_OWNED, Switching, check_model
 
 __all__ = [
     "AsyncSession",
@@ -103,71 +73,6 @@ __all__ = [
     "ToolResult",
     "TurnState",
 ]
-
-
-class TurnState(enum.Enum):
-    """Where a session is in its turn state machine (``session.state``); the value is stored in snapshots.
-
-    Invariants: every call is checked against the transition table before anything is sent (a call it does
-    not allow raises :class:`~reasonstate.errors.IllegalTransition`); a failed model call returns the
-    session to the state it came from; a policy runs only on the move from ``AWAITING_MODEL`` to ``IDLE``.
-
-    * ``IDLE``: between turns (no open turn). ``send``, ``run``, ``change_prefix``, ``switch_model``,
-      ``switch``, ``snapshot`` and ``close`` are allowed.
-    * ``AWAITING_MODEL``: one model call is in flight; any other call (another thread or task) raises.
-    * ``AWAITING_TOOL_RESULTS``: the last reply made tool calls (``session.pending_calls``); only
-      ``send_tool_results``, ``snapshot`` and ``close`` are allowed.
-    * ``CLOSED``: after ``close()``; the four layers stay readable and ``snapshot`` still works.
-    """
-
-    IDLE = "idle"
-    """Between turns: no turn is open; a user message may start one."""
-    AWAITING_MODEL = "awaiting_model"
-    """A model call is in flight (one call at a time per session)."""
-    AWAITING_TOOL_RESULTS = "awaiting_tool_results"
-    """The model made tool calls; their results must be sent before anything else."""
-    CLOSED = "closed"
-    """Closed: no further calls; the layers and ``snapshot()`` remain available."""
-
-
-_I, _M, _T, _C = TurnState.IDLE, TurnState.AWAITING_MODEL, TurnState.AWAITING_TOOL_RESULTS, TurnState.CLOSED
-#: (state, action) → the state it leads to; anything absent is an IllegalTransition (h11-style: rules are
-#: data). ``answer`` / ``tool_calls`` are the model's two kinds of reply; a failure returns to where the call
-#: came from, so it is not in the table.
-_TRANSITIONS: dict[tuple[TurnState, str], TurnState] = {
-    (_I, "send"): _M,
-    (_I, "change_prefix"): _I,
-    (_I, "switch_model"): _I,
-    (_I, "switch"): _I,
-    (_I, "snapshot"): _I,
-    (_I, "close"): _C,
-    (_M, "answer"): _I,
-    (_M, "tool_calls"): _T,
-    (_T, "send_tool_results"): _M,
-    (_T, "snapshot"): _T,
-    (_T, "close"): _C,
-    (_C, "snapshot"): _C,
-}
-
-
-@attrs.frozen(slots=True)
-class Reply:
-    """What one model call produced, as committed to the history (step ``step`` of turn ``turn``).
-
-    ``text`` and ``reasoning`` are the step's visible text and reasoning joined in order (reasoning is empty
-    when the vendor sends none or only opaque/redacted blocks); ``tool_calls`` are in the model's declared
-    order, each with the id :meth:`Session.send_tool_results` expects; ``usage`` is the normalized
-    :class:`~reasonstate.state.Usage` of this one request. A reply never carries an opaque payload
-    (signatures, encrypted items): those stay in the continuation layer.
-    """
-
-    text: str
-    reasoning: str
-    tool_calls: tuple[ToolCall, ...]
-    usage: Usage
-    stop_reason: str
-    turn: int
-    step: int
 
 
 @attrs.frozen(slots=True)
@@ -212,33 +117,6 @@ class Report:
         )
 
 
-@attrs.frozen(slots=True)
-class _Attempt:
-    """A tentative next history, built on ``base``: committed only if the call succeeds and nothing else
-    was committed since ``base``."""
-
-    base: History
-    history: History
-    results_given: tuple[ToolResultPart, ...] = ()
-
-
-@attrs.frozen(slots=True)
-class _Call:
-    """One request in flight: what was sent, what was predicted, and where to return on failure."""
-
-    attempt: _Attempt
-    request: VendorRequest
-    predicted: int | None
-    started: float
-    previous: TurnState
-    retry: bool = False
-
-
-def _check_model(model: Any) -> None:
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidOption(f"model= must be the vendor's model name (a non-empty string), got {model!r}")
-
-
 def _serialize_result(call_id: str, value: Any) -> ToolResultPart:
     try:
         text, is_error = result_text(value)
@@ -253,12 +131,10 @@ _S = TypeVar("_S", bound="_Core")
 #: item that does not verify): raise, or strip exactly the payloads the rejection names and retry once
 _ON_REJECTED = ("raise", "strip_and_retry")
 
-#: request fields the session builds itself; passing them as options would bypass the state machine
-_SDK_OWNED = frozenset({"messages", "input", "prompt", "instructions", "previous_response_id", "model"})
 
-
-class _Core:
-    """Everything but the I/O: state, transitions, begin/finish/fail of a request, snapshots."""
+class _Core(Switching):
+    """Everything but the I/O: the engine with its construction, switching, ``run()`` steps, reports and
+    snapshots."""
 
     def __init__(
         self,
@@ -279,7 +155,7 @@ class _Core:
         exporters: Sequence[Exporter] = (),
         **request_options: Any,
     ) -> None:
-        owned = sorted(_SDK_OWNED.intersection(request_options))
+        owned = sorted(SDK_OWNED.intersection(request_options))
         if owned:
             raise InvalidOption(
                 f"{owned} are built by the session from its state; pass system=, tools=, few_shots= "
@@ -290,7 +166,7 @@ class _Core:
                 f"on_rejected_continuation= must be one of {_ON_REJECTED}, got {on_rejected_continuation!r}"
             )
         self._on_rejected = on_rejected_continuation
-        _check_model(model)
+        check_model(model)
         if policy is not None and not is_policy(policy):
             raise InvalidOption(
                 f"policy= must be a policy object such as reasonstate.policies.Drop(), got {policy!r:.80}"
@@ -314,14 +190,14 @@ class _Core:
         )
         self._model = model
         self._refuse_options(self._adapter, model, request_options)
-        self._prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
+        self._set_prefix(Prefix(system=system, tools=tools, few_shots=few_shots))
         self._policy: Policy = Keep() if policy is None else policy
         self._fold = fold
         # volatile per-turn notes (``scratch``): never in a request, never in a snapshot
         self._scratch: dict[str, Any] = {}
         self._stream = stream
         # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
-        self._guard = threading.Lock()
+        self._lock = threading.Lock()
         # frozen: a caller's later edit of a dict it passed (``thinking=...``) changes no request
         self._options: Mapping[str, Any] = freeze(request_options)
         self._state = TurnState.IDLE
@@ -337,16 +213,7 @@ class _Core:
         self._publisher = Publisher(Publisher.checked(exporters), self._export_context)
         self._set_layers(Layers(trace=trace))
 
-    _async = False
-    _publisher: Publisher | None = None
-    _layers: Layers  # set by _set_layers only
-
-    def _set_layers(self, layers: Layers) -> None:
-        """Every state change is this call: the trace events it appended go to the logger and the exporters
-        (:mod:`reasonstate.export`), after the change, in order."""
-        self._layers = layers
-        if self._publisher is not None:
-            self._publisher.publish(layers.trace)
+    _warned = WARNED_KINDS
 
     def _export_context(self, session_id: str) -> ExportContext:
         """What the exporters see of this session right after a transition (:mod:`reasonstate.export`)."""
@@ -365,27 +232,25 @@ class _Core:
             units=getattr(adapter, "payload_units", None),
         )
 
-    def _check_client(self, client: Any) -> None:
-        """A sync session needs a sync client and an async session an async one (refused before any
-        request: the other kind fails only once a call is made)."""
-        is_async = client_is_async(client)
-        if is_async is None or is_async == self._async:
-            return
-        if is_async:
-            raise InvalidOption(
-                f"{type(client).__name__} is an async client: use rs.AsyncSession with it "
-                "(or a sync client with rs.Session)"
+    def _folded(self, layers: Layers) -> tuple[Layers, BaseException | None]:
+        """The engine's hook after a closed turn: the session's ``Fold`` (the runtime's work) applied."""
+        if self._fold is None:
+            return layers, None
+        committed = layers
+        try:  # folded() traces and skips any Exception; this is for KeyboardInterrupt and the like
+            return (
+                folded(
+                    layers,
+                    self._fold,
+                    adapter=self._adapter,
+                    prefix=self._prefix,
+                    model=self._model,
+                    encode=lambda history: self._encode(history, layers=committed),
+                ),
+                None,
             )
-        raise InvalidOption(
-            f"{type(client).__name__} is a sync client: use rs.Session with it "
-            "(or an async client such as AsyncAnthropic / AsyncOpenAI with rs.AsyncSession)"
-        )
-
-    @staticmethod
-    def _refuse_options(adapter: Adapter, model: str, options: Mapping[str, Any]) -> None:
-        why = adapter.rules.refuse(model, options)
-        if why is not None:
-            raise InvalidOption(why)
+        except BaseException as exc:  # the answer is paid for: it stays committed, unfolded
+            return layers, exc
 
     # -- the four layers -------------------------------------------------------------------------------
     @property
@@ -448,34 +313,14 @@ class _Core:
             return ()
         return tuple(ToolCall.of(c) for c in turn.steps[-1].tool_calls)
 
-    # -- transitions -------------------------------------------------------------------------------------
-    def _require(self, action: str) -> TurnState:
-        """The state ``action`` leads to, or :class:`IllegalTransition` when the table has no such move."""
-        target = _TRANSITIONS.get((self._state, action))
-        if target is not None:
-            return target
-        state = self._state
-        if state is TurnState.AWAITING_TOOL_RESULTS and action == "send":
-            ids = [c.id for c in self.pending_calls]
-            why = f"tool results are pending for {ids}; send them before a user message"
-        elif state is TurnState.IDLE and action == "send_tool_results":
-            why = "no tool calls are pending"
-        elif state is TurnState.AWAITING_MODEL:
-            why = f"{action}: a model call is in flight (one call at a time per session)"
-        elif state is TurnState.CLOSED:
-            why = f"{action}: the session is closed"
-        else:
-            why = f"{action} is only allowed between turns, not inside a tool chain"
-        raise IllegalTransition(why)
-
-    def _user_attempt(self, text: str) -> _Attempt:
+    def _user_attempt(self, text: str) -> Attempt:
         self._require("send")
         if not isinstance(text, str) or not text:
             raise IllegalTransition("a user message must be a non-empty string")
         history = self.history
-        return _Attempt(base=history, history=history.with_turn(Turn(index=len(history.turns), user=text)))
+        return Attempt(history, history.with_turn(Turn(index=len(history.turns), user=text)), "send")
 
-    def _tools_attempt(self, results: Mapping[str, Any]) -> _Attempt:
+    def _tools_attempt(self, results: Mapping[str, Any]) -> Attempt:
         self._require("send_tool_results")
         history = self.history
         turn = history.open_turn
@@ -492,267 +337,17 @@ class _Core:
             raise ToolResultError(f"missing results for tool calls {missing}")
         parts = tuple(_serialize_result(cid, results[cid]) for cid in declared)
         steps = (*turn.steps[:-1], attrs.evolve(step, tool_results=parts))
-        return _Attempt(
+        return Attempt(
             base=history,
             history=history.with_last_turn(turn.with_steps(steps)),
+            action="send_tool_results",
             results_given=parts,
         )
-
-    def _encode(
-        self, history: History, stripped: frozenset[str] | None = None, layers: Layers | None = None
-    ) -> VendorRequest:
-        """The request on ``history`` as rendered (a fold's summary in place of the folded turns), leaving
-        out the payloads a vendor rejected (``stripped``: the session's own set unless given). ``layers``:
-        the records and sets to build on (the session's current ones unless given)."""
-        layers = self._layers if layers is None else layers
-        if history.fold is not None:
-            history = history.rendered()
-        stripped = layers.stripped if stripped is None else stripped
-        if stripped:
-            history = without_payloads(history, stripped)
-        if self._foreign_reasoning == "text":
-            adapter = self._adapter
-            history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, self._model)
-        return self._adapter.encode(
-            self._prefix,
-            history,
-            self._model,
-            self._options,
-            layers.records,
-            lost_responses=layers.lost,
-        )
-
-    # -- one request: begin → send (Session / AsyncSession) → finish or fail -------------------------------
-    def _begin(self, attempt: _Attempt) -> _Call:
-        """Encode and predict (pure; raises before anything is sent), then mark the call in flight.
-
-        The check and the move to AWAITING_MODEL are atomic: a second thread or task using the session
-        at the same time gets :class:`IllegalTransition`, and so does an attempt built on a history that
-        another call has changed since.
-        """
-        request = self._encode(attempt.history)
-        predicted = predict(self._adapter, request, self._layers.records)
-        with self._guard:
-            if self._state is TurnState.AWAITING_MODEL or attempt.base is not self._layers.history:
-                raise IllegalTransition(
-                    "a model call is in flight or just changed this session (one call at a time per "
-                    "session; use one session per concurrent conversation)"
-                )
-            previous, self._state = self._state, TurnState.AWAITING_MODEL
-        return _Call(attempt, request, predicted, time.perf_counter(), previous)
-
-    def _finish(self, call: _Call, result: transport.CallResult) -> Reply:
-        """Decode the answer and commit every layer at once; any failure is :meth:`_fail`."""
-        try:
-            decoded = self._adapter.decode(result.response, call.request)
-            layers, step = commit(
-                self._layers,
-                call.attempt.history,
-                call.attempt.results_given,
-                call.request,
-                call.predicted,
-                decoded,
-                result.request_body,
-                time.perf_counter() - call.started,
-                adapter=self._adapter,
-                prefix=self._prefix,
-                model=self._model,
-                options=self._options,
-                policy=self._policy,
-            )
-        except BaseException as exc:
-            self._fail(call, exc)
-            raise
-        turn = layers.history.turns[-1]
-        calls = step.tool_calls
-        interrupted: BaseException | None = None
-        if not calls and self._fold is not None:
-            committed = layers
-            try:  # folded() traces and skips any Exception; this is for KeyboardInterrupt and the like
-                layers = folded(
-                    layers,
-                    self._fold,
-                    adapter=self._adapter,
-                    prefix=self._prefix,
-                    model=self._model,
-                    encode=lambda history: self._encode(history, layers=committed),
-                )
-            except BaseException as exc:  # the answer is paid for: it stays committed, unfolded
-                interrupted = exc
-        self._set_layers(layers)
-        self._state = self._require("tool_calls" if calls else "answer")
-        if not calls:
-            self._scratch.clear()
-        if interrupted is not None:
-            raise interrupted
-        return Reply(
-            text=step.text,
-            reasoning=step.reasoning_text,
-            tool_calls=tuple(ToolCall.of(c) for c in calls),
-            usage=step.usage,
-            stop_reason=step.stop_reason,
-            turn=turn.index,
-            step=len(turn.steps) - 1,
-        )
-
-    def _recovery(self, call: _Call, exc: BaseException) -> _Call | None:
-        """With ``on_rejected_continuation="strip_and_retry"``: the same call once more, without exactly the
-        payloads the vendor's 400 names (their steps rendered canonically), the failure and the stripping
-        recorded in the trace. None (raise) when the rejection names no payload of this session, when the
-        vendor's rules do not allow leaving them out (inside the open tool chain the codec refuses), or
-        when this call is already a retry: never a loop, never a forged signature."""
-        blame = self._adapter.endpoint.blame
-        if (
-            self._on_rejected != "strip_and_retry"
-            or blame is None
-            or not isinstance(exc, VendorError)
-            or exc.status != 400
-            or call.retry
-        ):
-            return None
-        sent = {compact(v) for v in blame(call.request, exc)}
-        offending = [c for c in self.continuation if c.payload in sent]
-        if not offending:
-            return None
-        digests = self._layers.stripped | {c.digest for c in offending}
-        try:
-            request = self._encode(call.attempt.history, digests)
-        except ReasonStateError:
-            return None
-        self._fail(call, exc)
-        self._state = TurnState.AWAITING_MODEL
-        self._set_layers(attrs.evolve(self._layers, stripped=digests))
-        self._traced(
-            EventKind.CONTINUATION_STRIPPED,
-            digests=[c.digest for c in offending],
-            kinds=[c.kind for c in offending],
-            reason=str(exc),
-            summary=f"{len(offending)} payload(s) the vendor rejected are left out; their steps are rendered "
-            "canonically from now on",
-        )
-        predicted = predict(self._adapter, request, self._layers.records)
-        return attrs.evolve(call, request=request, predicted=predicted, retry=True)
-
-    def _retry_or_raise(self, call: _Call, exc: BaseException) -> _Call:
-        """After ``exc``: the recovery's retry, or else the failure recorded and ``exc`` raised."""
-        retry = self._recovery(call, exc)
-        if retry is None:
-            self._fail(call, exc)
-            raise exc
-        return retry
-
-    def _fail(self, call: _Call, exc: BaseException) -> None:
-        """Back to the state the call came from; a reasonstate error is traced (cancellation is not)."""
-        self._state = call.previous
-        if not isinstance(exc, ReasonStateError):
-            return
-        data: dict[str, Any] = {
-            "error": type(exc).__name__,
-            "message": str(exc),
-            "status": exc.status if isinstance(exc, VendorError) else None,
-            "units": len(call.request.units),
-            "duration_s": round(time.perf_counter() - call.started, 6),
-        }
-        lost = getattr(exc, "response_id", None)
-        if lost is not None:  # the vendor no longer holds this stored response: never refer to it again
-            data["lost_response_id"] = lost
-            self._set_layers(attrs.evolve(self._layers, lost=self._layers.lost | {str(lost)}))
-        self._traced(EventKind.CALL_FAILED, **data)
-
-    # -- prefix and model changes ----------------------------------------------------------------------
-    def change_prefix(
-        self,
-        *,
-        system: str | None = None,
-        tools: Sequence[Tool] | None = None,
-        few_shots: Sequence[tuple[str, str]] | None = None,
-    ) -> Prefix:
-        """Replace parts of the stable prefix (IDLE only). Traced when the bytes change: every later request
-        re-prefills. Tools whose bytes are the same still take effect (new handlers, ``parallel_safe``,
-        ``timeout``), with no trace event and no cache break."""
-        self._require("change_prefix")
-        new = Prefix(
-            system=self._prefix.system if system is None else system,
-            tools=self._prefix.tools if tools is None else tuple(tools),
-            few_shots=self._prefix.few_shots if few_shots is None else tuple(few_shots),
-        )
-        if new.fingerprint != self._prefix.fingerprint:
-            self._traced(
-                EventKind.PREFIX_CHANGED,
-                old=self._prefix.fingerprint,
-                new=new.fingerprint,
-                summary="system/tools/few-shots changed: the whole prompt is re-prefilled",
-            )
-        self._prefix = new
-        return new
-
-    def switch_model(self, model: str) -> None:
-        """Use another model from the next turn on (IDLE only).
-
-        Reasoning payloads bound to the old model are withheld from then on (never sent to another model:
-        anomalyco/opencode#25005) and their steps rendered from canonical parts; the trace records the
-        switch and each withholding.
-        """
-        self._require("switch_model")
-        _check_model(model)
-        self._refuse_options(self._adapter, model, self._options)
-        if model != self._model:
-            self._traced(
-                EventKind.MODEL_CHANGED,
-                old=self._model,
-                new=model,
-                summary=f"model {self._model} → {model}: earlier model-bound reasoning is withheld",
-            )
-            self._model = model
-
-    def switch(
-        self,
-        client: Any,
-        *,
-        model: str,
-        adapter: Adapter | None = None,
-        dialect: str | None = None,
-        api: str | None = None,
-        stream: bool | None = None,
-        **request_options: Any,
-    ) -> None:
-        """Continue this session on another vendor or model (between turns only).
-
-        ``client`` is the new vendor's client (chosen as in the constructor; ``adapter=``, ``dialect=``,
-        ``api=`` alike) and ``request_options`` replace the old vendor's options (they are vendor-specific:
-        ``thinking=...``, ``reasoning=...``). Nothing opaque goes to the new vendor or model: signatures,
-        encrypted items, redacted blocks and model-bound reasoning stay in the history and are withheld,
-        their steps rendered canonically in the new API's format (``foreign_reasoning`` decides whether
-        their visible reasoning goes along as delimited text). Inside an open tool chain a switch is an
-        :class:`IllegalTransition`. Traced as ``vendor.changed``; snapshots restore onto the new vendor.
-        """
-        self._require("switch")
-        _check_model(model)
-        owned = sorted(_SDK_OWNED.intersection(request_options))
-        if owned:
-            raise InvalidOption(f"{owned} are built by the session from its state")
-        if stream is not None and not isinstance(stream, bool):
-            raise InvalidOption(f"stream= must be True or False, got {stream!r}")
-        self._check_client(client)
-        new = adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
-        self._refuse_options(new, model, request_options)
-        old = (self._adapter.vendor, self._adapter.api, self._model)
-        self._traced(
-            EventKind.VENDOR_CHANGED,
-            old={"vendor": old[0], "api": old[1], "model": old[2]},
-            new={"vendor": new.vendor, "api": new.api, "model": model},
-            summary=f"{old[0]}/{old[2]} → {new.vendor}/{model}: earlier opaque continuation is withheld "
-            "and its steps are rendered canonically",
-        )
-        self._client, self._adapter, self._model = client, new, model
-        self._options = freeze(request_options)
-        if stream is not None:
-            self._stream = stream
 
     def close(self) -> None:
         """No further calls; the four layers stay readable (and a snapshot can still be taken). The
         exporters are closed (their open spans end, their files are closed)."""
-        self._state = self._require("close")
+        self._move("close")
         self._scratch.clear()
         if self._publisher is not None:
             self._publisher.close()
@@ -843,7 +438,7 @@ class _Core:
             out.append(fixed)
         return tuple(out)
 
-    def _results_attempt(self, calls: Sequence[ToolCall], results: Mapping[str, Any]) -> _Attempt:
+    def _results_attempt(self, calls: Sequence[ToolCall], results: Mapping[str, Any]) -> Attempt:
         """The next request of ``run``: the tool results, or, for scavenged calls (which no assistant step
         holds, so no vendor takes a tool result for them), a user message carrying them."""
         if calls and calls[0].scavenged:
@@ -851,9 +446,6 @@ class _Core:
             text = repair.scavenged_message(calls, [(p.content, p.is_error) for p in parts])
             return self._user_attempt(text)
         return self._tools_attempt(results)
-
-    def _traced(self, kind: str, **data: Any) -> None:
-        self._set_layers(attrs.evolve(self._layers, trace=self._layers.trace.appended(kind, **data)))
 
     # -- reporting and snapshots -----------------------------------------------------------------------
     def report(self, *, pricing: Pricing | None = None, kv: KVConfig | None = None) -> Report:
@@ -1049,7 +641,7 @@ class Session(_Core):
             reply = self._step(self._results_attempt(calls, results), on_event)
         raise self._no_answer(max_steps)
 
-    def _step(self, attempt: _Attempt, on_event: Callable[[StreamEvent], None] | None) -> Reply:
+    def _step(self, attempt: Attempt, on_event: Callable[[StreamEvent], None] | None) -> Reply:
         if on_event is None:
             return self._call(attempt)
         with Stream(self, attempt) as stream:
@@ -1057,15 +649,16 @@ class Session(_Core):
                 on_event(event)
         return stream.reply
 
-    def _call(self, attempt: _Attempt) -> Reply:
-        call = self._begin(attempt)
+    def _call(self, attempt: Attempt) -> Reply:
+        turn = self.turn(attempt)
+        request = next(turn)
         while True:
             try:
-                result = transport.call(self._adapter, self._client, call.request, self._stream)
+                result = transport.call(self._adapter, self._client, request, self._stream)
             except BaseException as exc:
-                call = self._retry_or_raise(call, exc)
+                request = turn.throw(exc)  # the recovery's retry, or exc raised with the failure recorded
                 continue
-            return self._finish(call, result)
+            return finished(turn, result)
 
 
 class AsyncSession(_Core):
@@ -1114,7 +707,7 @@ class AsyncSession(_Core):
         raise self._no_answer(max_steps)
 
     async def _step(
-        self, attempt: _Attempt, on_event: Callable[[StreamEvent], Awaitable[None] | None] | None
+        self, attempt: Attempt, on_event: Callable[[StreamEvent], Awaitable[None] | None] | None
     ) -> Reply:
         if on_event is None:
             return await self._call(attempt)
@@ -1125,147 +718,13 @@ class AsyncSession(_Core):
                     await shown
         return stream.reply
 
-    async def _call(self, attempt: _Attempt) -> Reply:
-        call = self._begin(attempt)
+    async def _call(self, attempt: Attempt) -> Reply:
+        turn = self.turn(attempt)
+        request = next(turn)
         while True:
             try:
-                result = await transport.acall(self._adapter, self._client, call.request, self._stream)
+                result = await transport.acall(self._adapter, self._client, request, self._stream)
             except BaseException as exc:
-                call = self._retry_or_raise(call, exc)
+                request = turn.throw(exc)
                 continue
-            return self._finish(call, result)
-
-
-# -- streaming to the caller ---------------------------------------------------------------------------------
-
-_Streaming = TypeVar("_Streaming", transport.Streaming, transport.AsyncStreaming)
-
-
-class _Left(Exception):
-    """The caller left a stream before its end: the call fails without a trace event (nothing was wrong
-    with the answer; the caller did not want the rest)."""
-
-
-class _StreamBase(Generic[_Streaming]):
-    """What :class:`Stream` and :class:`AsyncStream` share: the call, its one outcome, the reply.
-
-    Invariant: a stream ends exactly once — committed (``reply`` set, as :meth:`_Core._finish` commits a
-    sent call) or failed (:meth:`_Core._fail`: the session as it was before, a reasonstate error traced) —
-    and the HTTP response is closed either way.
-    """
-
-    def __init__(self, session: _Core, attempt: _Attempt) -> None:
-        self._session = session
-        self._attempt: _Attempt | None = attempt
-        self._call: _Call | None = None
-        self._streaming: _Streaming | None = None
-        self._reply: Reply | None = None
-        self._ended = False
-        self._iterated = False
-
-    @property
-    def reply(self) -> Reply:
-        """The :class:`Reply` (what :meth:`Session.send` returns), once every event was read."""
-        if self._reply is None:
-            raise IllegalTransition(
-                "the stream has no reply: it was not read to its end (or it failed); nothing was committed"
-            )
-        return self._reply
-
-    def _opened(self) -> _Streaming:
-        if self._streaming is None:
-            raise IllegalTransition(
-                "open the stream first: `with session.stream(...) as stream:` (`async with` on AsyncSession)"
-            )
-        if self._iterated:
-            raise IllegalTransition("a stream is read once")
-        self._iterated = True
-        return self._streaming
-
-    def _enter(self) -> _Call:
-        if self._attempt is None:
-            raise IllegalTransition("a stream is opened once")
-        attempt, self._attempt = self._attempt, None
-        if self._session._adapter.endpoint.assembler is None:
-            raise ProtocolViolation(
-                f"{self._session._adapter.endpoint.label} does not stream here: use send() / "
-                "send_tool_results() (nothing was sent)"
-            )
-        return self._session._begin(attempt)
-
-    def _failed(self, exc: BaseException) -> None:
-        if not self._ended and self._call is not None:
-            self._ended = True
-            self._session._fail(self._call, exc)
-
-    def _finished(self, result: transport.CallResult) -> None:
-        assert self._call is not None
-        self._ended = True
-        self._reply = self._session._finish(self._call, result)
-
-
-class Stream(_StreamBase[transport.Streaming]):
-    """One model call streamed to the caller (:meth:`Session.stream`); a context manager, iterated once
-    for :class:`StreamEvent` values; ``reply`` afterwards."""
-
-    def __enter__(self) -> Stream:
-        call = self._enter()
-        session = self._session
-        while True:
-            try:
-                self._streaming = transport.open_stream(session._adapter, session._client, call.request)
-            except BaseException as exc:
-                call = session._retry_or_raise(call, exc)
-                continue
-            self._call = call
-            return self
-
-    def __iter__(self) -> Iterator[StreamEvent]:
-        streaming = self._opened()
-        try:
-            yield from streaming
-            result = streaming.result()
-        except BaseException as exc:
-            streaming.close()
-            self._failed(exc)
-            raise
-        self._finished(result)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._streaming is not None:
-            self._streaming.close()
-        self._failed(_Left())
-
-
-class AsyncStream(_StreamBase[transport.AsyncStreaming]):
-    """:class:`Stream` on an async client: ``async with`` / ``async for``."""
-
-    async def __aenter__(self) -> AsyncStream:
-        call = self._enter()
-        session = self._session
-        while True:
-            try:
-                opened = transport.aopen_stream(session._adapter, session._client, call.request)
-                self._streaming = await opened
-            except BaseException as exc:
-                call = session._retry_or_raise(call, exc)
-                continue
-            self._call = call
-            return self
-
-    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
-        streaming = self._opened()
-        try:
-            async for event in streaming:
-                yield event
-            result = await streaming.result()
-        except BaseException as exc:
-            await streaming.aclose()
-            self._failed(exc)
-            raise
-        self._finished(result)
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._streaming is not None:
-            await self._streaming.aclose()
-        self._failed(_Left())
+            return finished(turn, result)

@@ -40,7 +40,7 @@ from reasonstate.state import (
 )
 
 if TYPE_CHECKING:
-    from reasonstate.runtime.commit import Layers
+    from reasonstate.engine import Layers
 
 __all__ = [
     "SessionSnapshot",
@@ -328,7 +328,7 @@ def session_snapshot(
 def restored_layers(snap: SessionSnapshot) -> Layers:
     """The layers a snapshot holds, every payload digest and token-id seal verified, plus a ``session
     .restored`` event."""
-    from reasonstate.runtime.commit import Layers
+    from reasonstate.engine import Layers
 
     history = history_from_snapshot(snap.history)
     records = tuple(_record_from_dict(r) for r in snap.execution)

@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import reasonstate as rs
+from reasonstate.engine import ToolCall
 from reasonstate.prefix import flat_schema
-from reasonstate.runtime.commit import ToolCall
 from reasonstate.runtime.repair import (
     Found,
     json_completion,

@@ -557,7 +557,7 @@ def run_session(turns: int = TURNS, *, fold: bool = True) -> AgentRun:
             per_turn[turn][0] += 1
         elif event.kind == EventKind.TOOL_SUPPRESSED:
             per_turn[turn][1] += 1
-    # a declared break names its request (runtime/commit.py); a fold's own event may add one without it
+    # a declared break names its request (reasonstate/engine.py); a fold's own event may add one without it
     breaks = {int(e.data["index"]) for e in session.trace.of_kind(EventKind.CACHE_BREAK) if "index" in e.data}
     predicted = [r for r in records if r.predicted_cache_read is not None]
     exact = sum(1 for r in predicted if r.predicted_cache_read == r.usage.cache_read)

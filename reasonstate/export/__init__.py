@@ -33,7 +33,15 @@ import attrs
 from reasonstate.prefix import Prefix
 from reasonstate.state import EventKind, ExecutionRecord, History, Step, Trace, TraceEvent
 
-__all__ = ["ExportContext", "Exporter", "Publisher", "declared_break", "log_events", "provider_name"]
+__all__ = [
+    "WARNED_KINDS",
+    "ExportContext",
+    "Exporter",
+    "Publisher",
+    "declared_break",
+    "log_events",
+    "provider_name",
+]
 
 _log = logging.getLogger("reasonstate")
 _export_log = logging.getLogger("reasonstate.export")
@@ -213,10 +221,10 @@ def log_events(events: Sequence[TraceEvent]) -> None:
     log = _log
     debug = log.isEnabledFor(logging.DEBUG)
     if not debug and not log.isEnabledFor(logging.INFO):
-        if not log.isEnabledFor(logging.WARNING) or _WARNED.isdisjoint(map(_KIND, events)):
+        if not log.isEnabledFor(logging.WARNING) or WARNED_KINDS.isdisjoint(map(_KIND, events)):
             return  # the common case: a request's events, none of them a warning
         for event in events:
-            if event.kind in _WARNED:
+            if event.kind in WARNED_KINDS:
                 _log_event(event)
         return
     for event in events:
@@ -320,9 +328,10 @@ _SWITCHES = frozenset({EventKind.MODEL_CHANGED, EventKind.VENDOR_CHANGED, EventK
 #: the OpenAI Responses adapter's event for a lost stored chain, replayed in full (a recovery)
 _CHAIN_FALLBACK = "chain.fallback"
 
-#: kinds logged at WARNING (cache.break only when undeclared: decided in _log_event)
+#: the event kinds logged at WARNING (cache.break only when undeclared: decided in _log_event); the engine
+#: reads it to skip the publisher on a state change with no exporter and nothing to log
 _KIND = operator.attrgetter("kind")
-_WARNED = frozenset(
+WARNED_KINDS = frozenset(
     {
         EventKind.CACHE_BREAK,
         EventKind.CONTINUATION_WITHHELD,

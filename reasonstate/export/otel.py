@@ -342,7 +342,7 @@ class OTelExporter:
         return state.turn if state.turn is not None else state.session
 
     def _batch(self, state: _SessionSpans, events: Sequence[TraceEvent], context: ExportContext) -> None:
-        """One transition's events, in order (the order :func:`reasonstate.runtime.commit.commit` appends)."""
+        """One transition's events, in order (the order :func:`reasonstate.engine.commit` appends)."""
         call_start = next(
             (
                 e.at - float(e.data.get("duration_s") or 0.0)

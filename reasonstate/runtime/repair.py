@@ -340,7 +340,7 @@ _C = TypeVar("_C", bound=_CallToRepair)
 
 
 def _evolve(call: _C, **changes: Any) -> _C:
-    """``attrs.evolve`` of a call (a :class:`~reasonstate.runtime.commit.ToolCall`, an attrs value)."""
+    """``attrs.evolve`` of a call (a :class:`~reasonstate.engine.ToolCall`, an attrs value)."""
     return cast(_C, attrs.evolve(cast(Any, call), **changes))
 
 

@@ -1,0 +1,150 @@
+"""Switching: a session moves to another prefix, model or vendor between turns (``change_prefix``,
+``switch_model``, ``switch``), and the checks a client, a model name and the request options pass, at
+construction as at a switch.
+
+Invariants: a switch is allowed only between turns (the transition table says so, and nothing changes when
+it refuses); nothing opaque goes to another vendor or model (their payloads stay in the history, withheld,
+their steps rendered canonically); every change of the bytes is traced (``prefix.changed``,
+``model.changed``, ``vendor.changed``), so the next cache break names its cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reasonstate.adapters import Adapter, adapter_for, client_is_async
+from reasonstate.engine import Engine
+from reasonstate.errors import InvalidOption
+from reasonstate.prefix import Prefix, Tool
+from reasonstate.state import EventKind, freeze
+
+__all__ = ["SDK_OWNED", "Switching", "check_model"]
+
+#: request fields the session builds itself; passing them as options would bypass the state machine
+SDK_OWNED = frozenset({"messages", "input", "prompt", "instructions", "previous_response_id", "model"})
+
+
+def check_model(model: Any) -> None:
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidOption(f"model= must be the vendor's model name (a non-empty string), got {model!r}")
+
+
+class Switching(Engine):
+    """The engine with the moves to another prefix, model or vendor (a session is one)."""
+
+    _client: Any
+    _stream: bool
+    _async = False
+
+    def _check_client(self, client: Any) -> None:
+        """A sync session needs a sync client and an async session an async one (refused before any
+        request: the other kind fails only once a call is made)."""
+        is_async = client_is_async(client)
+        if is_async is None or is_async == self._async:
+            return
+        if is_async:
+            raise InvalidOption(
+                f"{type(client).__name__} is an async client: use rs.AsyncSession with it "
+                "(or a sync client with rs.Session)"
+            )
+        raise InvalidOption(
+            f"{type(client).__name__} is a sync client: use rs.Session with it "
+            "(or an async client such as AsyncAnthropic / AsyncOpenAI with rs.AsyncSession)"
+        )
+
+    @staticmethod
+    def _refuse_options(adapter: Adapter, model: str, options: Mapping[str, Any]) -> None:
+        why = adapter.rules.refuse(model, options)
+        if why is not None:
+            raise InvalidOption(why)
+
+    # -- prefix and model changes ----------------------------------------------------------------------
+    def change_prefix(
+        self,
+        *,
+        system: str | None = None,
+        tools: Sequence[Tool] | None = None,
+        few_shots: Sequence[tuple[str, str]] | None = None,
+    ) -> Prefix:
+        """Replace parts of the stable prefix (IDLE only). Traced when the bytes change: every later request
+        re-prefills. Tools whose bytes are the same still take effect (new handlers, ``parallel_safe``,
+        ``timeout``), with no trace event and no cache break."""
+        self._require("change_prefix")
+        new = Prefix(
+            system=self._prefix.system if system is None else system,
+            tools=self._prefix.tools if tools is None else tuple(tools),
+            few_shots=self._prefix.few_shots if few_shots is None else tuple(few_shots),
+        )
+        if new.fingerprint != self._prefix.fingerprint:
+            self._traced(
+                EventKind.PREFIX_CHANGED,
+                old=self._prefix.fingerprint,
+                new=new.fingerprint,
+                summary="system/tools/few-shots changed: the whole prompt is re-prefilled",
+            )
+        self._set_prefix(new)
+        return new
+
+    def switch_model(self, model: str) -> None:
+        """Use another model from the next turn on (IDLE only).
+
+        Reasoning payloads bound to the old model are withheld from then on (never sent to another model:
+        anomalyco/opencode#25005) and their steps rendered from canonical parts; the trace records the
+        switch and each withholding.
+        """
+        self._require("switch_model")
+        check_model(model)
+        self._refuse_options(self._adapter, model, self._options)
+        if model != self._model:
+            self._traced(
+                EventKind.MODEL_CHANGED,
+                old=self._model,
+                new=model,
+                summary=f"model {self._model} → {model}: earlier model-bound reasoning is withheld",
+            )
+            self._model = model
+
+    def switch(
+        self,
+        client: Any,
+        *,
+        model: str,
+        adapter: Adapter | None = None,
+        dialect: str | None = None,
+        api: str | None = None,
+        stream: bool | None = None,
+        **request_options: Any,
+    ) -> None:
+        """Continue this session on another vendor or model (between turns only).
+
+        ``client`` is the new vendor's client (chosen as in the constructor; ``adapter=``, ``dialect=``,
+        ``api=`` alike) and ``request_options`` replace the old vendor's options (they are vendor-specific:
+        ``thinking=...``, ``reasoning=...``). Nothing opaque goes to the new vendor or model: signatures,
+        encrypted items, redacted blocks and model-bound reasoning stay in the history and are withheld,
+        their steps rendered canonically in the new API's format (``foreign_reasoning`` decides whether
+        their visible reasoning goes along as delimited text). Inside an open tool chain a switch is an
+        :class:`IllegalTransition`. Traced as ``vendor.changed``; snapshots restore onto the new vendor.
+        """
+        self._require("switch")
+        check_model(model)
+        owned = sorted(SDK_OWNED.intersection(request_options))
+        if owned:
+            raise InvalidOption(f"{owned} are built by the session from its state")
+        if stream is not None and not isinstance(stream, bool):
+            raise InvalidOption(f"stream= must be True or False, got {stream!r}")
+        self._check_client(client)
+        new = adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
+        self._refuse_options(new, model, request_options)
+        old = (self._adapter.vendor, self._adapter.api, self._model)
+        self._traced(
+            EventKind.VENDOR_CHANGED,
+            old={"vendor": old[0], "api": old[1], "model": old[2]},
+            new={"vendor": new.vendor, "api": new.api, "model": model},
+            summary=f"{old[0]}/{old[2]} → {new.vendor}/{model}: earlier opaque continuation is withheld "
+            "and its steps are rendered canonically",
+        )
+        self._client, self._adapter, self._model = client, new, model
+        self._options = freeze(request_options)
+        if stream is not None:
+            self._stream = stream
