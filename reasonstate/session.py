@@ -37,12 +37,10 @@ from reasonstate.runtime.dispatch import (
     Dispatched,
     Plan,
     StormBreaker,
-    ToolResult,
     adispatch,
     check_count,
     dispatch,
     plan,
-    result_text,
 )
 from reasonstate.runtime.fold import folded
 from reasonstate.snapshot import SessionSnapshot, restore_args, restored_layers, session_snapshot
@@ -52,6 +50,7 @@ from reasonstate.state import (
     ExecutionRecord,
     History,
     ToolCallPart,
+    ToolResult,
     ToolResultPart,
     Trace,
     Turn,
@@ -115,14 +114,6 @@ class Report:
             f"{self.predicted_total}; active context {self.active_context_tokens}; "
             f"protocol errors {self.protocol_errors}, failed calls {self.failed_calls}"
         )
-
-
-def _serialize_result(call_id: str, value: Any) -> ToolResultPart:
-    try:
-        text, is_error = result_text(value)
-    except ToolResultError as exc:
-        raise ToolResultError(f"result for {call_id!r} is {exc}") from exc
-    return ToolResultPart(call_id=call_id, content=text, is_error=is_error)
 
 
 _S = TypeVar("_S", bound="_Core")
@@ -335,7 +326,7 @@ class _Core(Switching):
         missing = [k for k in declared if k not in results]
         if missing:
             raise ToolResultError(f"missing results for tool calls {missing}")
-        parts = tuple(_serialize_result(cid, results[cid]) for cid in declared)
+        parts = tuple(ToolResultPart.of(cid, results[cid]) for cid in declared)
         steps = (*turn.steps[:-1], attrs.evolve(step, tool_results=parts))
         return Attempt(
             base=history,
@@ -442,7 +433,7 @@ class _Core(Switching):
         """The next request of ``run``: the tool results, or, for scavenged calls (which no assistant step
         holds, so no vendor takes a tool result for them), a user message carrying them."""
         if calls and calls[0].scavenged:
-            parts = [_serialize_result(c.id, results[c.id]) for c in calls]
+            parts = [ToolResultPart.of(c.id, results[c.id]) for c in calls]
             text = repair.scavenged_message(calls, [(p.content, p.is_error) for p in parts])
             return self._user_attempt(text)
         return self._tools_attempt(results)

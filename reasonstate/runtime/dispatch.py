@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
-import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -42,6 +41,7 @@ import attrs
 from reasonstate.errors import InvalidOption, ToolResultError
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state.frozen import thaw
+from reasonstate.state.history import ToolResult, result_text
 
 __all__ = [
     "STORM_BREAKER",
@@ -54,35 +54,6 @@ __all__ = [
     "plan",
     "result_text",
 ]
-
-
-@attrs.frozen(slots=True)
-class ToolResult:
-    """A tool result with an error flag; plain values passed to ``send_tool_results`` mean success.
-
-    ``content`` is sent as is when it is a string, else as canonical JSON (sorted keys, compact), so equal
-    results give equal bytes; a value that is not JSON-serializable is a
-    :class:`~reasonstate.errors.ToolResultError` before anything is sent (under ``run``, where a handler
-    returned it: an error result saying so). A handler may return one to report a failure itself.
-    """
-
-    content: Any
-    is_error: bool = False
-
-
-def result_text(value: Any) -> tuple[str, bool]:
-    """``(text, is_error)`` of a result: a string as is, any other JSON value as canonical JSON (sorted keys,
-    compact, non-ASCII kept); :class:`~reasonstate.errors.ToolResultError` when it is not JSON."""
-    is_error = False
-    if isinstance(value, ToolResult):
-        is_error, value = value.is_error, value.content
-    if isinstance(value, str):
-        return value, is_error
-    try:
-        text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ToolResultError(f"not JSON-serializable: {exc}") from exc
-    return text, is_error
 
 
 def check_count(what: str, value: Any, least: int) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from reasonstate.errors import ToolResultError
 from reasonstate.state.continuation import Continuation
 from reasonstate.state.execution import Usage
 from reasonstate.state.frozen import freeze
@@ -34,11 +35,13 @@ __all__ = [
     "Step",
     "TextPart",
     "ToolCallPart",
+    "ToolResult",
     "ToolResultPart",
     "Turn",
     "TurnView",
     "parse_arguments",
     "parse_json_object",
+    "result_text",
 ]
 
 
@@ -124,6 +127,46 @@ class ToolResultPart:
     call_id: str
     content: str
     is_error: bool = False
+
+    @classmethod
+    def of(cls, call_id: str, value: Any) -> ToolResultPart:
+        """The part for the result ``value`` of call ``call_id`` (:func:`result_text`): equal results give
+        equal bytes (stanfordnlp/dspy#10216); a value that is not JSON is a
+        :class:`~reasonstate.errors.ToolResultError` naming the call, before anything is sent."""
+        try:
+            text, is_error = result_text(value)
+        except ToolResultError as exc:
+            raise ToolResultError(f"result for {call_id!r} is {exc}") from exc
+        return cls(call_id=call_id, content=text, is_error=is_error)
+
+
+@attrs.frozen(slots=True)
+class ToolResult:
+    """A tool result with an error flag; plain values passed to ``send_tool_results`` mean success.
+
+    ``content`` is sent as is when it is a string, else as canonical JSON (sorted keys, compact), so equal
+    results give equal bytes; a value that is not JSON-serializable is a
+    :class:`~reasonstate.errors.ToolResultError` before anything is sent (under ``run``, where a handler
+    returned it: an error result saying so). A handler may return one to report a failure itself.
+    """
+
+    content: Any
+    is_error: bool = False
+
+
+def result_text(value: Any) -> tuple[str, bool]:
+    """``(text, is_error)`` of a result: a string as is, any other JSON value as canonical JSON (sorted keys,
+    compact, non-ASCII kept); :class:`~reasonstate.errors.ToolResultError` when it is not JSON."""
+    is_error = False
+    if isinstance(value, ToolResult):
+        is_error, value = value.is_error, value.content
+    if isinstance(value, str):
+        return value, is_error
+    try:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ToolResultError(f"not JSON-serializable: {exc}") from exc
+    return text, is_error
 
 
 @attrs.frozen(slots=True)
