@@ -64,6 +64,7 @@ from reasonstate.adapters import APIS, view_of
 from reasonstate.adapters.base import (
     Adapter,
     DecodedStep,
+    Encodings,
     VendorRequest,
     compact,
     foreign_reasoning_as_text,
@@ -251,6 +252,8 @@ class Engine:
     _on_rejected: str
     _foreign_reasoning: str
     _scratch: dict[str, Any]
+    #: the session's one encoding memo, handed to every encode and view (a new adapter: a new one)
+    _encodings: Encodings
     _state: TurnState
     # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
     _lock: threading.Lock
@@ -316,11 +319,14 @@ class Engine:
         if history.fold is not None:
             history = history.rendered()
         stripped = layers.stripped if stripped is None else stripped
+        encodings = self._encodings
         if stripped:
-            history = without_payloads(history, stripped)
+            history = without_payloads(history, stripped, encodings=encodings)
         if self._foreign_reasoning == "text":
             adapter = self._adapter
-            history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, self._model)
+            history = foreign_reasoning_as_text(
+                history, adapter.vendor, adapter.api, self._model, encodings=encodings
+            )
         return self._adapter.encode(
             self._prefix,
             history,
@@ -328,6 +334,7 @@ class Engine:
             self._options,
             layers.records,
             lost_responses=layers.lost,
+            encodings=encodings,
         )
 
     # -- one request: begin → send (the driver) → finish | fail → recover ---------------------------------
@@ -388,6 +395,7 @@ class Engine:
                 model=self._model,
                 options=self._options,
                 policy=self._policy,
+                encodings=self._encodings,
             )
         except BaseException as exc:
             self._fail(call, exc)
@@ -600,9 +608,11 @@ def commit(
     model: str,
     options: Mapping[str, Any],
     policy: Policy,
+    encodings: Encodings | None = None,
 ) -> tuple[Layers, Step]:
     """The layers after ``decoded`` answered ``request`` (sent on ``history``, whose last turn is open);
-    ``fingerprint`` is ``prefix.fingerprint``."""
+    ``fingerprint`` is ``prefix.fingerprint``; ``encodings``: the session's encoding memo (the policy's
+    effect is predicted on a request encoded with it; a fresh one when none is given)."""
     turn = history.open_turn
     assert turn is not None
     step = Step(
@@ -733,6 +743,7 @@ def commit(
             model=model,
             options=options,
             policy=policy,
+            encodings=encodings,
         )
     trace = trace.extended(events)
     return Layers(history, trace, records, layers.lost, layers.stripped, request_body), step
@@ -844,6 +855,7 @@ def _close_turn(
     model: str,
     options: Mapping[str, Any],
     policy: Policy,
+    encodings: Encodings | None,
 ) -> History:
     """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules; the
     decision's events are added to ``events``."""
@@ -882,7 +894,7 @@ def _close_turn(
         history = history.with_view(index, view)
     closed = history.turns[-1]
     assert closed.view is not None
-    effect = _predict_effect(history, views.keys(), records, adapter, prefix, model, options)
+    effect = _predict_effect(history, views.keys(), records, adapter, prefix, model, options, encodings)
     order = sorted(views)
     decided = FrozenDict(
         (str(i), FrozenDict(keep_reasoning=FrozenList(v.keep_reasoning), summary=v.summary))
@@ -937,6 +949,7 @@ def _predict_effect(
     prefix: Prefix,
     model: str,
     options: Mapping[str, Any],
+    encodings: Encodings | None,
 ) -> dict[str, Any]:
     """Where the next request will diverge from this one, and what that costs in cache reads."""
     indices = list(changed)
@@ -945,7 +958,7 @@ def _predict_effect(
     views = [history.turns[i].view for i in indices]
     if all(v is not None and v.keeps_all for v in views):
         return {"divergence_unit": None, "predicted_cache_read": keep_read, "reprefill_tokens": 0}
-    request = adapter.encode(prefix, history.rendered(), model, options, records)
+    request = adapter.encode(prefix, history.rendered(), model, options, records, encodings=encodings)
     d = divergence(request.units, record.blocks)
     predicted = predict(adapter, request, records)
     dropped = 0

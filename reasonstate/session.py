@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import attrs
 
 from reasonstate.adapters import Adapter, adapter_for, transport
-from reasonstate.adapters.base import FOREIGN_REASONING, VendorRequest
+from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, VendorRequest
 from reasonstate.adapters.streams import StreamEvent
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
@@ -188,6 +188,8 @@ class _Core(Switching):
         self._adapter: Adapter = (
             adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
         )
+        # the session's encoding memo (an adapter holds configuration only); a switch starts a new one
+        self._encodings = Encodings()
         self._model = model
         self._refuse_options(self._adapter, model, request_options)
         self._set_prefix(Prefix(system=system, tools=tools, few_shots=few_shots))

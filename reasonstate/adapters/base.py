@@ -1,10 +1,11 @@
 """The adapter contract: a pure codec (``encode``/``decode``), its rules as data, and where the SDK call goes.
 
-An adapter object holds configuration (dialect, rules) and, for callers that hand ``encode`` none, an
-:class:`Encodings` memo of its own. Everything a request depends on is an argument: ``encode`` is a pure
-function of the session's layers (the same prefix, history, model, options and records always give the same
-kwargs, and so the same bytes, whatever the memo holds: its entries are keyed so that a stale one cannot be
-read), ``decode`` a pure function of the vendor's JSON answer and the request that produced it. What must be
+An adapter object holds configuration only (dialect, rules): the memos of an encoding live in the
+:class:`Encodings` its caller owns and hands in (a session's, one per adapter it uses; a fresh one per call
+when none is given). Everything a request depends on is an argument: ``encode`` is a pure function of the
+session's layers (the same prefix, history, model, options and records always give the same kwargs, and so
+the same bytes, whatever the memo holds: its entries are keyed so that a stale one cannot be read),
+``decode`` a pure function of the vendor's JSON answer and the request that produced it. What must be
 carried between calls is a value in the four layers (and so in every snapshot). The I/O is
 :mod:`reasonstate.adapters.transport`; the cache predictor is :mod:`reasonstate.cache`. Each vendor API's
 module is its room: its codec, its stream assembler (on :mod:`reasonstate.adapters.streams`' base), its
@@ -330,8 +331,8 @@ class RunNode(Generic[_R]):
 
 class Encodings:
     """Encoding memos: what codecs derived from turn values, by (turn, key), and the newest run of closed
-    turns per run key. One belongs to a session (handed to ``Adapter.encode``); an adapter keeps its own for
-    callers that hand it none.
+    turns per run key. One belongs to a session (handed to ``Adapter.encode`` and the history views) and is
+    replaced when the session moves to another adapter; a caller that hands none gets a fresh one per call.
 
     Keyed so that a stale entry cannot be read: an entry is found by the very turn object it was built from
     (checked through a weak reference, so a reused ``id`` never matches) and goes with that turn. A turn is
@@ -676,7 +677,8 @@ class Adapter(Protocol):
         encodings: Encodings | None = None,
     ) -> VendorRequest:
         """The next request on ``history`` (whose last turn is open). ``lost_responses``: response ids the
-        vendor said it no longer holds (derived from the trace), never referred to again."""
+        vendor said it no longer holds (derived from the trace), never referred to again. ``encodings``: the
+        caller's memo, reused across its requests (None: a fresh one, so nothing is reused)."""
         ...
 
     def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
