@@ -118,3 +118,25 @@ def test_an_adapter_holds_no_memo(api: str) -> None:
         after = vars(adapter)
         assert after.keys() == attributes.keys() and all(after[k] is v for k, v in attributes.items())
         assert not any(isinstance(v, Encodings) for v in after.values())
+
+
+def test_a_prefix_holds_no_memo_its_codec_head_is_in_the_session_memo() -> None:
+    import attrs
+
+    from reasonstate.prefix import Prefix
+
+    assert [f.name for f in attrs.fields(Prefix)] == ["system", "tools", "few_shots"]
+    with AnthropicEmulator() as emu:
+        emu.script.extend([ModelAction.answer("Hi.", reasoning="ok")])
+        session = rs.Session(
+            emu.client(max_retries=0), model="claude-sonnet-4-6", tools=[WEATHER], **ANTHROPIC
+        )
+        session.send("Hello")
+
+        def rebuilt() -> Any:
+            raise AssertionError("the request did not memoize the head of this prefix")
+
+        tools, system, units = session._encodings.derived(session.prefix, ("messages", "head"), rebuilt)
+        assert [t["name"] for t in tools] == ["get_weather"] and len(units) == 1 + len(system)
+        # another prefix object, equal or not, finds nothing of this one's
+        assert Encodings().derived(session.prefix, ("messages", "head"), lambda: None) is None

@@ -423,7 +423,8 @@ class AnthropicAdapter:
     ) -> VendorRequest:
         """Build the ``messages.create`` kwargs for the next call on ``history`` (whose last turn is open)."""
         memo = encodings if encodings is not None else Encodings()
-        head_tools, head_system, head_units = prefix.derived((API, "head"), functools.partial(_head, prefix))
+        head = memo.derived(prefix, (API, "head"), functools.partial(_head, prefix))
+        head_tools, head_system, head_units = head
         # shared with every request on this prefix: the lists are copied, and a marked block is a new dict
         tools, system, units = list(head_tools), list(head_system), list(head_units)
         n_head = len(units)

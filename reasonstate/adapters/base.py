@@ -330,20 +330,22 @@ class RunNode(Generic[_R]):
 
 
 class Encodings:
-    """Encoding memos: what codecs derived from turn values, by (turn, key), and the newest run of closed
-    turns per run key. One belongs to a session (handed to ``Adapter.encode`` and the history views) and is
-    replaced when the session moves to another adapter; a caller that hands none gets a fresh one per call.
+    """Encoding memos: what codecs derived from turn and prefix values, by (turn or prefix, key), and the
+    newest run of closed turns per run key. One belongs to a session (handed to ``Adapter.encode`` and the
+    history views) and is replaced when the session moves to another adapter; a caller that hands none
+    gets a fresh one per call.
 
-    Keyed so that a stale entry cannot be read: an entry is found by the very turn object it was built from
-    (checked through a weak reference, so a reused ``id`` never matches) and goes with that turn. A turn is
-    immutable and a changed turn is a new object without entries, so an entry is true for as long as it
-    can be read. The values themselves hold no memo: this object is where memos live.
+    Keyed so that a stale entry cannot be read: an entry is found by the very turn (or prefix) object it
+    was built from (checked through a weak reference, so a reused ``id`` never matches) and goes with that
+    object. Turns and prefixes are immutable and a changed one is a new object without entries, so an
+    entry is true for as long as it can be read. The values themselves hold no memo: this object is where
+    memos live.
     """
 
     __slots__ = ("_calls", "_runs", "_turns")
 
     def __init__(self) -> None:
-        self._turns: dict[int, tuple[weakref.ref[Turn], dict[Hashable, Any]]] = {}
+        self._turns: dict[int, tuple[weakref.ref[Any], dict[Hashable, Any]]] = {}
         self._runs: dict[Hashable, tuple[RunNode[Any], Any]] = {}
         self._calls: dict[tuple[Hashable, ...], Any] = {}
 
@@ -358,7 +360,7 @@ class Encodings:
         result: _T = found
         return result
 
-    def _entries(self, turn: Turn) -> dict[Hashable, Any] | None:
+    def _entries(self, turn: Turn | Prefix) -> dict[Hashable, Any] | None:
         hit = self._turns.get(id(turn))
         if hit is not None and hit[0]() is turn:
             return hit[1]
@@ -367,6 +369,14 @@ class Encodings:
     def encoded(self, turn: Turn, key: Hashable, build: Callable[[], _T]) -> _T:
         """``build()``, computed once per ``key`` for this turn object and shared afterwards. Callers
         re-verify the payloads an encoding was built from before each send."""
+        return self._once(turn, key, build)
+
+    def derived(self, prefix: Prefix, key: Hashable, build: Callable[[], _T]) -> _T:
+        """``build()``, computed once per ``key`` for this prefix object (a codec's encoded tools and
+        system blocks) and shared afterwards: it must be immutable, or copied before it is changed."""
+        return self._once(prefix, key, build)
+
+    def _once(self, turn: Turn | Prefix, key: Hashable, build: Callable[[], _T]) -> _T:
         entries = self._entries(turn)
         if entries is None:
             entries = self._new_entries(turn)
@@ -388,7 +398,7 @@ class Encodings:
             entries = self._new_entries(turn)
         entries[key] = value
 
-    def _new_entries(self, turn: Turn) -> dict[Hashable, Any]:
+    def _new_entries(self, turn: Turn | Prefix) -> dict[Hashable, Any]:
         key, entries = id(turn), dict[Hashable, Any]()
         self._turns[key] = (weakref.ref(turn, functools.partial(_forget, self._turns, key)), entries)
         return entries
