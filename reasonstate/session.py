@@ -26,6 +26,7 @@ from reasonstate.adapters.streams import StreamEvent
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
+from reasonstate.cache.rules import PredictionMemo
 from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnState, finished
 from reasonstate.errors import IllegalTransition, InvalidOption, ToolResultError
 from reasonstate.export import WARNED_KINDS, ExportContext, Exporter, Publisher
@@ -190,6 +191,7 @@ class _Core(Switching):
         )
         # the session's encoding memo (an adapter holds configuration only); a switch starts a new one
         self._encodings = Encodings()
+        self._predictions = PredictionMemo()  # and its cache predictor's
         self._model = model
         self._refuse_options(self._adapter, model, request_options)
         self._set_prefix(Prefix(system=system, tools=tools, few_shots=few_shots))
@@ -248,6 +250,7 @@ class _Core(Switching):
                     prefix=self._prefix,
                     model=self._model,
                     encode=lambda history: self._encode(history, layers=committed),
+                    predictions=self._predictions,
                 ),
                 None,
             )

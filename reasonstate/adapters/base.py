@@ -19,14 +19,14 @@ import functools
 import json
 import operator
 import weakref
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import attrs
 
 from reasonstate.adapters.streams import StreamEvent
 from reasonstate.cache.divergence import View
-from reasonstate.cache.rules import CacheRules, Units
+from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import ContinuationMismatch, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
@@ -574,6 +574,10 @@ def _has_reasoning(parts: Sequence[Part]) -> bool:
     return any(_is_reasoning(p) for p in parts)
 
 
+def _units(units: Iterable[str]) -> tuple[str, ...]:
+    return tuple(units)
+
+
 @attrs.frozen(slots=True)
 class VendorRequest:
     """The exact keyword arguments of one vendor SDK call, plus what the cache prediction needs.
@@ -587,8 +591,7 @@ class VendorRequest:
     """
 
     kwargs: Mapping[str, Any]
-    #: a :class:`~reasonstate.cache.rules.Units` (a tuple that carries the cache predictor's finding)
-    units: tuple[str, ...] = attrs.field(converter=Units)
+    units: tuple[str, ...] = attrs.field(converter=_units)
     model: str = ""
     breakpoints: tuple[int, ...] = ()
     prefix_units: int = 0
