@@ -64,6 +64,7 @@ from reasonstate.adapters import APIS, view_of
 from reasonstate.adapters.base import (
     Adapter,
     DecodedStep,
+    Encodings,
     VendorRequest,
     compact,
     foreign_reasoning_as_text,
@@ -71,7 +72,7 @@ from reasonstate.adapters.base import (
     without_payloads,
 )
 from reasonstate.cache.divergence import Divergence, divergence, explain
-from reasonstate.cache.rules import predict_cache_read
+from reasonstate.cache.rules import PredictionMemo, predict_cache_read
 from reasonstate.errors import IllegalTransition, PolicyConflict, ReasonStateError, VendorError
 from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
 from reasonstate.prefix import Prefix
@@ -251,6 +252,10 @@ class Engine:
     _on_rejected: str
     _foreign_reasoning: str
     _scratch: dict[str, Any]
+    #: the session's one encoding memo, handed to every encode and view (a new adapter: a new one)
+    _encodings: Encodings
+    #: the session's cache-prediction memo (next to ``_encodings``; a new adapter: a new one)
+    _predictions: PredictionMemo
     _state: TurnState
     # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
     _lock: threading.Lock
@@ -316,11 +321,14 @@ class Engine:
         if history.fold is not None:
             history = history.rendered()
         stripped = layers.stripped if stripped is None else stripped
+        encodings = self._encodings
         if stripped:
-            history = without_payloads(history, stripped)
+            history = without_payloads(history, stripped, encodings=encodings)
         if self._foreign_reasoning == "text":
             adapter = self._adapter
-            history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, self._model)
+            history = foreign_reasoning_as_text(
+                history, adapter.vendor, adapter.api, self._model, encodings=encodings
+            )
         return self._adapter.encode(
             self._prefix,
             history,
@@ -328,6 +336,7 @@ class Engine:
             self._options,
             layers.records,
             lost_responses=layers.lost,
+            encodings=encodings,
         )
 
     # -- one request: begin → send (the driver) → finish | fail → recover ---------------------------------
@@ -359,7 +368,7 @@ class Engine:
         another call has changed since.
         """
         request = self._encode(attempt.history)
-        predicted = predict(self._adapter, request, self._layers.records)
+        predicted = predict(self._adapter, request, self._layers.records, self._predictions)
         with self._lock:
             if self._state is TurnState.AWAITING_MODEL or attempt.base is not self._layers.history:
                 raise IllegalTransition(
@@ -388,6 +397,8 @@ class Engine:
                 model=self._model,
                 options=self._options,
                 policy=self._policy,
+                encodings=self._encodings,
+                predictions=self._predictions,
             )
         except BaseException as exc:
             self._fail(call, exc)
@@ -454,7 +465,7 @@ class Engine:
             summary=f"{len(offending)} payload(s) the vendor rejected are left out; their steps are rendered "
             "canonically from now on",
         )
-        predicted = predict(self._adapter, request, self._layers.records)
+        predicted = predict(self._adapter, request, self._layers.records, self._predictions)
         return attrs.evolve(call, request=request, predicted=predicted, retry=True)
 
     def _payloads(self) -> Iterable[Continuation]:
@@ -571,8 +582,14 @@ def stripped_payloads(trace: Trace) -> frozenset[str]:
     return frozenset(d for e in trace.of_kind(EventKind.CONTINUATION_STRIPPED) for d in e.data["digests"])
 
 
-def predict(adapter: Adapter, request: VendorRequest, records: tuple[ExecutionRecord, ...]) -> int | None:
-    """The cache read the vendor will report for ``request`` (None: not knowable)."""
+def predict(
+    adapter: Adapter,
+    request: VendorRequest,
+    records: tuple[ExecutionRecord, ...],
+    memo: PredictionMemo | None = None,
+) -> int | None:
+    """The cache read the vendor will report for ``request`` (None: not knowable); ``memo``: the
+    session's prediction memo (None: a fresh one)."""
     return predict_cache_read(
         adapter.cache,
         request.model,
@@ -581,6 +598,7 @@ def predict(adapter: Adapter, request: VendorRequest, records: tuple[ExecutionRe
         breakpoints=request.breakpoints,
         prefix_units=request.prefix_units,
         prompt_ids=request.prompt_ids,
+        memo=memo,
     )
 
 
@@ -600,9 +618,13 @@ def commit(
     model: str,
     options: Mapping[str, Any],
     policy: Policy,
+    encodings: Encodings | None = None,
+    predictions: PredictionMemo | None = None,
 ) -> tuple[Layers, Step]:
     """The layers after ``decoded`` answered ``request`` (sent on ``history``, whose last turn is open);
-    ``fingerprint`` is ``prefix.fingerprint``."""
+    ``fingerprint`` is ``prefix.fingerprint``; ``encodings``: the session's encoding memo (the policy's
+    effect is predicted on a request encoded with it, with the ``predictions`` memo; fresh ones when none
+    are given)."""
     turn = history.open_turn
     assert turn is not None
     step = Step(
@@ -733,6 +755,8 @@ def commit(
             model=model,
             options=options,
             policy=policy,
+            encodings=encodings,
+            predictions=predictions,
         )
     trace = trace.extended(events)
     return Layers(history, trace, records, layers.lost, layers.stripped, request_body), step
@@ -844,6 +868,8 @@ def _close_turn(
     model: str,
     options: Mapping[str, Any],
     policy: Policy,
+    encodings: Encodings | None,
+    predictions: PredictionMemo | None,
 ) -> History:
     """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules; the
     decision's events are added to ``events``."""
@@ -882,7 +908,9 @@ def _close_turn(
         history = history.with_view(index, view)
     closed = history.turns[-1]
     assert closed.view is not None
-    effect = _predict_effect(history, views.keys(), records, adapter, prefix, model, options)
+    effect = _predict_effect(
+        history, views.keys(), records, adapter, prefix, model, options, encodings, predictions
+    )
     order = sorted(views)
     decided = FrozenDict(
         (str(i), FrozenDict(keep_reasoning=FrozenList(v.keep_reasoning), summary=v.summary))
@@ -937,6 +965,8 @@ def _predict_effect(
     prefix: Prefix,
     model: str,
     options: Mapping[str, Any],
+    encodings: Encodings | None,
+    predictions: PredictionMemo | None,
 ) -> dict[str, Any]:
     """Where the next request will diverge from this one, and what that costs in cache reads."""
     indices = list(changed)
@@ -945,9 +975,9 @@ def _predict_effect(
     views = [history.turns[i].view for i in indices]
     if all(v is not None and v.keeps_all for v in views):
         return {"divergence_unit": None, "predicted_cache_read": keep_read, "reprefill_tokens": 0}
-    request = adapter.encode(prefix, history.rendered(), model, options, records)
+    request = adapter.encode(prefix, history.rendered(), model, options, records, encodings=encodings)
     d = divergence(request.units, record.blocks)
-    predicted = predict(adapter, request, records)
+    predicted = predict(adapter, request, records, predictions)
     dropped = 0
     for i, view in zip(indices, views, strict=True):
         for k, step in enumerate(history.turns[i].steps):

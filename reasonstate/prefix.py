@@ -15,15 +15,13 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import attrs
 
 from reasonstate.errors import InvalidOption
 from reasonstate.state.frozen import freeze
-
-_T = TypeVar("_T")
 
 __all__ = ["MAX_DEPTH", "MAX_LEAVES", "Prefix", "Tool", "canonical_json", "flat_schema"]
 
@@ -306,8 +304,6 @@ class Prefix:
     system: str = attrs.field(default="", validator=_text("system=..."))
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_sorted_tools)
     few_shots: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
-    # values derived from this immutable prefix (fingerprint, a codec's encoded head), computed once
-    _derived: dict[Hashable, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @tools.validator
     def _unique_names(self, _attr: object, tools: Sequence[Tool]) -> None:
@@ -328,18 +324,10 @@ class Prefix:
 
     @property
     def fingerprint(self) -> str:
-        """``"sha256:" + sha256(canonical_bytes)``, computed once."""
-        return self.derived("fingerprint", lambda: "sha256:" + _sha256_hex(self.canonical_bytes))
-
-    def derived(self, key: Hashable, build: Callable[[], _T]) -> _T:
-        """``build()``, computed once per ``key`` for this prefix (which never changes). Whatever is built
-        is shared by every caller: it must be immutable, or copied before it is changed."""
-        derived = self._derived
-        if key in derived:
-            value: _T = derived[key]
-            return value
-        value = derived[key] = build()
-        return value
+        """``"sha256:" + sha256(canonical_bytes)``. Computed on each read (a prefix holds no memo): a
+        session reads it once per prefix; what codecs derive from a prefix is memoized in the caller's
+        ``Encodings``."""
+        return "sha256:" + _sha256_hex(self.canonical_bytes)
 
     def volatile_spans(self) -> list[str]:
         """Clock times with seconds in the system prompt: they change every request across sessions

@@ -21,11 +21,12 @@ from typing import Any, TypeVar
 import attrs
 
 from reasonstate.adapters import Adapter, adapter_for, transport
-from reasonstate.adapters.base import FOREIGN_REASONING, VendorRequest
+from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, VendorRequest
 from reasonstate.adapters.streams import StreamEvent
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
+from reasonstate.cache.rules import PredictionMemo
 from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnState, finished
 from reasonstate.errors import IllegalTransition, InvalidOption, ToolResultError
 from reasonstate.export import WARNED_KINDS, ExportContext, Exporter, Publisher
@@ -179,6 +180,9 @@ class _Core(Switching):
         self._adapter: Adapter = (
             adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
         )
+        # the session's encoding memo (an adapter holds configuration only); a switch starts a new one
+        self._encodings = Encodings()
+        self._predictions = PredictionMemo()  # and its cache predictor's
         self._model = model
         self._refuse_options(self._adapter, model, request_options)
         self._set_prefix(Prefix(system=system, tools=tools, few_shots=few_shots))
@@ -237,6 +241,7 @@ class _Core(Switching):
                     prefix=self._prefix,
                     model=self._model,
                     encode=lambda history: self._encode(history, layers=committed),
+                    predictions=self._predictions,
                 ),
                 None,
             )

@@ -153,20 +153,23 @@ def assert_memoized_runs_encode_as_fresh(session: rs.Session, options: dict[str,
 
     import attrs
 
-    from reasonstate.adapters.base import compact
+    from reasonstate.adapters.base import Encodings, compact
     from reasonstate.state import History, Turn, TurnView
 
     turns = session.history.turns
     adapter, prefix, model = session._adapter, session.prefix, session.model
     options = dict(session._options) if options is None else options
+    memo = session._encodings  # the session's memo, as its own requests left it
 
-    def request(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
+    def request(
+        history: tuple[Turn, ...], encodings: Encodings = memo
+    ) -> tuple[bytes, tuple[str, ...], list[str]]:
         full = History((*history, Turn(index=len(history), user="Next?")))
-        r = adapter.encode(prefix, full, model, options, [])
+        r = adapter.encode(prefix, full, model, options, [], encodings=encodings)
         return compact(r.kwargs), r.units, [c.digest for c in r.withheld]
 
     def fresh(history: tuple[Turn, ...]) -> tuple[bytes, tuple[str, ...], list[str]]:
-        return request(tuple(attrs.evolve(t) for t in history))
+        return request(tuple(attrs.evolve(t) for t in history), Encodings())
 
     dropped = [attrs.evolve(t, view=TurnView((False,) * len(t.steps), policy="drop")) for t in turns]
     rng = random.Random(9)

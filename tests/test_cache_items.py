@@ -81,32 +81,35 @@ def test_shared_prefixes_and_predictions_equal_the_direct_definition(data: st.Da
     if data.draw(st.booleans()):  # another namespace in between (another model, another cache key)
         records.insert(data.draw(st.integers(0, len(records))), _record(99, ("other", "a"), 50))
     cache = rules.CacheRules(scheme="items", source="test", min_tokens=data.draw(st.integers(0, 40)), step=3)
+    memo = rules.PredictionMemo()
     for _ in range(3):  # the same records again: the memoized pairs must give the same answers
         units = data.draw(st.one_of(st.sampled_from(chains), UNITS, st.just(chains[-1] + ("a", "b"))))
         same = [r for r in records if r.blocks[0] == units[0]]
-        assert rules._shared(units, same) == [common_prefix_len(units, r.blocks) for r in same]
-        got = rules.predict_cache_read(cache, "gemini-3-flash", units, records)
+        assert rules._shared(units, same, memo) == [common_prefix_len(units, r.blocks) for r in same]
+        got = rules.predict_cache_read(cache, "gemini-3-flash", units, records, memo=memo)
         assert got == _reference(cache, "gemini-3-flash", units, records[-cache.recent :])
 
 
 def test_a_record_changed_in_memory_is_compared_again() -> None:
     a, b = _record(0, ("ns", "a"), 10), _record(1, ("ns", "a", "b", "c"), 20)
     q = ("ns", "a", "b", "c", "d")
-    assert rules._shared(q, [a, b]) == [2, 4]
+    memo = rules.PredictionMemo()
+    assert rules._shared(q, [a, b], memo) == [2, 4]
     object.__setattr__(a, "blocks", ("ns", "a", "b", "x"))  # the pair's memo no longer holds
-    assert rules._shared(q, [a, b]) == [3, 4]
+    assert rules._shared(q, [a, b], memo) == [3, 4]
     a2 = attrs.evolve(a, blocks=("ns", "z"))  # another record in the same place
-    assert rules._shared(q, [a2, b]) == [1, 4]
+    assert rules._shared(q, [a2, b], memo) == [1, 4]
 
 
 def test_the_memo_goes_with_its_records() -> None:
     records = [_record(i, ("ns", *"abc"[: i + 1]), 10) for i in range(3)]
-    rules._shared(("ns", "a", "b", "c"), records)
+    memo = rules.PredictionMemo()
+    rules._shared(("ns", "a", "b", "c"), records, memo)
     keys = {id(r) for r in records[1:]}
-    assert keys <= set(rules._PAIRS)
+    assert keys <= set(memo._pairs)
     del records
     gc.collect()
-    assert not keys & set(rules._PAIRS)
+    assert not keys & set(memo._pairs)
 
 
 @given(data=st.data())
@@ -117,26 +120,34 @@ def test_predicting_as_a_session_does_equals_the_direct_definition(data: st.Data
     chains = _chains(data.draw)
     cache = rules.CacheRules(scheme="items", source="test", min_tokens=data.draw(st.integers(0, 40)), step=3)
     records: list[ExecutionRecord] = []
+    memo = rules.PredictionMemo()  # the session's: the finding of each prediction is kept in it
+    fresh = data.draw(st.booleans())  # a new tuple per request (as codecs build them), or a repeated one
     for i, chain in enumerate(chains):
-        units = rules.Units(chain)  # as a VendorRequest holds them: the predictor's finding rides along
+        units = tuple(list(chain)) if fresh else chain  # the very tuple the record keeps as its blocks
         expected = _reference(cache, "gemini-3-flash", units, records[-cache.recent :])
-        assert rules.predict_cache_read(cache, "gemini-3-flash", units, records) == expected
+        assert rules.predict_cache_read(cache, "gemini-3-flash", units, records, memo=memo) == expected
         records.append(_record(i, units, 4 + 3 * len(units)))
 
 
 def test_the_shortcut_is_taken_on_an_append_only_session() -> None:
     cache = rules.CacheRules(scheme="items", source="test", min_tokens=0, step=1)
     records: list[ExecutionRecord] = []
-    chain: tuple[str, ...] = rules.Units(("ns",))
+    chain: tuple[str, ...] = ("ns",)
+    memo = rules.PredictionMemo()
     for i in range(5):
-        chain = rules.Units((*chain, f"u{i}"))
-        rules.predict_cache_read(cache, "gemini-3-flash", chain, records)
+        chain = (*chain, f"u{i}")
+        rules.predict_cache_read(cache, "gemini-3-flash", chain, records, memo=memo)
         records.append(_record(i, chain, 10 * (i + 1)))
     # the newest record was remembered as contained in no earlier request: a request extending it is
     # answered from it alone (the slow path would compare every record)
-    assert rules._extends_uncontained((*chain, "next"), records[-1].blocks)
-    assert rules.predict_cache_read(cache, "gemini-3-flash", (*chain, "next"), records) == 50
+    assert rules._extends_uncontained((*chain, "next"), records[-1].blocks, memo, cache.recent)
+    assert rules.predict_cache_read(cache, "gemini-3-flash", (*chain, "next"), records, memo=memo) == 50
     # a request that does not extend the newest record takes the full comparison, and so does a record
-    # whose units carry no finding (restored from a snapshot: a plain tuple)
-    assert not rules._extends_uncontained(("ns", "u0", "x"), records[-1].blocks)
-    assert not rules._extends_uncontained((*chain, "next"), tuple(records[-1].blocks))
+    # whose units have no finding in the memo (restored from a snapshot: another tuple), or only one made
+    # over a narrower window of records, or in another memo
+    assert not rules._extends_uncontained(("ns", "u0", "x"), records[-1].blocks, memo, cache.recent)
+    assert not rules._extends_uncontained(
+        (*chain, "next"), tuple(list(records[-1].blocks)), memo, cache.recent
+    )
+    assert not rules._extends_uncontained((*chain, "next"), records[-1].blocks, memo, cache.recent + 1)
+    assert not rules._extends_uncontained((*chain, "next"), records[-1].blocks, rules.PredictionMemo(), 64)

@@ -401,8 +401,6 @@ class AnthropicAdapter:
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
-        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
-        self.encodings = Encodings()
         self.rules: ProtocolRules = AnthropicRules(
             vendor=VENDOR,
             api=API,
@@ -424,8 +422,9 @@ class AnthropicAdapter:
         encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``messages.create`` kwargs for the next call on ``history`` (whose last turn is open)."""
-        memo = encodings if encodings is not None else self.encodings
-        head_tools, head_system, head_units = prefix.derived((API, "head"), functools.partial(_head, prefix))
+        memo = encodings if encodings is not None else Encodings()
+        head = memo.derived(prefix, (API, "head"), functools.partial(_head, prefix))
+        head_tools, head_system, head_units = head
         # shared with every request on this prefix: the lists are copied, and a marked block is a new dict
         tools, system, units = list(head_tools), list(head_system), list(head_units)
         n_head = len(units)

@@ -1,10 +1,11 @@
 """The adapter contract: a pure codec (``encode``/``decode``), its rules as data, and where the SDK call goes.
 
-An adapter object holds configuration (dialect, rules) and, for callers that hand ``encode`` none, an
-:class:`Encodings` memo of its own. Everything a request depends on is an argument: ``encode`` is a pure
-function of the session's layers (the same prefix, history, model, options and records always give the same
-kwargs, and so the same bytes, whatever the memo holds: its entries are keyed so that a stale one cannot be
-read), ``decode`` a pure function of the vendor's JSON answer and the request that produced it. What must be
+An adapter object holds configuration only (dialect, rules): the memos of an encoding live in the
+:class:`Encodings` its caller owns and hands in (a session's, one per adapter it uses; a fresh one per call
+when none is given). Everything a request depends on is an argument: ``encode`` is a pure function of the
+session's layers (the same prefix, history, model, options and records always give the same kwargs, and so
+the same bytes, whatever the memo holds: its entries are keyed so that a stale one cannot be read),
+``decode`` a pure function of the vendor's JSON answer and the request that produced it. What must be
 carried between calls is a value in the four layers (and so in every snapshot). The I/O is
 :mod:`reasonstate.adapters.transport`; the cache predictor is :mod:`reasonstate.cache`. Each vendor API's
 module is its room: its codec, its stream assembler (on :mod:`reasonstate.adapters.streams`' base), its
@@ -18,14 +19,14 @@ import functools
 import json
 import operator
 import weakref
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import attrs
 
 from reasonstate.adapters.streams import StreamEvent
 from reasonstate.cache.divergence import View
-from reasonstate.cache.rules import CacheRules, Units
+from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import ContinuationMismatch, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
@@ -329,20 +330,22 @@ class RunNode(Generic[_R]):
 
 
 class Encodings:
-    """Encoding memos: what codecs derived from turn values, by (turn, key), and the newest run of closed
-    turns per run key. One belongs to a session (handed to ``Adapter.encode``); an adapter keeps its own for
-    callers that hand it none.
+    """Encoding memos: what codecs derived from turn and prefix values, by (turn or prefix, key), and the
+    newest run of closed turns per run key. One belongs to a session (handed to ``Adapter.encode`` and the
+    history views) and is replaced when the session moves to another adapter; a caller that hands none
+    gets a fresh one per call.
 
-    Keyed so that a stale entry cannot be read: an entry is found by the very turn object it was built from
-    (checked through a weak reference, so a reused ``id`` never matches) and goes with that turn. A turn is
-    immutable and a changed turn is a new object without entries, so an entry is true for as long as it
-    can be read. The values themselves hold no memo: this object is where memos live.
+    Keyed so that a stale entry cannot be read: an entry is found by the very turn (or prefix) object it
+    was built from (checked through a weak reference, so a reused ``id`` never matches) and goes with that
+    object. Turns and prefixes are immutable and a changed one is a new object without entries, so an
+    entry is true for as long as it can be read. The values themselves hold no memo: this object is where
+    memos live.
     """
 
     __slots__ = ("_calls", "_runs", "_turns")
 
     def __init__(self) -> None:
-        self._turns: dict[int, tuple[weakref.ref[Turn], dict[Hashable, Any]]] = {}
+        self._turns: dict[int, tuple[weakref.ref[Any], dict[Hashable, Any]]] = {}
         self._runs: dict[Hashable, tuple[RunNode[Any], Any]] = {}
         self._calls: dict[tuple[Hashable, ...], Any] = {}
 
@@ -357,7 +360,7 @@ class Encodings:
         result: _T = found
         return result
 
-    def _entries(self, turn: Turn) -> dict[Hashable, Any] | None:
+    def _entries(self, turn: Turn | Prefix) -> dict[Hashable, Any] | None:
         hit = self._turns.get(id(turn))
         if hit is not None and hit[0]() is turn:
             return hit[1]
@@ -366,6 +369,14 @@ class Encodings:
     def encoded(self, turn: Turn, key: Hashable, build: Callable[[], _T]) -> _T:
         """``build()``, computed once per ``key`` for this turn object and shared afterwards. Callers
         re-verify the payloads an encoding was built from before each send."""
+        return self._once(turn, key, build)
+
+    def derived(self, prefix: Prefix, key: Hashable, build: Callable[[], _T]) -> _T:
+        """``build()``, computed once per ``key`` for this prefix object (a codec's encoded tools and
+        system blocks) and shared afterwards: it must be immutable, or copied before it is changed."""
+        return self._once(prefix, key, build)
+
+    def _once(self, turn: Turn | Prefix, key: Hashable, build: Callable[[], _T]) -> _T:
         entries = self._entries(turn)
         if entries is None:
             entries = self._new_entries(turn)
@@ -387,7 +398,7 @@ class Encodings:
             entries = self._new_entries(turn)
         entries[key] = value
 
-    def _new_entries(self, turn: Turn) -> dict[Hashable, Any]:
+    def _new_entries(self, turn: Turn | Prefix) -> dict[Hashable, Any]:
         key, entries = id(turn), dict[Hashable, Any]()
         self._turns[key] = (weakref.ref(turn, functools.partial(_forget, self._turns, key)), entries)
         return entries
@@ -563,6 +574,10 @@ def _has_reasoning(parts: Sequence[Part]) -> bool:
     return any(_is_reasoning(p) for p in parts)
 
 
+def _units(units: Iterable[str]) -> tuple[str, ...]:
+    return tuple(units)
+
+
 @attrs.frozen(slots=True)
 class VendorRequest:
     """The exact keyword arguments of one vendor SDK call, plus what the cache prediction needs.
@@ -576,8 +591,7 @@ class VendorRequest:
     """
 
     kwargs: Mapping[str, Any]
-    #: a :class:`~reasonstate.cache.rules.Units` (a tuple that carries the cache predictor's finding)
-    units: tuple[str, ...] = attrs.field(converter=Units)
+    units: tuple[str, ...] = attrs.field(converter=_units)
     model: str = ""
     breakpoints: tuple[int, ...] = ()
     prefix_units: int = 0
@@ -676,7 +690,8 @@ class Adapter(Protocol):
         encodings: Encodings | None = None,
     ) -> VendorRequest:
         """The next request on ``history`` (whose last turn is open). ``lost_responses``: response ids the
-        vendor said it no longer holds (derived from the trace), never referred to again."""
+        vendor said it no longer holds (derived from the trace), never referred to again. ``encodings``: the
+        caller's memo, reused across its requests (None: a fresh one, so nothing is reused)."""
         ...
 
     def decode(self, response: Any, request: VendorRequest) -> DecodedStep:

@@ -353,8 +353,6 @@ class GeminiAdapter:
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
-        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
-        self.encodings = Encodings()
         self.rules: ProtocolRules = GeminiRules(vendor=VENDOR, api=API)
 
     # -- encode ------------------------------------------------------------------------------------------
@@ -370,7 +368,7 @@ class GeminiAdapter:
         encodings: Encodings | None = None,
     ) -> VendorRequest:
         """Build the ``models.generate_content`` kwargs for the next call on ``history``."""
-        memo = encodings if encodings is not None else self.encodings
+        memo = encodings if encodings is not None else Encodings()
         units: list[str] = [memo.call(_head_unit, "model", model)]
         config: dict[str, Any] = {}
         if prefix.system:

@@ -349,8 +349,6 @@ class OpenAIChatAdapter:
         self.vendor: str = dialect
         self.rules = ProtocolRules(vendor=dialect, api=API, tool_steps_keep_reasoning=dialect == "deepseek")
         self.cache = _CACHE[dialect]
-        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
-        self.encodings = Encodings()
         # ``stream_options.include_usage``: the usage arrives in the last chunk (docs/protocols.md §2.1)
         self.endpoint = Endpoint(
             sdk="openai",
@@ -398,7 +396,7 @@ class OpenAIChatAdapter:
             add({"role": "assistant", "content": answer})
         n_head = len(units)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = self._closed_run(closed, model, encodings if encodings is not None else self.encodings)
+        run = self._closed_run(closed, model, encodings if encodings is not None else Encodings())
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         messages.extend(run.values)
         units.extend(run.units)

@@ -348,8 +348,6 @@ class OpenAIResponsesAdapter:
 
     def __init__(self, *, strict_tools: bool | None = None) -> None:
         self._strict = strict_tools
-        #: the encoding memo of callers that hand ``encode`` none (a session hands its own)
-        self.encodings = Encodings()
         self.rules: ProtocolRules = ResponsesRules(
             vendor=VENDOR, api=API, reasoning_only_steps_keep_reasoning=False
         )
@@ -392,7 +390,7 @@ class OpenAIResponsesAdapter:
                 values.append(item.value)
                 units.append(item.unit)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, store, encodings if encodings is not None else self.encodings)
+        run = _closed_run(closed, model, store, encodings if encodings is not None else Encodings())
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         values.extend(run.values)
         units.extend(run.units)

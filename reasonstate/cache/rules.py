@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -25,8 +25,8 @@ from reasonstate.state import ExecutionRecord
 __all__ = [
     "NEVER",
     "CacheRules",
+    "PredictionMemo",
     "Scheme",
-    "Units",
     "predict_cache_read",
     "shared_tokens",
 ]
@@ -90,11 +90,14 @@ def predict_cache_read(
     breakpoints: Sequence[int] = (),
     prefix_units: int = 0,
     prompt_ids: Sequence[int] | None = None,
+    memo: PredictionMemo | None = None,
 ) -> int | None:
     """What the vendor will report as cache read for a request with these prefix ``units``.
 
     ``breakpoints`` and ``prefix_units`` matter for explicit breakpoints, ``prompt_ids`` for token-level
-    engines. ``records`` are the session's earlier successful requests, oldest first.
+    engines. ``records`` are the session's earlier successful requests, oldest first. ``memo``: what
+    earlier predictions on these records learned (the caller's, one per session or guard; None: a fresh
+    one, so nothing is reused). The answer is the same whatever the memo holds.
     """
     if rules.scheme == "breakpoints":  # entries of other models are never read: filter before the window
         own: list[ExecutionRecord] = []
@@ -107,7 +110,7 @@ def predict_cache_read(
         return _breakpoints(rules, model, units, own, breakpoints, prefix_units)
     recent = records[-rules.recent :]
     if rules.scheme == "items":
-        return _items(rules, model, units, recent)
+        return _items(rules, model, units, recent, PredictionMemo() if memo is None else memo)
     if rules.scheme == "tokens":
         return _tokens(rules, prompt_ids or (), recent)
     return _messages(rules, model, units, recent)
@@ -160,7 +163,11 @@ def _breakpoints(
 
 
 def _items(
-    rules: CacheRules, model: str, units: Sequence[str], records: Sequence[ExecutionRecord]
+    rules: CacheRules,
+    model: str,
+    units: Sequence[str],
+    records: Sequence[ExecutionRecord],
+    memo: PredictionMemo,
 ) -> int | None:
     """Automatic caching by input item (OpenAI Responses, docs/protocols.md §1.5).
 
@@ -170,22 +177,22 @@ def _items(
     whole prompt and no earlier request diverges *inside* unit ``M``. Otherwise None, unless every earlier
     prompt was below the minimum (then 0).
     """
-    q = units if isinstance(units, tuple) else tuple(units)  # a Units keeps its identity (and its finding)
+    q = tuple(units)  # a tuple keeps its identity (the memo's finding is found by it)
     newest = records[-1] if records else None
-    if newest is not None and newest.blocks and _extends_uncontained(q, newest.blocks):
+    if newest is not None and newest.blocks and _extends_uncontained(q, newest.blocks, memo, rules.recent):
         # the newest request is a prefix of this one and shared fewer units than its own length with every
         # earlier request: then each earlier one shares with this request what it shared with the newest
         # (fewer units than the newest has), so the newest is the longest match, known exactly, and
         # nothing diverges inside it: the loop below would find the same
-        _remember(q, contained=len(newest.blocks) == len(q))
+        memo.remember(q, rules.recent, contained=len(newest.blocks) == len(q))
         return rules.reported(newest.usage.prompt_tokens, model)
     same = [r for r in records if r.blocks and q and r.blocks[0] == q[0]]
     if not same:
-        _remember(q, contained=False)
+        memo.remember(q, rules.recent, contained=False)
         return 0
-    shared = _shared(q, same)
+    shared = _shared(q, same, memo)
     m = max(shared)
-    _remember(q, contained=m >= len(q))
+    memo.remember(q, rules.recent, contained=m >= len(q))
     known = next(
         (r.usage.prompt_tokens for r, s in zip(same, shared, strict=True) if s == len(r.blocks) == m),
         None,
@@ -197,31 +204,100 @@ def _items(
     return rules.reported(known, model)
 
 
-class Units(tuple[str, ...]):
-    """A request's prefix units (``VendorRequest.units``, which becomes its record's ``blocks``): a tuple
-    that can also carry what the ``items`` predictor found when it predicted this request — whether some
-    earlier request shared all of these units (``contained``; None: not predicted). Records never change,
-    so the fact stays true for the record; it lets the next request be answered from the newest record
-    alone. Equal to (and hashed as) the plain tuple of its units."""
-
-    contained: bool | None = None
+#: how many predictions' findings a :class:`PredictionMemo` keeps (the one read is the newest record's:
+#: its request's prediction, with the policy's and the fold's predictions at most since)
+_KEPT = 8
 
 
-def _remember(q: tuple[str, ...], *, contained: bool) -> None:
-    if type(q) is Units:
-        q.contained = contained
+class PredictionMemo:
+    """What the ``items`` predictor learned from earlier predictions, for later ones on the same records:
+    one belongs to a session (next to its encoding memo, replaced when it moves to another adapter) or a
+    guard, and is handed to :func:`predict_cache_read`. Memos live here, never on the values.
+
+    * whether some earlier request shared all of a predicted request's units (``contained``), found by the
+      very unit tuple the prediction read (held, so its ``id`` cannot be reused while the entry lives; the
+      newest few only) and read only by a prediction whose window of records is no wider. The request's
+      record keeps that tuple as its ``blocks``, so the next request can be answered from the newest
+      record alone;
+    * the shared length of two consecutive records' blocks, found by the very record objects (weak
+      references: an entry goes with its record) and blocks (a record changed in memory is compared again).
+
+    Keyed so that a stale entry cannot be read, and an answer is the same whatever the memo holds.
+    """
+
+    __slots__ = ("_contained", "_pairs")
+
+    def __init__(self) -> None:
+        self._contained: dict[int, tuple[tuple[str, ...], int, bool]] = {}
+        self._pairs: dict[
+            int,
+            tuple[
+                weakref.ref[ExecutionRecord],
+                weakref.ref[ExecutionRecord],
+                tuple[str, ...],
+                tuple[str, ...],
+                int,
+            ],
+        ] = {}
+
+    def contained(self, units: tuple[str, ...], recent: int) -> bool | None:
+        """Whether some earlier request (of the newest ``recent`` or more) shared all of ``units`` when this
+        very tuple was predicted (None: not predicted here with such a window, or no longer kept)."""
+        hit = self._contained.get(id(units))
+        return hit[2] if hit is not None and hit[0] is units and hit[1] >= recent else None
+
+    def remember(self, units: tuple[str, ...], recent: int, *, contained: bool) -> None:
+        """Note what a prediction of ``units`` over the newest ``recent`` records found."""
+        found = self._contained
+        key = id(units)
+        found.pop(key, None)
+        found[key] = (units, recent, contained)
+        if len(found) > _KEPT:
+            del found[next(iter(found))]
+
+    def pair_shared(self, later: ExecutionRecord, earlier: ExecutionRecord) -> int:
+        """``common_prefix_len(later.blocks, earlier.blocks)``, computed once per pair of records."""
+        pairs = self._pairs
+        key = id(later)
+        hit = pairs.get(key)
+        if (
+            hit is not None
+            and hit[0]() is later
+            and hit[1]() is earlier
+            and hit[2] is later.blocks
+            and hit[3] is earlier.blocks
+        ):
+            return hit[4]
+        d = common_prefix_len(later.blocks, earlier.blocks)
+        pairs[key] = (
+            weakref.ref(later, functools.partial(_forget, pairs, key)),
+            weakref.ref(earlier),
+            later.blocks,
+            earlier.blocks,
+            d,
+        )
+        return d
 
 
-def _extends_uncontained(q: tuple[str, ...], blocks: tuple[str, ...]) -> bool:
+def _forget(pairs: dict[int, Any], key: int, ref: weakref.ref[ExecutionRecord]) -> None:
+    hit = pairs.get(key)
+    if hit is not None and hit[0] is ref:
+        del pairs[key]
+
+
+def _extends_uncontained(
+    q: tuple[str, ...], blocks: tuple[str, ...], memo: PredictionMemo, recent: int
+) -> bool:
     """Whether ``blocks`` (the newest record's units) is a prefix of ``q`` and, when its request was
-    predicted, no earlier request shared all of its units."""
-    if getattr(blocks, "contained", True) is not False:
+    predicted with ``memo`` (over a window of at least ``recent`` records), no earlier request shared all
+    of its units."""
+    if memo.contained(blocks, recent) is not False:
         return False
     n = len(blocks)
     return n <= len(q) and q[:n] == blocks
 
 
-def _shared(q: tuple[str, ...], records: Sequence[ExecutionRecord]) -> list[int]:
+def _shared(q: tuple[str, ...], records: Sequence[ExecutionRecord], memo: PredictionMemo) -> list[int]:
     """``common_prefix_len(q, r.blocks)`` for each record, oldest first, without comparing ``q`` with each.
 
     The newest record is compared directly. Each earlier one follows from the record after it: with ``s``
@@ -239,48 +315,11 @@ def _shared(q: tuple[str, ...], records: Sequence[ExecutionRecord]) -> list[int]
         if later is None:
             s = common_prefix_len(q, r.blocks)
         else:
-            d = _pair_shared(later, r)
+            d = memo.pair_shared(later, r)
             s = min(s, d) if s != d else d + common_prefix_len(q[d:], r.blocks[d:])
         out[i] = s
         later = r
     return out
-
-
-#: ``id(record)`` -> (the record, the one before it, their blocks, their shared length): weak references,
-#: so an entry goes with its record; the blocks are kept to notice a record changed in memory
-_PAIRS: dict[
-    int,
-    tuple[weakref.ref[ExecutionRecord], weakref.ref[ExecutionRecord], tuple[str, ...], tuple[str, ...], int],
-] = {}
-
-
-def _pair_shared(later: ExecutionRecord, earlier: ExecutionRecord) -> int:
-    """``common_prefix_len(later.blocks, earlier.blocks)``, computed once per pair of records."""
-    key = id(later)
-    hit = _PAIRS.get(key)
-    if (
-        hit is not None
-        and hit[0]() is later
-        and hit[1]() is earlier
-        and hit[2] is later.blocks
-        and hit[3] is earlier.blocks
-    ):
-        return hit[4]
-    d = common_prefix_len(later.blocks, earlier.blocks)
-    _PAIRS[key] = (
-        weakref.ref(later, functools.partial(_forget, key)),
-        weakref.ref(earlier),
-        later.blocks,
-        earlier.blocks,
-        d,
-    )
-    return d
-
-
-def _forget(key: int, ref: weakref.ref[ExecutionRecord]) -> None:
-    hit = _PAIRS.get(key)
-    if hit is not None and hit[0] is ref:
-        del _PAIRS[key]
 
 
 def _messages(

@@ -27,7 +27,7 @@ import attrs
 
 from reasonstate.adapters import room_for_path
 from reasonstate.cache.divergence import CAUSES, Cause, Divergence, View
-from reasonstate.cache.rules import CacheRules
+from reasonstate.cache.rules import CacheRules, PredictionMemo
 from reasonstate.state import Usage
 
 __all__ = ["CAUSES", "Cause", "Divergence", "Guard", "GuardRecord", "GuardWarning", "instrument"]
@@ -108,6 +108,8 @@ class Guard:
         # the recent analysed requests: (record, view, parsed response) and their execution records
         self._recent: list[tuple[GuardRecord, View, Any]] = []
         self._executed: list[Any] = []
+        # what the cache predictor learned from the earlier predictions on ``_executed``
+        self._predictions = PredictionMemo()
 
     @property
     def records(self) -> tuple[GuardRecord, ...]:

@@ -75,6 +75,7 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
             earlier,
             breakpoints=view.breakpoints,
             prefix_units=view.prefix_units,
+            memo=guard._predictions,
         )
         if divergence is None and predicted is not None and reported is not None and predicted != reported:
             kind = "unexplained_miss" if reported < predicted else "prediction_mismatch"

@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar, cast
 import attrs
 
 from reasonstate.cache import CacheRules, divergence, predict_cache_read
+from reasonstate.cache.rules import PredictionMemo
 from reasonstate.policies import Fold, reasoning_tokens
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import FOLD_INTRO, EventKind, ExecutionRecord, Folded, History, Trace, Turn, TurnView
@@ -152,10 +153,12 @@ def folded(
     prefix: Prefix,
     model: str,
     encode: Callable[[History], _Request],
+    predictions: PredictionMemo | None = None,
 ) -> _L:
     """The layers after the turn that just closed, folded when the context is ``>= fold.threshold_tokens``
     (see the module docstring); ``encode`` is how the session builds a request on a history (used only to
-    predict where the next request diverges)."""
+    predict where the next request diverges), ``predictions`` the session's prediction memo (None: a
+    fresh one)."""
     history = layers.history
     if not history.turns or not history.turns[-1].closed:
         return layers
@@ -210,6 +213,7 @@ def folded(
             breakpoints=request.breakpoints,
             prefix_units=request.prefix_units,
             prompt_ids=request.prompt_ids,
+            memo=predictions,
         )
     except Exception as exc:  # the summarizer is user code: a failed fold is skipped, never half-applied
         return _traced(
