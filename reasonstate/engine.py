@@ -71,8 +71,8 @@ from reasonstate.adapters.base import (
     request_digest,
     without_payloads,
 )
-from reasonstate.cache.divergence import Divergence, divergence, explain
-from reasonstate.cache.rules import PredictionMemo, predict_cache_read
+from reasonstate.cache.divergence import Divergence, explain
+from reasonstate.cache.rules import PredictionMemo, divergence, predict_cache_read
 from reasonstate.errors import IllegalTransition, PolicyConflict, ReasonStateError, VendorError
 from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
 from reasonstate.prefix import Prefix

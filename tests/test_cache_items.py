@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reasonstate.cache import rules
-from reasonstate.cache.divergence import common_prefix_len
+from reasonstate.cache.rules import common_prefix_len
 from reasonstate.state import ExecutionRecord, Usage
 
 UNITS = st.lists(st.sampled_from("abc"), min_size=1, max_size=12).map(lambda u: ("ns", *u))

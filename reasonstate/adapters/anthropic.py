@@ -51,13 +51,12 @@ from reasonstate.cache.divergence import (
     Section,
     View,
     ViewBuilder,
-    divergence,
     listed,
     model_name,
     request_body,
     walk,
 )
-from reasonstate.cache.rules import CacheRules
+from reasonstate.cache.rules import CacheRules, divergence
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix
 from reasonstate.state import (

@@ -7,7 +7,8 @@ Gemini; docs/protocols.md §1.5, §3.4, §4.4, §5.3). Each vendor room builds t
 (``reasonstate.adapters.view_of``) and hands them what only it knows about its units (which hold reasoning:
 a :class:`Reasoning`), so :func:`explain` stays vendor-neutral: it finds the first unit where a request stops
 extending an earlier one, the JSON path of the first differing value inside it, and names the cause from
-:data:`CAUSES`. :func:`common_prefix_len` and :func:`divergence` compare bare unit chains (or token ids).
+:data:`CAUSES`. The bare chain measures it reads (:func:`~reasonstate.cache.rules.common_prefix_len`,
+:func:`~reasonstate.cache.rules.divergence`) are the predictor's, in :mod:`reasonstate.cache.rules`.
 Everything here is pure and never raises on odd input (a missing key is an absent value).
 """
 
@@ -16,10 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, Protocol, get_args
 
 import attrs
+
+from reasonstate.cache.rules import common_prefix_len
 
 __all__ = [
     "CAUSES",
@@ -32,9 +35,7 @@ __all__ = [
     "Unit",
     "View",
     "ViewBuilder",
-    "common_prefix_len",
     "compact_key",
-    "divergence",
     "explain",
     "listed",
     "model_name",
@@ -45,31 +46,6 @@ __all__ = [
 
 
 # -- unit chains --------------------------------------------------------------------------------------------
-
-
-def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def divergence(units: Sequence[str], previous: Sequence[str]) -> int | None:
-    """The first unit index where ``units`` differs from ``previous``; None when ``units`` extends it.
-
-    Invariant: ``units[:d] == previous[:d]`` and (``d == len(previous)`` or ``units[d] != previous[d]``)
-    for the returned ``d``, except that None means ``units[:len(previous)] == previous``.
-    """
-    d = common_prefix_len(tuple(units), tuple(previous))
-    return None if d == len(previous) else d
 
 
 # -- views --------------------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 import attrs
 
-from reasonstate.cache.divergence import common_prefix_len
 from reasonstate.state import ExecutionRecord
 
 __all__ = [
@@ -27,9 +26,41 @@ __all__ = [
     "CacheRules",
     "PredictionMemo",
     "Scheme",
+    "common_prefix_len",
+    "divergence",
     "predict_cache_read",
     "shared_tokens",
 ]
+
+
+# -- the bare measure of where two unit chains (or token-id sequences) part: read by the prediction here,
+# by every request's execution record (its divergence from the previous one) and by the cause analysis
+
+
+def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def divergence(units: Sequence[str], previous: Sequence[str]) -> int | None:
+    """The first unit index where ``units`` differs from ``previous``; None when ``units`` extends it.
+
+    Invariant: ``units[:d] == previous[:d]`` and (``d == len(previous)`` or ``units[d] != previous[d]``)
+    for the returned ``d``, except that None means ``units[:len(previous)] == previous``.
+    """
+    d = common_prefix_len(tuple(units), tuple(previous))
+    return None if d == len(previous) else d
+
 
 #: ``breakpoints``: explicit ``cache_control`` markers (Anthropic); ``items``: automatic caching of any
 #: earlier prompt, matched by input item (OpenAI Responses); ``messages``: the same, per chat message

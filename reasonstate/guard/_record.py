@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from reasonstate.adapters import Room, room_for_path
-from reasonstate.cache.divergence import View, common_prefix_len, explain
-from reasonstate.cache.rules import CacheRules, predict_cache_read
+from reasonstate.cache.divergence import View, explain
+from reasonstate.cache.rules import CacheRules, common_prefix_len, predict_cache_read
 from reasonstate.state import ExecutionRecord, Usage
 from reasonstate.state.continuation import digest_of
 

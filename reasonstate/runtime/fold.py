@@ -26,8 +26,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import attrs
 
-from reasonstate.cache import CacheRules, divergence, predict_cache_read
-from reasonstate.cache.rules import PredictionMemo
+from reasonstate.cache.rules import CacheRules, PredictionMemo, divergence, predict_cache_read
 from reasonstate.policies import Fold, reasoning_tokens
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import FOLD_INTRO, EventKind, ExecutionRecord, Folded, History, Trace, Turn, TurnView

@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from reasonstate.cache.divergence import common_prefix_len
+from reasonstate.cache.rules import common_prefix_len
 from reasonstate.tokens.errors import TemplateRenderError, TokenizerRequired, TokensError
 from reasonstate.tokens.families import FAMILIES, Family, detect_family
 from reasonstate.tokens.protocol import CARRIED, STRUCTURE, Message, ParsedResponse, RenderedTokens, ToolCall
