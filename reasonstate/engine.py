@@ -72,7 +72,7 @@ from reasonstate.adapters.base import (
     without_payloads,
 )
 from reasonstate.cache.divergence import Divergence, explain
-from reasonstate.cache.rules import PredictionMemo, divergence, predict_cache_read
+from reasonstate.cache.rules import PredictionMemo, divergence, predict_request
 from reasonstate.errors import IllegalTransition, PolicyConflict, ReasonStateError, VendorError
 from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
 from reasonstate.prefix import Prefix
@@ -590,16 +590,7 @@ def predict(
 ) -> int | None:
     """The cache read the vendor will report for ``request`` (None: not knowable); ``memo``: the
     session's prediction memo (None: a fresh one)."""
-    return predict_cache_read(
-        adapter.cache,
-        request.model,
-        request.units,
-        records,
-        breakpoints=request.breakpoints,
-        prefix_units=request.prefix_units,
-        prompt_ids=request.prompt_ids,
-        memo=memo,
-    )
+    return predict_request(adapter.cache, request, records, memo)
 
 
 def commit(

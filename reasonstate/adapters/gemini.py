@@ -70,7 +70,15 @@ from reasonstate.adapters.base import (
 )
 from reasonstate.adapters.streams import SSEEvent, StreamAssembler, in_wire_order, json_object
 from reasonstate.cache import rules as cache_rules
-from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body, walk
+from reasonstate.cache.divergence import (
+    View,
+    ViewBuilder,
+    listed,
+    model_name,
+    request_body,
+    walk,
+    without_nulls,
+)
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
@@ -828,14 +836,6 @@ _PROMPT_KEYS = frozenset({"model", "tools", "systemInstruction", "contents"})
 _SIGNATURE_FIELDS = ("thoughtSignature", "thought_signature")
 
 
-def _no_nulls(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_no_nulls(v) for v in value]
-    return value
-
-
 class _Reasoning:
     """Thought parts and thought signatures ride inside a content (§5.4)."""
 
@@ -885,7 +885,7 @@ class GenerateContentRoom(Room):
             b.add("system", "$.systemInstruction", system, system)
         b.prefix = len(b.units)
         for i, content in enumerate(listed(body.get("contents"))):
-            b.add("history", f"$.contents[{i}]", content, _no_nulls(content))
+            b.add("history", f"$.contents[{i}]", content, without_nulls(content))
         return b.view(_REASONING)
 
     def usage(self, raw: Mapping[str, Any]) -> Usage:

@@ -56,7 +56,14 @@ from reasonstate.adapters.base import (
     summary_note,
 )
 from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
-from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
+from reasonstate.cache.divergence import (
+    View,
+    ViewBuilder,
+    listed,
+    model_name,
+    request_body,
+    without_nulls,
+)
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import (
     ContinuationMismatch,
@@ -674,14 +681,6 @@ _PROMPT_KEYS = frozenset({"model", "tools", "messages"})
 _SYSTEM_ROLES = ("system", "developer")
 
 
-def _no_nulls(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_no_nulls(v) for v in value]
-    return value
-
-
 class _Reasoning:
     """Reasoning rides inside an assistant message (``reasoning_content``, ``reasoning``: §3.3)."""
 
@@ -717,7 +716,7 @@ class ChatRoom(Room):
             leading = all(
                 isinstance(x, Mapping) and x.get("role") in _SYSTEM_ROLES for x in messages[: i + 1]
             )
-            b.add("system" if leading else "history", f"$.messages[{i}]", message, _no_nulls(m))
+            b.add("system" if leading else "history", f"$.messages[{i}]", message, without_nulls(m))
             if leading:
                 b.prefix = len(b.units)
         return b.view(_REASONING)

@@ -42,6 +42,7 @@ __all__ = [
     "options_of",
     "request_body",
     "walk",
+    "without_nulls",
 ]
 
 
@@ -191,6 +192,17 @@ _ENCODERS = {
 def compact_key(value: Any, *, sort: bool) -> str:
     """The compact JSON a cache compares (sorted keys where the vendor renders through a template)."""
     return _ENCODERS[sort](value)
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with every ``null`` member of an object left out, at any depth: what a unit key reads of
+    a message or content whose SDK writes absent fields as ``null`` (a cache keys on the rendered prompt, in
+    which an absent field and a null one read alike)."""
+    if isinstance(value, Mapping):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
 
 
 def listed(value: Any) -> list[Any]:

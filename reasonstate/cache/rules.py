@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -24,11 +24,13 @@ from reasonstate.state import ExecutionRecord
 __all__ = [
     "NEVER",
     "CacheRules",
+    "PredictedRequest",
     "PredictionMemo",
     "Scheme",
     "common_prefix_len",
     "divergence",
     "predict_cache_read",
+    "predict_request",
     "shared_tokens",
 ]
 
@@ -110,6 +112,41 @@ class CacheRules:
 
 #: a minimum no prompt reaches: the model has no implicit cache
 NEVER = 1 << 62
+
+
+class PredictedRequest(Protocol):
+    """A request as the cache prediction reads it (an adapter's ``VendorRequest``)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def units(self) -> Sequence[str]: ...
+    @property
+    def breakpoints(self) -> Sequence[int]: ...
+    @property
+    def prefix_units(self) -> int: ...
+    @property
+    def prompt_ids(self) -> Sequence[int] | None: ...
+
+
+def predict_request(
+    rules: CacheRules,
+    request: PredictedRequest,
+    records: Sequence[ExecutionRecord],
+    memo: PredictionMemo | None = None,
+) -> int | None:
+    """:func:`predict_cache_read` for ``request``: the cache read the vendor will report for it (None: not
+    knowable); ``memo``: the session's prediction memo (None: a fresh one)."""
+    return predict_cache_read(
+        rules,
+        request.model,
+        request.units,
+        records,
+        breakpoints=request.breakpoints,
+        prefix_units=request.prefix_units,
+        prompt_ids=request.prompt_ids,
+        memo=memo,
+    )
 
 
 def predict_cache_read(

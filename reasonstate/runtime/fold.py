@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
 import attrs
 
-from reasonstate.cache.rules import CacheRules, PredictionMemo, divergence, predict_cache_read
+from reasonstate.cache.rules import CacheRules, PredictedRequest, PredictionMemo, divergence, predict_request
 from reasonstate.policies import Fold, reasoning_tokens
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import FOLD_INTRO, EventKind, ExecutionRecord, Folded, History, Trace, Turn, TurnView
@@ -63,21 +63,6 @@ class _Adapter(Protocol):
     def rules(self) -> _Rules: ...
     @property
     def cache(self) -> CacheRules: ...
-
-
-class _Request(Protocol):
-    """A :class:`~reasonstate.adapters.base.VendorRequest`, as far as the cache prediction reads it."""
-
-    @property
-    def model(self) -> str: ...
-    @property
-    def units(self) -> Sequence[str]: ...
-    @property
-    def breakpoints(self) -> Sequence[int]: ...
-    @property
-    def prefix_units(self) -> int: ...
-    @property
-    def prompt_ids(self) -> Sequence[int] | None: ...
 
 
 _L = TypeVar("_L", bound=_Layers)
@@ -151,7 +136,7 @@ def folded(
     adapter: _Adapter,
     prefix: Prefix,
     model: str,
-    encode: Callable[[History], _Request],
+    encode: Callable[[History], PredictedRequest],
     predictions: PredictionMemo | None = None,
 ) -> _L:
     """The layers after the turn that just closed, folded when the context is ``>= fold.threshold_tokens``
@@ -204,16 +189,7 @@ def folded(
         request = encode(new)
         records = layers.records
         unit = divergence(request.units, records[-1].blocks) if records else None
-        predicted = predict_cache_read(
-            adapter.cache,
-            request.model,
-            request.units,
-            records,
-            breakpoints=request.breakpoints,
-            prefix_units=request.prefix_units,
-            prompt_ids=request.prompt_ids,
-            memo=predictions,
-        )
+        predicted = predict_request(adapter.cache, request, records, predictions)
     except Exception as exc:  # the summarizer is user code: a failed fold is skipped, never half-applied
         return _traced(
             layers,
