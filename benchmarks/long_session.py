@@ -1,0 +1,203 @@
+"""What a long session costs: state in memory, snapshot size and time, own work per request, by length.
+
+For each vendor (Anthropic, OpenAI Responses, DeepSeek chat, Gemini; each emulator in its own process, so
+nothing of it is counted here) one session is grown for real, one ``Session.send`` a turn with short turns,
+and at each size it prints:
+
+* own CPU per request: this process's CPU time for ``session.send(q)`` minus that of the raw SDK call on the
+  same kwargs (median of the per-repeat differences, alternating), in ms;
+* state: the bytes of the session's own objects (its four layers and its memos, every object reachable from
+  them counted once, ``sys.getsizeof``) over the content bytes;
+* snapshot: the snapshot JSON's bytes over the content bytes, and the time to take it and to restore it.
+
+Content bytes are what the conversation holds: the user texts, and per step its visible text, its reasoning
+text and its continuation payloads (the vendor's bytes replayed verbatim). That leaves out the JSON envelope
+of each response, so the ratios here are upper bounds of the ratios over the bytes received.
+
+Targets (issue: cost at both ends): state <= 3x and snapshot <= 2x the content at every size; own CPU at
+most 1 us per turn of history above its 10-turn figure; snapshot and restore <= 0.5 s each at 2,000 turns.
+Exit 1 when one is missed.
+
+    .venv/bin/python benchmarks/long_session.py                      # 10, 200, 1,000, 2,000 turns
+    .venv/bin/python benchmarks/long_session.py --sizes 10,200 --vendors anthropic
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+import types
+from collections.abc import Iterable
+from typing import Any
+
+from _overhead import Case, _client, _emulators, _new_session
+from overhead import ANTHROPIC
+from overhead_gemini import GEMINI
+from overhead_openai import DEEPSEEK, RESPONSES
+
+import reasonstate as rs
+
+CASES = {"anthropic": ANTHROPIC, "responses": RESPONSES, "deepseek": DEEPSEEK, "gemini": GEMINI}
+SIZES = (10, 200, 1000, 2000)
+REPEATS = 11
+STATE_TARGET = 3.0
+SNAPSHOT_TARGET = 2.0
+PER_TURN_US = 1.0
+SNAPSHOT_SECONDS = 0.5
+_SKIP = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
+
+def deep_size(roots: Iterable[Any]) -> int:
+    """Bytes of every object reachable from ``roots``, each counted once (classes, modules and functions
+    are shared code, not state: not counted)."""
+    seen: set[int] = set()
+    stack = list(roots)
+    total = 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _SKIP):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+def content_bytes(session: rs.Session) -> int:
+    total = 0
+    for turn in session.history.turns:
+        total += len(turn.user.encode())
+        for step in turn.steps:
+            total += len(step.text.encode()) + len(step.reasoning_text.encode())
+            total += sum(len(c.payload) for c in step.continuation)
+            total += sum(len(r.content.encode()) for r in step.tool_results)
+    return total
+
+
+def state_bytes(session: rs.Session) -> int:
+    roots = [session._layers]
+    for name in ("_encodings", "_predictions"):
+        memo = getattr(session, name, None)
+        if memo is not None:
+            roots.append(memo)
+    return deep_size(roots)
+
+
+def own_cpu_ms(case: Case, session: rs.Session, client: Any, turn: int) -> float:
+    """Median of (CPU of ``session.send``) - (CPU of the raw SDK call on the same kwargs): both warmed by
+    one untimed raw call, taken in alternating order, no collection inside a timed call."""
+    case.raw_call(client, dict(session.next_request(f"Warm-up {turn}?").kwargs))
+    diffs = []
+    for i in range(REPEATS):
+        question = f"Timed question {turn}.{i}?"
+        kwargs = dict(session.next_request(question).kwargs)
+        gc.collect()
+        timings = {}
+        for side in ("raw", "ours") if i % 2 else ("ours", "raw"):
+            start = time.process_time()
+            if side == "raw":
+                case.raw_call(client, kwargs)
+            else:
+                session.send(question)
+            timings[side] = time.process_time() - start
+        diffs.append(timings["ours"] - timings["raw"])
+    return statistics.median(diffs) * 1e3
+
+
+def measure(name: str, case: Case, root: str, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    if case.growth_setup is not None:
+        case.growth_setup()
+    client = _client(case, root)
+    session = _new_session(case, client)
+    rows = []
+    for size in sizes:
+        while len(session.history.turns) < size:
+            session.send(f"History question {len(session.history.turns) + 1}?")
+        gc.collect()
+        content = content_bytes(session)
+        state = state_bytes(session)
+        start = time.perf_counter()
+        text = session.snapshot().model_dump_json()
+        taken = time.perf_counter() - start
+        start = time.perf_counter()
+        rs.Session.restore(text, client)
+        restored = time.perf_counter() - start
+        own = own_cpu_ms(case, session, client, size)
+        rows.append(
+            {
+                "vendor": name,
+                "turns": size,
+                "content": content,
+                "state": state,
+                "snapshot": len(text),
+                "taken": taken,
+                "restored": restored,
+                "own": own,
+            }
+        )
+        print(
+            f"{name:<10} {size:>6} {content / 1e3:>10.1f} {state / content:>8.1f}x "
+            f"{len(text) / content:>8.1f}x {taken:>8.3f} {restored:>8.3f} {own:>9.3f}",
+            flush=True,
+        )
+    return rows
+
+
+def missed(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    base = {r["vendor"]: r for r in rows if r["turns"] == min(x["turns"] for x in rows)}
+    for r in rows:
+        where = f"{r['vendor']} at {r['turns']} turns"
+        if r["state"] > STATE_TARGET * r["content"]:
+            out.append(f"{where}: state {r['state'] / r['content']:.1f}x > {STATE_TARGET}x")
+        if r["snapshot"] > SNAPSHOT_TARGET * r["content"]:
+            out.append(f"{where}: snapshot {r['snapshot'] / r['content']:.1f}x > {SNAPSHOT_TARGET}x")
+        first = base[r["vendor"]]
+        extra_turns = r["turns"] - first["turns"]
+        if extra_turns and (r["own"] - first["own"]) * 1e3 / extra_turns > PER_TURN_US:
+            per_turn = (r["own"] - first["own"]) * 1e3 / extra_turns
+            out.append(f"{where}: own CPU grows {per_turn:.2f} us per turn > {PER_TURN_US} us")
+        if r["turns"] >= 2000 and max(r["taken"], r["restored"]) > SNAPSHOT_SECONDS:
+            out.append(
+                f"{where}: snapshot {r['taken']:.2f} s / restore {r['restored']:.2f} s > {SNAPSHOT_SECONDS} s"
+            )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="history sizes, e.g. 10,200")
+    parser.add_argument(
+        "--vendors", default=",".join(CASES), help="a comma-separated subset of " + ",".join(CASES)
+    )
+    args = parser.parse_args()
+    sizes = tuple(sorted(int(s) for s in args.sizes.split(",")))
+    names = [n for n in args.vendors.split(",") if n]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        parser.error(f"unknown vendors {unknown}")
+    print(
+        f"{'vendor':<10} {'turns':>6} {'content KB':>10} {'state':>9} {'snapshot':>9} "
+        f"{'take s':>8} {'restore s':>8} {'own CPU ms':>9}"
+    )
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        case = CASES[name]
+        with _emulators([case]) as roots:
+            rows.extend(measure(name, case, roots[0][0], sizes))
+    misses = missed(rows)
+    print(
+        f"targets: state <= {STATE_TARGET}x and snapshot <= {SNAPSHOT_TARGET}x the content; own CPU <= "
+        f"{PER_TURN_US} us per turn above the smallest size; snapshot/restore <= {SNAPSHOT_SECONDS} s "
+        "at 2,000 turns"
+    )
+    for miss in misses:
+        print("MISSED:", miss)
+    return 1 if misses else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
