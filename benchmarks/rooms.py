@@ -95,7 +95,7 @@ def sync_rows() -> list[tuple[str, set[str], set[tuple[str, str]]]]:
         rows.append(("Session.send", files, fns))
         calls = holder["r"].tool_calls
         files, fns = traced(lambda: session.send_tool_results({c.id: {"temp_c": 21} for c in calls}))
-        rows.append(("Session.send_tool_results", files, fns))
+        rows.append(("send_tool_results, closing", files, fns))
 
         def streamed() -> None:
             with session.stream("streamed question") as stream:
@@ -105,6 +105,29 @@ def sync_rows() -> list[tuple[str, set[str], set[tuple[str, str]]]]:
         files, fns = traced(streamed)
         rows.append(("Session.stream", files, fns))
         return rows
+
+
+def mid_chain_row() -> tuple[str, set[str], set[tuple[str, str]]]:
+    """``send_tool_results`` inside a chain: the model answers the results with another call, so the turn
+    stays open (no policy runs); the row above it closes the turn."""
+    call = ModelAction(reasoning="Look it up.", tool_calls=(ToolCallSpec("get_weather", {"city": "Rome"}),))
+    chain = [call, call, ModelAction(reasoning="Answer.", text="Warm.")]
+    with AnthropicEmulator(script=chain * 3) as emu:
+        session = rs.Session(
+            emu.client(max_retries=0),
+            model=MODEL,
+            tools=[WEATHER],
+            max_tokens=4096,
+            thinking={"type": "enabled", "budget_tokens": 2048},
+        )
+        for i in range(2):
+            session.send(f"warm-up {i}")
+            for _ in range(2):
+                session.send_tool_results({c.id: {"temp_c": 20} for c in session.pending_calls})
+        session.send("question")
+        pending = session.pending_calls
+        files, fns = traced(lambda: session.send_tool_results({c.id: {"temp_c": 21} for c in pending}))
+        return ("send_tool_results, mid-chain", files, fns)
 
 
 def async_rows() -> list[tuple[str, set[str], set[tuple[str, str]]]]:
@@ -145,7 +168,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", action="store_true", help="list the files each call entered")
     args = parser.parse_args()
-    rows = sync_rows() + async_rows()
+    rows = [*sync_rows(), mid_chain_row(), *async_rows()]
     print(f"{'call':<30} {'files':>5} {'functions':>9}   (outside testing/, state/; target <= {TARGET})")
     worst = 0
     for name, files, fns in rows:
