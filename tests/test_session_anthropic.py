@@ -102,7 +102,7 @@ SORTED_TOOLS = (
 def test_tools_go_out_in_name_order_with_every_schema_key_sorted_whatever_order_they_are_declared_in(
     emulator: AnthropicEmulator,
 ) -> None:
-    """Pain point #27 (maximhq/bifrost PR #2082, /work/shared/painpoints.md): tool schemas serialized in a
+    """Pain point #27 (maximhq/bifrost PR #2082): tool schemas serialized in a
     non-deterministic key order break the prompt cache on every request; sorting the keys cut the cost by
     72-90%. The tools are declared out of name order and their schemas' keys unsorted at every depth; the
     bytes on the wire are compared with :data:`SORTED_TOOLS`, written by hand."""
