@@ -282,6 +282,7 @@ def test_a_foreign_closed_turn_is_sent_as_the_vendors_own_text_tool_call_and_too
 
 
 def test_no_foreign_reasoning_or_signature_is_sent(foreign: Target) -> None:
+    """Pain point: pydantic/pydantic-ai#5869 (foreign reasoning re-rendered as text in the request)."""
     foreign.session.send(Q1)
     sent = foreign.requests[0].body
     if foreign.name == "tokens":

@@ -56,6 +56,7 @@ def test_the_same_job_through_the_session_gets_no_http_error(opening: tuple[Open
 def test_a_clock_in_the_system_prompt_loses_cache_hits_the_session_keeps(
     opening: tuple[Opening, str],
 ) -> None:
+    """Pain point: dimagi/open-chat-studio#3625 (second-precision time in the system prompt)."""
     result, _ = opening
     series = {plain.vendor: (plain, session) for plain, session in result.cache}
     assert set(series) == {"Anthropic", "DeepSeek"}
@@ -104,6 +105,7 @@ def _assert_units(table: Table) -> None:
 
 
 def test_deepseek_policy_rows_are_identical_and_the_reading_says_why() -> None:
+    """Pain point: Reasonix REASONING_PROVIDERS.md (reasoning_content replay: strip mode vs full mode)."""
     vendor = next(v for v in job.VENDORS if v.key == "deepseek")
     table, stats = job.vendor_table(vendor, live=False)
     _assert_units(table)

@@ -188,6 +188,7 @@ def test_every_cause_is_documented_and_each_one_is_produced_by_a_variant_below()
 
 @pytest.mark.parametrize("cause", sorted(VARIANTS))
 def test_each_cause_is_named_from_the_sdks_own_request_bytes(claude: AnthropicEmulator, cause: str) -> None:
+    """Pain point: openclaw/openclaw#82939 (a cache drop with "no tracked cache input change")."""
     client = claude.client()
     guard = rs.instrument(client)
     history = _closed_turn(client)
@@ -378,6 +379,7 @@ def test_predicted_equals_reported_on_every_request_that_extends_the_last(vendor
 
 @pytest.mark.parametrize("vendor", sorted(VENDORS))
 def test_continuation_lost_is_caught_for_each_vendor(vendor: str) -> None:
+    """Pain point: LiteLLM 1.110 on stubs (thinking blocks and thought parts dropped inside the chain)."""
     make, chain = VENDORS[vendor]
     with make() as emulator:
         client = emulator.client()

@@ -60,6 +60,7 @@ def _closed_turn_then_tamper(emu: Any, session: rs.Session, key: str, mode: str)
 
 
 def test_strip_and_retry_leaves_out_exactly_the_rejected_thinking_block_retries_once_and_audits() -> None:
+    """Pain point: openclaw/openclaw#101836 (a present-but-invalid signature was not stripped)."""
     with AnthropicEmulator() as emu:
         emu.script.extend([CALL, ModelAction.answer("Mild.", reasoning="ok"), ModelAction.answer("Yes.")])
         session = _closed_turn_then_tamper(emu, _anthropic(emu), "signature", "strip_and_retry")

@@ -701,6 +701,7 @@ def test_a_reply_naming_no_known_tool_is_the_final_answer(deepseek: OpenAIChatEm
 
 
 def test_gemini_a_json_call_in_the_text_is_run_and_the_signed_parts_go_back_as_received(wire: Wire) -> None:
+    """Pain point: vercel/ai#10560 (thoughtSignature swallowed on the tool-input repair path)."""
     from google.genai import types
 
     from reasonstate.testing.gemini import GeminiEmulator

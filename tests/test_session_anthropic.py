@@ -43,6 +43,7 @@ def _layers(session: rs.Session) -> tuple[Any, ...]:
 def test_every_thinking_block_of_a_three_step_chain_is_replayed_byte_identical_in_order(
     emulator: AnthropicEmulator,
 ) -> None:
+    """Pain point: anthropics/anthropic-sdk-python#1598 (re-serialized or reordered: bad signature)."""
     emulator.script.extend(three_step_chain())
     session = make_session(emulator)
     run_chain(session)
@@ -415,6 +416,7 @@ def test_malformed_vendor_json_is_a_typed_error_and_changes_nothing(emulator: An
 def test_a_thinking_block_without_signature_is_malformed_and_never_committed(
     emulator: AnthropicEmulator,
 ) -> None:
+    """Pain point: pydantic/pydantic-ai#7597 (signature="" from an interrupted stream was replayed)."""
     # pydantic/pydantic-ai#7597: an interrupted stream left signature="" and wedged every later turn
     emulator.script.extend([answer(0)])
     session = make_session(emulator)
@@ -533,6 +535,7 @@ def test_a_snapshot_edited_on_disk_is_refused_on_restore(emulator: AnthropicEmul
 def test_thinking_from_another_model_is_never_sent_and_the_withholding_is_traced(
     emulator: AnthropicEmulator,
 ) -> None:
+    """Pain point: anomalyco/opencode#25005 (Sonnet-to-Opus switch: "Invalid signature")."""
     emulator.script.extend([*three_step_chain(), answer(1)])
     session = make_session(emulator)
     run_chain(session)
@@ -625,6 +628,7 @@ def test_tool_calls_carry_arguments_parsed_and_raw(emulator: AnthropicEmulator) 
 
 
 def test_streamed_usage_reports_cache_reads_like_non_streamed(emulator: AnthropicEmulator) -> None:
+    """Pain point: BerriAI/litellm#11789 (streamed Anthropic cache reads billed as regular input)."""
     # BerriAI/litellm#11789: streamed Anthropic cache reads were billed as regular input
     emulator.script.extend([*three_step_chain(), answer(1)])
     session = make_session(emulator, stream=True, policy=Drop())
@@ -640,6 +644,7 @@ def test_streamed_usage_reports_cache_reads_like_non_streamed(emulator: Anthropi
 
 
 def test_signature_only_thinking_blocks_are_replayed_not_dropped(emulator: AnthropicEmulator) -> None:
+    """Pain point: openai/openai-agents-python#4155 (signature-only thinking "" dropped as empty)."""
     # openai/openai-agents-python PR #4155, BerriAI/litellm PR #38809: display "omitted" gives thinking ""
     emulator.script.extend(three_step_chain())
     session = make_session(
@@ -669,6 +674,7 @@ def test_changing_the_prefix_is_a_traced_event_and_explains_the_cache_break(
 
 
 def test_prefix_bytes_do_not_depend_on_declaration_order() -> None:
+    """Pain point: pydantic/logfire#1930 (tool list order flips and busts the cache)."""
     a = rs.Prefix(system="s", tools=(WEATHER_TOOL, CLOCK_TOOL))
     b = rs.Prefix(system="s", tools=(CLOCK_TOOL, WEATHER_TOOL))
     assert a.canonical_bytes == b.canonical_bytes and a.fingerprint == b.fingerprint
@@ -694,6 +700,7 @@ def test_deepseek_style_rules_clamp_a_policy_and_the_clamp_is_traced() -> None:
 
 
 def test_a_clock_time_in_the_system_prompt_is_flagged(emulator: AnthropicEmulator) -> None:
+    """Pain point: dimagi/open-chat-studio#3625 (a second-precision time in the system prompt)."""
     # dimagi/open-chat-studio#3625, HKUDS/nanobot#226: second-precision time in the prefix
     session = make_session(emulator, system="Now is 2026-11-29 14:03:59 UTC. Be brief.")
     event = session.trace.of_kind(EventKind.PREFIX_VOLATILE)[0]

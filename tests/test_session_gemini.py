@@ -106,6 +106,7 @@ def test_the_documented_response_decodes_to_one_payload_per_part_as_received() -
 
 
 def test_usage_is_normalized_prompt_includes_cached_and_output_includes_thoughts() -> None:
+    """Pain point: microsoft/agent-framework#6637 (Gemini cached and thoughts counts dropped)."""
     # §5.3: promptTokenCount includes cachedContentTokenCount; total = prompt + candidates + thoughts
     step = GeminiAdapter().decode(DOCUMENTED_RESPONSE, _request())
     assert step.usage == Usage(uncached_input=176, cache_read=1024, cache_write=0, output=120, reasoning=100)
@@ -419,6 +420,7 @@ def _layers(session: rs.Session) -> tuple[Any, ...]:
 def test_every_signature_goes_back_on_its_part_with_its_bytes_in_the_chain_and_in_later_turns(
     emulator: GeminiEmulator, stream: bool
 ) -> None:
+    """Pain point: google/adk-python#3705 (thought_signature lost after several tool calls)."""
     recorder = Recorder()
     emulator.transform = recorder
     emulator.script.extend([*chain(), answer(1), answer(2)])
@@ -504,6 +506,7 @@ def test_keep_last_rewrites_only_the_turn_that_falls_out_of_the_window(emulator:
 
 
 def test_streamed_and_unstreamed_calls_give_the_same_state_and_the_payload_bytes_as_received() -> None:
+    """Pain point: pydantic/pydantic-ai#3539 (the signature on the following part lost when streaming)."""
     histories, states, bodies = [], [], []
     for stream in (False, True):
         recorder = Recorder()

@@ -125,6 +125,9 @@ def turn0(m2: dict[str, Any]) -> list[dict[str, Any]]:
 def test_arguments_and_reasoning_content_go_back_byte_exact_through_a_parallel_chain(
     deepseek: OpenAIChatEmulator,
 ) -> None:
+    """Pain point: langchain-ai/langchain#37713 (reasoning_content stored but not sent back).
+    Pain point: pydantic-ai 2.68 on stubs (tool-call argument strings re-serialized on DeepSeek).
+    """
     # langchain-ai/langchain#37713, continuedev/continue#10193: reasoning_content stored but not sent back
     deepseek.script.extend(chain())
     session = session_on(deepseek, "deepseek")
@@ -154,6 +157,7 @@ def test_parallel_tool_results_are_sent_in_the_models_declared_order(deepseek: O
 
 
 def test_tool_definitions_are_function_tools_in_a_stable_order(deepseek: OpenAIChatEmulator) -> None:
+    """Pain point: pydantic/logfire#1930 (tool list order flips and busts the cache)."""
     deepseek.script.extend([follow_up(0)])
     session_on(deepseek, "deepseek", tools=[WEATHER, CLOCK]).send("hi")
     assert [t["function"]["name"] for t in body(deepseek, 0)["tools"]] == ["get_time", "get_weather"]
@@ -192,6 +196,7 @@ PLAIN = {"role": "assistant", "content": ANSWER}
 def test_deepseek_tool_turns_keep_reasoning_content_under_every_policy(
     deepseek: OpenAIChatEmulator, policy: Any, final: dict[str, Any]
 ) -> None:
+    """Pain point: continuedev/continue#10193 ("Missing reasoning_content field in the assistant message")."""
     deepseek.script.extend([*chain(), follow_up(1), follow_up(2)])
     session = session_on(deepseek, "deepseek", policy=policy)
     run_chain(session)

@@ -108,6 +108,7 @@ def _layers(session: rs.Session) -> tuple[Any, ...]:
 def test_every_output_item_of_a_parallel_tool_chain_is_replayed_byte_identical_in_order(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
+    """Pain point: pydantic-ai 2.68 on stubs (tool-call argument strings re-serialized on Responses)."""
     emulator.script.extend(chain())
     session = make_session(emulator)
     run_chain(session)
@@ -150,6 +151,7 @@ def test_tool_outputs_follow_the_models_declared_order_whatever_order_they_are_g
 def test_stateless_requests_ask_for_encrypted_content_and_pass_reasoning_options_through(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
+    """Pain point: openai/openai-agents-python#919 (store=False without reasoning.encrypted_content: 404)."""
     emulator.script.extend([answer(0)])
     session = make_session(
         emulator, reasoning={"effort": "high", "summary": "detailed", "context": "all_turns"}
@@ -195,6 +197,7 @@ def test_keep_is_append_only_across_turns(emulator: OpenAIResponsesEmulator) -> 
 def test_drop_replays_the_closed_turns_items_id_less_so_no_item_lacks_its_reasoning(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
+    """Pain point: vercel/ai@c883c47 (pruned reasoning leaves msg_/fc_ items without their reasoning item)."""
     emulator.script.extend([*chain(), answer(1)])
     session = make_session(emulator, policy=Drop())
     run_chain(session)
@@ -218,6 +221,7 @@ def test_drop_replays_the_closed_turns_items_id_less_so_no_item_lacks_its_reason
 def test_the_same_drop_with_item_ids_kept_is_what_the_vendor_rejects(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
+    """Pain point: vercel/ai@c883c47 (pruned reasoning leaves msg_/fc_ items without their reasoning item)."""
     emulator.script.extend([*chain(), answer(1)])
     session = make_session(emulator, policy=Keep())
     run_chain(session)
@@ -239,6 +243,7 @@ def test_keep_last_compaction_stays_pairable_and_is_traced(emulator: OpenAIRespo
 
 
 def test_reasoning_with_nothing_after_it_is_never_replayed(emulator: OpenAIResponsesEmulator) -> None:
+    """Pain point: pydantic/pydantic-ai thinking.md (reasoning item without its required following item)."""
     # docs/protocols.md §1.4 B.6: a truncated output holding only a reasoning item cannot be replayed
     emulator.script.extend([ModelAction(reasoning="cut short", stop="max_tokens"), answer(1)])
     session = make_session(emulator)
@@ -376,6 +381,7 @@ def test_after_a_policy_rewrite_only_the_breaking_request_is_unpredictable(
 
 
 def test_usage_is_normalized_with_cached_tokens_disjoint(emulator: OpenAIResponsesEmulator) -> None:
+    """Pain point: BerriAI/litellm#35127 (the cached tokens of a Responses usage dropped)."""
     emulator.script.extend([answer(0), answer(1)])
     session = make_session(emulator)
     session.send("hi")
@@ -402,6 +408,7 @@ def _state(session: rs.Session) -> list[Any]:
 
 
 def test_streamed_and_non_streamed_runs_produce_identical_state() -> None:
+    """Pain point: microsoft/agent-framework#4852 (streamed reasoning loses its rs_ id)."""
     states = []
     for stream in (False, True):
         with OpenAIResponsesEmulator([*chain(), answer(1)], secret=b"same") as emu:
@@ -437,6 +444,7 @@ def test_a_truncated_stream_is_a_typed_error_and_a_retry_sends_the_same_bytes(
 def test_tampered_encrypted_content_is_the_vendors_400_as_a_typed_error_and_changes_nothing(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
+    """Pain point: OpenHands/software-agent-sdk#1242 ("encrypted content ... could not be verified")."""
     # OpenHands/software-agent-sdk#1242: "The encrypted content ... could not be verified"
     emulator.script.extend(chain())
     session = make_session(emulator)
@@ -542,6 +550,8 @@ def test_tool_results_for_unknown_call_ids_are_refused_and_change_nothing(
 def test_a_response_without_encrypted_content_does_not_wedge_a_stateless_session(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
+    """Pain point: openai/openai-agents-python#919 (reasoning item without its blob: 404 after)."""
+
     # openai/openai-agents-python#919: a reasoning item without its blob is a 404 on every later request
     def strip_blob(response: dict[str, Any]) -> dict[str, Any]:
         for item in response["output"]:

@@ -302,6 +302,7 @@ ANTHROPIC_46_STREAM = [
 
 
 def test_anthropic_stream_assembles_the_non_streamed_example_in_wire_order() -> None:
+    """Pain point: OpenRouterTeam/ai-sdk-provider#423 (signature in its own stream delta not accumulated)."""
     same_json(AnthropicAssembler.assemble(ANTHROPIC_46_STREAM), ANTHROPIC_46)
 
 

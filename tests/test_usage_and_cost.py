@@ -45,6 +45,7 @@ def _invariants(u: rs.Usage) -> None:
 def test_anthropic_parts_are_disjoint_and_sum_to_the_prompt(
     inp: int, read: int, five: int, hour: int, out: int, thinking: int | None
 ) -> None:
+    """Pain point: BerriAI/litellm#15945 (whether prompt tokens include cached ones differs by vendor)."""
     raw: dict[str, Any] = {
         "input_tokens": inp,
         "cache_read_input_tokens": read,
@@ -63,6 +64,7 @@ def test_anthropic_parts_are_disjoint_and_sum_to_the_prompt(
 
 @given(total=COUNTS, data=st.data())
 def test_openai_cached_tokens_are_inside_input_tokens(total: int, data: st.DataObject) -> None:
+    """Pain point: BerriAI/litellm#15945 (whether prompt tokens include cached ones differs by vendor)."""
     cached = data.draw(st.integers(0, total))
     out = data.draw(COUNTS)
     reasoning = data.draw(st.integers(0, out))
@@ -80,6 +82,7 @@ def test_openai_cached_tokens_are_inside_input_tokens(total: int, data: st.DataO
 
 @given(hit=COUNTS, miss=COUNTS, out=COUNTS)
 def test_deepseek_hit_plus_miss_is_the_prompt(hit: int, miss: int, out: int) -> None:
+    """Pain point: BerriAI/litellm#15945 (whether prompt tokens include cached ones differs by vendor)."""
     raw = {
         "prompt_tokens": hit + miss,
         "prompt_cache_hit_tokens": hit,
@@ -95,6 +98,7 @@ def test_deepseek_hit_plus_miss_is_the_prompt(hit: int, miss: int, out: int) -> 
 def test_gemini_cached_content_is_inside_the_prompt_and_thoughts_are_output(
     prompt: int, candidates: int, thoughts: int, data: st.DataObject
 ) -> None:
+    """Pain point: microsoft/agent-framework#6637 (Gemini cached and thoughts counts dropped)."""
     cached = data.draw(st.integers(0, prompt))
     raw = {
         "promptTokenCount": prompt,
