@@ -51,6 +51,7 @@ from reasonstate.errors import (
     StreamInterrupted,
     VendorError,
 )
+from reasonstate.state.frozen import thaw
 
 __all__ = [
     "AsyncStreaming",
@@ -371,23 +372,7 @@ def sdk_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     nothing in the session, whose options stay frozen. The bytes sent are the same: a plain copy is equal,
     key order included. The history lists are not copied: a deep copy of them would be a pass over the
     whole history on every request, which the memoized runs exist to avoid."""
-    return {k: v if k in _HISTORY_FIELDS else _plain(v) for k, v in kwargs.items()}
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _plain(value: Any) -> Any:
-    kind = type(value)
-    if kind in _SCALARS:
-        return value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if kind is tuple:
-        return tuple(_plain(v) for v in value)
-    return value
+    return {k: v if k in _HISTORY_FIELDS else thaw(v) for k, v in kwargs.items()}
 
 
 def _json(body: bytes, adapter: Adapter) -> Any:

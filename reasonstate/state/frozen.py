@@ -150,6 +150,8 @@ def _frozen_list(value: Iterable[Any]) -> FrozenList:
 
 def thaw(value: Any) -> Any:
     """A plain, mutable deep copy of a (frozen or not) JSON value."""
+    if type(value) in _SCALARS:  # most leaves, by exact type before the (slow) ABC check
+        return value
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
