@@ -56,7 +56,7 @@ import operator
 import threading
 import time
 from collections.abc import Generator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -74,6 +74,7 @@ from reasonstate.adapters.base import (
 from reasonstate.cache.divergence import Divergence, explain
 from reasonstate.cache.rules import PredictionMemo, divergence, predict_request
 from reasonstate.errors import IllegalTransition, PolicyConflict, ReasonStateError, VendorError
+from reasonstate.export import WARNED_KINDS, Publisher
 from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
 from reasonstate.prefix import Prefix
 from reasonstate.state import (
@@ -101,7 +102,6 @@ __all__ = [
     "Engine",
     "InFlight",
     "Layers",
-    "Publishing",
     "Reply",
     "ToolCall",
     "TurnFlow",
@@ -219,24 +219,6 @@ TurnFlow = Generator[VendorRequest, "CallResult | None", Reply]
 _KIND = operator.attrgetter("kind")
 
 
-class Publishing(Protocol):
-    """Where the engine's trace events go after each state change (``reasonstate.export.Publisher``: the
-    logger and the exporters); the engine reads how far the trace was handed out and whether anyone
-    listens, so a quiet change costs no call."""
-
-    cursor: int
-
-    @property
-    def exporters(self) -> tuple[Any, ...]: ...
-
-    @property
-    def started(self) -> bool: ...
-
-    def publish(self, trace: Trace) -> None: ...
-
-    def close(self) -> None: ...
-
-
 class Engine:
     """The turn engine a session is: its state, the layers, and one request's begin → send → finish | fail
     → recover (:meth:`turn`). No I/O: the drivers (``Session``, ``AsyncSession``, ``Stream``,
@@ -259,9 +241,7 @@ class Engine:
     _state: TurnState
     # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
     _lock: threading.Lock
-    _publisher: Publishing | None = None
-    #: trace kinds the ``reasonstate`` logger warns about (the publisher's; set by the session)
-    _warned: frozenset[str] = frozenset()
+    _publisher: Publisher | None = None
     _layers: Layers  # set by _set_layers only
 
     def _set_layers(self, layers: Layers) -> None:
@@ -276,7 +256,7 @@ class Engine:
             events = layers.trace.events
             cursor = publisher.cursor
             if len(events) <= cursor or (
-                not _log.isEnabledFor(logging.WARNING) or self._warned.isdisjoint(map(_KIND, events[cursor:]))
+                not _log.isEnabledFor(logging.WARNING) or WARNED_KINDS.isdisjoint(map(_KIND, events[cursor:]))
             ):
                 publisher.cursor = len(events)
                 return

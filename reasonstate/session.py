@@ -29,7 +29,7 @@ from reasonstate.cache.pricing import total as total_cost
 from reasonstate.cache.rules import PredictionMemo
 from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnState, finished
 from reasonstate.errors import IllegalTransition, InvalidOption, ToolResultError
-from reasonstate.export import WARNED_KINDS, ExportContext, Exporter, Publisher
+from reasonstate.export import ExportContext, Exporter, Publisher
 from reasonstate.policies import Fold, Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool, check_timeout
 from reasonstate.runtime import repair
@@ -207,8 +207,6 @@ class _Core(Switching):
             )
         self._publisher = Publisher(Publisher.checked(exporters), self._export_context)
         self._set_layers(Layers(trace=trace))
-
-    _warned = WARNED_KINDS
 
     def _export_context(self, session_id: str) -> ExportContext:
         """What the exporters see of this session right after a transition (:mod:`reasonstate.export`)."""
