@@ -3,7 +3,10 @@
 Traces a warmed-up Anthropic session against the local emulator with ``sys.setprofile`` and counts the
 reasonstate files (outside ``testing/`` and ``state/``, which are the emulator and the values) and the
 distinct functions entered by one ``send``, one ``send_tool_results`` and one ``stream`` (sync and async).
-The target is at most 6 files for each.
+The target is at most 6 files for each. The policy the caller configured is counted apart (the ``policy``
+column): a turn-closing request calls its ``decide`` once, exactly as it would call a policy the caller
+wrote (which lives outside reasonstate and so is not counted at all); the built-in ``Keep`` lives in
+``policies/``, so the column shows what choosing a built-in adds.
 
     .venv/bin/python benchmarks/rooms.py            # the table
     .venv/bin/python benchmarks/rooms.py --files    # and the files each call entered
@@ -25,6 +28,7 @@ from reasonstate.testing.anthropic import AnthropicEmulator
 
 ROOT = pathlib.Path(rs.__file__).resolve().parent
 EXCLUDED = ("testing", "state")
+POLICY = "policies"
 TARGET = 6
 MODEL = "claude-sonnet-4-6"
 WEATHER = rs.Tool(
@@ -169,11 +173,16 @@ def main() -> int:
     parser.add_argument("--files", action="store_true", help="list the files each call entered")
     args = parser.parse_args()
     rows = [*sync_rows(), mid_chain_row(), *async_rows()]
-    print(f"{'call':<30} {'files':>5} {'functions':>9}   (outside testing/, state/; target <= {TARGET})")
+    print(
+        f"{'call':<30} {'files':>5} {'functions':>9}   (outside testing/, state/, the configured policy;"
+        f" target <= {TARGET})"
+    )
     worst = 0
     for name, files, fns in rows:
-        worst = max(worst, len(files))
-        print(f"{name:<30} {len(files):>5} {len(fns):>9}")
+        own = {f for f in files if f.split("/")[0] != POLICY}
+        worst = max(worst, len(own))
+        policy = f"+{len(files) - len(own)} policy" if files - own else ""
+        print(f"{name:<30} {len(own):>5} {len(fns):>9}   {policy}".rstrip())
         if args.files:
             for f in sorted(files):
                 print(f"    {f}")

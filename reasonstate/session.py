@@ -1,13 +1,13 @@
-"""The public session API: :class:`Session` and :class:`AsyncSession`, the one class everything revolves
-around, in its sync and async forms, plus :class:`Report`.
+"""The public session API: :class:`Session` and :class:`AsyncSession`, the one class everything
+revolves around, in its sync and async forms, plus :class:`Report`.
 
-A session is the turn engine (:mod:`reasonstate.engine`: the transition table, begin → send → finish |
-fail → recover, the commit) with its construction, its prefix/model/vendor switching, ``run()``, reports
-and snapshots. ``Session`` and ``AsyncSession`` differ only where they await: each drives the engine with
-a short loop around the transport (:mod:`reasonstate.adapters.transport`); streams to the caller are in
-:mod:`reasonstate.streaming`. The invariants (a failure changes nothing but the trace, a retry sends the
-same bytes, policies only on a closed turn, tool results in declared order) are the engine's, stated in
-its module docstring.
+A session is the turn engine (:mod:`reasonstate.engine`: the transition table, begin → send → finish | fail →
+recover, the commit) with its construction, its prefix/model/vendor switching, ``run()``, reports and
+snapshots. ``Session`` and ``AsyncSession`` differ only where they await: each drives the engine with a short
+loop around the transport (:mod:`reasonstate.adapters.transport`), and so do the two streams to the caller,
+:class:`Stream` and :class:`AsyncStream` (at the end of this module). The invariants (a failure changes
+nothing but the trace, a retry sends the same bytes, policies only on a closed turn, tool results in declared
+order) are the engine's, stated in its module docstring.
 """
 
 from __future__ import annotations
@@ -15,20 +15,19 @@ from __future__ import annotations
 import copy
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import attrs
 
 from reasonstate.adapters import Adapter, adapter_for, transport
-from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, VendorRequest
-from reasonstate.adapters.streams import StreamEvent
+from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, StreamEvent, VendorRequest
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
 from reasonstate.cache.rules import PredictionMemo
-from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnState, finished
-from reasonstate.errors import IllegalTransition, InvalidOption, ToolResultError
+from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnFlow, TurnState, failed, finished
+from reasonstate.errors import IllegalTransition, InvalidOption, ProtocolViolation, ToolResultError
 from reasonstate.export import ExportContext, Exporter, Publisher
 from reasonstate.policies import Fold, Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool, check_timeout
@@ -57,7 +56,6 @@ from reasonstate.state import (
     Turn,
     freeze,
 )
-from reasonstate.streaming import AsyncStream, Stream
 from reasonstate.switching import SDK_OWNED, Switching, check_model
 
 __all__ = [
@@ -722,3 +720,148 @@ class AsyncSession(_Core):
                 request = turn.throw(exc)
                 continue
             return finished(turn, result)
+
+
+# -- streams to the caller: Stream (``with session.stream(text) as stream: for event in stream``) and
+# AsyncStream (``async with`` / ``async for``), each a short driver of the turn engine (Engine.turn).
+#
+# Entering the block begins the turn and opens the response (the recovery's retry included, as for
+# ``send``); the events come as the bytes arrive; once they are all read the answer is sent into the engine,
+# which commits it exactly as ``send`` does. Leaving early, or a stream that breaks, throws the failure into
+# the engine instead (a caller who left early is not traced: nothing was wrong with the answer).
+#
+# Invariant: a stream ends exactly once — committed (``reply`` set) or failed (the session as it was
+# before, a reasonstate error traced) — and the HTTP response is closed either way.
+
+_Streaming = TypeVar("_Streaming", transport.Streaming, transport.AsyncStreaming)
+
+
+class _Left(Exception):
+    """The caller left a stream before its end: the call fails without a trace event (nothing was wrong
+    with the answer; the caller did not want the rest)."""
+
+
+class _StreamBase(Generic[_Streaming]):
+    """What :class:`Stream` and :class:`AsyncStream` share: the engine's turn, its one outcome, the reply."""
+
+    def __init__(self, session: Switching, attempt: Attempt) -> None:
+        self._session = session
+        self._attempt: Attempt | None = attempt
+        self._turn: TurnFlow | None = None
+        self._streaming: _Streaming | None = None
+        self._reply: Reply | None = None
+        self._ended = False
+        self._iterated = False
+
+    @property
+    def reply(self) -> Reply:
+        """The :class:`Reply` (what :meth:`Session.send` returns), once every event was read."""
+        if self._reply is None:
+            raise IllegalTransition(
+                "the stream has no reply: it was not read to its end (or it failed); nothing was committed"
+            )
+        return self._reply
+
+    def _opened(self) -> _Streaming:
+        if self._streaming is None:
+            raise IllegalTransition(
+                "open the stream first: `with session.stream(...) as stream:` (`async with` on AsyncSession)"
+            )
+        if self._iterated:
+            raise IllegalTransition("a stream is read once")
+        self._iterated = True
+        return self._streaming
+
+    def _enter(self) -> TurnFlow:
+        """The engine's turn, begun (its first request is ``next(turn)``)."""
+        if self._attempt is None:
+            raise IllegalTransition("a stream is opened once")
+        attempt, self._attempt = self._attempt, None
+        endpoint = self._session._adapter.endpoint
+        if endpoint.assembler is None:
+            raise ProtocolViolation(
+                f"{endpoint.label} does not stream here: use send() / send_tool_results() (nothing was sent)"
+            )
+        return self._session.turn(attempt)
+
+    def _entered(self, turn: TurnFlow, streaming: _Streaming) -> None:
+        self._streaming, self._turn = streaming, turn
+        turn.send(None)  # opened: the answer comes once the caller has read it
+
+    def _failed(self, exc: BaseException) -> None:
+        if not self._ended and self._turn is not None:
+            self._ended = True
+            failed(self._turn, exc)
+
+    def _finished(self, result: transport.CallResult) -> None:
+        assert self._turn is not None
+        self._ended = True
+        self._reply = finished(self._turn, result)
+
+
+class Stream(_StreamBase[transport.Streaming]):
+    """One model call streamed to the caller (:meth:`Session.stream`); a context manager, iterated once
+    for :class:`StreamEvent` values; ``reply`` afterwards."""
+
+    def __enter__(self) -> Stream:
+        turn = self._enter()
+        request = next(turn)
+        session = self._session
+        while True:
+            try:
+                streaming = transport.open_stream(session._adapter, session._client, request)
+            except BaseException as exc:
+                request = turn.throw(exc)  # the recovery's retry, or exc raised with the failure recorded
+                continue
+            self._entered(turn, streaming)
+            return self
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        streaming = self._opened()
+        try:
+            yield from streaming
+            result = streaming.result()
+        except BaseException as exc:
+            streaming.close()
+            self._failed(exc)
+            raise
+        self._finished(result)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._streaming is not None:
+            self._streaming.close()
+        self._failed(_Left())
+
+
+class AsyncStream(_StreamBase[transport.AsyncStreaming]):
+    """:class:`Stream` on an async client: ``async with`` / ``async for``."""
+
+    async def __aenter__(self) -> AsyncStream:
+        turn = self._enter()
+        request = next(turn)
+        session = self._session
+        while True:
+            try:
+                streaming = await transport.aopen_stream(session._adapter, session._client, request)
+            except BaseException as exc:
+                request = turn.throw(exc)
+                continue
+            self._entered(turn, streaming)
+            return self
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        streaming = self._opened()
+        try:
+            async for event in streaming:
+                yield event
+            result = await streaming.result()
+        except BaseException as exc:
+            await streaming.aclose()
+            self._failed(exc)
+            raise
+        self._finished(result)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._streaming is not None:
+            await self._streaming.aclose()
+        self._failed(_Left())

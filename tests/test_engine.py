@@ -1,7 +1,7 @@
 """The turn engine is sans-I/O: a turn driven by hand, with no socket, behaves as ``send`` does.
 
 ``Engine.turn`` yields the request to send and takes back the answer (``.send``) or the I/O's exception
-(``.throw``); the drivers in ``session.py`` and ``streaming.py`` are loops around exactly this. The answers
+(``.throw``); the drivers in ``session.py`` (sessions and streams) are loops around exactly this. The answers
 fed in here are the Anthropic Messages API's documented examples (docs.anthropic.com, "Messages" and
 "Tool use": the response bodies as printed there); the client is never asked to send anything (its base
 URL is a closed port).

@@ -23,7 +23,7 @@ Properties, for every decoder (``AnthropicAdapter().decode``, ``OpenAIResponsesA
    (:func:`reasonstate.adapters.base.compact`) of each item exactly as received (the mutated item), bound
    to the REQUESTED model, never the echoed one (token adapter: the payload holds the received token ids).
 
-For every stream assembler (:mod:`reasonstate.adapters.streams`), fed the framed events in random chunks:
+For every stream assembler (:mod:`reasonstate.adapters.base`), fed the framed events in random chunks:
 only ``ReasonStateError`` escapes ``feed_bytes``/``finish``; an assembled answer must satisfy the decoder
 properties above; and a stream event carrying a field of the wrong type (a chat delta's
 ``reasoning_content`` list or ``arguments`` object, ...) must not end in an accepted answer

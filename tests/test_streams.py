@@ -1,4 +1,4 @@
-"""Stream assembly (reasonstate.adapters.streams), against two independent oracles:
+"""Stream assembly (reasonstate.adapters.base), against two independent oracles:
 
 1. hand-written SSE transcripts whose expected result is written out by hand — the verified examples
    that docs/protocols.md §1.7 (Responses), §3.6 (DeepSeek chat) and §4.6 (Anthropic) describe, copied
@@ -26,11 +26,11 @@ from typing import Any
 import httpx2
 import pytest
 
-import reasonstate.adapters.streams as streams_module
+import reasonstate.adapters.base as streams_module
 from reasonstate.adapters.anthropic import AnthropicAssembler
+from reasonstate.adapters.base import SSEEvent, SSEParser, StreamAssembler
 from reasonstate.adapters.openai_chat import ChatAssembler
 from reasonstate.adapters.openai_responses import ResponsesAssembler
-from reasonstate.adapters.streams import SSEEvent, SSEParser, StreamAssembler
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
@@ -153,7 +153,9 @@ def test_bytes_that_are_not_utf8_are_malformed() -> None:
 
 
 def test_the_module_is_pure() -> None:
-    """Sans-I/O: the module imports only the standard library's pure parts, attrs and our errors."""
+    """Sans-I/O: the module (the adapter contract, SSE parser and assembler base included) imports only the
+    standard library's pure parts, attrs and reasonstate's own layers below the adapters: no SDK, no socket,
+    no clock, no thread."""
     tree = ast.parse(Path(streams_module.__file__).read_text())
     imported = set()
     for node in ast.walk(tree):
@@ -168,7 +170,15 @@ def test_the_module_is_pure() -> None:
         "collections.abc",
         "typing",
         "attrs",
+        "functools",
+        "operator",
+        "weakref",
+        "reasonstate.cache.divergence",
+        "reasonstate.cache.rules",
         "reasonstate.errors",
+        "reasonstate.prefix",
+        "reasonstate.state",
+        "reasonstate.state.continuation",
     }
 
 

@@ -38,15 +38,18 @@ from reasonstate.adapters.base import (
     Room,
     Seal,
     Seals,
+    SSEEvent,
+    StreamAssembler,
     VendorRequest,
     closed_run,
+    in_wire_order,
+    json_object,
     open_turn_encoding,
     payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
-from reasonstate.adapters.streams import SSEEvent, StreamAssembler, in_wire_order, json_object
 from reasonstate.cache.divergence import (
     Section,
     View,

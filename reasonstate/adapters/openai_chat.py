@@ -48,14 +48,16 @@ from reasonstate.adapters.base import (
     ProtocolRules,
     Room,
     Seal,
+    SSEEvent,
+    StreamAssembler,
     VendorRequest,
     closed_run,
     count,
+    json_object,
     open_turn_encoding,
     payload_digest,
     summary_note,
 )
-from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
 from reasonstate.cache.divergence import (
     View,
     ViewBuilder,

@@ -67,16 +67,18 @@ from reasonstate.adapters.base import (
     ProtocolRules,
     Room,
     Seal,
+    SSEEvent,
+    StreamAssembler,
     VendorRequest,
     closed_run,
     count,
+    json_object,
     open_turn_encoding,
     payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
-from reasonstate.adapters.streams import SSEEvent, StreamAssembler, json_object
 from reasonstate.adapters.transport import status_message
 from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
 from reasonstate.cache.rules import CacheRules

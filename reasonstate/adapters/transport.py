@@ -11,11 +11,11 @@ Sync and async share every body. An I/O step longer than one SDK call is written
 generator that yields each call to make (``functools.partial(sdk_method, **kwargs)``) and receives its
 result (or its exception, thrown in); :func:`_run` drives a flow on a sync client by calling, :func:`_arun`
 on an async one by awaiting. Streamed answers are fed chunk by chunk to the codec's pure assembler
-(:mod:`reasonstate.adapters.streams`) as raw bytes (split at CR/LF only: ``iter_lines`` would also split
+(:mod:`reasonstate.adapters.base`) as raw bytes (split at CR/LF only: ``iter_lines`` would also split
 inside a JSON string at U+2028), so a streamed and a non-streamed answer decode alike. Every streamed
 answer goes through :func:`open_stream` / :func:`aopen_stream`: iterating the :class:`Streaming` /
 :class:`AsyncStreaming` they return feeds each chunk to the assembler as it arrives and yields the
-:class:`~reasonstate.adapters.streams.StreamEvent` values it recorded (``Session.stream``); the two differ
+:class:`~reasonstate.adapters.base.StreamEvent` values it recorded (``Session.stream``); the two differ
 only in how they pull a chunk. ``call(stream=True)`` is the same object read to its end, so there is one
 decode path.
 
@@ -41,8 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from reasonstate.adapters.base import Adapter, Assembler, VendorRequest
-from reasonstate.adapters.streams import StreamEvent
+from reasonstate.adapters.base import Adapter, Assembler, StreamEvent, VendorRequest
 from reasonstate.errors import (
     InvalidOption,
     MalformedResponse,
