@@ -4,28 +4,32 @@ For each vendor (Anthropic, OpenAI Responses, DeepSeek chat, Gemini; each emulat
 nothing of it is counted here) one session is grown for real, one ``Session.send`` a turn with short turns,
 and at each size it prints:
 
-* own CPU per request: this process's CPU time for ``session.send(q)`` minus that of the raw SDK call on the
-  same kwargs (median of the per-repeat differences, alternating), in ms;
+* content: what the conversation moved, as the issue defines it: the response bytes received (each HTTP
+  response body of the growing session, read on the wire by an ``httpx`` response hook), plus the user
+  texts and the tool results sent;
 * state: the bytes of the session's own objects (its four layers and its memos, every object reachable from
-  them counted once, ``sys.getsizeof``) over the content bytes;
-* snapshot: the snapshot JSON's bytes over the content bytes, and the time to take it and to restore it.
+  them counted once, ``sys.getsizeof``) over the content bytes. This counts exactly what the session holds,
+  where ``tracemalloc`` would also count the SDK client's caches and the garbage not yet collected;
+* snapshot: the snapshot JSON's bytes over the content bytes, and the time to take it and to restore it;
+* own CPU per request: this process's CPU time for ``session.send(q)`` minus that of the raw SDK call on the
+  same kwargs (median of the per-repeat differences, alternating), in ms.
 
-Content bytes are what the conversation holds: the user texts, and per step its visible text, its reasoning
-text and its continuation payloads (the vendor's bytes replayed verbatim). That leaves out the JSON envelope
-of each response, so the ratios here are upper bounds of the ratios over the bytes received.
+``--layers`` also prints, per size, the bytes per turn of each part of the state (history, trace, records,
+the encoding memo, ...) and of each part of the snapshot, the figures to read when a ratio misses.
 
 Targets (issue: cost at both ends): state <= 3x and snapshot <= 2x the content at every size; own CPU at
 most 1 us per turn of history above its 10-turn figure; snapshot and restore <= 0.5 s each at 2,000 turns.
 Exit 1 when one is missed.
 
     .venv/bin/python benchmarks/long_session.py                      # 10, 200, 1,000, 2,000 turns
-    .venv/bin/python benchmarks/long_session.py --sizes 10,200 --vendors anthropic
+    .venv/bin/python benchmarks/long_session.py --sizes 10,200 --vendors anthropic --layers
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
 import sys
 import time
@@ -33,6 +37,7 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
+import attrs
 from _overhead import Case, _client, _emulators, _new_session
 from overhead import ANTHROPIC
 from overhead_gemini import GEMINI
@@ -66,15 +71,43 @@ def deep_size(roots: Iterable[Any]) -> int:
     return total
 
 
-def content_bytes(session: rs.Session) -> int:
+class Received:
+    """An ``httpx`` response hook that adds up the response body bytes while ``counting`` is on."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.counting = False
+
+    def __call__(self, response: Any) -> None:
+        if self.counting:
+            response.read()
+            self.bytes += len(response.content)
+
+
+def sent_bytes(session: rs.Session) -> int:
+    """The user texts and tool results the session sent (the rest of the content is what it received)."""
     total = 0
     for turn in session.history.turns:
         total += len(turn.user.encode())
         for step in turn.steps:
-            total += len(step.text.encode()) + len(step.reasoning_text.encode())
-            total += sum(len(c.payload) for c in step.continuation)
             total += sum(len(r.content.encode()) for r in step.tool_results)
     return total
+
+
+def state_parts(session: rs.Session) -> dict[str, int]:
+    """Bytes of each part of the session's state, each counted on its own (objects two parts share are
+    counted in both: the parts can add up to more than the whole)."""
+    layers = session._layers
+    parts = {
+        name: deep_size([getattr(layers, name)])
+        for name in attrs.fields_dict(type(layers))
+        if getattr(layers, name) is not None
+    }
+    for name in ("_encodings", "_predictions"):
+        memo = getattr(session, name, None)
+        if memo is not None:
+            parts[name.lstrip("_")] = deep_size([memo])
+    return parts
 
 
 def state_bytes(session: rs.Session) -> int:
@@ -86,9 +119,16 @@ def state_bytes(session: rs.Session) -> int:
     return deep_size(roots)
 
 
-def own_cpu_ms(case: Case, session: rs.Session, client: Any, turn: int) -> float:
+def snapshot_parts(text: str) -> dict[str, int]:
+    """Bytes of each top-level field of the snapshot JSON (compact)."""
+    data = json.loads(text)
+    return {k: len(json.dumps(v, separators=(",", ":"))) for k, v in data.items()}
+
+
+def own_cpu_ms(case: Case, session: rs.Session, client: Any, turn: int, received: Received) -> float:
     """Median of (CPU of ``session.send``) - (CPU of the raw SDK call on the same kwargs): both warmed by
-    one untimed raw call, taken in alternating order, no collection inside a timed call."""
+    one untimed raw call, taken in alternating order, no collection inside a timed call. The session's answers
+    count as content received (they are turns of its history from then on); the raw calls' do not."""
     case.raw_call(client, dict(session.next_request(f"Warm-up {turn}?").kwargs))
     diffs = []
     for i in range(REPEATS):
@@ -97,27 +137,32 @@ def own_cpu_ms(case: Case, session: rs.Session, client: Any, turn: int) -> float
         gc.collect()
         timings = {}
         for side in ("raw", "ours") if i % 2 else ("ours", "raw"):
+            received.counting = side == "ours"
             start = time.process_time()
             if side == "raw":
                 case.raw_call(client, kwargs)
             else:
                 session.send(question)
             timings[side] = time.process_time() - start
+        received.counting = False
         diffs.append(timings["ours"] - timings["raw"])
     return statistics.median(diffs) * 1e3
 
 
-def measure(name: str, case: Case, root: str, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+def measure(name: str, case: Case, root: str, sizes: tuple[int, ...], layers: bool) -> list[dict[str, Any]]:
     if case.growth_setup is not None:
         case.growth_setup()
-    client = _client(case, root)
+    received = Received()
+    client = _client(case, root, event_hooks={"response": [received]})
     session = _new_session(case, client)
     rows = []
     for size in sizes:
+        received.counting = True
         while len(session.history.turns) < size:
             session.send(f"History question {len(session.history.turns) + 1}?")
+        received.counting = False
         gc.collect()
-        content = content_bytes(session)
+        content = received.bytes + sent_bytes(session)
         state = state_bytes(session)
         start = time.perf_counter()
         text = session.snapshot().model_dump_json()
@@ -125,7 +170,9 @@ def measure(name: str, case: Case, root: str, sizes: tuple[int, ...]) -> list[di
         start = time.perf_counter()
         rs.Session.restore(text, client)
         restored = time.perf_counter() - start
-        own = own_cpu_ms(case, session, client, size)
+        turns = len(session.history.turns)
+        parts = state_parts(session) if layers else {}
+        own = own_cpu_ms(case, session, client, size, received)
         rows.append(
             {
                 "vendor": name,
@@ -143,6 +190,11 @@ def measure(name: str, case: Case, root: str, sizes: tuple[int, ...]) -> list[di
             f"{len(text) / content:>8.1f}x {taken:>8.3f} {restored:>8.3f} {own:>9.3f}",
             flush=True,
         )
+        if layers:
+            in_memory = ", ".join(f"{k} {v / turns:.0f}" for k, v in parts.items())
+            in_snapshot = ", ".join(f"{k} {v / turns:.0f}" for k, v in snapshot_parts(text).items() if v > 64)
+            print(f"{'':<17} content {content / turns:.0f} B/turn; state B/turn: {in_memory}")
+            print(f"{'':<17} snapshot B/turn: {in_snapshot}", flush=True)
     return rows
 
 
@@ -173,6 +225,7 @@ def main() -> int:
     parser.add_argument(
         "--vendors", default=",".join(CASES), help="a comma-separated subset of " + ",".join(CASES)
     )
+    parser.add_argument("--layers", action="store_true", help="bytes per turn of each part of the state")
     args = parser.parse_args()
     sizes = tuple(sorted(int(s) for s in args.sizes.split(",")))
     names = [n for n in args.vendors.split(",") if n]
@@ -187,7 +240,7 @@ def main() -> int:
     for name in names:
         case = CASES[name]
         with _emulators([case]) as roots:
-            rows.extend(measure(name, case, roots[0][0], sizes))
+            rows.extend(measure(name, case, roots[0][0], sizes, args.layers))
     misses = missed(rows)
     print(
         f"targets: state <= {STATE_TARGET}x and snapshot <= {SNAPSHOT_TARGET}x the content; own CPU <= "
