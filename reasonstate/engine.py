@@ -107,6 +107,7 @@ __all__ = [
     "TurnFlow",
     "TurnState",
     "commit",
+    "encoded",
     "failed",
     "finished",
     "lost_responses",
@@ -297,26 +298,16 @@ class Engine:
         """The request on ``history`` as rendered (a fold's summary in place of the folded turns), leaving
         out the payloads a vendor rejected (``stripped``: the session's own set unless given). ``layers``:
         the records and sets to build on (the session's current ones unless given)."""
-        layers = self._layers if layers is None else layers
-        if history.fold is not None:
-            history = history.rendered()
-        stripped = layers.stripped if stripped is None else stripped
-        encodings = self._encodings
-        if stripped:
-            history = without_payloads(history, stripped, encodings=encodings)
-        if self._foreign_reasoning == "text":
-            adapter = self._adapter
-            history = foreign_reasoning_as_text(
-                history, adapter.vendor, adapter.api, self._model, encodings=encodings
-            )
-        return self._adapter.encode(
+        return encoded(
+            self._adapter,
             self._prefix,
             history,
             self._model,
             self._options,
-            layers.records,
-            lost_responses=layers.lost,
-            encodings=encodings,
+            self._layers if layers is None else layers,
+            foreign_reasoning=self._foreign_reasoning,
+            encodings=self._encodings,
+            stripped=stripped,
         )
 
     # -- one request: begin → send (the driver) → finish | fail → recover ---------------------------------
@@ -379,6 +370,7 @@ class Engine:
                 policy=self._policy,
                 encodings=self._encodings,
                 predictions=self._predictions,
+                foreign_reasoning=self._foreign_reasoning,
             )
         except BaseException as exc:
             self._fail(call, exc)
@@ -562,6 +554,41 @@ def stripped_payloads(trace: Trace) -> frozenset[str]:
     return frozenset(d for e in trace.of_kind(EventKind.CONTINUATION_STRIPPED) for d in e.data["digests"])
 
 
+def encoded(
+    adapter: Adapter,
+    prefix: Prefix,
+    history: History,
+    model: str,
+    options: Mapping[str, Any],
+    layers: Layers,
+    *,
+    foreign_reasoning: str = "drop",
+    encodings: Encodings | None = None,
+    stripped: frozenset[str] | None = None,
+) -> VendorRequest:
+    """The session's request on ``history`` as rendered (a fold's summary in place of the folded turns),
+    built on ``layers`` (its records, the response ids lost and the payloads left out: ``stripped``, the
+    layers' own set unless given), foreign reasoning as text when ``foreign_reasoning == "text"``. Every
+    request the session sends and every request its policy decision predicts is this call, so a decision
+    predicts the request the session will send on the same history."""
+    if history.fold is not None:
+        history = history.rendered()
+    stripped = layers.stripped if stripped is None else stripped
+    if stripped:
+        history = without_payloads(history, stripped, encodings=encodings)
+    if foreign_reasoning == "text":
+        history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, model, encodings=encodings)
+    return adapter.encode(
+        prefix,
+        history,
+        model,
+        options,
+        layers.records,
+        lost_responses=layers.lost,
+        encodings=encodings,
+    )
+
+
 def predict(
     adapter: Adapter,
     request: VendorRequest,
@@ -591,11 +618,13 @@ def commit(
     policy: Policy,
     encodings: Encodings | None = None,
     predictions: PredictionMemo | None = None,
+    foreign_reasoning: str = "drop",
 ) -> tuple[Layers, Step]:
     """The layers after ``decoded`` answered ``request`` (sent on ``history``, whose last turn is open);
     ``fingerprint`` is ``prefix.fingerprint``; ``encodings``: the session's encoding memo (the policy's
     effect is predicted on a request encoded with it, with the ``predictions`` memo; fresh ones when none
-    are given)."""
+    are given); ``foreign_reasoning``: the session's option, so that the request the policy's effect is
+    predicted on is encoded as the session's next request will be (:func:`encoded`)."""
     turn = history.open_turn
     assert turn is not None
     step = Step(
@@ -720,7 +749,7 @@ def commit(
         history = _close_turn(
             history,
             events,
-            records,
+            attrs.evolve(layers, records=records),
             adapter=adapter,
             prefix=prefix,
             model=model,
@@ -728,6 +757,7 @@ def commit(
             policy=policy,
             encodings=encodings,
             predictions=predictions,
+            foreign_reasoning=foreign_reasoning,
         )
     trace = trace.extended(events)
     return Layers(history, trace, records, layers.lost, layers.stripped, request_body), step
@@ -832,7 +862,7 @@ def _cause(trace: Trace, kinds: Iterable[str], fallback: str) -> str:
 def _close_turn(
     history: History,
     events: list[tuple[str, Mapping[str, Any]]],
-    records: tuple[ExecutionRecord, ...],
+    layers: Layers,
     *,
     adapter: Adapter,
     prefix: Prefix,
@@ -841,9 +871,12 @@ def _close_turn(
     policy: Policy,
     encodings: Encodings | None,
     predictions: PredictionMemo | None,
+    foreign_reasoning: str,
 ) -> History:
     """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules; the
-    decision's events are added to ``events``."""
+    decision's events are added to ``events``. ``layers``: what the next request is built on (its records
+    end with this answer's)."""
+    before = history
     turn = history.turns[-1]
     try:
         views = _decided(policy, history, turn.index)
@@ -880,7 +913,17 @@ def _close_turn(
     closed = history.turns[-1]
     assert closed.view is not None
     effect = _predict_effect(
-        history, views.keys(), records, adapter, prefix, model, options, encodings, predictions
+        history,
+        before,
+        views.keys(),
+        layers,
+        adapter,
+        prefix,
+        model,
+        options,
+        encodings,
+        predictions,
+        foreign_reasoning,
     )
     order = sorted(views)
     decided = FrozenDict(
@@ -930,31 +973,58 @@ def _decided(policy: Policy, history: History, closed: int) -> dict[int, TurnVie
 
 def _predict_effect(
     history: History,
+    before: History,
     changed: Iterable[int],
-    records: tuple[ExecutionRecord, ...],
+    layers: Layers,
     adapter: Adapter,
     prefix: Prefix,
     model: str,
     options: Mapping[str, Any],
     encodings: Encodings | None,
     predictions: PredictionMemo | None,
+    foreign_reasoning: str,
 ) -> dict[str, Any]:
-    """Where the next request will diverge from this one, and what that costs in cache reads."""
+    """Where the next request will diverge from this one, and what that costs in cache reads.
+
+    One predictor: ``predicted_cache_read`` is :func:`predict` (the vendor's rules: minimum, rounding,
+    breakpoints, persisted units) of the request :func:`encoded` builds on ``history`` as decided, over
+    the same records, the same call that gives the next request its own ``predicted_cache_read``; the next
+    request only adds its new user message past that history, and no rule lets a unit the earlier
+    requests never sent be read. ``keep_cache_read`` is the same prediction for the history as
+    ``Keep`` would have left it (``before``, the closed turn kept whole), so ``cache_tokens_lost`` is
+    the difference of two predictions, never of a prediction and a token count.
+    """
     indices = list(changed)
+    records = layers.records
     record = records[-1]
-    keep_read = record.usage.prompt_tokens
     views = [history.turns[i].view for i in indices]
-    if all(v is not None and v.keeps_all for v in views):
-        return {"divergence_unit": None, "predicted_cache_read": keep_read, "reprefill_tokens": 0}
-    request = adapter.encode(prefix, history.rendered(), model, options, records, encodings=encodings)
+
+    def predicted_on(h: History) -> tuple[VendorRequest, int | None]:
+        request = encoded(
+            adapter,
+            prefix,
+            h,
+            model,
+            options,
+            layers,
+            foreign_reasoning=foreign_reasoning,
+            encodings=encodings,
+        )
+        return request, predict(adapter, request, records, predictions)
+
+    request, predicted = predicted_on(history)
     d = divergence(request.units, record.blocks)
-    predicted = predict(adapter, request, records, predictions)
+    if all(v is not None and v.keeps_all for v in views):
+        return {"divergence_unit": d, "predicted_cache_read": predicted, "reprefill_tokens": 0}
+    closed = before.turns[-1]
+    kept = TurnView(tuple(True for _ in closed.steps), policy=Keep().name)
+    keep_read = predicted_on(before.with_view(closed.index, kept))[1]
     dropped = 0
     for i, view in zip(indices, views, strict=True):
         for k, step in enumerate(history.turns[i].steps):
             if view is None or not view.keep_reasoning[k]:
                 dropped += reasoning_tokens(step)
-    lost = keep_read - predicted if predicted is not None else None
+    lost = keep_read - predicted if predicted is not None and keep_read is not None else None
     answer = sum(answer_tokens(s) for i in indices for s in history.turns[i].steps)
     return {
         "divergence_unit": d,

@@ -1048,6 +1048,13 @@ class Room:
         (DeepSeek's persisted output, docs/protocols.md §3.4); None elsewhere."""
         return None
 
+    def cache_keys(self, view: View, raw_usage: Mapping[str, Any] | None) -> tuple[str, ...]:
+        """``view``'s unit keys as the server that answered (``raw_usage`` tells dialects apart) renders
+        them into its prompt: what the guard predicts the cache read from and records for later
+        predictions, as a session's request units are (the codec's). ``view.keys`` unless the server
+        leaves some field of a unit unread."""
+        return view.keys
+
     def lost_continuation(self, response: Any, body: Any) -> tuple[str, ...]:
         """Digests of the reasoning payloads ``response`` ended a tool call with that ``body`` (the request
         answering that call) does not carry back. Empty unless ``body`` answers a call ``response`` made;

@@ -61,6 +61,7 @@ from reasonstate.adapters.base import (
 from reasonstate.cache.divergence import (
     View,
     ViewBuilder,
+    compact_key,
     listed,
     model_name,
     request_body,
@@ -742,6 +743,21 @@ class ChatRoom(Room):
             return None
         shown = {k: v for k, v in message.items() if v is not None and k != "reasoning"}
         return self.view({"messages": [shown]}).units[-1].key
+
+    def cache_keys(self, view: View, raw_usage: Mapping[str, Any] | None) -> tuple[str, ...]:
+        """On DeepSeek, each message keyed as the server renders it (§3.3: ``reasoning_content`` is read on
+        a message with ``tool_calls`` only, ``reasoning`` never), as the codec's units are
+        (``_server_view``): a plain answer replayed with its reasoning is not the unit persisted at the
+        end of its output (which had it), so it does not extend that unit."""
+        dialect = _dialect_of(raw_usage)
+        if dialect != "deepseek":
+            return view.keys
+        return tuple(
+            compact_key(_server_view(without_nulls(u.value), dialect), sort=True)
+            if u.section != "tools" and isinstance(u.value, Mapping) and u.path.startswith("$.messages[")
+            else u.key
+            for u in view.units
+        )
 
     def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
         """DeepSeek's ``reasoning_content`` the answer to a tool call must carry back (§3.3)."""

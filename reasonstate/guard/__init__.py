@@ -11,9 +11,10 @@ as the vendor reads it (its room's view: :func:`reasonstate.adapters.view_of`), 
 request of its conversation (the recent request it shares the longest prefix with), and given its
 normalized usage (the rooms' own usage parsers), its divergence with the cause
 (:func:`reasonstate.cache.divergence.explain`), its warnings (``continuation_lost``, ``unexplained_miss``,
-bad input) and the cache read predicted from the vendor's rules
-(:func:`reasonstate.cache.rules.predict_cache_read`, docs/protocols.md §1.5, §3.4, §4.4, §5.3) next to
-the one reported.
+bad input) and the cache read predicted from the vendor's rules next to the one reported: the session's
+own predictor (:func:`reasonstate.cache.rules.predict_request`, docs/protocols.md §1.5, §3.4, §4.4, §5.3)
+on the unit keys as the server renders them (:meth:`reasonstate.adapters.base.Room.cache_keys`), so a
+guard watching a session predicts what the session predicts for each of its requests.
 """
 
 from __future__ import annotations

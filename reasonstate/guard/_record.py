@@ -9,9 +9,11 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from reasonstate.adapters import Room, room_for_path
 from reasonstate.cache.divergence import View, explain
-from reasonstate.cache.rules import CacheRules, common_prefix_len, predict_cache_read
+from reasonstate.cache.rules import CacheRules, common_prefix_len, predict_request
 from reasonstate.state import ExecutionRecord, Usage
 from reasonstate.state.continuation import digest_of
 
@@ -19,6 +21,20 @@ if TYPE_CHECKING:
     from reasonstate.guard import Guard, GuardRecord, GuardWarning, _Exchange
 
 __all__ = ["analyse"]
+
+
+@attrs.frozen(slots=True)
+class _Request:
+    """A request as the cache prediction reads it (:class:`reasonstate.cache.rules.PredictedRequest`, as a
+    session's ``VendorRequest`` is): the model, the unit keys the server renders, the breakpoints and the
+    units up to the end of the system prompt. A plain client's prompt token ids are never known."""
+
+    model: str
+    units: tuple[str, ...]
+    breakpoints: tuple[int, ...]
+    prefix_units: int
+    prompt_ids: None = None
+
 
 #: how many earlier requests a new one is matched against (its conversation) and predicted from
 _RECENT = 64
@@ -67,20 +83,14 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
     reported = usage.cache_read if usage is not None else None
     if view is not None and usage is not None and 200 <= capture.status < 300:
         rules = guard._cache if guard._cache is not None else room.cache_rules(model, raw_usage)
-        earlier = [r for r in guard._executed if r.model == model or rules.scheme == "items"]
-        predicted = predict_cache_read(
-            rules,
-            model,
-            view.keys,
-            earlier,
-            breakpoints=view.breakpoints,
-            prefix_units=view.prefix_units,
-            memo=guard._predictions,
-        )
+        # the session's predictor (``reasonstate.engine.predict``) on the same kind of input: the unit keys
+        # as the server renders them, and every recent record (the predictor reads each vendor's own)
+        request = _Request(model, room.cache_keys(view, raw_usage), view.breakpoints, view.prefix_units)
+        predicted = predict_request(rules, request, guard._executed, guard._predictions)
         if divergence is None and predicted is not None and reported is not None and predicted != reported:
             kind = "unexplained_miss" if reported < predicted else "prediction_mismatch"
             warnings.append(GuardWarning(kind, f"predicted {predicted}, reported {reported}"))
-        executed = _executed(len(guard._executed), view, usage, capture, predicted, response, rules, room)
+        executed = _executed(len(guard._executed), request, usage, capture, predicted, response, rules, room)
         if executed is not None:
             guard._executed.append(executed)
             del guard._executed[:-_RECENT]
@@ -185,7 +195,7 @@ def _conversation(guard: Guard, view: View) -> tuple[GuardRecord, View, Any] | N
 
 def _executed(
     index: int,
-    view: View,
+    view: _Request,
     usage: Usage,
     capture: _Exchange,
     predicted: int | None,
@@ -197,7 +207,7 @@ def _executed(
     breakpoints the cache entry is the chain up to the last breakpoint, of ``cache_read + cache_write``
     tokens (docs/protocols.md §4.4: the write covers the span from the hit to the last breakpoint); no
     breakpoint, no entry."""
-    blocks = view.keys
+    blocks = view.units
     if rules.scheme == "breakpoints":
         if not view.breakpoints or usage.cache_read + usage.cache_write == 0:
             return None
