@@ -148,8 +148,8 @@ def _frozen_list(value: Iterable[Any]) -> FrozenList:
     return out
 
 
-_DICTS = frozenset({dict, FrozenDict})
-_LISTS = frozenset({list, tuple, FrozenList})
+_DICTS: frozenset[type] = frozenset((dict, FrozenDict))
+_LISTS: frozenset[type] = frozenset((list, tuple, FrozenList))
 
 
 def thaw(value: Any) -> Any:
