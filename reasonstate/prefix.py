@@ -31,9 +31,14 @@ __all__ = ["MAX_DEPTH", "MAX_LEAVES", "Prefix", "Tool", "canonical_json", "flat_
 _CLOCK = re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:\.\d+)?(?![\d:])")
 
 
+#: one encoder for :func:`canonical_json` (``json.dumps`` with options builds a new one on every call)
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 def canonical_json(value: Any) -> str:
-    """Compact JSON with sorted keys and non-ASCII kept: the one serialization of our own values."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON with sorted keys and non-ASCII kept: the one serialization of our own values (the same
+    text as ``json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))``)."""
+    return _CANONICAL.encode(value)
 
 
 #: the tool-name rule both vendors state: Anthropic ``^[a-zA-Z0-9_-]{1,64}$``, OpenAI "a-z, A-Z, 0-9,
@@ -257,6 +262,8 @@ class Tool:
 
 
 def _sorted_tools(tools: Any) -> tuple[Tool, ...]:
+    if tools == () and type(tools) is tuple:  # no tools (the default): nothing to check or sort
+        return ()
     if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
         raise InvalidOption(f"tools=... must be a list of rs.Tool, got {type(tools).__name__}")
     for i, tool in enumerate(tools):
@@ -269,6 +276,8 @@ def _sorted_tools(tools: Any) -> tuple[Tool, ...]:
 
 
 def _pairs(pairs: Any) -> tuple[tuple[str, str], ...]:
+    if pairs == () and type(pairs) is tuple:  # no few-shots (the default)
+        return ()
     if isinstance(pairs, (str, bytes, Mapping)) or not isinstance(pairs, Sequence):
         raise InvalidOption(
             f"few_shots=... must be a list of (user, assistant) string pairs, got {pairs!r:.80}"

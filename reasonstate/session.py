@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import inspect
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -122,6 +123,22 @@ _S = TypeVar("_S", bound="_Core")
 _ON_REJECTED = ("raise", "strip_and_retry")
 
 
+def _context_of(session: _Core) -> Callable[[str], ExportContext]:
+    """The session's :meth:`_Core._export_context` for its publisher, through a weak reference: the session
+    holds its publisher, so a bound method there would make every session a reference cycle, freed only
+    by the garbage collector's next pass instead of when its last reference goes (a service that builds a
+    session per HTTP request would pile them up between collections)."""
+    ref = weakref.ref(session)
+
+    def context(session_id: str) -> ExportContext:
+        live = ref()
+        if live is None:  # pragma: no cover - the publisher lives only as long as its session
+            raise ReferenceError("the session of this publisher is gone")
+        return live._export_context(session_id)
+
+    return context
+
+
 class _Core(Switching):
     """Everything but the I/O: the engine with its construction, switching, ``run()`` steps, reports and
     snapshots."""
@@ -203,7 +220,7 @@ class _Core(Switching):
                 advice="a clock time in the system prompt changes every session and busts the prefix "
                 "cache; keep the date in the prefix and the time in the newest user message",
             )
-        self._publisher = Publisher(Publisher.checked(exporters), self._export_context)
+        self._publisher = Publisher(Publisher.checked(exporters), _context_of(self))
         self._set_layers(Layers(trace=trace))
 
     def _export_context(self, session_id: str) -> ExportContext:
@@ -536,7 +553,7 @@ class _Core(Switching):
             )
         layers = restored_layers(snapshot)
         session._publisher = Publisher(
-            Publisher.checked(exporters), session._export_context, cursor=len(layers.trace) - 1
+            Publisher.checked(exporters), _context_of(session), cursor=len(layers.trace) - 1
         )
         session._set_layers(layers)
         session._state = TurnState(snapshot.state)

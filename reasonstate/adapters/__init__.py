@@ -8,7 +8,10 @@ Vendor SDKs are imported only inside the adapter's call, so this package imports
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any, cast
+
+import attrs
 
 from reasonstate.adapters.anthropic import AnthropicAdapter
 from reasonstate.adapters.base import Adapter, DecodedStep, ProtocolRules, Room, VendorRequest
@@ -65,26 +68,77 @@ def view_of(api: str, body: Any, model: str | None = None) -> View:
     return room(api).view(body, model)
 
 
-def _sdk_modules(client: Any) -> set[str]:
-    return {cls.__module__.split(".")[0] for cls in type(client).__mro__}
+@attrs.frozen(slots=True)
+class _ClientKind:
+    """What the type of a client says: google-genai's class name (``"Client"`` / ``"AsyncClient"``, None for
+    another SDK), the top-level modules of its MRO, and whether it is async (:func:`client_is_async`)."""
+
+    genai: str | None
+    modules: frozenset[str]
+    is_async: bool | None
 
 
-def _genai_class(client: Any) -> str | None:
-    """``"Client"`` / ``"AsyncClient"`` for google-genai's clients (or subclasses), else None."""
-    return next((c.__name__ for c in type(client).__mro__ if c.__module__.startswith("google.genai")), None)
+#: client type → its kind: a pure function of the type (its MRO), computed once per type and process
+_KINDS: dict[type, _ClientKind] = {}
+
+
+def _kind(client: Any) -> _ClientKind:
+    cls = type(client)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        mro = cls.__mro__
+        # google-genai's clients (or subclasses): "Client" / "AsyncClient"
+        genai = next((c.__name__ for c in mro if c.__module__.startswith("google.genai")), None)
+        modules = frozenset(c.__module__.split(".")[0] for c in mro)
+        if genai is not None:
+            is_async: bool | None = True if genai == "AsyncClient" else None
+        elif not modules & {"anthropic", "openai"}:
+            is_async = None
+        else:
+            is_async = any(c.__name__.startswith("Async") for c in mro)
+        kind = _KINDS.setdefault(cls, _ClientKind(genai, modules, is_async))
+    return kind
 
 
 def client_is_async(client: Any) -> bool | None:
     """True for the SDKs' async clients (``AsyncAnthropic``, ``AsyncOpenAI``, google-genai's
     ``client.aio``), False for their sync clients, None for a client that serves both (google-genai's
     ``genai.Client``: ``client.models`` sync, ``client.aio.models`` async) or of no SDK this package knows."""
-    genai = _genai_class(client)
-    if genai is not None:
-        return True if genai == "AsyncClient" else None
-    modules = _sdk_modules(client)
-    if not modules & {"anthropic", "openai"}:
-        return None
-    return any(cls.__name__.startswith("Async") for cls in type(client).__mro__)
+    return _kind(client).is_async
+
+
+#: the adapters :func:`adapter_for` builds with their default configuration, one per API (and chat
+#: dialect) and process: an adapter holds configuration only (never per-session state: that is in the
+#: session's ``Encodings`` and ``PredictionMemo``), so every session may share it
+_DEFAULT_ADAPTERS: dict[str, Adapter] = {}
+
+
+def _default(key: str, build: Callable[[], Adapter]) -> Adapter:
+    adapter = _DEFAULT_ADAPTERS.get(key)
+    if adapter is None:
+        adapter = _DEFAULT_ADAPTERS.setdefault(key, build())
+    return adapter
+
+
+def _gemini() -> Adapter:
+    from reasonstate.adapters.gemini import GeminiAdapter
+
+    return GeminiAdapter()
+
+
+def _responses() -> Adapter:
+    from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter
+
+    return OpenAIResponsesAdapter()
+
+
+def _chat(dialect: str) -> Callable[[], Adapter]:
+    def build() -> Adapter:
+        from reasonstate.adapters.openai_chat import OpenAIChatAdapter
+
+        return OpenAIChatAdapter(dialect=dialect)
+
+    return build
 
 
 def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = None) -> Adapter:
@@ -92,28 +146,29 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
 
     ``anthropic.Anthropic`` → Messages. ``openai.OpenAI`` → Responses by default; ``api="chat"`` or a
     ``dialect`` (``"openai"``, ``"deepseek"``, ``"vllm"``, ``"sglang"``) → Chat Completions.
-    ``google.genai.Client`` (or its ``.aio``) → Gemini generateContent.
+    ``google.genai.Client`` (or its ``.aio``) → Gemini generateContent. The adapter is one shared per
+    process for each API (and dialect): adapters hold configuration only.
     """
-    if _genai_class(client) is not None:
+    kind = _kind(client)
+    if kind.genai is not None:
         if dialect is not None or api not in (None, "generate_content"):
             raise InvalidOption(
                 "the google-genai client speaks generateContent only here: pass no dialect= or api="
             )
-        from reasonstate.adapters.gemini import GeminiAdapter
-
-        return GeminiAdapter()
-    modules = _sdk_modules(client)
+        return _default("generate_content", _gemini)
+    modules = kind.modules
     if "anthropic" in modules:
         if dialect is not None or api not in (None, "messages"):
             raise InvalidOption("the Anthropic client speaks the Messages API only: pass no dialect= or api=")
-        return AnthropicAdapter()
+        return _default("messages", AnthropicAdapter)
     if "openai" in modules:
         if dialect is not None or api == "chat":
-            from reasonstate.adapters.openai_chat import DIALECTS, OpenAIChatAdapter
+            from reasonstate.adapters.openai_chat import DIALECTS
 
-            if (dialect or "openai") not in DIALECTS:
+            chosen = dialect or "openai"
+            if chosen not in DIALECTS:
                 raise InvalidOption(f"unknown chat dialect {dialect!r}; expected one of {DIALECTS}")
-            return OpenAIChatAdapter(dialect=dialect or "openai")
+            return _default(f"chat:{chosen}", _chat(chosen))
         if api not in (None, "responses"):
             raise InvalidOption(f"unknown api {api!r} for an OpenAI client; use 'responses' or 'chat'")
         host = str(getattr(client, "base_url", ""))
@@ -123,9 +178,7 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
                     f"this is an OpenAI client for {host}: for an OpenAI-compatible server pass "
                     f"dialect={name!r} (the Responses API is OpenAI's own)"
                 )
-        from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter
-
-        return OpenAIResponsesAdapter()
+        return _default("responses", _responses)
     raise InvalidOption(
         f"no adapter for client type {type(client).__module__}.{type(client).__qualname__}: pass an "
         "anthropic, openai or google-genai client, or adapter="

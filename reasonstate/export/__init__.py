@@ -131,21 +131,30 @@ class Publisher:
     ``session_id`` (called only when there are exporters).
     """
 
-    __slots__ = ("context", "cursor", "exporters", "session_id", "started")
+    __slots__ = ("_session_id", "context", "cursor", "exporters", "started")
 
     def __init__(
         self, exporters: Sequence[Exporter], context: Callable[[str], ExportContext], cursor: int = 0
     ) -> None:
         self.exporters = tuple(exporters)
         self.context = context
-        self.session_id = uuid.uuid4().hex
+        self._session_id: str | None = None
         self.cursor = cursor
         self.started = False
+
+    @property
+    def session_id(self) -> str:
+        """A random id, drawn when first read (a session without exporters never needs one)."""
+        if self._session_id is None:
+            self._session_id = uuid.uuid4().hex
+        return self._session_id
 
     @staticmethod
     def checked(exporters: Any) -> tuple[Exporter, ...]:
         """``exporters`` as a tuple, or :class:`~reasonstate.errors.InvalidOption` for anything that is not
         a sequence of objects with ``export`` and ``close``."""
+        if exporters == () and type(exporters) is tuple:  # the default: nothing to check
+            return ()
         from reasonstate.errors import InvalidOption
 
         if isinstance(exporters, (str, bytes)) or not isinstance(exporters, Sequence):

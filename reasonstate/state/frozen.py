@@ -148,10 +148,19 @@ def _frozen_list(value: Iterable[Any]) -> FrozenList:
     return out
 
 
+_DICTS: frozenset[type] = frozenset((dict, FrozenDict))
+_LISTS: frozenset[type] = frozenset((list, tuple, FrozenList))
+
+
 def thaw(value: Any) -> Any:
     """A plain, mutable deep copy of a (frozen or not) JSON value."""
-    if type(value) in _SCALARS:  # most leaves, by exact type before the (slow) ABC check
+    kind = type(value)
+    if kind in _SCALARS:  # most leaves, by exact type before the (slow) ABC checks
         return value
+    if kind in _DICTS:
+        return {k: v if type(v) in _SCALARS else thaw(v) for k, v in value.items()}
+    if kind in _LISTS:
+        return [v if type(v) in _SCALARS else thaw(v) for v in value]
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

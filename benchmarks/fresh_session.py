@@ -1,0 +1,241 @@
+"""A fresh session and its first ``send`` against the raw SDK call, on an in-process transport.
+
+What is compared, per vendor (Anthropic Messages with extended thinking, OpenAI Responses, DeepSeek chat,
+Gemini ``generateContent``; the very cases, session options and raw calls of ``overhead*.py``):
+
+* **SDK**: the raw SDK call on the kwargs the session's first ``send`` puts on the wire (built untimed by a
+  twin session's ``next_request``), plus the raw user's bookkeeping (append the reply);
+* **reasonstate**: ``rs.Session(client, model=..., system=..., policy=Keep(), **options)`` built *inside*
+  the timed region, then its one ``session.send(q)``.
+
+Both go through the same vendor SDK client, whose ``httpx2`` client (the HTTP library these SDKs import;
+google-genai picks it from the transport's class) has an ``httpx2.MockTransport``: every request is answered
+in this process, without a socket, with the fixed response bytes (and headers) the real emulator of
+:mod:`reasonstate.testing` gave to that very request once, at start-up (the only socket traffic, untimed).
+The SDK call is then as cheap as it ever gets (~1 ms), so reasonstate's constant costs — building a
+session, validating its options, the first encode, digest, prediction, trace and commit — show at full
+size: the harshest case for the ratio, the one a web service that builds a session per HTTP request sees.
+
+Method (that of ``benchmarks/_overhead.py``): each repeat runs both sides back to back, the order
+alternating (each side first equally often); before a repeat, untimed, ``gc.collect()`` and then the SDK's
+two paths on copies of the repeat's kwargs (the raw call, and the raw-response call ``send`` makes), so
+neither side pays the SDK's cold start after the collection; while a repeat runs the collector makes no
+full (generation 2) collection (young collections run as usual: each side pays for what it allocates).
+reasonstate's own code stays as cold as in use. Every repeat asserts that both sides sent byte-identical
+bodies. Each repeat uses a new question (no memo keyed by a value outlives a session, but a real
+service's questions differ too). Reported: the medians of each side; ``ours/SDK``, the median of the
+per-repeat ratios, with their interquartile range; ``own``, the median per-repeat difference, in wall and
+in this process's CPU time. Exits 1 when any vendor's ``ours/SDK`` exceeds :data:`TARGET` (issue 21:
+"a fresh session + one send <= 1.05 x the raw SDK call on an in-process transport, every vendor").
+
+Run: ``make bench`` (or ``.venv/bin/python benchmarks/fresh_session.py``; ``--repeats N``; ``--profile``
+prints cProfile of the session's construction and first send per vendor instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import functools
+import gc
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx2
+from _overhead import NO_FULL_COLLECTION, Case, _client, _new_session, environment
+from overhead import ANTHROPIC
+from overhead_gemini import GEMINI
+from overhead_openai import DEEPSEEK, RESPONSES
+
+import reasonstate as rs
+
+TARGET = 1.05
+REPEATS = 401
+CASES = (ANTHROPIC, RESPONSES, DEEPSEEK, GEMINI)
+#: the in-process client's host: nothing listens there, every request is answered by the transport
+ROOT = "http://in-process.invalid"
+#: response headers not replayed (the transport frames the fixed body itself)
+_HOP = frozenset({"content-length", "transfer-encoding", "connection", "date", "server", "keep-alive"})
+
+
+class FixedTransport:
+    """An ``httpx2.MockTransport`` handler: records every request body, answers with one fixed response.
+
+    :meth:`record` fills the response once from a real emulator (over a socket, untimed)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.fixed: tuple[int, list[tuple[str, str]], bytes] | None = None
+
+    def record(self, upstream: str, request: httpx2.Request) -> None:
+        url = upstream + request.url.raw_path.decode()
+        headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
+        with httpx2.Client(trust_env=False) as plain:
+            answer = plain.post(url, content=request.content, headers=headers)
+        if answer.status_code != 200:
+            raise RuntimeError(f"the emulator answered {answer.status_code}: {answer.text[:300]}")
+        kept = [(k, v) for k, v in answer.headers.items() if k.lower() not in _HOP]
+        self.fixed = (answer.status_code, kept, answer.content)
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.bodies.append(request.content)
+        assert self.fixed is not None, "record() first"
+        status, headers, content = self.fixed
+        return httpx2.Response(status, headers=headers, content=content)
+
+
+def _session(case: Case, client: Any) -> rs.Session:
+    return _new_session(case, client)
+
+
+def _raw_kwargs(case: Case, client: Any, question: str) -> dict[str, Any]:
+    """The kwargs the first ``send(question)`` of a fresh session sends (from an untimed twin)."""
+    return copy.deepcopy(dict(_session(case, client).next_request(question).kwargs))
+
+
+def _warm_sdk(case: Case, client: Any, kwargs: dict[str, Any]) -> None:
+    """The SDK's raw call and the raw-response call ``send`` makes, on copies of ``kwargs``: untimed."""
+    case.raw_call(client, copy.deepcopy(kwargs))
+    endpoint = _session(case, client)._adapter.endpoint
+    if endpoint.sdk == "google.genai":
+        config = {**kwargs["config"], "should_return_http_response": True}
+        client.models.generate_content(**{**copy.deepcopy(kwargs), "config": config})
+    else:
+        resource = functools.reduce(getattr, endpoint.resource, client)
+        resource.with_raw_response.create(**copy.deepcopy(kwargs)).http_response.read()
+
+
+def _setup(case: Case) -> tuple[Any, FixedTransport]:
+    """The in-process client of ``case``, its transport filled from the real emulator."""
+    handler = FixedTransport()
+    client = _client(case, ROOT, transport=httpx2.MockTransport(handler))
+    emulator = case.emulator(lambda _request: case.action)
+    with emulator:
+
+        def relay(request: httpx2.Request) -> httpx2.Response:
+            handler.record(emulator.base_url, request)
+            return handler(request)
+
+        # one first request as a fresh session makes it, relayed to the emulator: its answer is the fixed one
+        _session(case, _client(case, ROOT, transport=httpx2.MockTransport(relay))).send("Warm-up question?")
+    kwargs = _raw_kwargs(case, client, "Warm-up question?")
+    _warm_sdk(case, client, kwargs)
+    _session(case, client).send("Warm-up question?")
+    handler.bodies.clear()
+    return client, handler
+
+
+def measure(case: Case, repeats: int) -> dict[str, Any]:
+    client, handler = _setup(case)
+    wall: dict[str, list[float]] = {"sdk": [], "ours": []}
+    cpu: dict[str, list[float]] = {"sdk": [], "ours": []}
+    sides: dict[str, Callable[[str, dict[str, Any]], None]] = {
+        "sdk": lambda _q, kwargs: case.raw_call(client, kwargs),
+        "ours": lambda q, _kwargs: _session(case, client).send(q),
+    }
+    for k in range(repeats):
+        question = f"Fresh question {k}?"
+        kwargs = _raw_kwargs(case, client, question)
+        gc.collect()  # untimed; no full collection inside the repeat
+        _warm_sdk(case, client, kwargs)
+        handler.bodies.clear()
+        thresholds = gc.get_threshold()
+        gc.set_threshold(thresholds[0], thresholds[1], NO_FULL_COLLECTION)
+        try:
+            for side in ("sdk", "ours") if k % 2 else ("ours", "sdk"):
+                c0, t0 = time.process_time(), time.perf_counter()
+                sides[side](question, kwargs)
+                wall[side].append(time.perf_counter() - t0)
+                cpu[side].append(time.process_time() - c0)
+        finally:
+            gc.set_threshold(*thresholds)
+        if len(handler.bodies) != 2 or handler.bodies[0] != handler.bodies[1]:
+            raise AssertionError(f"{case.title}: the SDK call and session.send sent different bodies")
+    client.close()
+    ratios = sorted(o / s for o, s in zip(wall["ours"], wall["sdk"], strict=True))
+    q = statistics.quantiles(ratios, n=4)
+    return {
+        "sdk": statistics.median(wall["sdk"]),
+        "ours": statistics.median(wall["ours"]),
+        "ratio": statistics.median(ratios),
+        "iqr": (q[0], q[2]),
+        "own": statistics.median(o - s for o, s in zip(wall["ours"], wall["sdk"], strict=True)),
+        "own_cpu": statistics.median(o - s for o, s in zip(cpu["ours"], cpu["sdk"], strict=True)),
+    }
+
+
+def profile(case: Case, sends: int = 200, limit: int = 30) -> None:
+    """cProfile of ``sends`` fresh sessions, each built and sent once; reasonstate's own functions only."""
+    client, _handler = _setup(case)
+    profiler = cProfile.Profile()
+    for k in range(sends):
+        question = f"Profiled question {k}?"
+        profiler.enable()
+        _session(case, client).send(question)
+        profiler.disable()
+    client.close()
+    stats = pstats.Stats(profiler)
+    package = rs.__file__.rsplit("/", 1)[0]
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    rows = sorted(
+        ((ct, tt, nc, key) for key, (_cc, nc, tt, ct, _c) in raw.items() if key[0].startswith(package)),
+        key=lambda r: r[0],
+        reverse=True,
+    )
+    print(f"{case.title}: cProfile of {sends} fresh sessions + one send (µs per session; reasonstate only)")
+    print(f"{'cum µs':>8} {'self µs':>8} {'calls':>6}  function")
+    for ct, tt, nc, (filename, line, name) in rows[:limit]:
+        where = filename.removeprefix(package + "/")
+        print(f"{ct / sends * 1e6:>8.1f} {tt / sends * 1e6:>8.1f} {nc / sends:>6.1f}  {where}:{line}({name})")
+    print()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--profile", action="store_true", help="cProfile construction + first send")
+    parser.add_argument("--vendors", default="", help="comma-separated title prefixes, e.g. Anthropic")
+    args = parser.parse_args()
+    wanted = [v for v in args.vendors.split(",") if v]
+    cases = [c for c in CASES if not wanted or any(c.title.startswith(v) for v in wanted)]
+    print(environment())
+    if args.profile:
+        for case in cases:
+            profile(case)
+        return 0
+    print(
+        "\nA fresh rs.Session + one send vs the raw SDK call on the same kwargs; in-process transport "
+        f"(fixed emulator bytes, no socket); {args.repeats} repeats, medians"
+    )
+    print(
+        f"{'vendor':<40} {'SDK ms':>7} {'ours ms':>8} {'ours/SDK':>8} {'IQR':>11} {'own ms':>7} "
+        f"{'own CPU':>8}"
+    )
+    worst: list[tuple[float, str]] = []
+    started = time.perf_counter()
+    for case in cases:
+        r = measure(case, args.repeats)
+        low, high = r["iqr"]
+        print(
+            f"{case.title:<40} {r['sdk'] * 1e3:>7.3f} {r['ours'] * 1e3:>8.3f} {r['ratio']:>8.3f} "
+            f"{f'{low:.2f}-{high:.2f}':>11} {r['own'] * 1e3:>7.3f} {r['own_cpu'] * 1e3:>8.3f}",
+            flush=True,
+        )
+        worst.append((r["ratio"], case.title))
+    ratio, where = max(worst)
+    print(f"target: ours/SDK <= {TARGET:.2f} for every vendor; worst {ratio:.3f} ({where})")
+    print(f"({time.perf_counter() - started:.0f} s)")
+    failed = [w for r, w in worst if r > TARGET]
+    if failed:
+        print(f"FAIL: over target: {'; '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
