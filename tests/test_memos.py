@@ -15,10 +15,11 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.adapters.base import Encodings
-from reasonstate.state import EventKind, Turn, digest_of
+from reasonstate.state import EventKind, Turn
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+from tests._snapshots import payloads, redigest
 from tests.conftest import WEATHER
 
 ANTHROPIC = {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}}
@@ -80,11 +81,9 @@ def test_stripped_payloads_derive_each_closed_turn_once_after_strip_and_retry() 
         reply = session.send("Paris weather?")
         session.send_tool_results({c.id: "18C" for c in reply.tool_calls})
         snap = json.loads(session.snapshot().model_dump_json())
-        item = snap["history"][0]["steps"][0]["continuation"][0]
-        value = json.loads(item["payload"])
+        value = payloads(snap, 0)[0]
         value["signature"] = value["signature"][:-8] + "A" * 7 + value["signature"][-1]
-        item["payload"] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-        item["digest"] = digest_of(item["payload"].encode())
+        redigest(snap)
         tampered = rs.SessionSnapshot.model_validate(snap).model_copy(
             update={"on_rejected_continuation": "strip_and_retry"}
         )
