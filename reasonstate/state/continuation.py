@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from typing import Any
 
 import attrs
@@ -91,7 +92,7 @@ class Continuation:
             vendor=vendor,
             api=api,
             model=model,
-            kind=kind,
+            kind=sys.intern(kind) if type(kind) is str else kind,  # one object per type name, not per payload
             payload=payload,
             digest=digest,
             model_bound=model_bound,
