@@ -8,6 +8,7 @@ is refused rather than sent (:class:`~reasonstate.errors.ContinuationMismatch`).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +37,10 @@ from reasonstate.state import (
     TurnView,
     Usage,
     digest_of,
+    parse_arguments,
     thaw,
 )
+from reasonstate.state.continuation import compact
 
 if TYPE_CHECKING:
     from reasonstate.engine import Layers
@@ -51,8 +54,11 @@ __all__ = [
     "session_snapshot",
 ]
 
-#: 2: an integrity digest over the content; tool calls may have no arguments (``arguments_error``)
-SNAPSHOT_VERSION = 2
+#: 2: an integrity digest over the content; tool calls may have no arguments (``arguments_error``);
+#: 3: the history in its compact form (:func:`history_to_snapshot`): positional, names in tables, payloads as
+#: JSON values, one digest over the payloads' capture digests. A snapshot of another version is refused
+#: (:class:`~reasonstate.errors.SnapshotError` naming both versions), never read as this one
+SNAPSHOT_VERSION = 3
 
 
 class SessionSnapshot(pydantic.BaseModel):
@@ -82,7 +88,8 @@ class SessionSnapshot(pydantic.BaseModel):
     foreign_reasoning: str = "drop"
     on_rejected_continuation: str = "raise"
     options: dict[str, Any]
-    history: list[dict[str, Any]]
+    #: the compact form of :func:`history_to_snapshot`
+    history: dict[str, Any]
     execution: list[dict[str, Any]]
     trace: list[dict[str, Any]]
     digest: str = ""
@@ -112,7 +119,7 @@ class SessionSnapshot(pydantic.BaseModel):
                 _record_from_dict(record)
         except ReasonStateError:
             raise
-        except (ValueError, TypeError, KeyError) as exc:  # a value no session could have produced
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:  # no session made it
             raise SnapshotError(f"not a valid snapshot: {type(exc).__name__}: {exc}") from exc
         if self.digest != self.content_digest():
             raise SnapshotError(
@@ -134,6 +141,7 @@ class SessionSnapshot(pydantic.BaseModel):
             else:
                 raise SnapshotError(f"cannot restore from {type(data).__name__}: pass a snapshot or its JSON")
         except pydantic.ValidationError as exc:
+            _check_version(data)
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'snapshot'}: {e['msg']}" for e in exc.errors()[:5]
             )
@@ -141,148 +149,270 @@ class SessionSnapshot(pydantic.BaseModel):
         return snapshot.checked()
 
 
-def _part_to(p: Part) -> dict[str, Any]:
+# -- the history part (docs: the module docstring) ------------------------------------------------------
+#
+# Positional arrays, trailing defaults left out, repeated names written once in a table:
+#
+#   {"turns": [turn, ...], "names": [str, ...], "origins": [origin, ...], "views": [view, ...],
+#    "fold": [through, summary] (absent without a fold), "digest": "sha256:..." (absent without payloads)}
+#   turn   = [user, [step, ...], view | null, index]   (index left out when it is the turn's position, then
+#            view left out while the turn is open)
+#   step   = [[part, ...], [continuation, ...], stop_reason name, usage, model name, response_id,
+#             [[call_id, content, 1 when is_error], ...], 1 when response_stored]   (trailing defaults out)
+#   usage  = [uncached_input, cache_read, cache_write, output, reasoning, cache_write_1h] (defaults out)
+#   part   = [0, text, c] | [1, text, c, 1 when redacted] | [2, id, name, raw, c, error, arguments] |
+#            [3, type, c]   (c, redacted left out when None/False; error and arguments when they are what
+#            parse_arguments(raw) gives)
+#   continuation = [origin, payload JSON value] | [origin, payload text, 1]   (the text form for bytes that
+#            are not compact JSON a JSON round trip keeps, e.g. with a float, NaN or a duplicate key)
+#   origin = [vendor, api, model, kind, 1 when model_bound]; view = [[keep flags], policy, summary]
+#
+# A payload's capture digest is sha256 of its bytes, so it is derived on restore, not stored; ``digest`` is
+# sha256 over the capture digests of every payload in order, taken from the history values when the snapshot
+# is made: a payload edited since (in memory or in the snapshot) is a ContinuationMismatch on restore.
+
+_USAGE_DEFAULTS = (0, 0, 0, 0, None, 0)
+
+
+def _trimmed(values: list[Any], defaults: Sequence[Any]) -> list[Any]:
+    """``values`` without the trailing entries that are their default (``defaults`` are those of the last
+    ``len(defaults)`` entries; equal and of the same type, so ``1`` is not ``True``)."""
+    n, first = len(values), len(values) - len(defaults)
+    while n > first:
+        value, default = values[n - 1], defaults[n - 1 - first]
+        if type(value) is not type(default) or value != default:
+            break
+        n -= 1
+    return values[:n]
+
+
+class _Table:
+    """Distinct hashable values in first-seen order, each written once and referred to by its index."""
+
+    __slots__ = ("index", "values")
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def __call__(self, value: Any) -> int:
+        i = self.index.get(value)
+        if i is None:
+            i = self.index[value] = len(self.values)
+            self.values.append(value)
+        return i
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _no_float(text: str) -> Any:
+    raise ValueError(text)
+
+
+def _embedded(payload: bytes) -> Any:
+    """The payload's JSON value when writing it as a value and reading it back gives these very bytes
+    (compact JSON without floats or NaN: the snapshot's JSON encoder writes those its own way), else _TEXT."""
+    try:
+        value = json.loads(payload, parse_float=_no_float, parse_constant=_no_constant)
+    except ValueError:
+        return _TEXT
+    return value if compact(value) == payload else _TEXT
+
+
+_TEXT: Any = object()
+
+
+def _check_version(data: str | bytes | bytearray | Mapping[str, Any]) -> None:
+    """:class:`~reasonstate.errors.SnapshotError` naming the version when ``data`` is a snapshot of another
+    version (whose fields need not be this version's: the version is what to report)."""
+    try:
+        found = (json.loads(data) if isinstance(data, (str, bytes, bytearray)) else data).get("version")
+    except (ValueError, AttributeError):
+        return
+    if found is not None and found != SNAPSHOT_VERSION:
+        raise SnapshotError(
+            f"snapshot version {found} is not one this reasonstate reads ({SNAPSHOT_VERSION})"
+        )
+
+
+def _part_to(p: Part) -> list[Any]:
+    c = p.continuation
     if isinstance(p, TextPart):
-        return {"t": "text", "text": p.text, "c": p.continuation}
+        return [0, p.text] if c is None else [0, p.text, c]
     if isinstance(p, ReasoningPart):
-        return {"t": "reasoning", "text": p.text, "redacted": p.redacted, "c": p.continuation}
+        if p.redacted:
+            return [1, p.text, c, 1]
+        return [1, p.text] if c is None else [1, p.text, c]
     if isinstance(p, ToolCallPart):
-        return {
-            "t": "tool_call",
-            "id": p.id,
-            "name": p.name,
-            "raw": p.raw_arguments,
-            "arguments": None if p.arguments is None else dict(p.arguments),
-            "c": p.continuation,
-            "error": p.arguments_error,
-        }
-    return {"t": "opaque", "type": p.type, "c": p.continuation}
+        entry = [2, p.id, p.name, p.raw_arguments, c]
+        parsed, error = parse_arguments(p.raw_arguments)
+        arguments = None if p.arguments is None else thaw(p.arguments)
+        same = error == p.arguments_error and (
+            arguments is None
+            if parsed is None
+            else arguments is not None and compact(parsed) == compact(arguments)
+        )
+        return entry if same else [*entry, p.arguments_error, arguments]
+    return [3, p.type, c]
 
 
-def _part_from(d: dict[str, Any]) -> Part:
-    t = d["t"]
-    if t == "text":
-        return TextPart(text=d["text"], continuation=d["c"])
-    if t == "reasoning":
-        return ReasoningPart(text=d["text"], redacted=d["redacted"], continuation=d["c"])
-    if t == "tool_call":
+def _part_from(d: list[Any]) -> Part:
+    t = d[0]
+    c = d[2] if len(d) > 2 else None
+    if t == 0:
+        return TextPart(text=d[1], continuation=c)
+    if t == 1:
+        return ReasoningPart(text=d[1], redacted=len(d) > 3 and bool(d[3]), continuation=c)
+    if t == 2:
+        raw = d[3]
+        arguments, error = (d[6], d[5]) if len(d) > 5 else parse_arguments(raw)
         return ToolCallPart(
-            id=d["id"],
-            name=d["name"],
-            arguments=d["arguments"],
-            raw_arguments=d["raw"],
-            continuation=d["c"],
-            arguments_error=d.get("error"),
+            id=d[1],
+            name=d[2],
+            arguments=arguments,
+            raw_arguments=raw,
+            continuation=d[4],
+            arguments_error=error,
         )
-    return OpaquePart(type=d["type"], continuation=d["c"])
+    if t == 3:
+        return OpaquePart(type=d[1], continuation=d[2])
+    raise ValueError(f"unknown part type {t!r}")
 
 
-def _continuation_from(d: dict[str, Any]) -> Continuation:
-    payload = d["payload"].encode()
-    if digest_of(payload) != d["digest"]:
-        raise ContinuationMismatch(f"snapshot {d['vendor']} {d['kind']} payload does not match its digest")
-    return Continuation(
-        vendor=d["vendor"],
-        api=d["api"],
-        model=d["model"],
-        kind=d["kind"],
-        payload=payload,
-        digest=d["digest"],
-        model_bound=d["model_bound"],
-    )
+def history_to_snapshot(history: History) -> dict[str, Any]:
+    """The history as compact JSON data (the layout above); payloads as JSON values where that gives their
+    exact bytes back, else as their exact UTF-8 text."""
+    names, origins, views = _Table(), _Table(), _Table()
+    digests: list[str] = []
+    turns: list[list[Any]] = []
+    for position, t in enumerate(history.turns):
+        steps: list[list[Any]] = []
+        for s in t.steps:
+            continuation: list[list[Any]] = []
+            for c in s.continuation:
+                origin = origins((c.vendor, c.api, c.model, c.kind, 1 if c.model_bound else 0))
+                value = _embedded(c.payload)
+                continuation.append(
+                    [origin, value] if value is not _TEXT else [origin, c.payload.decode(), 1]
+                )
+                digests.append(c.digest)
+            u = s.usage
+            usage = [u.uncached_input, u.cache_read, u.cache_write, u.output, u.reasoning, u.cache_write_1h]
+            step = [
+                [_part_to(p) for p in s.parts],
+                continuation,
+                names(s.stop_reason),
+                _trimmed(usage, _USAGE_DEFAULTS),
+                names(s.model),
+                s.response_id,
+                [[r.call_id, r.content, 1] if r.is_error else [r.call_id, r.content] for r in s.tool_results],
+                1 if s.response_stored else 0,
+            ]
+            steps.append(_trimmed(step, (None, [], 0)))
+        view = None
+        if t.view is not None:
+            v = t.view
+            view = views((v.keep_reasoning, v.policy, v.summary))
+        turn: list[Any] = [t.user, steps, view, t.index]
+        turns.append(turn if t.index != position else turn[:2] if view is None else turn[:3])
+    data: dict[str, Any] = {
+        "turns": turns,
+        "names": names.values,
+        "origins": [list(o) for o in origins.values],
+        "views": [
+            [[1 if k else 0 for k in keep], policy, summary]
+            if summary is not None
+            else [[1 if k else 0 for k in keep], policy]
+            for keep, policy, summary in views.values
+        ],
+    }
+    if history.fold is not None:
+        data["fold"] = [history.fold.through, history.fold.summary]
+    if digests:
+        data["digest"] = digest_of("".join(digests).encode())
+    return data
 
 
-def history_to_snapshot(history: History) -> list[dict[str, Any]]:
-    """The history as JSON data: payloads as their exact UTF-8 text with their capture digests."""
-    return [
-        {
-            "index": t.index,
-            "user": t.user,
-            "view": None
-            if t.view is None
-            else {"keep": list(t.view.keep_reasoning), "policy": t.view.policy, "summary": t.view.summary},
-            # the fold (History.fold) rides on the last turn it covers: turns 0..this one are folded
-            **(
-                {"folded_into": history.fold.summary}
-                if history.fold is not None and history.fold.through == t.index
-                else {}
-            ),
-            "steps": [
-                {
-                    "parts": [_part_to(p) for p in s.parts],
-                    "continuation": [
-                        {
-                            "vendor": c.vendor,
-                            "api": c.api,
-                            "model": c.model,
-                            "kind": c.kind,
-                            "payload": c.payload.decode(),
-                            "digest": c.digest,
-                            "model_bound": c.model_bound,
-                        }
-                        for c in s.continuation
-                    ],
-                    "stop_reason": s.stop_reason,
-                    "usage": {
-                        "uncached_input": s.usage.uncached_input,
-                        "cache_read": s.usage.cache_read,
-                        "cache_write": s.usage.cache_write,
-                        "output": s.usage.output,
-                        "reasoning": s.usage.reasoning,
-                        "cache_write_1h": s.usage.cache_write_1h,
-                    },
-                    "model": s.model,
-                    "response_id": s.response_id,
-                    "response_stored": s.response_stored,
-                    "tool_results": [
-                        {"call_id": r.call_id, "content": r.content, "is_error": r.is_error}
-                        for r in s.tool_results
-                    ],
-                }
-                for s in t.steps
-            ],
-        }
-        for t in history.turns
+def history_from_snapshot(data: Mapping[str, Any]) -> History:
+    """The inverse of :func:`history_to_snapshot`: equal to the history it was made from. A payload that
+    no longer matches the capture digests raises :class:`~reasonstate.errors.ContinuationMismatch`."""
+    names = [_shared(n) for n in data["names"]]
+    origins = [
+        (_shared(vendor), _shared(api), _shared(model), _shared(kind), bool(bound))
+        for vendor, api, model, kind, bound in data["origins"]
     ]
-
-
-def history_from_snapshot(turns: list[dict[str, Any]]) -> History:
-    """The inverse of :func:`history_to_snapshot`; a payload that no longer matches its digest raises
-    :class:`~reasonstate.errors.ContinuationMismatch`."""
-    marks = [(t["index"], t["folded_into"]) for t in turns if "folded_into" in t]
-    if len(marks) > 1 or any(not isinstance(s, str) or not s for _, s in marks):
-        raise ValueError("a history holds at most one fold, whose summary is non-empty text")
-    fold = Folded(through=int(marks[0][0]), summary=marks[0][1]) if marks else None
-    history = History(
-        tuple(
-            Turn(
-                index=t["index"],
-                user=t["user"],
-                view=None
-                if t["view"] is None
-                else TurnView(
-                    keep_reasoning=tuple(t["view"]["keep"]),
-                    policy=t["view"]["policy"],
-                    summary=t["view"]["summary"],
-                ),
-                steps=tuple(
-                    Step(
-                        parts=tuple(_part_from(p) for p in s["parts"]),
-                        continuation=tuple(_continuation_from(c) for c in s["continuation"]),
-                        stop_reason=s["stop_reason"],
-                        usage=Usage(**s["usage"]),
-                        model=s["model"],
-                        response_id=s.get("response_id"),
-                        response_stored=bool(s.get("response_stored", False)),
-                        tool_results=tuple(ToolResultPart(**r) for r in s["tool_results"]),
-                    )
-                    for s in t["steps"]
-                ),
-            )
-            for t in turns
+    views = [
+        TurnView(
+            keep_reasoning=tuple(bool(k) for k in v[0]), policy=v[1], summary=v[2] if len(v) > 2 else None
         )
+        for v in data["views"]
+    ]
+    digests: list[str] = []
+
+    def continuation_from(d: list[Any]) -> Continuation:
+        vendor, api, model, kind, bound = origins[d[0]]
+        if len(d) > 2:
+            if d[2] != 1:
+                raise ValueError(f"unknown payload form {d[2]!r}")
+            c = Continuation.restored(
+                vendor=vendor, api=api, model=model, kind=kind, payload=d[1].encode(), model_bound=bound
+            )
+        else:
+            c = Continuation.restored(
+                vendor=vendor,
+                api=api,
+                model=model,
+                kind=kind,
+                payload=compact(d[1]),
+                model_bound=bound,
+                value=d[1],
+            )
+        digests.append(c.digest)
+        return c
+
+    def step_from(s: list[Any]) -> Step:
+        return Step(
+            parts=tuple(_part_from(p) for p in s[0]),
+            continuation=tuple(continuation_from(c) for c in s[1]),
+            stop_reason=names[s[2]],
+            usage=Usage(*s[3]),
+            model=names[s[4]],
+            response_id=s[5] if len(s) > 5 else None,
+            tool_results=tuple(
+                ToolResultPart(call_id=r[0], content=r[1], is_error=len(r) > 2 and bool(r[2]))
+                for r in (s[6] if len(s) > 6 else ())
+            ),
+            response_stored=len(s) > 7 and bool(s[7]),
+        )
+
+    turns = tuple(
+        Turn(
+            index=t[3] if len(t) > 3 else position,
+            user=t[0],
+            steps=tuple(step_from(s) for s in t[1]),
+            view=views[t[2]] if len(t) > 2 and t[2] is not None else None,
+        )
+        for position, t in enumerate(data["turns"])
     )
-    return history.with_fold(fold)
+    if digests and data.get("digest") != digest_of("".join(digests).encode()):
+        raise ContinuationMismatch(
+            "a continuation payload in the snapshot changed since capture: its bytes no longer match the "
+            "capture digests the snapshot was taken with"
+        )
+    fold = None
+    if "fold" in data:
+        through, summary = data["fold"]
+        if type(through) is not int or not isinstance(summary, str) or not summary:
+            raise ValueError("a history holds at most one fold, whose summary is non-empty text")
+        fold = Folded(through=through, summary=summary)
+    return History(turns, fold)
+
+
+def _shared(name: str) -> str:
+    """One object for equal short names (vendor, api, model, kind): restored histories share them."""
+    return sys.intern(name) if type(name) is str else name
 
 
 def session_snapshot(

@@ -40,6 +40,7 @@ from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.completions import VLLMCompletionsEmulator
 from reasonstate.testing.openai_chat import Dialect, OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+from tests._snapshots import set_vendor
 from tests.test_integrity import (
     IM_END,
     RIG_NAMES,
@@ -309,8 +310,7 @@ def test_an_unreplayable_payload_in_the_open_chain_is_refused_before_anything_is
         session = rig.session()
         reply = open_chain(rig, session)
         snap = json.loads(session.snapshot().model_dump_json())
-        for entry in snap["history"][-1]["steps"][-1]["continuation"]:
-            entry["vendor"] = "othervendor"  # the payload bytes (and so their digests) are unchanged
+        set_vendor(snap, -1, -1, "othervendor")  # the payload bytes (and so their digests) are unchanged
         restored = rig.restore(resealed(rs.SessionSnapshot.model_validate(snap)))
         assert [c.vendor for c in restored.continuation] == ["othervendor"] * len(session.continuation)
         before, sent = layers(restored), len(rig.requests)

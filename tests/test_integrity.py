@@ -27,6 +27,7 @@ import pytest
 import reasonstate as rs
 from reasonstate.adapters.tokens import TokenAdapter
 from reasonstate.state import Continuation
+from reasonstate.state.continuation import compact
 from reasonstate.state.frozen import FrozenDict, FrozenList
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
@@ -34,6 +35,7 @@ from reasonstate.testing.completions import VLLMCompletionsEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 from reasonstate.tokens import ChatTemplateRenderer, template_path
+from tests._snapshots import payloads, set_payload
 
 SYSTEM = "You are a careful travel assistant. Always check the weather before advising."
 R0 = "Two cities: check both in parallel."
@@ -655,10 +657,11 @@ def test_token_ids_changed_in_memory_are_refused_and_nothing_is_sent(field: str)
 def _edit_payload(text: str, edit: Callable[[dict[str, Any], str], str]) -> str:
     """The snapshot JSON with the first payload of the open step rewritten by ``edit(value, payload)``."""
     snap = json.loads(text)
-    entry = snap["history"][0]["steps"][0]["continuation"][0]
-    edited = edit(json.loads(entry["payload"]), entry["payload"])
-    assert edited != entry["payload"]
-    entry["payload"] = edited
+    value = payloads(snap, 0)[0]
+    payload = compact(value).decode()
+    edited = edit(value, payload)
+    assert edited != payload
+    set_payload(snap, 0, 0, 0, json.loads(edited))
     return json.dumps(snap, ensure_ascii=False)
 
 

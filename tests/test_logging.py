@@ -21,7 +21,7 @@ import pytest
 import reasonstate as rs
 from reasonstate.export import ExportContext
 from reasonstate.policies import Drop
-from reasonstate.state import EventKind, TraceEvent, digest_of
+from reasonstate.state import EventKind, TraceEvent
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
@@ -34,6 +34,7 @@ from tests._export_support import (
     run_agent,
     vendor_session,
 )
+from tests._snapshots import payloads, redigest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,11 +143,9 @@ def test_a_recovered_rejection_and_the_cache_break_nobody_declared_are_warnings(
         session.send_tool_results({c.id: "18C" for c in reply.tool_calls})
         # the first thinking signature edited (and the snapshot re-sealed): the vendor rejects it
         snap = json.loads(session.snapshot().model_dump_json())
-        item = snap["history"][0]["steps"][0]["continuation"][0]
-        value = json.loads(item["payload"])
+        value = payloads(snap, 0)[0]
         value["signature"] = value["signature"][:-8] + "A" * 7 + value["signature"][-1]
-        item["payload"] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-        item["digest"] = digest_of(item["payload"].encode())
+        redigest(snap)
         snap["on_rejected_continuation"] = "strip_and_retry"
         restored = rs.Session.restore(rs.SessionSnapshot.model_validate(snap).sealed(), emu.client())
         caplog.set_level(logging.DEBUG, logger="reasonstate")

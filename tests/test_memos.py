@@ -15,10 +15,11 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.adapters.base import Encodings
-from reasonstate.state import EventKind, Turn, digest_of
+from reasonstate.state import EventKind, Turn
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+from tests._snapshots import payloads, redigest
 from tests.conftest import WEATHER
 
 ANTHROPIC = {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}}
@@ -80,11 +81,9 @@ def test_stripped_payloads_derive_each_closed_turn_once_after_strip_and_retry() 
         reply = session.send("Paris weather?")
         session.send_tool_results({c.id: "18C" for c in reply.tool_calls})
         snap = json.loads(session.snapshot().model_dump_json())
-        item = snap["history"][0]["steps"][0]["continuation"][0]
-        value = json.loads(item["payload"])
+        value = payloads(snap, 0)[0]
         value["signature"] = value["signature"][:-8] + "A" * 7 + value["signature"][-1]
-        item["payload"] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-        item["digest"] = digest_of(item["payload"].encode())
+        redigest(snap)
         tampered = rs.SessionSnapshot.model_validate(snap).model_copy(
             update={"on_rejected_continuation": "strip_and_retry"}
         )
@@ -140,3 +139,20 @@ def test_a_prefix_holds_no_memo_its_codec_head_is_in_the_session_memo() -> None:
         assert [t["name"] for t in tools] == ["get_weather"] and len(units) == 1 + len(system)
         # another prefix object, equal or not, finds nothing of this one's
         assert Encodings().derived(session.prefix, ("messages", "head"), lambda: None) is None
+
+
+def test_the_per_text_memo_keeps_what_the_last_two_requests_used_and_each_turn_one_reference() -> None:
+    """Memory linear with a small constant (issue: cost at both ends): a closed turn's texts are in its
+    memoized encoding, so the per-text entries do not pile up; a turn's run node shares its reference."""
+    with AnthropicEmulator() as emu:
+        emu.script.extend([ModelAction.answer(f"a{i}", reasoning="r") for i in range(12)])
+        session = rs.Session(
+            emu.client(max_retries=0), model="claude-sonnet-4-6", few_shots=[("Hi?", "Hello.")], **ANTHROPIC
+        )
+        for i in range(12):
+            session.send(f"q{i}?")
+        memo = session._encodings
+        assert len(memo._calls) + len(memo._older) <= 6  # few-shots, the newest user texts
+        turn = session.history.turns[5]
+        (node,) = (v for v in memo._entries(turn).values() if type(v).__name__ == "RunNode")
+        assert node.turn is memo.ref(turn) and node.turn() is turn

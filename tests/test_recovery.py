@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 import reasonstate as rs
-from reasonstate.state import EventKind, digest_of
+from reasonstate.state import EventKind
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+from tests._snapshots import payloads, redigest
 
 WEATHER = rs.Tool(
     name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}}
@@ -31,12 +32,10 @@ CALL = ModelAction(
 def _tampered(session: rs.Session, turn: int, key: str) -> rs.SessionSnapshot:
     """The session's snapshot with the first payload of ``turn`` holding ``key`` edited (and re-sealed)."""
     snap = json.loads(session.snapshot().model_dump_json())
-    for item in snap["history"][turn]["steps"][0]["continuation"]:
-        value = json.loads(item["payload"])
+    for value in payloads(snap, turn):
         if key in value:
             value[key] = value[key][:-8] + ("A" * 7) + value[key][-1]
-            item["payload"] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-            item["digest"] = digest_of(item["payload"].encode())
+            redigest(snap)
             return rs.SessionSnapshot.model_validate(snap).sealed()
     raise AssertionError(f"no payload with {key!r}")
 

@@ -14,6 +14,7 @@ from reasonstate.policies import CacheAware, Compress, Drop, Keep, KeepLast
 from reasonstate.state import EventKind, OpaquePart, ReasoningPart
 from reasonstate.testing import Fault, ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
+from tests._snapshots import payloads, redigest
 from tests.conftest import (
     CLOCK as CLOCK_TOOL,
 )
@@ -283,13 +284,9 @@ def test_tampered_signature_gets_the_vendors_400_as_a_typed_error_and_the_sessio
     reply = session.send("Paris or Rome?")
     # storage that rewrites a signature and "fixes" the digest (the case a digest alone cannot catch)
     snap = json.loads(session.snapshot().model_dump_json())
-    block = snap["history"][0]["steps"][0]["continuation"][0]
-    value = json.loads(block["payload"])
+    value = payloads(snap, 0)[0]
     value["signature"] = value["signature"][:-4] + "AAA="
-    block["payload"] = json.dumps(value, separators=(",", ":"))
-    from reasonstate.state import digest_of
-
-    block["digest"] = digest_of(block["payload"].encode())
+    redigest(snap)
     tampered = rs.Session.restore(rs.SessionSnapshot.model_validate(snap).sealed(), emulator.client())
     before = _layers(tampered)
     with pytest.raises(rs.VendorError) as info:

@@ -19,9 +19,10 @@ from reasonstate.adapters import adapter_for
 from reasonstate.adapters.openai_chat import DEEPSEEK, ChatAssembler, OpenAIChatAdapter
 from reasonstate.cache.rules import predict_cache_read
 from reasonstate.policies import CacheAware, Compress, Drop, Keep, KeepLast
-from reasonstate.state import EventKind, ExecutionRecord, ReasoningPart, Usage, digest_of
+from reasonstate.state import EventKind, ExecutionRecord, ReasoningPart, Usage
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.openai_chat import Dialect, OpenAIChatEmulator
+from tests._snapshots import payloads, redigest
 from tests.conftest import CLOCK, WEATHER
 
 MODELS: dict[str, str] = {
@@ -224,11 +225,9 @@ def test_deepseek_400_for_missing_reasoning_content_is_a_typed_error_and_changes
     reply = session.send("Paris or Rome?")
     # storage that strips reasoning_content and "fixes" the digest (what langchain-deepseek sends)
     snap = json.loads(session.snapshot().model_dump_json())
-    block = snap["history"][0]["steps"][0]["continuation"][0]
-    message = json.loads(block["payload"])
+    message = payloads(snap, 0)[0]
     del message["reasoning_content"]
-    block["payload"] = json.dumps(message, separators=(",", ":"))
-    block["digest"] = digest_of(block["payload"].encode())
+    redigest(snap)
     edited = rs.SessionSnapshot.model_validate(snap).sealed()  # an edit made on purpose, re-sealed
     tampered = rs.Session.restore(edited, deepseek.client(), adapter=OpenAIChatAdapter("deepseek"))
     before = layers(tampered)

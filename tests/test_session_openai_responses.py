@@ -23,9 +23,10 @@ from reasonstate.adapters.openai_responses import (
     PreviousResponseNotFound,
 )
 from reasonstate.policies import Drop, Keep, KeepLast
-from reasonstate.state import EventKind, OpaquePart, Usage, digest_of
+from reasonstate.state import EventKind, OpaquePart, Usage
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+from tests._snapshots import payloads, redigest
 
 MODEL = "gpt-5.5"
 # long enough that the stable prefix alone passes OpenAI's 1,024-token caching minimum
@@ -450,11 +451,9 @@ def test_tampered_encrypted_content_is_the_vendors_400_as_a_typed_error_and_chan
     session = make_session(emulator)
     reply = session.send("Paris or Rome?")
     snap = json.loads(session.snapshot().model_dump_json())
-    item = snap["history"][0]["steps"][0]["continuation"][0]
-    value = json.loads(item["payload"])
+    value = payloads(snap, 0)[0]
     value["encrypted_content"] = value["encrypted_content"][:-6] + "AAAAA="
-    item["payload"] = json.dumps(value, separators=(",", ":"))
-    item["digest"] = digest_of(item["payload"].encode())
+    redigest(snap)
     tampered = rs.Session.restore(rs.SessionSnapshot.model_validate(snap).sealed(), emulator.client())
     before = _layers(tampered)
     with pytest.raises(rs.VendorError) as info:

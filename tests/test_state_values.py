@@ -14,10 +14,11 @@ import attrs
 import pytest
 
 import reasonstate as rs
-from reasonstate.state import EventKind, digest_of
+from reasonstate.state import EventKind
 from reasonstate.state.history import Turn, TurnView
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
+from tests._snapshots import payloads, redigest
 
 
 class _Own:
@@ -65,12 +66,10 @@ CALL = ModelAction(
 def _tampered(session: rs.Session) -> rs.SessionSnapshot:
     """The snapshot with the first turn's thinking signature edited (and the snapshot re-sealed)."""
     snap = json.loads(session.snapshot().model_dump_json())
-    for item in snap["history"][0]["steps"][0]["continuation"]:
-        value = json.loads(item["payload"])
+    for value in payloads(snap, 0):
         if "signature" in value:
             value["signature"] = value["signature"][:-8] + ("A" * 7) + value["signature"][-1]
-            item["payload"] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-            item["digest"] = digest_of(item["payload"].encode())
+            redigest(snap)
             break
     return rs.SessionSnapshot.model_validate(snap).model_copy(
         update={"on_rejected_continuation": "strip_and_retry"}

@@ -425,6 +425,7 @@ class AnthropicAdapter:
     ) -> VendorRequest:
         """Build the ``messages.create`` kwargs for the next call on ``history`` (whose last turn is open)."""
         memo = encodings if encodings is not None else Encodings()
+        memo.next_request()  # the per-text memo keeps what this request and the previous one use
         head = memo.derived(prefix, (API, "head"), functools.partial(_head, prefix))
         head_tools, head_system, head_units = head
         # shared with every request on this prefix: the lists are copied, and a marked block is a new dict

@@ -607,6 +607,22 @@ class RunNode(Generic[_R]):
         return cast(_R, empty.extended(turns[: self.depth], [n.encoded for n in pending]))
 
 
+class _Entries(weakref.ref[Any]):
+    """A turn's (or prefix's) memo entries, and the weak reference to it they are found by: one object per
+    memoized turn (a :class:`RunNode` holds it as its reference to its turn). ``key`` is the ``id`` it is
+    filed under; when the object dies its entries are cleared and unfiled (the callback)."""
+
+    __slots__ = ("key", "values")
+
+    def __new__(cls, obj: Any, callback: Callable[[Any], None], key: int) -> _Entries:
+        return super().__new__(cls, obj, callback)
+
+    def __init__(self, obj: Any, callback: Callable[[Any], None], key: int) -> None:
+        # weakref.ref's own __init__ only checks the arguments __new__ took
+        self.key = key
+        self.values: dict[Hashable, Any] = {}
+
+
 class Encodings:
     """Encoding memos: what codecs derived from turn and prefix values, by (turn or prefix, key), and the
     newest run of closed turns per run key. One belongs to a session (handed to ``Adapter.encode`` and the
@@ -618,31 +634,54 @@ class Encodings:
     object. Turns and prefixes are immutable and a changed one is a new object without entries, so an
     entry is true for as long as it can be read. The values themselves hold no memo: this object is where
     memos live.
+
+    Size: one :class:`_Entries` per memoized turn (its weak reference, shared with the turn's run node),
+    and :meth:`call` keeps only what the current and the previous request used (:meth:`next_request`), so
+    the per-text entries of turns that are closed (their encodings hold what they need) do not pile up.
     """
 
-    __slots__ = ("_calls", "_runs", "_turns")
+    __slots__ = ("_calls", "_forget", "_older", "_runs", "_turns")
 
     def __init__(self) -> None:
-        self._turns: dict[int, tuple[weakref.ref[Any], dict[Hashable, Any]]] = {}
+        self._turns: dict[int, _Entries] = {}
         self._runs: dict[Hashable, tuple[RunNode[Any], Any]] = {}
         self._calls: dict[tuple[Hashable, ...], Any] = {}
+        self._older: dict[tuple[Hashable, ...], Any] = {}
+        self._forget = functools.partial(_forget, self._turns)
 
     def call(self, fn: Callable[..., _T], *args: Hashable) -> _T:
-        """``fn(*args)`` for a pure ``fn`` of immutable arguments (a text, a call id), computed once: the
-        blocks and digests a codec builds for the same text on every request. Callers copy a returned
-        mutable value before changing it."""
+        """``fn(*args)`` for a pure ``fn`` of immutable arguments (a text, a call id), computed once while
+        requests keep using it: the blocks and digests a codec builds for the same text on every request
+        (the open turn, few-shots, the head). Keyed by the arguments' values, so an entry is always true.
+        Callers copy a returned mutable value before changing it."""
         key = (fn, *args)
         found = self._calls.get(key, _MISSING)
         if found is _MISSING:
-            found = self._calls[key] = fn(*args)
+            found = self._older.pop(key, _MISSING)
+            if found is _MISSING:
+                found = fn(*args)
+            self._calls[key] = found
         result: _T = found
         return result
 
+    def next_request(self) -> None:
+        """A new request is being encoded: :meth:`call` entries that neither it nor the previous one uses
+        are dropped when the next one starts (an entry is recomputed if it is needed again later)."""
+        if self._calls:
+            self._older, self._calls = self._calls, {}
+
     def _entries(self, turn: Turn | Prefix) -> dict[Hashable, Any] | None:
         hit = self._turns.get(id(turn))
-        if hit is not None and hit[0]() is turn:
-            return hit[1]
+        if hit is not None and hit() is turn:
+            return hit.values
         return None
+
+    def ref(self, turn: Turn) -> weakref.ref[Turn]:
+        """A weak reference to ``turn``: the one its entries are filed under (made if it has none)."""
+        hit = self._turns.get(id(turn))
+        if hit is not None and hit() is turn:
+            return hit
+        return self._new_entries(turn)
 
     def encoded(self, turn: Turn, key: Hashable, build: Callable[[], _T]) -> _T:
         """``build()``, computed once per ``key`` for this turn object and shared afterwards. Callers
@@ -657,7 +696,7 @@ class Encodings:
     def _once(self, turn: Turn | Prefix, key: Hashable, build: Callable[[], _T]) -> _T:
         entries = self._entries(turn)
         if entries is None:
-            entries = self._new_entries(turn)
+            entries = self._new_entries(turn).values
         elif key in entries:
             found: _T = entries[key]
             return found
@@ -673,12 +712,12 @@ class Encodings:
         """Memoize ``value`` for ``turn`` under ``key`` (replacing what was there)."""
         entries = self._entries(turn)
         if entries is None:
-            entries = self._new_entries(turn)
+            entries = self._new_entries(turn).values
         entries[key] = value
 
-    def _new_entries(self, turn: Turn | Prefix) -> dict[Hashable, Any]:
-        key, entries = id(turn), dict[Hashable, Any]()
-        self._turns[key] = (weakref.ref(turn, functools.partial(_forget, self._turns, key)), entries)
+    def _new_entries(self, turn: Turn | Prefix) -> _Entries:
+        key = id(turn)
+        entries = self._turns[key] = _Entries(turn, self._forget, key)
         return entries
 
     def newest(self, key: Hashable) -> tuple[RunNode[Any] | None, Any]:
@@ -689,10 +728,10 @@ class Encodings:
         self._runs[key] = (node, run)
 
 
-def _forget(entries: dict[int, Any], key: int, ref: weakref.ref[Any]) -> None:
-    hit = entries.get(key)
-    if hit is not None and hit[0] is ref:
-        del entries[key]
+def _forget(entries: dict[int, _Entries], ref: _Entries) -> None:
+    ref.values.clear()  # its run node holds this reference: no cycle outlives the turn
+    if entries.get(ref.key) is ref:
+        del entries[ref.key]
 
 
 def closed_run(
@@ -728,7 +767,7 @@ def closed_run(
         for turn in turns[k:]:
             encoded = encode(turn)
             encodings_.append(encoded)
-            newest = RunNode(newest, weakref.ref(turn), encoded, k + len(encodings_))
+            newest = RunNode(newest, encodings.ref(turn), encoded, k + len(encodings_))
             encodings.remember(turn, key, newest)
         run = cast(_R, run.extended(turns[k:], encodings_))
     if newest is not None:

@@ -380,6 +380,7 @@ class GeminiAdapter:
     ) -> VendorRequest:
         """Build the ``models.generate_content`` kwargs for the next call on ``history``."""
         memo = encodings if encodings is not None else Encodings()
+        memo.next_request()  # the per-text memo keeps what this request and the previous one use
         units: list[str] = [memo.call(_head_unit, "model", model)]
         config: dict[str, Any] = {}
         if prefix.system:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from typing import Any
 
 import attrs
@@ -91,11 +92,46 @@ class Continuation:
             vendor=vendor,
             api=api,
             model=model,
-            kind=kind,
+            kind=sys.intern(kind) if type(kind) is str else kind,  # one object per type name, not per payload
             payload=payload,
             digest=digest,
             model_bound=model_bound,
             known=(payload, digest, freeze(value) if parsed else _UNPARSED),
+        )
+
+    @classmethod
+    def restored(
+        cls,
+        *,
+        vendor: str,
+        api: str,
+        model: str,
+        kind: str,
+        payload: bytes,
+        model_bound: bool,
+        value: Any = _UNPARSED,
+    ) -> Continuation:
+        """A payload read back from storage, its digest taken of these very bytes (a snapshot stores the
+        bytes, not the digest: it is derived). ``value``, when given, is a JSON value whose compact form is
+        ``payload`` (the caller built ``payload`` from it), kept frozen as the payload's parsed value;
+        without it the bytes are parsed once, as for any continuation built from bytes."""
+        digest = digest_of(payload)
+        if value is _UNPARSED:
+            try:
+                known = freeze(json.loads(payload))
+            except ValueError:
+                known = _UNPARSED
+        else:
+            known = freeze(value)
+        return cls(
+            vendor=vendor,
+            api=api,
+            model=model,
+            kind=kind,
+            payload=payload,
+            digest=digest,
+            model_bound=model_bound,
+            known=(payload, digest, known),
         )
 
     def verify(self) -> None:

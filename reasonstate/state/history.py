@@ -14,7 +14,9 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -180,13 +182,32 @@ class OpaquePart:
 Part = TextPart | ReasoningPart | ToolCallPart | OpaquePart
 
 
+#: the shared flag tuples of :class:`TurnView`: every tuple of up to 4 flags (30 of them), made once
+_FLAGS: dict[tuple[bool, ...], tuple[bool, ...]] = {
+    flags: flags for n in range(1, 5) for flags in itertools.product((True, False), repeat=n)
+}
+
+
+def _shared_flags(flags: tuple[bool, ...]) -> tuple[bool, ...]:
+    """The shared tuple equal to ``flags`` (of bools) when there is one, else ``flags``."""
+    if type(flags) is tuple and len(flags) <= 4 and all(type(f) is bool for f in flags):
+        return _FLAGS.get(flags, flags)
+    return flags
+
+
+def _shared_name(name: str) -> str:
+    """One object for equal short names (a stop reason): ``sys.intern`` for an exact ``str``."""
+    return sys.intern(name) if type(name) is str else name
+
+
 @attrs.frozen(slots=True)
 class Step:
     """One model call: its output parts, verbatim continuation payloads, stop reason, and tool results."""
 
     parts: tuple[Part, ...]
     continuation: tuple[Continuation, ...]
-    stop_reason: str
+    #: one object per reason name (``end_turn``, ``tool_use``, ...), not one per step
+    stop_reason: str = attrs.field(converter=_shared_name)
     usage: Usage
     model: str
     tool_results: tuple[ToolResultPart, ...] = ()
@@ -219,7 +240,8 @@ class TurnView:
     dropped reasoning with one text note in the final step. ``policy`` names who decided.
     """
 
-    keep_reasoning: tuple[bool, ...]
+    #: equal short flag tuples are one object (most closed turns have ``(True,)``)
+    keep_reasoning: tuple[bool, ...] = attrs.field(converter=_shared_flags)
     policy: str
     summary: str | None = None
 
