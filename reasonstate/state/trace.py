@@ -241,7 +241,7 @@ class _Store:
                     return f"~#{sid}"
                 self.last[slot] = v
             if len(v) == 71 and v.startswith(_DIGEST_PREFIX) and _HEX.issuperset(v[7:]):
-                return "~" + base64.urlsafe_b64encode(bytes.fromhex(v[7:])).decode()[:-1]
+                return "~" + binascii.b2a_base64(bytes.fromhex(v[7:]), newline=False).decode()[:-1]
             return "~" + v if v[:1] == "~" else v
         if t is int or t is float or t is bool or v is None:
             return v
@@ -283,7 +283,7 @@ class _Store:
                 return x[1:]
             if x[1:2] == "#":
                 return self.strings[int(x[2:])]
-            raw = base64.urlsafe_b64decode(x[1:] + "=") if len(x) == 44 else b""
+            raw = binascii.a2b_base64(x[1:] + "=") if len(x) == 44 else b""
             if len(raw) != 32:
                 raise ValueError(f"not an encoded digest: {x!r:.60}")
             return _DIGEST_PREFIX + raw.hex()
