@@ -49,6 +49,7 @@ or the closing events (``policy.clamped``, ``policy.decision`` with its predicte
 
 from __future__ import annotations
 
+import bisect
 import enum
 import json
 import logging
@@ -783,19 +784,19 @@ def _why_diverged(
     for dropped reasoning, the policy decision that dropped it (``decision``).
     """
     found = _explained(api, before, body, previous.model, record.model)
-    sent = [e.seq for e in trace.of_kind(EventKind.REQUEST_SENT)]
-    after = sent[-1] if sent else -1
+    sent = trace.last_of((EventKind.REQUEST_SENT,), since)
+    after = sent.seq if sent is not None else -1
     # the decisions since the previous request that changed a view (dropped reasoning or summarized)
     decisions = [
         e
-        for e in trace.events[after + 1 : since]
-        if e.kind == EventKind.POLICY_DECISION and _changes_a_view(e.data.get("views"))
+        for e in map(trace.event, _between(trace, EventKind.POLICY_DECISION, after, since))
+        if _changes_a_view(e.data.get("views"))
     ]
     # a fold since the previous request (not a skipped one) replaced the head by its summary
     folds = [
         e
-        for e in trace.events[after + 1 : since]
-        if e.kind == EventKind.CONTEXT_FOLDED and not e.data.get("skipped")
+        for e in map(trace.event, _between(trace, EventKind.CONTEXT_FOLDED, after, since))
+        if not e.data.get("skipped")
     ]
     cause: str
     decision: str | None = None
@@ -817,8 +818,8 @@ def _why_diverged(
         if decisions:
             decision = why = f"{decisions[-1].kind}: {decisions[-1].data.get('summary', '')}".strip()
             # declared when the newest policy decision before this request predicted the divergence
-            newest = next(e for e in reversed(trace.events) if e.kind == EventKind.POLICY_DECISION)
-            declared = newest.data.get("divergence_unit") is not None
+            newest = trace.last_of((EventKind.POLICY_DECISION,))
+            declared = newest is not None and newest.data.get("divergence_unit") is not None
         if folds:
             if found is None:
                 cause = "compacted"
@@ -853,10 +854,16 @@ def _explained(api: str, before: bytes | None, body: bytes | None, was: str, mod
 
 
 def _cause(trace: Trace, kinds: Iterable[str], fallback: str) -> str:
-    for event in reversed(trace.events):
-        if event.kind in kinds:
-            return f"{event.kind}: {event.data.get('summary', '')}".strip()
+    event = trace.last_of(kinds)
+    if event is not None:
+        return f"{event.kind}: {event.data.get('summary', '')}".strip()
     return fallback
+
+
+def _between(trace: Trace, kind: str, after: int, before: int) -> list[int]:
+    """The positions of ``kind``'s events strictly between ``after`` and ``before`` (none built)."""
+    seqs = trace.positions(kind)
+    return list(seqs[bisect.bisect_right(seqs, after) : bisect.bisect_left(seqs, before)])
 
 
 def _close_turn(

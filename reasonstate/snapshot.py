@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import pydantic
+from pydantic_core import to_jsonable_python
 
 from reasonstate.errors import ContinuationMismatch, InvalidOption, ReasonStateError, SnapshotError
 from reasonstate.policies import Fold, Policy, policy_from_spec
@@ -52,6 +53,7 @@ __all__ = [
     "restore_args",
     "restored_layers",
     "session_snapshot",
+    "trace_from_snapshot",
 ]
 
 #: 2: an integrity digest over the content; tool calls may have no arguments (``arguments_error``);
@@ -91,7 +93,9 @@ class SessionSnapshot(pydantic.BaseModel):
     #: the compact form of :func:`history_to_snapshot`
     history: dict[str, Any]
     execution: list[dict[str, Any]]
-    trace: list[dict[str, Any]]
+    #: the trace's compact form (:meth:`Trace.to_compact`: ``{"codec": "trace/1", ...}``); a list of event
+    #: dicts (``seq``, ``kind``, ``at``, ``data``) is the earlier form, still read
+    trace: dict[str, Any] | list[dict[str, Any]]
     digest: str = ""
 
     def content_digest(self) -> str:
@@ -450,7 +454,7 @@ def session_snapshot(
         options=json.loads(json.dumps(dict(options), ensure_ascii=False)),
         history=history_to_snapshot(layers.history),
         execution=[_record_to_dict(r) for r in layers.records],
-        trace=[{"seq": e.seq, "kind": e.kind, "at": e.at, "data": thaw(e.data)} for e in layers.trace],
+        trace=layers.trace.to_compact(to_jsonable_python),
     )
     return snapshot.sealed()
 
@@ -462,10 +466,23 @@ def restored_layers(snap: SessionSnapshot) -> Layers:
 
     history = history_from_snapshot(snap.history)
     records = tuple(_record_from_dict(r) for r in snap.execution)
-    trace = Trace(
-        tuple(TraceEvent(seq=e["seq"], kind=e["kind"], data=e["data"], at=e["at"]) for e in snap.trace)
-    ).appended(EventKind.RESTORED, turns=len(history), requests=len(records))
+    trace = trace_from_snapshot(snap.trace).appended(
+        EventKind.RESTORED, turns=len(history), requests=len(records)
+    )
     return Layers.of(history, trace, records)
+
+
+def trace_from_snapshot(trace: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Trace:
+    """The trace a snapshot holds: its compact form (:meth:`Trace.from_compact`) or the earlier list of
+    event dicts; :class:`~reasonstate.errors.SnapshotError` for anything else."""
+    try:
+        if isinstance(trace, Mapping):
+            return Trace.from_compact(trace)
+        return Trace(
+            tuple(TraceEvent(seq=e["seq"], kind=e["kind"], data=e["data"], at=e["at"]) for e in trace)
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise SnapshotError(f"not a valid snapshot trace: {type(exc).__name__}: {exc}") from exc
 
 
 def restore_args(

@@ -21,6 +21,7 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.export.jsonl import JSONLExporter, TraceFileError, read_trace
+from reasonstate.snapshot import trace_from_snapshot
 from reasonstate.state import EventKind, Trace, TraceEvent
 from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
@@ -31,8 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def snapshot_trace(session: rs.Session) -> Trace:
     """The trace as the session's snapshot serializes it (pydantic JSON, parsed back)."""
-    data = json.loads(session.snapshot().model_dump_json())["trace"]
-    return Trace(tuple(TraceEvent(seq=e["seq"], kind=e["kind"], data=e["data"], at=e["at"]) for e in data))
+    return trace_from_snapshot(json.loads(session.snapshot().model_dump_json())["trace"])
 
 
 @pytest.mark.parametrize("vendor", VENDORS)
@@ -139,6 +139,8 @@ _WRITER = """
 import json, sys
 import reasonstate as rs
 from reasonstate.export.jsonl import JSONLExporter
+from reasonstate.snapshot import trace_from_snapshot
+from reasonstate.state import thaw
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 
@@ -157,7 +159,9 @@ with AnthropicEmulator(respond) as emu:
                          exporters=[JSONLExporter(sys.argv[1])])
     for turn in range(10_000):
         session.run(f"Weather, turn {turn}?")
-        print(json.dumps(json.loads(session.snapshot().model_dump_json())["trace"]), flush=True)
+        trace = trace_from_snapshot(json.loads(session.snapshot().model_dump_json())["trace"])
+        print(json.dumps([{"seq": e.seq, "kind": e.kind, "at": e.at, "data": thaw(e.data)} for e in trace]),
+              flush=True)
 """
 
 

@@ -33,7 +33,8 @@ import attrs
 import pytest
 
 import reasonstate as rs
-from reasonstate.state import EventKind
+from reasonstate.snapshot import trace_from_snapshot
+from reasonstate.state import EventKind, thaw
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
@@ -194,6 +195,11 @@ def state(session: Any) -> Any:
         return value
 
     snapshot = json.loads(session.snapshot().model_dump_json())
+    # the trace's compact form, as its events (each one's time and request digest masked like the rest)
+    snapshot["trace"] = [
+        {"seq": e.seq, "kind": e.kind, "at": e.at, "data": thaw(e.data)}
+        for e in trace_from_snapshot(snapshot["trace"])
+    ]
     snapshot.pop("stream")  # the session's option (what send() does), not committed state
     snapshot.pop("content_digest", None)
     snapshot.pop("digest", None)

@@ -3,19 +3,46 @@
 Events are generic frozen values (``kind`` + JSON-able ``data``) so exporters (JSONL, OpenTelemetry) read
 them without knowing each kind. Redaction happens at export, never by mutating an event: the trace may hold
 raw reasoning text, and opaque payloads appear only as digests.
+
+Storage (the cost of a long session grows by a small constant per event):
+
+  * A :class:`Trace` value is a shared append-only store plus its length ``n``: it sees the store's first
+    ``n`` events only, so every earlier value stays valid and unchanged. :meth:`Trace.extended` appends
+    in place when the value is the store's newest (work in proportion to the events added, never a copy
+    of the trace); a value extended from an older length (a retry, a discarded attempt: a fork) first
+    copies its own ``n`` events into a new store, so two values extended from one base never see each
+    other's events.
+  * Each event is kept as compact JSON bytes in one ``bytearray`` (dict keys as an interned shape, a
+    ``sha256:<hex>`` digest as its 32 bytes in base64, a string equal to the one at the same place of the
+    previous event of that shape as a reference to one shared copy), its kind as an interned id, its wall
+    time once per batch. :class:`TraceEvent` values are built on access (``events``, iteration,
+    :meth:`Trace.of_kind`); the newest batch is kept as built. Decoding gives back exactly the frozen data
+    (``decoded == freeze(data)``, same key order, same types); an event the codec cannot hold (data that
+    is not plain JSON, a ``seq`` that is not its index) is kept as its :class:`TraceEvent`.
+  * :meth:`Trace.to_compact` / :meth:`Trace.from_compact`: the snapshot's form of the same bytes
+    (zlib-compressed, base64), read back to an equal trace; anything that does not decode is a
+    ``ValueError``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import bisect
+import json
+import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+import zlib
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import accumulate, pairwise
+from typing import Any, overload
 
 import attrs
 
-from reasonstate.state.frozen import freeze
+from reasonstate.state.frozen import FrozenDict, FrozenList, freeze
 
-__all__ = ["EventKind", "Trace", "TraceEvent"]
+__all__ = ["EventKind", "Trace", "TraceEvent", "TraceEvents"]
 
 
 class EventKind:
@@ -66,29 +93,460 @@ class TraceEvent:
     at: float = attrs.field(factory=time.time)
 
 
-@attrs.frozen(slots=True)
-class Trace:
-    """An append-only sequence of :class:`TraceEvent`; ``appended`` returns a new value."""
+# -- the codec ----------------------------------------------------------------------------------------------
 
-    events: tuple[TraceEvent, ...] = ()
+#: kind names ↔ ids, process-wide (kinds are a few dozen constants); the snapshot carries the names it uses
+_KIND_NAMES: list[str] = []
+_KIND_IDS: dict[str, int] = {}
+_KIND_LOCK = threading.Lock()
+
+_DIGEST_PREFIX = "sha256:"
+_HEX = frozenset("0123456789abcdef")
+#: a string at least this long, equal to the previous one at its place, is a reference to one shared copy
+_SHARED_MIN = 6
+#: dict key sets learned as shapes (beyond: a dict is kept with its keys); digit keys are never learned
+_MAX_SHAPES = 4096
+_LIST = -1  # the head of an encoded list; a dict is ``[shape id, *values]``
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+_loads = json.loads
+
+
+class _Raw(Exception):
+    """Data the codec does not hold (not plain JSON): the event is kept as its :class:`TraceEvent`."""
+
+
+def _kind_id(kind: str) -> int:
+    found = _KIND_IDS.get(kind)
+    if found is not None:
+        return found
+    if type(kind) is not str:
+        raise TypeError(f"an event kind is a str, got {type(kind).__name__}")
+    with _KIND_LOCK:
+        return _KIND_IDS.setdefault(kind, _intern_kind(kind))
+
+
+def _intern_kind(kind: str) -> int:
+    _KIND_NAMES.append(kind)
+    return len(_KIND_NAMES) - 1
+
+
+def _learnable(keys: tuple[Any, ...]) -> bool:
+    return all(type(k) is str and not k[:1].isdigit() for k in keys)
+
+
+class _Store:
+    """The append-only events behind every :class:`Trace` value extended from one another.
+
+    Invariants: events ``0..len-1`` never change once appended (only appended to, under ``lock``); event
+    ``i``'s bytes are ``blob[ends[i-1]:ends[i]]`` (empty for an event kept whole in ``raw``); ``kinds[i]``
+    its kind id; its time ``run_at[k]`` for the last ``run_start[k] <= i``; the shape and string tables
+    only grow, so an event decodes the same forever.
+    """
+
+    __slots__ = (
+        "blob",
+        "by_kind",
+        "ends",
+        "kinds",
+        "last",
+        "lock",
+        "raw",
+        "run_at",
+        "run_start",
+        "shape_ids",
+        "shapes",
+        "string_ids",
+        "strings",
+    )
+
+    def __init__(self) -> None:
+        self.blob = bytearray()
+        self.ends = array("I")
+        self.kinds = array("H")
+        self.by_kind: dict[int, array[int]] = {}
+        self.run_start = array("I")
+        self.run_at = array("d")
+        self.raw: dict[int, TraceEvent] = {}
+        self.shapes: list[tuple[str, ...]] = []
+        self.shape_ids: dict[tuple[str, ...], int] = {}
+        self.strings: list[str] = []
+        self.string_ids: dict[str, int] = {}
+        #: per (shape, position) the last string seen there (an encoding hint only)
+        self.last: dict[tuple[int, int], str] = {}
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def prefix(self, n: int) -> _Store:
+        """A new store holding this one's first ``n`` events (a fork)."""
+        new = _Store()
+        new.blob = self.blob[: self.ends[n - 1]] if n else bytearray()
+        new.ends = self.ends[:n]
+        new.kinds = self.kinds[:n]
+        for kid, seqs in self.by_kind.items():
+            cut = seqs[: bisect.bisect_left(seqs, n)]
+            if cut:
+                new.by_kind[kid] = cut
+        runs = bisect.bisect_left(self.run_start, n)
+        new.run_start, new.run_at = self.run_start[:runs], self.run_at[:runs]
+        new.raw = {i: e for i, e in self.raw.items() if i < n}
+        new.shapes, new.shape_ids = list(self.shapes), dict(self.shape_ids)
+        new.strings, new.string_ids = list(self.strings), dict(self.string_ids)
+        new.last = dict(self.last)
+        return new
+
+    # -- appending (under lock) ----------------------------------------------------------------------------
+    def append(self, event: TraceEvent) -> None:
+        """Append ``event`` (at position ``len``): as its bytes, or whole when the codec cannot hold it."""
+        i = len(self.kinds)
+        kid = _kind_id(event.kind)
+        at = event.at
+        try:
+            if event.seq != i or type(at) is not float:
+                raise _Raw
+            encoded = _dumps(self._enc(event.data, None)).encode("utf-8", "surrogatepass")
+        except (_Raw, ValueError, TypeError, RecursionError):
+            self.raw[i] = event
+            encoded = b""
+        self.blob += encoded
+        end = len(self.blob)
+        if end > 0xFFFFFFFF and self.ends.typecode == "I":
+            self.ends = array("Q", self.ends)
+        self.ends.append(end)
+        if kid > 0xFFFF and self.kinds.typecode == "H":
+            self.kinds = array("I", self.kinds)
+        self.kinds.append(kid)
+        seqs = self.by_kind.get(kid)
+        if seqs is None:
+            self.by_kind[kid] = array("I", (i,))
+        else:
+            seqs.append(i)
+        if not encoded and i in self.raw:
+            return  # its time is its own
+        if not self.run_at or self.run_at[-1] != at:
+            self.run_start.append(i)
+            self.run_at.append(at)
+
+    def _enc(self, v: Any, slot: tuple[int, int] | None) -> Any:
+        t = type(v)
+        if t is str:
+            if slot is not None and len(v) >= _SHARED_MIN:
+                last = self.last.get(slot)
+                if last == v:
+                    sid = self.string_ids.get(v)
+                    if sid is None:
+                        sid = self.string_ids[v] = len(self.strings)
+                        self.strings.append(v)
+                    return f"~#{sid}"
+                self.last[slot] = v
+            if len(v) == 71 and v.startswith(_DIGEST_PREFIX) and _HEX.issuperset(v[7:]):
+                return "~" + binascii.b2a_base64(bytes.fromhex(v[7:]), newline=False).decode()[:-1]
+            return "~" + v if v[:1] == "~" else v
+        if t is int or t is float or t is bool or v is None:
+            return v
+        if t is FrozenDict or t is dict or (t is not FrozenList and isinstance(v, Mapping)):
+            keys = tuple(v)
+            shape = self.shape_ids.get(keys)
+            if shape is None:
+                if len(self.shapes) < _MAX_SHAPES and _learnable(keys):
+                    shape = self.shape_ids[keys] = len(self.shapes)
+                    self.shapes.append(keys)
+                else:
+                    if not all(type(k) is str for k in keys):
+                        raise _Raw
+                    return {k: self._enc(x, None) for k, x in v.items()}
+            return [shape, *[self._enc(x, (shape, i)) for i, x in enumerate(v.values())]]
+        if t is list or t is tuple or t is FrozenList:
+            return [_LIST, *[self._enc(x, None) for x in v]]
+        raise _Raw
+
+    # -- reading --------------------------------------------------------------------------------------------
+    def event(self, i: int) -> TraceEvent:
+        """Event ``i`` (``0 <= i < len``), built from its bytes."""
+        raw = self.raw
+        if raw:
+            kept = raw.get(i)
+            if kept is not None:
+                return kept
+        start = self.ends[i - 1] if i else 0
+        data = self._dec(_loads(self.blob[start : self.ends[i]].decode("utf-8", "surrogatepass")))
+        at = self.run_at[bisect.bisect_right(self.run_start, i) - 1]
+        return TraceEvent(i, _KIND_NAMES[self.kinds[i]], data, at)
+
+    def _dec(self, x: Any) -> Any:
+        t = type(x)
+        if t is str:
+            if x[:1] != "~":
+                return x
+            if x[1:2] == "~":
+                return x[1:]
+            if x[1:2] == "#":
+                return self.strings[int(x[2:])]
+            raw = binascii.a2b_base64(x[1:] + "=") if len(x) == 44 else b""
+            if len(raw) != 32:
+                raise ValueError(f"not an encoded digest: {x!r:.60}")
+            return _DIGEST_PREFIX + raw.hex()
+        if t is list:
+            head = x[0]
+            if type(head) is not int:
+                raise ValueError(f"not an encoded dict or list: {x!r:.60}")
+            if head == _LIST:
+                return FrozenList([self._dec(v) for v in x[1:]])
+            if head < 0:
+                raise ValueError(f"not an encoded dict or list: {x!r:.60}")
+            keys = self.shapes[head]
+            if len(keys) != len(x) - 1:
+                raise ValueError(f"dict shape {head} has {len(keys)} keys, not {len(x) - 1}")
+            return FrozenDict(zip(keys, [self._dec(v) for v in x[1:]], strict=True))
+        if t is dict:
+            return FrozenDict({k: self._dec(v) for k, v in x.items()})
+        return x
+
+
+def _as_event(e: Any) -> TraceEvent:
+    if not isinstance(e, TraceEvent):
+        raise TypeError(f"a Trace holds TraceEvent values, got {type(e).__name__}")
+    return e
+
+
+class Trace:
+    """An append-only sequence of :class:`TraceEvent`; ``appended`` / ``extended`` return a new value.
+
+    ``Trace(events)`` holds the given events; a value is immutable in behaviour (its length and events never
+    change), equal to another with the same events, and extending it never changes it (module docstring).
+    """
+
+    __slots__ = ("_n", "_store", "_tail")
+    _store: _Store
+    _n: int
+    #: the newest batch's events as built (positions ``n - len(tail)`` to ``n - 1``)
+    _tail: tuple[TraceEvent, ...]
+
+    def __init__(self, events: Iterable[TraceEvent] = ()) -> None:
+        store = _Store()
+        for e in events:
+            store.append(_as_event(e))
+        self._store, self._n, self._tail = store, len(store), ()
+
+    @classmethod
+    def _of(cls, store: _Store, n: int, tail: tuple[TraceEvent, ...]) -> Trace:
+        trace = cls.__new__(cls)
+        trace._store, trace._n, trace._tail = store, n, tail
+        return trace
+
+    @property
+    def events(self) -> TraceEvents:
+        """The events, in order: a read-only sequence (indexing and slicing build the events read)."""
+        return TraceEvents(self)
 
     def appended(self, kind: str, **data: Any) -> Trace:
         """A new trace with one event appended (``seq`` is its position); this trace is unchanged."""
-        return Trace((*self.events, TraceEvent(seq=len(self.events), kind=kind, data=data)))
+        return self.extended(((kind, data),))
 
     def extended(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Trace:
         """The trace with one event per ``(kind, data)`` appended, in order, stamped with one wall time:
-        a request's events are one batch, so the session copies its trace once per request, not per event."""
-        n, now = len(self.events), time.time()
-        added = [TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(items)]
-        return Trace((*self.events, *added)) if added else self
+        a request's events are one batch. Work in proportion to the events added (module docstring)."""
+        n, now = self._n, time.time()
+        added = tuple(TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(items))
+        if not added:
+            return self
+        store = self._store
+        with store.lock:
+            if len(store) != n:  # a fork: another value was extended from this one (or a shorter one)
+                store = store.prefix(n)
+            for e in added:
+                store.append(e)
+        return Trace._of(store, n + len(added), added)
+
+    def event(self, i: int) -> TraceEvent:
+        """The event at position ``i`` (negative from the end)."""
+        n = self._n
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("trace index out of range")
+        tail = self._tail
+        first = n - len(tail)
+        if i >= first:
+            return tail[i - first]
+        return self._store.event(i)
+
+    def positions(self, kind: str) -> Sequence[int]:
+        """The positions (``seq``) of the events of ``kind``, in order (no event built)."""
+        kid = _KIND_IDS.get(kind)
+        seqs = self._store.by_kind.get(kid) if kid is not None else None
+        if not seqs:
+            return ()
+        return seqs[: bisect.bisect_left(seqs, self._n)]
+
+    def last_of(self, kinds: Iterable[str], before: int | None = None) -> TraceEvent | None:
+        """The newest event of one of ``kinds`` before position ``before`` (default: the end), or None."""
+        end = self._n if before is None else min(before, self._n)
+        best = -1
+        for kind in kinds:
+            kid = _KIND_IDS.get(kind)
+            seqs = self._store.by_kind.get(kid) if kid is not None else None
+            if seqs:
+                j = bisect.bisect_left(seqs, end)
+                if j:
+                    best = max(best, seqs[j - 1])
+        return self.event(best) if best >= 0 else None
 
     def of_kind(self, kind: str) -> list[TraceEvent]:
         """The events of ``kind`` (an :class:`EventKind` constant), in order."""
-        return [e for e in self.events if e.kind == kind]
+        return [self.event(i) for i in self.positions(kind)]
 
     def __iter__(self) -> Iterator[TraceEvent]:
-        return iter(self.events)
+        return map(self.event, range(self._n))
 
     def __len__(self) -> int:
-        return len(self.events)
+        return self._n
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        if self._n != other._n:
+            return False
+        return self._store is other._store or all(a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Trace({self._n} events)"
+
+    # -- the snapshot's form -------------------------------------------------------------------------------
+    def to_compact(self, jsonable: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+        """The trace as JSON data: ``{"codec": "trace/1", "events": n, "z": ...}``, ``z`` the base64 of the
+        zlib-compressed event bytes after a header line (kinds, times, byte lengths, tables). Events kept
+        whole (data that is not plain JSON) ride in the header as JSON (``jsonable`` turns a value JSON
+        does not hold into one it does). :meth:`from_compact` reads it back to an equal trace."""
+        store, n = self._store, self._n
+        ends = store.ends[:n]
+        runs = bisect.bisect_left(store.run_start, n)
+        used = store.kinds[:n]
+        header = {
+            "kinds": _KIND_NAMES[: max(used) + 1] if used else [],
+            "k": used.tolist(),
+            "rs": store.run_start[:runs].tolist(),
+            "ra": store.run_at[:runs].tolist(),
+            "len": [b - a for a, b in pairwise((0, *ends))],
+            "shapes": [list(s) for s in store.shapes],
+            "strings": store.strings,
+            "raw": [[i, e.seq, e.kind, e.at, _thawed(e.data)] for i, e in sorted(store.raw.items()) if i < n],
+        }
+        head = json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=jsonable)
+        payload = head.encode("utf-8", "surrogatepass") + b"\n" + store.blob[: ends[-1] if n else 0]
+        return {"codec": "trace/1", "events": n, "z": base64.b64encode(zlib.compress(payload)).decode()}
+
+    @classmethod
+    def from_compact(cls, data: Mapping[str, Any]) -> Trace:
+        """The trace :meth:`to_compact` wrote; ``ValueError`` for anything it could not have written
+        (every event is decoded once here, so a trace read back never fails later)."""
+        try:
+            return cls._from_compact(data)
+        except ValueError:
+            raise
+        except (
+            AttributeError,
+            IndexError,
+            KeyError,
+            OverflowError,
+            TypeError,
+            UnicodeDecodeError,
+            binascii.Error,
+            zlib.error,
+        ) as exc:
+            raise ValueError(f"not a compact trace: {type(exc).__name__}: {exc}") from exc
+
+    @classmethod
+    def _from_compact(cls, data: Mapping[str, Any]) -> Trace:
+        if not isinstance(data, Mapping) or data.get("codec") != "trace/1":
+            raise ValueError("not a compact trace (codec trace/1)")
+        payload = zlib.decompress(base64.b64decode(data["z"], validate=True))
+        cut = payload.index(b"\n")
+        header = json.loads(payload[:cut].decode("utf-8", "surrogatepass"))
+        n = data["events"]
+        lengths, kinds = header["len"], header["k"]
+        if type(n) is not int or len(lengths) != n or len(kinds) != n:
+            raise ValueError("a compact trace whose event count, lengths and kinds disagree")
+        store = _Store()
+        store.blob = bytearray(payload[cut + 1 :])
+        store.ends = array("Q" if len(store.blob) > 0xFFFFFFFF else "I", accumulate(lengths))
+        if (store.ends[-1] if n else 0) != len(store.blob) or any(x < 0 for x in lengths):
+            raise ValueError("a compact trace whose event bytes do not add up")
+        ids = [_kind_id(str(k)) for k in header["kinds"]]
+        store.kinds = array("H" if max(ids, default=0) <= 0xFFFF else "I", (ids[k] for k in kinds))
+        for i, kid in enumerate(store.kinds):
+            seqs = store.by_kind.get(kid)
+            if seqs is None:
+                store.by_kind[kid] = array("I", (i,))
+            else:
+                seqs.append(i)
+        store.run_start, store.run_at = array("I", header["rs"]), array("d", header["ra"])
+        starts = store.run_start
+        if len(starts) != len(store.run_at) or any(b <= a for a, b in pairwise(starts)):
+            raise ValueError("a compact trace's times are not in order")
+        store.shapes = [tuple(str(k) for k in s) for s in header["shapes"]]
+        store.shape_ids = {s: i for i, s in enumerate(store.shapes)}
+        store.strings = [str(s) for s in header["strings"]]
+        store.string_ids = {s: i for i, s in enumerate(store.strings)}
+        for i, seq, kind, at, event_data in header["raw"]:
+            if not 0 <= i < n or lengths[i]:
+                raise ValueError("a compact trace's whole event is not at an empty place")
+            store.raw[i] = TraceEvent(seq, str(kind), event_data, at)
+        for i in range(n):  # every event decodes, and has a time
+            if i not in store.raw and (not starts or starts[0] > i):
+                raise ValueError("a compact trace's event has no time")
+            store.event(i)
+        return cls._of(store, n, ())
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thawed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thawed(v) for v in value]
+    return value
+
+
+class TraceEvents(Sequence[TraceEvent]):
+    """A trace's events as a read-only sequence: ``len``, indexing (a slice is a tuple of the events in
+    it), iteration, ``reversed``; equal to any sequence of the same events (a tuple or list included)."""
+
+    __slots__ = ("_trace",)
+
+    def __init__(self, trace: Trace) -> None:
+        self._trace = trace
+
+    def __len__(self) -> int:
+        return len(self._trace)
+
+    @overload
+    def __getitem__(self, index: int) -> TraceEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[TraceEvent, ...]: ...
+    def __getitem__(self, index: int | slice) -> TraceEvent | tuple[TraceEvent, ...]:
+        if isinstance(index, slice):
+            return tuple(map(self._trace.event, range(*index.indices(len(self._trace)))))
+        return self._trace.event(index)
+
+    def __iter__(self) -> Iterator[TraceEvent]:
+        return iter(self._trace)
+
+    def __reversed__(self) -> Iterator[TraceEvent]:
+        return map(self._trace.event, range(len(self._trace) - 1, -1, -1))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TraceEvents):
+            return self._trace == other._trace
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._trace)
+
+    def __repr__(self) -> str:
+        return f"TraceEvents({len(self)} events)"

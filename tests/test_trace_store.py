@@ -1,0 +1,157 @@
+"""The trace layer's storage (issue 21, "Cost at both ends"): an append-only store shared by the values
+extended from one another, events kept compact and built on access, the snapshot's compact form.
+
+* extending the newest value allocates in proportion to the events added, not to the trace;
+* two values extended from one base (a retry, a discarded attempt) never see each other's events;
+* every event reads back exactly as appended (same types, same key order, same export bytes), data the
+  codec does not hold included;
+* a snapshot's trace reads back equal, and an edited one is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tracemalloc
+from typing import Any
+
+import pytest
+
+import reasonstate as rs
+from reasonstate.export.jsonl import event_line
+from reasonstate.snapshot import trace_from_snapshot
+from reasonstate.state import EventKind, FrozenDict, FrozenList, Trace, TraceEvent, freeze, thaw
+from reasonstate.testing import ModelAction
+from reasonstate.testing.anthropic import AnthropicEmulator
+from tests.conftest import make_session
+
+
+def _digest(*parts: Any) -> str:
+    return "sha256:" + hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _batch(turn: int) -> list[tuple[str, dict[str, Any]]]:
+    """One request's events as the engine emits them (the shapes of an Anthropic turn)."""
+    return [
+        (EventKind.TURN_OPENED, {"turn": turn, "user": f"question {turn}?"}),
+        (
+            EventKind.REQUEST_SENT,
+            {
+                "index": turn,
+                "request_digest": _digest("r", turn),
+                "bytes": 300 * turn,
+                "prefix_fingerprint": _digest("prefix"),
+                "divergence": None,
+                "predicted_cache_read": 60 * turn,
+            },
+        ),
+        (
+            EventKind.RESPONSE_RECEIVED,
+            {"index": turn, "stop_reason": "end_turn", "usage": {"cache_read": 60 * turn, "output": 19}},
+        ),
+        (
+            EventKind.REASONING,
+            {"turn": turn, "text": "Short thought.", "payload_digests": [_digest("p", turn)]},
+        ),
+        (EventKind.TURN_CLOSED, {"turn": turn, "steps": 1}),
+    ]
+
+
+def _grown(turns: int) -> Trace:
+    trace = Trace()
+    for turn in range(turns):
+        trace = trace.extended(_batch(turn))
+    return trace
+
+
+def _allocated_by_extending(trace: Trace) -> int:
+    batch = _batch(len(trace))
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        trace.extended(batch)
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_extending_the_newest_trace_allocates_for_the_events_added_not_for_the_trace() -> None:
+    small, large = _grown(20), _grown(4_000)  # 100 and 20,000 events
+    assert len(large) == 20_000
+    # the earlier tuple copy allocated 8 bytes per event held (160 KB here) on every request
+    assert _allocated_by_extending(large) < 3 * _allocated_by_extending(small) + 16_384
+
+
+def test_values_extended_from_one_base_never_see_each_others_events() -> None:
+    base = _grown(3)
+    before = list(base)
+    first = base.appended(EventKind.CALL_FAILED, error="timeout")
+    retry = base.extended(_batch(3)).extended(_batch(4))  # extended twice: read past its newest batch
+    again = first.appended(EventKind.TURN_CLOSED, turn=3, steps=0).appended("custom.kind", n=1)
+    kinds = [k for k, _ in _batch(0)]
+    assert len(base) == 15 and list(base) == before
+    assert [e.kind for e in first][15:] == [EventKind.CALL_FAILED] and len(first) == 16
+    assert [e.kind for e in retry][15:] == kinds + kinds
+    assert [e.data for e in retry][15:] == [freeze(d) for _, d in _batch(3) + _batch(4)]
+    assert [e.kind for e in again][15:] == [EventKind.CALL_FAILED, EventKind.TURN_CLOSED, "custom.kind"]
+    assert [e.seq for e in again] == list(range(18)) and [e.seq for e in retry] == list(range(25))
+    assert Trace(retry.events) == retry and Trace(again.events) == again
+
+
+_ODD: dict[str, Any] = {
+    "digest": _digest("x"),
+    "upper": "sha256:" + "AB" * 32,  # not a lower-case digest: kept as written
+    "tilde": "~#0",
+    "tildes": "~~",
+    "nested": {"12": {"keep_reasoning": [True, False], "summary": None}, "n": [1, 2.5, -0.0, 10**30]},
+    "flags": [True, 1, False, 0],
+    "text": "naïve — 日本 \n",
+    "empty": {},
+    "list": [],
+    "tuple": (1, "two"),
+}
+
+
+def test_every_event_reads_back_as_appended_with_its_types_key_order_and_export_bytes() -> None:
+    trace = Trace().extended([("custom.kind", _ODD), ("custom.kind", _ODD)])
+    trace = trace.appended("other", value={1, 2})  # not JSON: kept as the event it is
+    rebuilt = Trace(trace.events)  # built from events: every one decoded from the store
+    for got in (trace, rebuilt):
+        first, second, odd = got.events
+        for event in (first, second):
+            assert event.data == freeze(_ODD)  # what the event held as built (a tuple is a list)
+            assert list(event.data) == list(_ODD) and list(event.data["nested"]) == ["12", "n"]
+            assert [type(v) for v in event.data["flags"]] == [bool, int, bool, int]
+            assert type(event.data["nested"]) is FrozenDict and type(event.data["tuple"]) is FrozenList
+            with pytest.raises(TypeError):
+                event.data["nested"]["n"].append(3)  # type: ignore[attr-defined]
+        assert event_line(first, "s") == event_line(TraceEvent(0, "custom.kind", _ODD, first.at), "s")
+        assert odd.data == {"value": {1, 2}}
+    assert rebuilt == trace and trace.of_kind("custom.kind") == [first, second]
+    lone = Trace(Trace().appended("k", text="a lone \ud800 surrogate").events)  # decoded from its bytes
+    assert lone.events[0].data == {"text": "a lone \ud800 surrogate"}
+
+
+def test_a_sessions_snapshot_holds_its_trace_compactly_reads_it_back_and_refuses_an_edit(
+    emulator: AnthropicEmulator,
+) -> None:
+    session = make_session(emulator)
+    emulator.script.extend([ModelAction.answer(f"Answer {t}.", reasoning="Thinking. " * 4) for t in range(6)])
+    for turn in range(6):
+        session.send(f"Question {turn}?")
+    data = json.loads(session.snapshot().model_dump_json())
+    assert data["trace"]["codec"] == "trace/1"
+    events = [{"seq": e.seq, "kind": e.kind, "at": e.at, "data": thaw(e.data)} for e in session.trace]
+    assert len(json.dumps(data["trace"])) * 3 < len(json.dumps(events))
+    assert trace_from_snapshot(data["trace"]) == session.trace
+    restored = rs.Session.restore(json.dumps(data), emulator.client())
+    assert Trace(restored.trace.events[:-1]) == session.trace
+    # the earlier form (a list of event dicts) still reads
+    assert trace_from_snapshot(events) == session.trace
+    edited = dict(data, trace=dict(data["trace"], z=data["trace"]["z"][:-8] + "AAAAAAA="))
+    with pytest.raises(rs.SnapshotError):
+        rs.Session.restore(json.dumps(edited), emulator.client())
+    resealed = rs.SessionSnapshot.model_validate(edited).sealed()  # an edit on purpose, sealed again
+    with pytest.raises(rs.SnapshotError):
+        rs.Session.restore(resealed, emulator.client())
