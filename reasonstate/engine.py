@@ -55,7 +55,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -72,7 +72,7 @@ from reasonstate.adapters.base import (
     without_payloads,
 )
 from reasonstate.cache.divergence import Divergence, explain
-from reasonstate.cache.rules import PredictionMemo, divergence, predict_request
+from reasonstate.cache.rules import PredictionMemo, common_prefix_len, divergence, predict_request
 from reasonstate.errors import IllegalTransition, PolicyConflict, ReasonStateError, VendorError
 from reasonstate.export import WARNED_KINDS, Publisher
 from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
@@ -82,6 +82,7 @@ from reasonstate.state import (
     EventKind,
     ExecutionRecord,
     History,
+    Records,
     Step,
     ToolCallPart,
     ToolResultPart,
@@ -536,14 +537,15 @@ class Layers:
 
     history: History = attrs.field(factory=History)
     trace: Trace = attrs.field(factory=Trace)
-    records: tuple[ExecutionRecord, ...] = ()
+    #: the execution records with the unit digests of the newest requests (kept once, not per record)
+    records: Records = attrs.field(factory=Records)
     lost: frozenset[str] = frozenset()
     stripped: frozenset[str] = frozenset()
     #: the exact bytes of the newest request (for the cause of the next cache break; not snapshotted)
     last_body: bytes | None = None
 
     @classmethod
-    def of(cls, history: History, trace: Trace, records: tuple[ExecutionRecord, ...]) -> Layers:
+    def of(cls, history: History, trace: Trace, records: Records) -> Layers:
         """The layers with their derived sets computed from ``trace`` (a restore)."""
         return cls(history, trace, records, lost_responses(trace), stripped_payloads(trace))
 
@@ -565,7 +567,7 @@ def stripped_payloads(trace: Trace) -> frozenset[str]:
 def predict(
     adapter: Adapter,
     request: VendorRequest,
-    records: tuple[ExecutionRecord, ...],
+    records: Sequence[ExecutionRecord],
     memo: PredictionMemo | None = None,
 ) -> int | None:
     """The cache read the vendor will report for ``request`` (None: not knowable); ``memo``: the
@@ -612,6 +614,9 @@ def commit(
     digest, size = request_digest(request.kwargs, request_body)
     records = layers.records
     previous = records[-1] if records else None
+    # one C-speed comparison with the previous request's units (the records keep them once)
+    before = records.newest_units()
+    shared = common_prefix_len(request.units, before)
     ids = None
     if decoded.prompt_ids is not None or decoded.completion_ids is not None:
         ids = ids_digest((*(decoded.prompt_ids or ()), *(decoded.completion_ids or ())))
@@ -622,9 +627,9 @@ def commit(
         request_digest=digest,
         request_bytes=size,
         prefix_fingerprint=fingerprint,
-        blocks=request.units,
+        units=len(request.units),
         breakpoints=request.breakpoints,
-        divergence=divergence(request.units, previous.blocks) if previous else None,
+        divergence=None if previous is None or shared == len(before) else shared,
         predicted_cache_read=predicted,
         usage=decoded.usage,
         duration_s=duration,
@@ -711,7 +716,7 @@ def commit(
                 ),
             )
         )
-    records = (*records, record)
+    records = records.appended(record, request.units, shared=shared)
     tool_calls = step.tool_calls
     if tool_calls:
         calls = [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in tool_calls]
@@ -832,7 +837,7 @@ def _cause(trace: Trace, kinds: Iterable[str], fallback: str) -> str:
 def _close_turn(
     history: History,
     events: list[tuple[str, Mapping[str, Any]]],
-    records: tuple[ExecutionRecord, ...],
+    records: Records,
     *,
     adapter: Adapter,
     prefix: Prefix,
@@ -931,7 +936,7 @@ def _decided(policy: Policy, history: History, closed: int) -> dict[int, TurnVie
 def _predict_effect(
     history: History,
     changed: Iterable[int],
-    records: tuple[ExecutionRecord, ...],
+    records: Records,
     adapter: Adapter,
     prefix: Prefix,
     model: str,
@@ -947,7 +952,7 @@ def _predict_effect(
     if all(v is not None and v.keeps_all for v in views):
         return {"divergence_unit": None, "predicted_cache_read": keep_read, "reprefill_tokens": 0}
     request = adapter.encode(prefix, history.rendered(), model, options, records, encodings=encodings)
-    d = divergence(request.units, record.blocks)
+    d = divergence(request.units, records.newest_units())
     predicted = predict(adapter, request, records, predictions)
     dropped = 0
     for i, view in zip(indices, views, strict=True):
