@@ -56,7 +56,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -73,7 +73,7 @@ from reasonstate.adapters.base import (
     without_payloads,
 )
 from reasonstate.cache.divergence import Divergence, explain
-from reasonstate.cache.rules import PredictionMemo, divergence, predict_request
+from reasonstate.cache.rules import PredictionMemo, common_prefix_len, divergence, predict_request
 from reasonstate.errors import IllegalTransition, PolicyConflict, ReasonStateError, VendorError
 from reasonstate.export import WARNED_KINDS, Publisher
 from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
@@ -83,6 +83,7 @@ from reasonstate.state import (
     EventKind,
     ExecutionRecord,
     History,
+    Records,
     Step,
     ToolCallPart,
     ToolResultPart,
@@ -529,14 +530,15 @@ class Layers:
 
     history: History = attrs.field(factory=History)
     trace: Trace = attrs.field(factory=Trace)
-    records: tuple[ExecutionRecord, ...] = ()
+    #: the execution records with the unit digests of the newest requests (kept once, not per record)
+    records: Records = attrs.field(factory=Records)
     lost: frozenset[str] = frozenset()
     stripped: frozenset[str] = frozenset()
     #: the exact bytes of the newest request (for the cause of the next cache break; not snapshotted)
     last_body: bytes | None = None
 
     @classmethod
-    def of(cls, history: History, trace: Trace, records: tuple[ExecutionRecord, ...]) -> Layers:
+    def of(cls, history: History, trace: Trace, records: Records) -> Layers:
         """The layers with their derived sets computed from ``trace`` (a restore)."""
         return cls(history, trace, records, lost_responses(trace), stripped_payloads(trace))
 
@@ -593,7 +595,7 @@ def encoded(
 def predict(
     adapter: Adapter,
     request: VendorRequest,
-    records: tuple[ExecutionRecord, ...],
+    records: Sequence[ExecutionRecord],
     memo: PredictionMemo | None = None,
 ) -> int | None:
     """The cache read the vendor will report for ``request`` (None: not knowable); ``memo``: the
@@ -642,6 +644,9 @@ def commit(
     digest, size = request_digest(request.kwargs, request_body)
     records = layers.records
     previous = records[-1] if records else None
+    # one C-speed comparison with the previous request's units (the records keep them once)
+    before = records.newest_units()
+    shared = common_prefix_len(request.units, before)
     ids = None
     if decoded.prompt_ids is not None or decoded.completion_ids is not None:
         ids = ids_digest((*(decoded.prompt_ids or ()), *(decoded.completion_ids or ())))
@@ -652,9 +657,9 @@ def commit(
         request_digest=digest,
         request_bytes=size,
         prefix_fingerprint=fingerprint,
-        blocks=request.units,
+        units=len(request.units),
         breakpoints=request.breakpoints,
-        divergence=divergence(request.units, previous.blocks) if previous else None,
+        divergence=None if previous is None or shared == len(before) else shared,
         predicted_cache_read=predicted,
         usage=decoded.usage,
         duration_s=duration,
@@ -741,7 +746,7 @@ def commit(
                 ),
             )
         )
-    records = (*records, record)
+    records = records.appended(record, request.units, shared=shared)
     tool_calls = step.tool_calls
     if tool_calls:
         calls = [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in tool_calls]
@@ -1003,7 +1008,6 @@ def _predict_effect(
     """
     indices = list(changed)
     records = layers.records
-    record = records[-1]
     views = [history.turns[i].view for i in indices]
 
     def predicted_on(h: History) -> tuple[VendorRequest, int | None]:
@@ -1020,7 +1024,7 @@ def _predict_effect(
         return request, predict(adapter, request, records, predictions)
 
     request, predicted = predicted_on(history)
-    d = divergence(request.units, record.blocks)
+    d = divergence(request.units, records.newest_units())
     if all(v is not None and v.keeps_all for v in views):
         return {"divergence_unit": d, "predicted_cache_read": predicted, "reprefill_tokens": 0}
     closed = before.turns[-1]

@@ -48,8 +48,8 @@ from reasonstate.snapshot import SessionSnapshot, restore_args, restored_layers,
 from reasonstate.state import (
     Continuation,
     EventKind,
-    ExecutionRecord,
     History,
+    Records,
     ToolCallPart,
     ToolResult,
     ToolResultPart,
@@ -278,8 +278,10 @@ class _Core(Switching):
         return tuple(c for t in self.history.turns for s in t.steps for c in s.continuation)
 
     @property
-    def execution(self) -> tuple[ExecutionRecord, ...]:
-        """One record per successful request (layer 4)."""
+    def execution(self) -> Records:
+        """One record per successful request (layer 4), oldest first: a tuple of
+        :class:`~reasonstate.state.ExecutionRecord` that also keeps the unit digests of the newest requests
+        (:meth:`~reasonstate.state.Records.units_of`)."""
         return self._layers.records
 
     @property

@@ -28,6 +28,7 @@ from reasonstate.state import (
     OpaquePart,
     Part,
     ReasoningPart,
+    Records,
     Step,
     TextPart,
     ToolCallPart,
@@ -36,6 +37,7 @@ from reasonstate.state import (
     TraceEvent,
     Turn,
     TurnView,
+    UnitChain,
     Usage,
     digest_of,
     parse_arguments,
@@ -57,9 +59,11 @@ __all__ = [
 ]
 
 #: 2: an integrity digest over the content; tool calls may have no arguments (``arguments_error``);
-#: 3: the history in its compact form (:func:`history_to_snapshot`): positional, names in tables, payloads as
-#: JSON values, one digest over the payloads' capture digests. A snapshot of another version is refused
-#: (:class:`~reasonstate.errors.SnapshotError` naming both versions), never read as this one
+#: 3: the history in its compact form (:func:`history_to_snapshot`): positional, names in tables, payloads
+#: as JSON values, one digest over the payloads' capture digests; a record holds its unit count, the unit
+#: digests of the newest requests are kept once (``units``); the trace in its compact form. A snapshot of
+#: another version is refused (:class:`~reasonstate.errors.SnapshotError` naming both versions), never read
+#: as this one
 SNAPSHOT_VERSION = 3
 
 
@@ -93,6 +97,9 @@ class SessionSnapshot(pydantic.BaseModel):
     #: the compact form of :func:`history_to_snapshot`
     history: dict[str, Any]
     execution: list[dict[str, Any]]
+    #: the unit digests of each model's newest requests, once (``Records.chains``): per model its newest
+    #: request's whole tuple and each earlier one's difference from the next newer, ``[seq, shared, tail]``
+    units: list[dict[str, Any]] = pydantic.Field(default_factory=list)
     #: the trace's compact form (:meth:`Trace.to_compact`: ``{"codec": "trace/1", ...}``); a list of event
     #: dicts (``seq``, ``kind``, ``at``, ``data``) is the earlier form, still read
     trace: dict[str, Any] | list[dict[str, Any]]
@@ -119,8 +126,7 @@ class SessionSnapshot(pydantic.BaseModel):
         # the specific check first: an edited payload or token id is a ContinuationMismatch
         try:
             history_from_snapshot(self.history)
-            for record in self.execution:
-                _record_from_dict(record)
+            _records_from(self.execution, self.units)
         except ReasonStateError:
             raise
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:  # no session made it
@@ -454,6 +460,7 @@ def session_snapshot(
         options=json.loads(json.dumps(dict(options), ensure_ascii=False)),
         history=history_to_snapshot(layers.history),
         execution=[_record_to_dict(r) for r in layers.records],
+        units=[_chain_to_dict(c) for c in layers.records.chains],
         trace=layers.trace.to_compact(to_jsonable_python),
     )
     return snapshot.sealed()
@@ -465,7 +472,7 @@ def restored_layers(snap: SessionSnapshot) -> Layers:
     from reasonstate.engine import Layers
 
     history = history_from_snapshot(snap.history)
-    records = tuple(_record_from_dict(r) for r in snap.execution)
+    records = _records_from(snap.execution, snap.units)
     trace = trace_from_snapshot(snap.trace).appended(
         EventKind.RESTORED, turns=len(history), requests=len(records)
     )
@@ -526,7 +533,6 @@ def restore_args(
 def _record_to_dict(r: ExecutionRecord) -> dict[str, Any]:
     data = attrs.asdict(r, recurse=False)
     data["usage"] = attrs.asdict(r.usage)
-    data["blocks"] = list(r.blocks)
     data["breakpoints"] = list(r.breakpoints)
     for key in ("prompt_ids", "completion_ids"):
         data[key] = list(data[key]) if data[key] is not None else None
@@ -540,9 +546,28 @@ def _record_from_dict(d: Mapping[str, Any]) -> ExecutionRecord:
             **d,
             **ids,
             "usage": Usage(**d["usage"]),
-            "blocks": tuple(d["blocks"]),
             "breakpoints": tuple(d["breakpoints"]),
         }
     )
     record.verify_ids()
     return record
+
+
+def _chain_to_dict(c: UnitChain) -> dict[str, Any]:
+    return {
+        "model": c.model,
+        "seq": c.seq,
+        "units": list(c.units),
+        "older": [[seq, shared, list(tail)] for seq, shared, tail in c.older],
+    }
+
+
+def _chain_from_dict(d: Mapping[str, Any]) -> UnitChain:
+    older = tuple((int(seq), int(shared), tuple(tail)) for seq, shared, tail in d["older"])
+    return UnitChain(model=d["model"], seq=int(d["seq"]), units=tuple(d["units"]), older=older)
+
+
+def _records_from(execution: Sequence[Mapping[str, Any]], units: Sequence[Mapping[str, Any]]) -> Records:
+    """The records and their unit chains (``ValueError`` when a chain does not fit its records)."""
+    records = [_record_from_dict(r) for r in execution]
+    return Records.restored(records, [_chain_from_dict(c) for c in units])

@@ -1,27 +1,27 @@
 """The ``items`` cache predictor (OpenAI Responses §1.5, Gemini §5.3) derives each earlier request's shared
-prefix with this one from the newest request and the earlier requests' own shared prefixes (memoized per
-pair of records), instead of comparing every earlier request with this one. Here it is checked against the
-direct definition on random unit chains: prefixes of each other, diverging, repeated, shorter and longer
-than the request, across several requests on the same records (so the memo is hit), and after a record was
-changed in memory.
+prefix with this one from the records' unit chains (``Records``: the newest request's units, and each
+earlier request's difference from the next newer one), instead of comparing every earlier request with
+this one. Here it is checked against the direct definition on random unit chains: prefixes of each other,
+diverging, repeated, shorter and longer than the request, across several requests on the same records,
+and with requests of another model in between.
 """
 
 from __future__ import annotations
 
-import gc
-
-import attrs
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from reasonstate.cache import rules
 from reasonstate.cache.rules import common_prefix_len
-from reasonstate.state import ExecutionRecord, Usage
+from reasonstate.state import UNIT_WINDOW, ExecutionRecord, Records, Usage
 
 UNITS = st.lists(st.sampled_from("abc"), min_size=1, max_size=12).map(lambda u: ("ns", *u))
 
 
-def _record(index: int, blocks: tuple[str, ...], prompt: int) -> ExecutionRecord:
+def _record(
+    index: int, blocks: tuple[str, ...], prompt: int, model: str = "gemini-3-flash"
+) -> ExecutionRecord:
     return ExecutionRecord(
         index=index,
         turn=index,
@@ -29,30 +29,30 @@ def _record(index: int, blocks: tuple[str, ...], prompt: int) -> ExecutionRecord
         request_digest="-",
         request_bytes=0,
         prefix_fingerprint="-",
-        blocks=blocks,
+        units=len(blocks),
         breakpoints=(),
         divergence=None,
         predicted_cache_read=None,
         usage=Usage(uncached_input=prompt),
         duration_s=0.0,
-        model="gemini-3-flash",
+        model=model,
     )
 
 
-def _reference(
-    rules_: rules.CacheRules, model: str, units: tuple[str, ...], records: list[ExecutionRecord]
-) -> int | None:
+Pair = tuple[ExecutionRecord, tuple[str, ...]]
+
+
+def _reference(rules_: rules.CacheRules, model: str, units: tuple[str, ...], pairs: list[Pair]) -> int | None:
     """The predictor's definition: the request compared with every earlier one (docs/protocols.md §1.5)."""
-    same = [r for r in records if r.blocks and units and r.blocks[0] == units[0]]
+    same = [(r, b) for r, b in pairs if b and units and b[0] == units[0]]
     if not same:
         return 0
-    shared = [common_prefix_len(units, r.blocks) for r in same]
-    m = max(shared)
-    pairs = list(zip(same, shared, strict=True))
-    known = next((r.usage.prompt_tokens for r, s in pairs if s == len(r.blocks) == m), None)
-    inside = any(s == m < len(r.blocks) for r, s in pairs) and m < len(units)
+    shared = [(r, b, common_prefix_len(units, b)) for r, b in same]
+    m = max(s for _, _, s in shared)
+    known = next((r.usage.prompt_tokens for r, b, s in shared if s == len(b) == m), None)
+    inside = any(s == m < len(b) for _, b, s in shared) and m < len(units)
     if known is None or inside:
-        return 0 if max(r.usage.prompt_tokens for r in same) < rules_.minimum(model) else None
+        return 0 if max(r.usage.prompt_tokens for r, _ in same) < rules_.minimum(model) else None
     return rules_.reported(known, model)
 
 
@@ -77,77 +77,71 @@ def _chains(draw: st.DrawFn) -> list[tuple[str, ...]]:
 @given(data=st.data())
 def test_shared_prefixes_and_predictions_equal_the_direct_definition(data: st.DataObject) -> None:
     chains = _chains(data.draw)
-    records = [_record(i, c, 4 + 3 * len(c)) for i, c in enumerate(chains)]
-    if data.draw(st.booleans()):  # another namespace in between (another model, another cache key)
-        records.insert(data.draw(st.integers(0, len(records))), _record(99, ("other", "a"), 50))
+    pairs: list[Pair] = [(_record(i, c, 4 + 3 * len(c)), c) for i, c in enumerate(chains)]
+    if data.draw(st.booleans()):  # another namespace in between (another cache key; or another model)
+        model = data.draw(st.sampled_from(["gemini-3-flash", "gemini-3-pro"]))
+        pairs.insert(
+            data.draw(st.integers(0, len(pairs))), (_record(99, ("other", "a"), 50, model), ("other", "a"))
+        )
+    records = Records.of(pairs)
     cache = rules.CacheRules(scheme="items", source="test", min_tokens=data.draw(st.integers(0, 40)), step=3)
-    memo = rules.PredictionMemo()
-    for _ in range(3):  # the same records again: the memoized pairs must give the same answers
+    for _ in range(3):  # the same records again
         units = data.draw(st.one_of(st.sampled_from(chains), UNITS, st.just(chains[-1] + ("a", "b"))))
-        same = [r for r in records if r.blocks[0] == units[0]]
-        assert rules._shared(units, same, memo) == [common_prefix_len(units, r.blocks) for r in same]
-        got = rules.predict_cache_read(cache, "gemini-3-flash", units, records, memo=memo)
-        assert got == _reference(cache, "gemini-3-flash", units, records[-cache.recent :])
-
-
-def test_a_record_changed_in_memory_is_compared_again() -> None:
-    a, b = _record(0, ("ns", "a"), 10), _record(1, ("ns", "a", "b", "c"), 20)
-    q = ("ns", "a", "b", "c", "d")
-    memo = rules.PredictionMemo()
-    assert rules._shared(q, [a, b], memo) == [2, 4]
-    object.__setattr__(a, "blocks", ("ns", "a", "b", "x"))  # the pair's memo no longer holds
-    assert rules._shared(q, [a, b], memo) == [3, 4]
-    a2 = attrs.evolve(a, blocks=("ns", "z"))  # another record in the same place
-    assert rules._shared(q, [a2, b], memo) == [1, 4]
-
-
-def test_the_memo_goes_with_its_records() -> None:
-    records = [_record(i, ("ns", *"abc"[: i + 1]), 10) for i in range(3)]
-    memo = rules.PredictionMemo()
-    rules._shared(("ns", "a", "b", "c"), records, memo)
-    keys = {id(r) for r in records[1:]}
-    assert keys <= set(memo._pairs)
-    del records
-    gc.collect()
-    assert not keys & set(memo._pairs)
+        shares = records.shares(units)
+        assert [s for _, _, s in shares] == [common_prefix_len(units, b) for _, b in pairs]
+        assert [records.units_of(i) for i in range(len(pairs))] == [b for _, b in pairs]
+        got = rules.predict_cache_read(cache, "gemini-3-flash", units, records)
+        assert got == _reference(cache, "gemini-3-flash", units, pairs[-cache.recent :])
 
 
 @given(data=st.data())
 def test_predicting_as_a_session_does_equals_the_direct_definition(data: st.DataObject) -> None:
-    """A session predicts each request before its record exists, and the record keeps that very unit
-    tuple: the shortcut that answers from the newest record alone (when it is a prefix of the request and
-    was contained in no earlier request) is taken here, and must agree with the definition."""
-    chains = _chains(data.draw)
-    cache = rules.CacheRules(scheme="items", source="test", min_tokens=data.draw(st.integers(0, 40)), step=3)
-    records: list[ExecutionRecord] = []
-    memo = rules.PredictionMemo()  # the session's: the finding of each prediction is kept in it
-    fresh = data.draw(st.booleans())  # a new tuple per request (as codecs build them), or a repeated one
-    for i, chain in enumerate(chains):
-        units = tuple(list(chain)) if fresh else chain  # the very tuple the record keeps as its blocks
-        expected = _reference(cache, "gemini-3-flash", units, records[-cache.recent :])
-        assert rules.predict_cache_read(cache, "gemini-3-flash", units, records, memo=memo) == expected
-        records.append(_record(i, units, 4 + 3 * len(units)))
-
-
-def test_the_shortcut_is_taken_on_an_append_only_session() -> None:
-    cache = rules.CacheRules(scheme="items", source="test", min_tokens=0, step=1)
-    records: list[ExecutionRecord] = []
-    chain: tuple[str, ...] = ("ns",)
-    memo = rules.PredictionMemo()
-    for i in range(5):
-        chain = (*chain, f"u{i}")
-        rules.predict_cache_read(cache, "gemini-3-flash", chain, records, memo=memo)
-        records.append(_record(i, chain, 10 * (i + 1)))
-    # the newest record was remembered as contained in no earlier request: a request extending it is
-    # answered from it alone (the slow path would compare every record)
-    assert rules._extends_uncontained((*chain, "next"), records[-1].blocks, memo, cache.recent)
-    assert rules.predict_cache_read(cache, "gemini-3-flash", (*chain, "next"), records, memo=memo) == 50
-    # a request that does not extend the newest record takes the full comparison, and so does a record
-    # whose units have no finding in the memo (restored from a snapshot: another tuple), or only one made
-    # over a narrower window of records, or in another memo
-    assert not rules._extends_uncontained(("ns", "u0", "x"), records[-1].blocks, memo, cache.recent)
-    assert not rules._extends_uncontained(
-        (*chain, "next"), tuple(list(records[-1].blocks)), memo, cache.recent
+    """A session predicts each request before its record exists, then appends the record with the very
+    unit tuple it predicted; the window of recent requests is narrower than the session here, so requests
+    leave the chains as the session grows."""
+    chains = _chains(data.draw) * data.draw(st.integers(1, 3))
+    recent = data.draw(st.integers(1, 4))
+    cache = rules.CacheRules(
+        scheme="items", source="test", min_tokens=data.draw(st.integers(0, 40)), step=3, recent=recent
     )
-    assert not rules._extends_uncontained((*chain, "next"), records[-1].blocks, memo, cache.recent + 1)
-    assert not rules._extends_uncontained((*chain, "next"), records[-1].blocks, rules.PredictionMemo(), 64)
+    records = Records()
+    pairs: list[Pair] = []
+    for i, chain in enumerate(chains):
+        units = tuple(list(chain))  # a new tuple per request, as codecs build them
+        expected = _reference(cache, "gemini-3-flash", units, pairs[-cache.recent :])
+        assert rules.predict_cache_read(cache, "gemini-3-flash", units, records) == expected
+        record = _record(i, units, 4 + 3 * len(units))
+        records = records.appended(record, units)
+        pairs.append((record, units))
+
+
+def test_the_window_keeps_each_models_newest_requests_and_one_tuple_each() -> None:
+    # an append-only session: every earlier request's difference is empty, one tuple holds all the units
+    records = Records()
+    chain: tuple[str, ...] = ("ns",)
+    for i in range(3 * UNIT_WINDOW):
+        chain = (*chain, f"u{i}")
+        records = records.appended(_record(i, chain, 10 * (i + 1)), chain)
+    (kept,) = records.chains
+    assert kept.units is chain and len(kept.older) == UNIT_WINDOW - 1
+    assert all(tail == () for _, _, tail in kept.older)
+    assert records.units_of(-UNIT_WINDOW) == chain[: len(chain) - UNIT_WINDOW + 1]
+    assert records.units_of(-UNIT_WINDOW - 1) is None  # older than the window
+    # another model's requests do not push this model's out of its window
+    other = records.appended(_record(999, ("other",), 5, "gemini-3-pro"), ("other",))
+    assert other.chain("gemini-3-flash") == kept and other.newest_units() == ("other",)
+    assert other.units_of(-2) == chain
+    cache = rules.CacheRules(scheme="items", source="test", min_tokens=0, step=1)
+    assert rules.predict_cache_read(cache, "gemini-3-flash", (*chain, "next"), records) == 30 * UNIT_WINDOW
+
+
+def test_a_plain_sequence_of_records_is_refused() -> None:
+    cache = rules.CacheRules(scheme="items", source="test")
+    record = _record(0, ("ns",), 10)
+    assert rules.predict_cache_read(cache, "gemini-3-flash", ("ns",), []) == 0
+    with pytest.raises(TypeError, match="without their units"):
+        rules.predict_cache_read(cache, "gemini-3-flash", ("ns",), [record])
+    with pytest.raises(ValueError, match="counts 1 units"):
+        Records().appended(record, ("ns", "x"))
+    with pytest.raises(ValueError, match="recent"):
+        rules.CacheRules(scheme="items", source="test", recent=UNIT_WINDOW + 1)

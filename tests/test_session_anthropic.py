@@ -11,7 +11,7 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.policies import CacheAware, Compress, Drop, Keep, KeepLast
-from reasonstate.state import EventKind, OpaquePart, ReasoningPart
+from reasonstate.state import EventKind, OpaquePart, ReasoningPart, Records
 from reasonstate.testing import Fault, ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from tests._snapshots import payloads, redigest
@@ -743,10 +743,11 @@ def test_a_breakpoint_that_would_land_on_a_thinking_block_moves_back(emulator: A
     request = session.next_request(results=results)
     # units: 2 tools, 1 system, 1 user (3), thinking (4), redacted_thinking (5), tool_use (6, 7), ...
     # an earlier request that diverged right after the redacted block would mark it (breakpoint 6)
-    earlier = attrs.evolve(session.execution[-1], blocks=(*request.units[:6], "sha256:other"))
+    units = (*request.units[:6], "sha256:other")
+    earlier = Records.of([(attrs.evolve(session.execution[-1], units=len(units)), units)])
     attempt = session._tools_attempt(results)
     moved = adapter.encode(
-        session.prefix, attempt.history, MODEL, {"max_tokens": 4096, "thinking": THINKING}, [earlier]
+        session.prefix, attempt.history, MODEL, {"max_tokens": 4096, "thinking": THINKING}, earlier
     )
     assert moved.breakpoints == (3, 4, 10)  # moved back past both reasoning blocks to the user message
     marked = [b for m in moved.kwargs["messages"] for b in m["content"] if "cache_control" in b]

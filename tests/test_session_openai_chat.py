@@ -19,7 +19,7 @@ from reasonstate.adapters import adapter_for
 from reasonstate.adapters.openai_chat import DEEPSEEK, ChatAssembler, OpenAIChatAdapter
 from reasonstate.cache.rules import predict_cache_read
 from reasonstate.policies import CacheAware, Compress, Drop, Keep, KeepLast
-from reasonstate.state import EventKind, ExecutionRecord, ReasoningPart, Usage
+from reasonstate.state import EventKind, ExecutionRecord, ReasoningPart, Records, Usage
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.openai_chat import Dialect, OpenAIChatEmulator
 from tests._snapshots import payloads, redigest
@@ -417,7 +417,7 @@ def _record(index: int, blocks: tuple[str, ...], prompt: int, output: int = 5) -
         request_digest="-",
         request_bytes=0,
         prefix_fingerprint="-",
-        blocks=blocks,
+        units=len(blocks),
         breakpoints=(),
         divergence=None,
         predicted_cache_read=None,
@@ -429,7 +429,7 @@ def _record(index: int, blocks: tuple[str, ...], prompt: int, output: int = 5) -
 
 def test_deepseek_prediction_is_none_only_past_a_persisted_prefix_of_unknown_size() -> None:
     # api-docs kv_cache: A+B, then A+C persists A; a client that never sent A alone cannot know its size
-    records = [_record(0, ("a", "b"), 10), _record(1, ("a", "c"), 12)]
+    records = Records.of([(_record(0, ("a", "b"), 10), ("a", "b")), (_record(1, ("a", "c"), 12), ("a", "c"))])
 
     def predict(*units: str) -> int | None:
         return predict_cache_read(DEEPSEEK, "deepseek-v4-pro", units, records)
@@ -452,7 +452,11 @@ def test_streamed_and_non_streamed_runs_produce_identical_state(dialect: Dialect
             run_chain(session)
             session.send("And tomorrow?")
             states.append(
-                (session.history, [(r.blocks, r.usage, r.predicted_cache_read) for r in session.execution])
+                (
+                    session.history,
+                    [(r.units, r.usage, r.predicted_cache_read) for r in session.execution],
+                    session.execution.chains,
+                )
             )
             bodies.append(
                 [

@@ -74,6 +74,7 @@ from reasonstate.state import (
     ToolCallPart,
     Turn,
     Usage,
+    as_records,
     parse_arguments,
 )
 
@@ -514,18 +515,16 @@ class AnthropicAdapter:
         if prefix_units:
             points.add(prefix_units)
         if records:
-            previous = records[-1].blocks
+            window = as_records(records)
+            previous = window.newest_units()
             d = divergence(units, previous)
             if d is None:
                 points.add(len(previous))
             elif d > 0:
                 # keep what earlier requests cached readable: mark the longest earlier request that is
                 # still a prefix of this one (else the shared part itself, so later requests can hit it)
-                ends = [
-                    len(r.blocks)
-                    for r in records[-_RECENT:]
-                    if len(r.blocks) <= d and tuple(units[: len(r.blocks)]) == r.blocks
-                ]
+                since = max(len(window) - _RECENT, 0)
+                ends = [r.units for _, r, s in window.shares(units, since=since) if s == r.units <= d]
                 points.add(max(ends) if ends else d)
         for p in list(points):
             q = p

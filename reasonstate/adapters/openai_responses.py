@@ -10,7 +10,7 @@ Two modes, chosen by the ``store`` request option:
   ``call_id`` in the model's declared order.
 * **stateful** (``store=True``; §1.4 A): ``previous_response_id`` plus only the new items. The chain is used
   only when the server is known to hold exactly what a full replay would send:
-  ``units[:len(chain)] == chain`` where ``chain = records[-1].blocks + (digests of the last step's output
+  ``units[:len(chain)] == chain`` where ``chain = records.newest_units() + (digests of the last step's output
   items)``. Otherwise — after :meth:`OpenAIResponsesAdapter.restored`, after a model switch, when the last
   step has no response id, after a 404 for the previous response, or when a policy rewrote the replayed
   history — the request is a full replay (still ``store=True``) and the trace gets a ``chain.fallback``
@@ -97,6 +97,7 @@ from reasonstate.state import (
     Turn,
     TurnView,
     Usage,
+    as_records,
     parse_arguments,
     thaw,
 )
@@ -541,7 +542,7 @@ def _chain(
         return 0, "not_stored"
     if last.model != model:
         return 0, "model_switch"
-    chain = (*records[-1].blocks, *(c.digest for c in last.continuation))
+    chain = (*as_records(records).newest_units(), *(c.digest for c in last.continuation))
     if len(units) < len(chain) or tuple(units[: len(chain)]) != chain:
         return 0, "history_rewritten"
     return len(chain), None

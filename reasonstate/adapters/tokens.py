@@ -9,10 +9,10 @@ ids ``c`` in the execution layer (``ExecutionRecord.prompt_ids`` / ``completion_
     B[:len(p) + len(c) - 1] == (p + c)[:-1]                        (GPT-OSS: a sampled <|return|> -> <|end|>)
 
 The bridge is used exactly when the canonical history still *is* what the previous request sent plus the
-step sampled for it. That is checked on logical units (one digest per message, kept in
-``ExecutionRecord.blocks``)::
+step sampled for it. That is checked on logical units (one digest per message; the previous request's
+are ``Records.newest_units()``, ``prev_units`` here)::
 
-    units[:len(prev.blocks)] == prev.blocks  and  units[len(prev.blocks)] == sampled_unit(prev step)
+    units[:len(prev_units)] == prev_units  and  units[len(prev_units)] == sampled_unit(prev step)
 
 Otherwise (first request, a policy dropped or summarized reasoning that was sampled, the prefix or the model
 changed, a record without token ids) the prompt is a full render of the canonical history with the chat
@@ -73,6 +73,7 @@ from reasonstate.state import (
     TextPart,
     ToolCallPart,
     Usage,
+    as_records,
     digest_of,
 )
 from reasonstate.tokens.errors import InvalidUTF8, TokensError, UnknownTokenId
@@ -278,7 +279,7 @@ class TokenAdapter:
         if why is None:
             prev = records[-1]
             assert prev.prompt_ids is not None and prev.completion_ids is not None
-            first_new = len(prev.blocks) + 1  # unit index of the first message after the sampled step
+            first_new = prev.units + 1  # unit index of the first message after the sampled step
             head = len(messages) - len(units) + 1
             new = list(messages[first_new - 1 + head :])
             bridged = self.renderer.bridge_to_next_turn(
@@ -322,9 +323,10 @@ class TokenAdapter:
             return "the previous step has no sampled completion"
         if tuple(completion.value["token_ids"]) != prev.completion_ids:
             raise ContinuationMismatch("the completion ids in the execution record differ from the payload")
-        n = len(prev.blocks)
-        if tuple(units[:n]) != prev.blocks:
-            d = next((i for i, (a, b) in enumerate(zip(units, prev.blocks, strict=False)) if a != b), n)
+        previous = as_records(records).newest_units()
+        n = len(previous)
+        if tuple(units[:n]) != previous:
+            d = next((i for i, (a, b) in enumerate(zip(units, previous, strict=False)) if a != b), n)
             return f"history before the previous step changed at unit {d} (a policy or compaction)"
         at = steps.get((prev.turn, prev.step))
         if at != n or units[n] != _digest(_step_unit(step, True, None)):

@@ -12,14 +12,13 @@ entry lives in its room (``reasonstate.adapters.anthropic.ANTHROPIC``, ``openai_
 
 from __future__ import annotations
 
-import functools
-import weakref
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import attrs
 
-from reasonstate.state import ExecutionRecord
+from reasonstate.state import UNIT_WINDOW, ExecutionRecord, Records, as_records
+from reasonstate.state.execution import common_prefix_len
 
 __all__ = [
     "NEVER",
@@ -35,23 +34,9 @@ __all__ = [
 ]
 
 
-# -- the bare measure of where two unit chains (or token-id sequences) part: read by the prediction here,
-# by every request's execution record (its divergence from the previous one) and by the cause analysis
-
-
-def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+# -- the bare measure of where two unit chains (or token-id sequences) part (``common_prefix_len``, from
+# the state layer, which keeps the records' units): read by the prediction here, by every request's
+# execution record (its divergence from the previous one) and by the cause analysis
 
 
 def divergence(units: Sequence[str], previous: Sequence[str]) -> int | None:
@@ -81,7 +66,8 @@ class CacheRules:
       (``step == 1``: exact); for ``tokens``/``messages`` on a self-hosted engine, ``block`` is the KV block;
     * ``max_breakpoints`` / ``lookback_units``: explicit breakpoints per request, and how many units before
       a breakpoint the vendor looks for an earlier cache entry;
-    * ``recent``: how many earlier requests a prediction considers (caches live minutes, not sessions).
+    * ``recent``: how many earlier requests a prediction considers (caches live minutes, not sessions);
+      at most :data:`~reasonstate.state.UNIT_WINDOW`, the requests whose units the records keep.
     """
 
     scheme: Scheme
@@ -92,7 +78,12 @@ class CacheRules:
     block: int = 1
     max_breakpoints: int = 0
     lookback_units: int = 0
-    recent: int = 64
+    recent: int = attrs.field(default=UNIT_WINDOW)
+
+    @recent.validator
+    def _check_recent(self, _attribute: object, value: int) -> None:
+        if not 1 <= value <= UNIT_WINDOW:
+            raise ValueError(f"CacheRules.recent must be between 1 and {UNIT_WINDOW}, got {value}")
 
     def minimum(self, model: str) -> int:
         """The minimum cacheable prompt length for ``model`` (a few fragment searches)."""
@@ -136,7 +127,7 @@ def predict_request(
     memo: PredictionMemo | None = None,
 ) -> int | None:
     """:func:`predict_cache_read` for ``request``: the cache read the vendor will report for it (None: not
-    knowable); ``memo``: the session's prediction memo (None: a fresh one)."""
+    knowable)."""
     return predict_cache_read(
         rules,
         request.model,
@@ -163,36 +154,34 @@ def predict_cache_read(
     """What the vendor will report as cache read for a request with these prefix ``units``.
 
     ``breakpoints`` and ``prefix_units`` matter for explicit breakpoints, ``prompt_ids`` for token-level
-    engines. ``records`` are the session's earlier successful requests, oldest first. ``memo``: what
-    earlier predictions on these records learned (the caller's, one per session or guard; None: a fresh
-    one, so nothing is reused). The answer is the same whatever the memo holds.
+    engines. ``records`` are the session's earlier successful requests, oldest first, as
+    :class:`~reasonstate.state.Records` (which keeps the units of each model's newest requests; an empty
+    sequence: none). ``memo`` is accepted and not needed (the records' unit chains hold what a memo held).
+
+    Each earlier request's shared prefix with this one is derived from its unit chain: one comparison with
+    each model's newest request, then a few units per earlier request, so a prediction costs the same at
+    1,000 turns as at 100 (no comparison of the request with each of the ``recent`` earlier ones).
     """
-    if rules.scheme == "breakpoints":  # entries of other models are never read: filter before the window
-        own: list[ExecutionRecord] = []
-        for r in reversed(records):  # the newest ``recent`` of this model, without a pass over all records
-            if r.model == model:
-                own.append(r)
-                if len(own) == rules.recent:
-                    break
-        own.reverse()
-        return _breakpoints(rules, model, units, own, breakpoints, prefix_units)
-    recent = records[-rules.recent :]
+    window = as_records(records)
+    if rules.scheme == "breakpoints":  # entries of other models are never read: the newest of this model
+        return _breakpoints(rules, model, units, window, breakpoints, prefix_units)
+    since = max(len(window) - rules.recent, 0)
     if rules.scheme == "items":
-        return _items(rules, model, units, recent, PredictionMemo() if memo is None else memo)
+        return _items(rules, model, units, window, since)
     if rules.scheme == "tokens":
-        return _tokens(rules, prompt_ids or (), recent)
-    return _messages(rules, model, units, recent)
+        return _tokens(rules, prompt_ids or (), window[since:])
+    return _messages(rules, model, units, window, since)
 
 
 def _breakpoints(
     rules: CacheRules,
     model: str,
     units: Sequence[str],
-    records: Sequence[ExecutionRecord],
+    records: Records,
     breakpoints: Sequence[int],
     prefix_units: int,
 ) -> int | None:
-    """Explicit breakpoints (docs/protocols.md §4.4).
+    """Explicit breakpoints (docs/protocols.md §4.4), over the newest ``recent`` requests of ``model``.
 
     A cache entry exists for every earlier request's full unit chain (its last breakpoint is its newest
     message) when its prompt had at least the model's minimum. An entry is read when it is an exact prefix
@@ -201,42 +190,33 @@ def _breakpoints(
     stable prefix may have cached that prefix alone (of unknown size), the answer is None.
     """
     minimum = rules.minimum(model)
-    units_t = tuple(units)
-
-    def is_prefix(rec: ExecutionRecord) -> bool:
-        n = len(rec.blocks)
-        return n <= len(units_t) and units_t[:n] == rec.blocks
-
+    q = tuple(units)
+    # (position, record, shared units with this request): a record is a prefix when it shares all of it
+    entries = records.shares(q, model=model, limit=rules.recent)
     best, lookback = 0, rules.lookback_units
-    for rec in records:
-        n = len(rec.blocks)
-        # only entries a breakpoint reaches can be read: checked first, it spares the prefix comparison
+    for _, rec, shared in entries:
+        n = rec.units
+        # only entries a breakpoint reaches can be read
         for b in breakpoints:
             if n <= b <= n + lookback:
                 break
         else:
             continue
-        if is_prefix(rec):
+        if shared == n:
             tokens = rec.usage.prompt_tokens
             if tokens >= minimum and tokens > best:
                 best = tokens
     if best == 0 and prefix_units:
         # a prefix-alone entry is no longer than its request: below the minimum, it was never cached
-        head = units_t[:prefix_units]
-        for rec in records:
+        head = min(len(q), prefix_units)  # rec[:prefix_units] == q[:prefix_units], from the shared length
+        for _, rec, shared in entries:
             reached = rec.usage.prompt_tokens >= minimum
-            if reached and rec.blocks[:prefix_units] == head and not is_prefix(rec):
+            if reached and min(rec.units, prefix_units) == head and shared >= head and shared != rec.units:
                 return None
     return best
 
 
-def _items(
-    rules: CacheRules,
-    model: str,
-    units: Sequence[str],
-    records: Sequence[ExecutionRecord],
-    memo: PredictionMemo,
-) -> int | None:
+def _items(rules: CacheRules, model: str, units: Sequence[str], records: Records, since: int) -> int | None:
     """Automatic caching by input item (OpenAI Responses, docs/protocols.md §1.5).
 
     OpenAI caches every earlier prompt of the same namespace (``units[0]``: model + ``prompt_cache_key``).
@@ -245,153 +225,30 @@ def _items(
     whole prompt and no earlier request diverges *inside* unit ``M``. Otherwise None, unless every earlier
     prompt was below the minimum (then 0).
     """
-    q = tuple(units)  # a tuple keeps its identity (the memo's finding is found by it)
-    newest = records[-1] if records else None
-    if newest is not None and newest.blocks and _extends_uncontained(q, newest.blocks, memo, rules.recent):
-        # the newest request is a prefix of this one and shared fewer units than its own length with every
-        # earlier request: then each earlier one shares with this request what it shared with the newest
-        # (fewer units than the newest has), so the newest is the longest match, known exactly, and
-        # nothing diverges inside it: the loop below would find the same
-        memo.remember(q, rules.recent, contained=len(newest.blocks) == len(q))
-        return rules.reported(newest.usage.prompt_tokens, model)
-    same = [r for r in records if r.blocks and q and r.blocks[0] == q[0]]
+    q = tuple(units)
+    # the same namespace: the first unit is shared
+    same = [(r, s) for _, r, s in records.shares(q, since=since) if s and r.units]
     if not same:
-        memo.remember(q, rules.recent, contained=False)
         return 0
-    shared = _shared(q, same, memo)
-    m = max(shared)
-    memo.remember(q, rules.recent, contained=m >= len(q))
-    known = next(
-        (r.usage.prompt_tokens for r, s in zip(same, shared, strict=True) if s == len(r.blocks) == m),
-        None,
-    )
-    inside = any(s == m < len(r.blocks) for r, s in zip(same, shared, strict=True)) and m < len(q)
+    m = max(s for _, s in same)
+    known = next((r.usage.prompt_tokens for r, s in same if s == r.units == m), None)
+    inside = any(s == m < r.units for r, s in same) and m < len(q)
     if known is None or inside:
         # nothing can share more tokens than it had
-        return 0 if max(r.usage.prompt_tokens for r in same) < rules.minimum(model) else None
+        return 0 if max(r.usage.prompt_tokens for r, _ in same) < rules.minimum(model) else None
     return rules.reported(known, model)
 
 
-#: how many predictions' findings a :class:`PredictionMemo` keeps (the one read is the newest record's:
-#: its request's prediction, with the policy's and the fold's predictions at most since)
-_KEPT = 8
-
-
 class PredictionMemo:
-    """What the ``items`` predictor learned from earlier predictions, for later ones on the same records:
-    one belongs to a session (next to its encoding memo, replaced when it moves to another adapter) or a
-    guard, and is handed to :func:`predict_cache_read`. Memos live here, never on the values.
+    """Formerly what the ``items`` predictor learned from earlier predictions; the records' unit chains
+    (:class:`~reasonstate.state.Records`) now give each earlier request's shared prefix in a few steps, so
+    this holds nothing. Kept so a caller handing one to :func:`predict_cache_read` keeps working."""
 
-    * whether some earlier request shared all of a predicted request's units (``contained``), found by the
-      very unit tuple the prediction read (held, so its ``id`` cannot be reused while the entry lives; the
-      newest few only) and read only by a prediction whose window of records is no wider. The request's
-      record keeps that tuple as its ``blocks``, so the next request can be answered from the newest
-      record alone;
-    * the shared length of two consecutive records' blocks, found by the very record objects (weak
-      references: an entry goes with its record) and blocks (a record changed in memory is compared again).
-
-    Keyed so that a stale entry cannot be read, and an answer is the same whatever the memo holds.
-    """
-
-    __slots__ = ("_contained", "_pairs")
-
-    def __init__(self) -> None:
-        self._contained: dict[int, tuple[tuple[str, ...], int, bool]] = {}
-        self._pairs: dict[
-            int,
-            tuple[
-                weakref.ref[ExecutionRecord],
-                weakref.ref[ExecutionRecord],
-                tuple[str, ...],
-                tuple[str, ...],
-                int,
-            ],
-        ] = {}
-
-    def contained(self, units: tuple[str, ...], recent: int) -> bool | None:
-        """Whether some earlier request (of the newest ``recent`` or more) shared all of ``units`` when this
-        very tuple was predicted (None: not predicted here with such a window, or no longer kept)."""
-        hit = self._contained.get(id(units))
-        return hit[2] if hit is not None and hit[0] is units and hit[1] >= recent else None
-
-    def remember(self, units: tuple[str, ...], recent: int, *, contained: bool) -> None:
-        """Note what a prediction of ``units`` over the newest ``recent`` records found."""
-        found = self._contained
-        key = id(units)
-        found.pop(key, None)
-        found[key] = (units, recent, contained)
-        if len(found) > _KEPT:
-            del found[next(iter(found))]
-
-    def pair_shared(self, later: ExecutionRecord, earlier: ExecutionRecord) -> int:
-        """``common_prefix_len(later.blocks, earlier.blocks)``, computed once per pair of records."""
-        pairs = self._pairs
-        key = id(later)
-        hit = pairs.get(key)
-        if (
-            hit is not None
-            and hit[0]() is later
-            and hit[1]() is earlier
-            and hit[2] is later.blocks
-            and hit[3] is earlier.blocks
-        ):
-            return hit[4]
-        d = common_prefix_len(later.blocks, earlier.blocks)
-        pairs[key] = (
-            weakref.ref(later, functools.partial(_forget, pairs, key)),
-            weakref.ref(earlier),
-            later.blocks,
-            earlier.blocks,
-            d,
-        )
-        return d
-
-
-def _forget(pairs: dict[int, Any], key: int, ref: weakref.ref[ExecutionRecord]) -> None:
-    hit = pairs.get(key)
-    if hit is not None and hit[0] is ref:
-        del pairs[key]
-
-
-def _extends_uncontained(
-    q: tuple[str, ...], blocks: tuple[str, ...], memo: PredictionMemo, recent: int
-) -> bool:
-    """Whether ``blocks`` (the newest record's units) is a prefix of ``q`` and, when its request was
-    predicted with ``memo`` (over a window of at least ``recent`` records), no earlier request shared all
-    of its units."""
-    if memo.contained(blocks, recent) is not False:
-        return False
-    n = len(blocks)
-    return n <= len(q) and q[:n] == blocks
-
-
-def _shared(q: tuple[str, ...], records: Sequence[ExecutionRecord], memo: PredictionMemo) -> list[int]:
-    """``common_prefix_len(q, r.blocks)`` for each record, oldest first, without comparing ``q`` with each.
-
-    The newest record is compared directly. Each earlier one follows from the record after it: with ``s``
-    that record's shared length with ``q`` and ``d`` the two records' own shared length (memoized: records
-    never change), the answer is ``min(s, d)`` when ``s != d``; only when ``s == d`` are the units past
-    ``d`` compared. A session's requests mostly extend each other, so a request costs one comparison with
-    the newest record instead of up to :attr:`CacheRules.recent` (~2.5 ms at 1,000 turns, where records
-    restored from a snapshot share no unit objects with the request and every unit is compared by value).
-    """
-    out = [0] * len(records)
-    later: ExecutionRecord | None = None
-    s = 0
-    for i in range(len(records) - 1, -1, -1):
-        r = records[i]
-        if later is None:
-            s = common_prefix_len(q, r.blocks)
-        else:
-            d = memo.pair_shared(later, r)
-            s = min(s, d) if s != d else d + common_prefix_len(q[d:], r.blocks[d:])
-        out[i] = s
-        later = r
-    return out
+    __slots__ = ()
 
 
 def _messages(
-    rules: CacheRules, model: str, units: Sequence[str], records: Sequence[ExecutionRecord]
+    rules: CacheRules, model: str, units: Sequence[str], records: Records, since: int
 ) -> int | None:
     """Automatic caching per chat message: OpenAI Chat, vLLM/SGLang, DeepSeek (``persisted``).
 
@@ -408,14 +265,14 @@ def _messages(
       earlier requests is longer than ``K`` and of unknown size.
     """
     persisted = rules.scheme == "persisted"
-    recs = [r for r in records if r.model == model]
     q = tuple(units)
-    # what each earlier request shares with this one; its chain is a prefix of this one when it shares all
-    # of it, and (DeepSeek) its chain plus its output unit when, beyond that, the next unit is the output
-    shares = [_common(q, r.blocks) for r in recs]
+    # what each earlier request of the model shares with this one; its chain is a prefix of this one when
+    # it shares all of it, and (DeepSeek) its chain plus its output unit when, beyond that, the next unit
+    # is the output
+    entries = records.shares(q, model=model, since=since)
     best_len, best = 0, 0  # the longest known chain that is a prefix; equal chains: the newest figure
-    for r, shared in zip(recs, shares, strict=True):
-        n = len(r.blocks)
+    for _, r, shared in entries:
+        n = r.units
         if shared != n:
             continue
         if n >= best_len:
@@ -424,18 +281,24 @@ def _messages(
         if persisted and output is not None and n < len(q) and q[n] == output and n + 1 >= best_len:
             best_len, best = n + 1, r.usage.prompt_tokens + r.usage.output
     if persisted:
+        if all(shared <= best_len for _, _, shared in entries):
+            return best
+        # an earlier request shares more than ``K``: compare the earlier requests' own chains (rare: after
+        # the history was rewritten), rebuilt from the window once
+        tuples = records.tuples(model=model, since=since)
+        chains = [(tuples[p], r, shared) for p, r, shared in entries]
         known: set[tuple[str, ...]] | None = None
-        for i, r in enumerate(recs):
-            if shares[i] <= best_len:
+        for i, (blocks, _, shared) in enumerate(chains):
+            if shared <= best_len:
                 continue
-            for earlier in recs[:i]:
-                common = _common(r.blocks, earlier.blocks)
-                if best_len < common <= shares[i]:
-                    known = _known_chains(recs) if known is None else known
-                    if r.blocks[:common] not in known:
+            for earlier, _, _ in chains[:i]:
+                common = common_prefix_len(blocks, earlier)
+                if best_len < common <= shared:
+                    known = _known_chains(chains) if known is None else known
+                    if blocks[:common] not in known:
                         return None
         return best
-    if any(s > best_len for s in shares):
+    if any(shared > best_len for _, _, shared in entries):
         return None
     if rules.block == 1:
         return rules.reported(best, model)
@@ -444,13 +307,13 @@ def _messages(
     return rules.block * (max(reusable, 0) // rules.block)
 
 
-def _known_chains(records: Sequence[ExecutionRecord]) -> set[tuple[str, ...]]:
+def _known_chains(chains: Sequence[tuple[tuple[str, ...], ExecutionRecord, int]]) -> set[tuple[str, ...]]:
     """Every unit chain whose size DeepSeek reported: each request's, and each request's with its output."""
     known: set[tuple[str, ...]] = set()
-    for r in records:
-        known.add(r.blocks)
+    for blocks, r, _ in chains:
+        known.add(blocks)
         if r.output_unit is not None:
-            known.add((*r.blocks, r.output_unit))
+            known.add((*blocks, r.output_unit))
     return known
 
 
@@ -475,7 +338,3 @@ def shared_tokens(prompt: Sequence[int], records: Sequence[ExecutionRecord]) -> 
         seq = [*r.prompt_ids, *r.completion_ids]
         best = max(best, common_prefix_len(query, seq[: len(seq) - 1]))
     return best
-
-
-def _common(a: Sequence[str], b: Sequence[str]) -> int:
-    return common_prefix_len(tuple(a), tuple(b))

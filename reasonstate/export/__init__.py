@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from reasonstate.prefix import Prefix
-from reasonstate.state import EventKind, ExecutionRecord, History, Step, Trace, TraceEvent
+from reasonstate.state import EventKind, History, Records, Step, Trace, TraceEvent
 
 __all__ = [
     "WARNED_KINDS",
@@ -99,7 +99,7 @@ class ExportContext:
     #: the canonical history as it is with this transition's events
     history: History
     #: the execution records as they are with this transition's events
-    execution: tuple[ExecutionRecord, ...]
+    execution: Records
     #: the whole trace up to and including this transition's events
     trace: Trace
     #: digests of the payloads a vendor rejected and the session leaves out

@@ -61,6 +61,7 @@ from reasonstate.state import (
     TextPart,
     ToolCallPart,
     TraceEvent,
+    as_records,
 )
 
 __all__ = ["CAPTURE_ENV", "OTelExporter"]
@@ -466,7 +467,7 @@ class OTelExporter:
             "reasonstate.request.digest": record.request_digest,
             "reasonstate.request.bytes": record.request_bytes,
             "reasonstate.prefix.fingerprint": record.prefix_fingerprint,
-            "reasonstate.prefix.units": len(record.blocks),
+            "reasonstate.prefix.units": record.units,
             "reasonstate.cache.reported_read": cache_read,
         }
         if response_model:
@@ -490,7 +491,7 @@ class OTelExporter:
             if broken.data.get("path"):
                 attributes["reasonstate.cache.break.path"] = str(broken.data["path"])
             attributes["reasonstate.cache.break.declared"] = declared_break(broken)
-        count, digest = _replayed(state, record)
+        count, digest = _replayed(state, record, as_records(context.execution).units_of(index))
         attributes["reasonstate.continuation.replayed.count"] = count
         attributes["reasonstate.continuation.replayed.digest"] = digest
         held = request.get(EventKind.CONTINUATION_WITHHELD)
@@ -680,15 +681,18 @@ class OTelExporter:
         target.add_event(event.kind, attributes, timestamp=_ns(event.at))
 
 
-def _replayed(state: _SessionSpans, record: ExecutionRecord) -> tuple[int, str]:
+def _replayed(
+    state: _SessionSpans, record: ExecutionRecord, units: tuple[str, ...] | None
+) -> tuple[int, str]:
     """How many payloads this request carried as received, and ``sha256`` over their digests in prompt
     order (each followed by a newline).
 
     Incremental: the units this request shares with the previous one (up to ``record.divergence``) carried
     the same payloads then (a payload in them was captured before that request), so only the units after
     the shared run are looked up, and the running hash is rebuilt only when the request diverged before
-    a replayed payload."""
-    units = record.blocks
+    a replayed payload. ``units``: the request's (None, read as none: older than the records keep, which a
+    request being exported never is)."""
+    units = () if units is None else units
     shared = 0 if not state.units else (len(state.units) if record.divergence is None else record.divergence)
     shared = min(shared, len(units))
     replayed = state.replayed

@@ -29,7 +29,7 @@ import attrs
 from reasonstate.adapters import room_for_path
 from reasonstate.cache.divergence import CAUSES, Cause, Divergence, View
 from reasonstate.cache.rules import CacheRules, PredictionMemo
-from reasonstate.state import Usage
+from reasonstate.state import Records, Usage
 
 __all__ = ["CAUSES", "Cause", "Divergence", "Guard", "GuardRecord", "GuardWarning", "instrument"]
 
@@ -108,7 +108,8 @@ class Guard:
         self._records: list[GuardRecord] = []
         # the recent analysed requests: (record, view, parsed response) and their execution records
         self._recent: list[tuple[GuardRecord, View, Any]] = []
-        self._executed: list[Any] = []
+        # the newest requests' execution records, their units kept once (Records: a small difference each)
+        self._executed: Records = Records()
         # what the cache predictor learned from the earlier predictions on ``_executed``
         self._predictions = PredictionMemo()
 

@@ -92,8 +92,7 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
             warnings.append(GuardWarning(kind, f"predicted {predicted}, reported {reported}"))
         executed = _executed(len(guard._executed), request, usage, capture, predicted, response, rules, room)
         if executed is not None:
-            guard._executed.append(executed)
-            del guard._executed[:-_RECENT]
+            guard._executed = guard._executed.appended(*executed, keep=_RECENT)
     record = GuardRecord(
         index=capture.index,
         api=api,
@@ -202,11 +201,11 @@ def _executed(
     response: Any,
     rules: CacheRules,
     room: Room,
-) -> ExecutionRecord | None:
-    """What later predictions learn from this request: its unit chain and its prompt tokens. With explicit
-    breakpoints the cache entry is the chain up to the last breakpoint, of ``cache_read + cache_write``
-    tokens (docs/protocols.md §4.4: the write covers the span from the hit to the last breakpoint); no
-    breakpoint, no entry."""
+) -> tuple[ExecutionRecord, tuple[str, ...]] | None:
+    """What later predictions learn from this request: its record (its prompt tokens) and its unit chain.
+    With explicit breakpoints the cache entry is the chain up to the last breakpoint, of ``cache_read +
+    cache_write`` tokens (docs/protocols.md §4.4: the write covers the span from the hit to the last
+    breakpoint); no breakpoint, no entry."""
     blocks = view.units
     if rules.scheme == "breakpoints":
         if not view.breakpoints or usage.cache_read + usage.cache_write == 0:
@@ -216,14 +215,14 @@ def _executed(
     output_unit = None
     if rules.scheme == "persisted" and isinstance(response, Mapping):
         output_unit = room.output_unit(response)
-    return ExecutionRecord(
+    record = ExecutionRecord(
         index=index,
         turn=0,
         step=0,
         request_digest=digest_of(capture.request or b""),
         request_bytes=len(capture.request or b""),
         prefix_fingerprint="",
-        blocks=blocks,
+        units=len(blocks),
         breakpoints=view.breakpoints,
         divergence=None,
         predicted_cache_read=predicted,
@@ -232,3 +231,4 @@ def _executed(
         model=view.model,
         output_unit=output_unit,
     )
+    return record, tuple(blocks)

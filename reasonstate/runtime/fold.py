@@ -29,7 +29,7 @@ import attrs
 from reasonstate.cache.rules import CacheRules, PredictedRequest, PredictionMemo, divergence, predict_request
 from reasonstate.policies import Fold, reasoning_tokens
 from reasonstate.prefix import Prefix, canonical_json
-from reasonstate.state import FOLD_INTRO, EventKind, ExecutionRecord, Folded, History, Trace, Turn, TurnView
+from reasonstate.state import FOLD_INTRO, EventKind, Folded, History, Records, Trace, Turn, TurnView
 
 __all__ = ["context_tokens", "folded", "transcript", "turn_tokens"]
 
@@ -46,7 +46,7 @@ class _Layers(Protocol):
     @property
     def trace(self) -> Trace: ...
     @property
-    def records(self) -> tuple[ExecutionRecord, ...]: ...
+    def records(self) -> Records: ...
 
 
 class _Rules(Protocol):
@@ -188,7 +188,7 @@ def folded(
                 reasons.extend(f"turn {turn.index}: {w}" for w in why)
         request = encode(new)
         records = layers.records
-        unit = divergence(request.units, records[-1].blocks) if records else None
+        unit = divergence(request.units, records.newest_units()) if records else None
         predicted = predict_request(adapter.cache, request, records, predictions)
     except Exception as exc:  # the summarizer is user code: a failed fold is skipped, never half-applied
         return _traced(

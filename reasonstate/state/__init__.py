@@ -5,7 +5,15 @@ else of reasonstate but the errors.
 """
 
 from reasonstate.state.continuation import Continuation, digest_of
-from reasonstate.state.execution import ExecutionRecord, Usage, ids_digest
+from reasonstate.state.execution import (
+    UNIT_WINDOW,
+    ExecutionRecord,
+    Records,
+    UnitChain,
+    Usage,
+    as_records,
+    ids_digest,
+)
 from reasonstate.state.frozen import FrozenDict, FrozenList, freeze, thaw
 from reasonstate.state.history import (
     FOLD_INTRO,
@@ -27,6 +35,7 @@ from reasonstate.state.trace import EventKind, Trace, TraceEvent
 
 __all__ = [
     "FOLD_INTRO",
+    "UNIT_WINDOW",
     "Continuation",
     "EventKind",
     "ExecutionRecord",
@@ -37,6 +46,7 @@ __all__ = [
     "OpaquePart",
     "Part",
     "ReasoningPart",
+    "Records",
     "Step",
     "TextPart",
     "ToolCallPart",
@@ -46,7 +56,9 @@ __all__ = [
     "TraceEvent",
     "Turn",
     "TurnView",
+    "UnitChain",
     "Usage",
+    "as_records",
     "digest_of",
     "freeze",
     "ids_digest",

@@ -3,20 +3,35 @@
 Usage is normalized across vendors: ``uncached_input`` + ``cache_read`` + ``cache_write`` is the whole
 prompt (Anthropic reports these disjointly; OpenAI's ``input_tokens`` includes cached tokens, so the adapter
 subtracts). ``prompt_tokens`` is derived, not stored.
+
+A record keeps how many prefix units its request had (``units``), never the units themselves: the unit
+digests of the newest requests live once in :class:`Records` (the session's sequence of records), as the
+newest request's full unit tuple per model plus, for each earlier request in the window, its difference
+from the next newer one. The execution layer grows by a small constant per request, not with the square of
+the session's length (issue 21).
 """
 
 from __future__ import annotations
 
 import array
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
 
 import attrs
 
 from reasonstate.errors import ContinuationMismatch
 from reasonstate.state.continuation import digest_of
 
-__all__ = ["ExecutionRecord", "Usage", "ids_digest"]
+__all__ = [
+    "UNIT_WINDOW",
+    "ExecutionRecord",
+    "Records",
+    "UnitChain",
+    "Usage",
+    "as_records",
+    "common_prefix_len",
+    "ids_digest",
+]
 
 
 def ids_digest(ids: Sequence[int]) -> str:
@@ -119,9 +134,11 @@ def _clean(value: Any) -> int:
 class ExecutionRecord:
     """One successful request.
 
-    ``blocks`` is the request's prefix-unit chain: the running digest after each unit (tool, system block,
-    message content block), so the first divergence from an earlier request is the first index where the
-    chains differ. ``predicted_cache_read`` is what the SDK expected before sending (None: not knowable).
+    ``units`` is how many prefix units (tool, system block, message content block, input item: one digest
+    each, of that unit alone) the request had; the digests themselves are kept once for the newest
+    requests by the :class:`Records` the record belongs to (:meth:`Records.units_of`). ``divergence`` is
+    the first unit index where the request differs from the previous one (None: it extends it).
+    ``predicted_cache_read`` is what the SDK expected before sending (None: not knowable).
     """
 
     index: int
@@ -130,7 +147,7 @@ class ExecutionRecord:
     request_digest: str
     request_bytes: int
     prefix_fingerprint: str
-    blocks: tuple[str, ...]
+    units: int
     breakpoints: tuple[int, ...]
     divergence: int | None
     predicted_cache_read: int | None
@@ -154,3 +171,287 @@ class ExecutionRecord:
         ids = (*(self.prompt_ids or ()), *(self.completion_ids or ()))
         if self.ids_seal is None or ids_digest(ids) != self.ids_seal:
             raise ContinuationMismatch(f"request {self.index}: token ids changed since they were recorded")
+
+
+def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+#: how many of each model's newest requests keep their unit digests (a cache prediction reads at most
+#: this many earlier requests: ``CacheRules.recent`` is at most this)
+UNIT_WINDOW = 64
+
+#: an earlier request in a :class:`UnitChain`: ``(seq, shared, tail)``, its units being
+#: ``newer[:shared] + tail`` where ``newer`` is the next newer request of the chain
+Delta = tuple[int, int, tuple[str, ...]]
+
+
+@attrs.frozen(slots=True)
+class UnitChain:
+    """The unit digests of one model's newest requests (at most :data:`UNIT_WINDOW`).
+
+    ``units`` is the newest request's whole tuple (``seq``: its position in the session's records);
+    ``older`` holds each earlier request of the model, newest first, as its difference from the next newer
+    one: ``(seq, shared, tail)`` with ``shared == common_prefix_len(older, newer)`` and ``tail ==
+    older[shared:]`` (empty when the newer request extends it, as a conversation's requests mostly do).
+    """
+
+    model: str
+    seq: int
+    units: tuple[str, ...]
+    older: tuple[Delta, ...] = ()
+
+    def appended(self, seq: int, units: tuple[str, ...], shared: int | None = None) -> UnitChain:
+        """The chain with ``units`` (request ``seq``) as its newest; ``shared``: ``common_prefix_len(units,
+        self.units)`` when the caller has it (one C-speed comparison otherwise)."""
+        s = common_prefix_len(units, self.units) if shared is None else shared
+        newest = self.units
+        return UnitChain(self.model, seq, units, ((self.seq, s, newest[s:]), *self.older[: UNIT_WINDOW - 2]))
+
+    def shared(self, q: tuple[str, ...], since: int = 0, limit: int = UNIT_WINDOW) -> list[tuple[int, int]]:
+        """``(seq, common_prefix_len(q, units of request seq))`` for the newest ``limit`` requests of the
+        chain from request ``since`` on, newest first.
+
+        One comparison with the newest tuple; each earlier request follows from the next newer one: with
+        ``s`` the newer one's shared length and ``(shared, tail)`` the earlier one's difference, it is
+        ``s`` when ``s < shared`` (they agree before ``shared`` and ``q`` left the newer one before it),
+        else ``shared`` plus what ``q`` shares with ``tail`` from there (a few units at most)."""
+        s = common_prefix_len(q, self.units)
+        out = [(self.seq, s)]
+        if limit <= 1:
+            return out
+        for seq, shared, tail in self.older:
+            if seq < since:
+                break
+            if s >= shared:
+                s = shared + common_prefix_len(q[shared : shared + len(tail)], tail) if tail else shared
+            out.append((seq, s))
+            if len(out) == limit:
+                break
+        return out
+
+    def tuples(self, since: int = 0) -> list[tuple[int, tuple[str, ...]]]:
+        """``(seq, units)`` of every request of the chain from ``since`` on, newest first, rebuilt (a copy
+        of each: for the rare reader that needs whole tuples)."""
+        units = self.units
+        out = [(self.seq, units)]
+        for seq, shared, tail in self.older:
+            if seq < since:
+                break
+            units = units[:shared] + tail
+            out.append((seq, units))
+        return out
+
+    def from_seq(self, start: int) -> UnitChain:
+        """The chain without the requests before ``start``."""
+        keep = 0
+        while keep < len(self.older) and self.older[keep][0] >= start:
+            keep += 1
+        return self if keep == len(self.older) else attrs.evolve(self, older=self.older[:keep])
+
+
+class Records(tuple[ExecutionRecord, ...]):
+    """The session's execution records, oldest first (a tuple), with the unit digests of the newest ones.
+
+    ``chains`` holds one :class:`UnitChain` per model the records name (the newest request's model last),
+    so every request among each model's newest :data:`UNIT_WINDOW` has its unit tuple, kept once: a
+    request adds its record, one comparison with its model's previous newest tuple and a small difference
+    (Python work independent of the session's length). ``offset``: how many older records were dropped
+    (a guard keeps only its newest); a request's ``seq`` is ``offset +`` its position. Immutable:
+    :meth:`appended` returns a new value; two are equal when their records and chains are (a plain tuple
+    compares with the records alone).
+    """
+
+    _chains: tuple[UnitChain, ...]
+    _offset: int
+
+    def __new__(
+        cls, records: Iterable[ExecutionRecord] = (), chains: tuple[UnitChain, ...] = (), offset: int = 0
+    ) -> Records:
+        self = super().__new__(cls, records)
+        object.__setattr__(self, "_chains", chains)
+        object.__setattr__(self, "_offset", offset)
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError(f"Records is immutable (cannot set {name})")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Records):
+            return (
+                tuple.__eq__(self, other) is True
+                and self._chains == other._chains
+                and self._offset == other._offset
+            )
+        return tuple.__eq__(self, other) is True
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return f"Records({tuple.__repr__(self)})"
+
+    @property
+    def chains(self) -> tuple[UnitChain, ...]:
+        return self._chains
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[ExecutionRecord, Sequence[str]]]) -> Records:
+        """Records from ``(record, its units)`` pairs, oldest first (tests, migrations)."""
+        out = cls()
+        for record, units in pairs:
+            out = out.appended(record, units)
+        return out
+
+    @classmethod
+    def restored(
+        cls, records: Sequence[ExecutionRecord], chains: Sequence[UnitChain], offset: int = 0
+    ) -> Records:
+        """Records from their parts as a snapshot holds them; ``ValueError`` unless every chain fits its
+        records (its model, each request's unit count, at most one chain per model, the newest record's
+        chain last)."""
+        out = cls(records, tuple(chains), offset)
+        seen: set[str] = set()
+        end = offset + len(records)
+        for chain in chains:
+            if chain.model in seen:
+                raise ValueError(f"two unit chains for model {chain.model!r}")
+            seen.add(chain.model)
+            previous = chain.seq
+            n = len(chain.units)
+            lengths = [(chain.seq, n)]
+            for seq, shared, tail in chain.older:
+                if not (isinstance(seq, int) and offset <= seq < previous and 0 <= shared <= n):
+                    raise ValueError(f"unit chain of {chain.model!r}: request {seq} is out of order")
+                if not all(isinstance(u, str) for u in tail):
+                    raise ValueError(f"unit chain of {chain.model!r}: a unit is not a digest")
+                previous, n = seq, shared + len(tail)
+                lengths.append((seq, n))
+            for seq, count in lengths:
+                if not offset <= seq < end:
+                    raise ValueError(f"unit chain of {chain.model!r}: request {seq} is not recorded")
+                record = records[seq - offset]
+                if record.model != chain.model or record.units != count:
+                    raise ValueError(f"unit chain of {chain.model!r} does not fit request {seq}")
+        if records and (not chains or chains[-1].seq != end - 1):
+            raise ValueError("the newest request's units are missing")
+        return out
+
+    def appended(
+        self,
+        record: ExecutionRecord,
+        units: Sequence[str],
+        *,
+        shared: int | None = None,
+        keep: int | None = None,
+    ) -> Records:
+        """These records and ``record`` (whose request had ``units``) after them. ``shared``:
+        ``common_prefix_len(units, self.newest_units())`` when the caller has it; ``keep``: drop all but
+        the newest ``keep`` records (a guard)."""
+        units = tuple(units)
+        if record.units != len(units):
+            raise ValueError(f"the record counts {record.units} units, its request has {len(units)}")
+        seq = self._offset + len(self)
+        chains = list(self._chains)
+        chain = UnitChain(record.model, seq, units)
+        for k, c in enumerate(chains):
+            if c.model == record.model:
+                chain = c.appended(seq, units, shared if c.seq == seq - 1 else None)
+                del chains[k]
+                break
+        chains.append(chain)
+        records = (*self, record)
+        offset = self._offset
+        if keep is not None and len(records) > keep:
+            cut = len(records) - keep
+            records, offset = records[cut:], offset + cut
+            chains = [c.from_seq(offset) for c in chains if c.seq >= offset]
+        return Records(records, tuple(chains), offset)
+
+    def newest_units(self) -> tuple[str, ...]:
+        """The units of the newest request (``()`` when there is none)."""
+        return self._chains[-1].units if self._chains and len(self) else ()
+
+    def chain(self, model: str) -> UnitChain | None:
+        """``model``'s unit chain (None: no request of it is kept)."""
+        for c in self._chains:
+            if c.model == model:
+                return c
+        return None
+
+    def units_of(self, position: int) -> tuple[str, ...] | None:
+        """The units of the request at ``position`` (negative: from the end), rebuilt from the window;
+        None when it is older than its model's newest :data:`UNIT_WINDOW`."""
+        record = self[position]
+        seq = self._offset + (position % len(self))
+        chain = self.chain(record.model)
+        if chain is None:
+            return None
+        if chain.seq == seq:
+            return chain.units
+        return next((u for s, u in chain.tuples(seq) if s == seq), None)
+
+    def shares(
+        self, units: Sequence[str], *, model: str | None = None, since: int = 0, limit: int = UNIT_WINDOW
+    ) -> list[tuple[int, ExecutionRecord, int]]:
+        """``(position, record, common_prefix_len(units, its units))`` for every kept request at or after
+        position ``since`` (of ``model`` only, and its newest ``limit`` of them, when given), oldest first.
+        One comparison with each model's newest tuple, then a few small ones per request."""
+        q = tuple(units)
+        start = self._offset + since
+        out: list[tuple[int, ExecutionRecord, int]] = []
+        offset = self._offset
+        for c in self._chains:
+            if model is not None and c.model != model:
+                continue
+            if c.seq < start:
+                continue
+            for seq, s in c.shared(q, start, limit):
+                out.append((seq - offset, self[seq - offset], s))
+        out.sort(key=_POSITION)
+        return out
+
+    def tuples(self, *, model: str, since: int = 0) -> dict[int, tuple[str, ...]]:
+        """position → units of every kept request of ``model`` at or after ``since``, rebuilt."""
+        chain = self.chain(model)
+        if chain is None:
+            return {}
+        return {seq - self._offset: u for seq, u in chain.tuples(self._offset + since)}
+
+
+def _position(entry: tuple[int, ExecutionRecord, int]) -> int:
+    return entry[0]
+
+
+_POSITION = _position
+EMPTY = Records()
+
+
+def as_records(records: Sequence[ExecutionRecord]) -> Records:
+    """``records`` as :class:`Records` (an empty sequence: the empty one); ``TypeError`` for a non-empty
+    plain sequence, whose requests' units are not known."""
+    if isinstance(records, Records):
+        return records
+    if not records:
+        return EMPTY
+    raise TypeError(
+        "execution records without their units: pass the session's Records (Session.execution) or build "
+        "one with Records.of((record, units) ...)"
+    )
