@@ -96,7 +96,8 @@ class SessionSnapshot(pydantic.BaseModel):
     options: dict[str, Any]
     #: the compact form of :func:`history_to_snapshot`
     history: dict[str, Any]
-    execution: list[dict[str, Any]]
+    #: one row per execution record (``_RECORD_FIELDS`` order, ``index`` its position)
+    execution: list[list[Any]]
     #: the unit digests of each model's newest requests, once (``Records.chains``): per model its newest
     #: request's whole tuple and each earlier one's difference from the next newer, ``[seq, shared, tail]``
     units: list[dict[str, Any]] = pydantic.Field(default_factory=list)
@@ -459,7 +460,7 @@ def session_snapshot(
         # insertion order kept: the vendor call's bytes must not change across a restore
         options=json.loads(json.dumps(dict(options), ensure_ascii=False)),
         history=history_to_snapshot(layers.history),
-        execution=[_record_to_dict(r) for r in layers.records],
+        execution=_records_to(layers.records),
         units=[_chain_to_dict(c) for c in layers.records.chains],
         trace=layers.trace.to_compact(to_jsonable_python),
     )
@@ -530,27 +531,75 @@ def restore_args(
     }
 
 
-def _record_to_dict(r: ExecutionRecord) -> dict[str, Any]:
-    data = attrs.asdict(r, recurse=False)
-    data["usage"] = attrs.asdict(r.usage)
-    data["breakpoints"] = list(r.breakpoints)
-    for key in ("prompt_ids", "completion_ids"):
-        data[key] = list(data[key]) if data[key] is not None else None
-    return data
+#: an execution record in the snapshot: a list of its fields in this order (``index`` is its position,
+#: ``usage`` a list in :class:`Usage` field order); trailing fields at their defaults are left out, and a
+#: ``prefix_fingerprint`` or ``model`` equal to the previous record's is written as ``0``
+_RECORD_FIELDS = tuple(f.name for f in attrs.fields(ExecutionRecord) if f.name != "index")
+_RECORD_USAGE_FIELDS = tuple(f.name for f in attrs.fields(Usage))
+_SAME_AS_PREVIOUS = ("prefix_fingerprint", "model")
 
 
-def _record_from_dict(d: Mapping[str, Any]) -> ExecutionRecord:
-    ids = {k: tuple(d[k]) if d.get(k) is not None else None for k in ("prompt_ids", "completion_ids")}
-    record = ExecutionRecord(
-        **{
-            **d,
-            **ids,
-            "usage": Usage(**d["usage"]),
-            "breakpoints": tuple(d["breakpoints"]),
-        }
-    )
+def _without_defaults(values: list[Any], defaults: Sequence[Any]) -> list[Any]:
+    n = len(values)
+    while n and defaults[n - 1] is not _NO_DEFAULT and values[n - 1] == defaults[n - 1]:
+        n -= 1
+    return values[:n]
+
+
+_NO_DEFAULT = object()
+_RECORD_DEFAULTS = tuple(
+    _NO_DEFAULT if f.default is attrs.NOTHING else f.default
+    for f in attrs.fields(ExecutionRecord)
+    if f.name != "index"
+)
+_RECORD_USAGE_DEFAULTS = tuple(
+    _NO_DEFAULT if f.default is attrs.NOTHING else f.default for f in attrs.fields(Usage)
+)
+
+
+def _record_to_row(r: ExecutionRecord, previous: ExecutionRecord | None) -> list[Any]:
+    row: list[Any] = []
+    for name in _RECORD_FIELDS:
+        value = getattr(r, name)
+        if name == "usage":
+            value = _without_defaults(
+                [getattr(value, u) for u in _RECORD_USAGE_FIELDS], _RECORD_USAGE_DEFAULTS
+            )
+        elif name in _SAME_AS_PREVIOUS and previous is not None and value == getattr(previous, name):
+            value = 0
+        elif isinstance(value, tuple):
+            value = list(value)
+        row.append(value)
+    return _without_defaults(row, _RECORD_DEFAULTS)
+
+
+def _record_from_row(index: int, row: Sequence[Any], previous: ExecutionRecord | None) -> ExecutionRecord:
+    if not isinstance(row, list) or len(row) > len(_RECORD_FIELDS):
+        raise ValueError(f"execution record {index} is not a record row")
+    fields: dict[str, Any] = {}
+    for name, value in zip(_RECORD_FIELDS, row, strict=False):
+        if name == "usage":
+            if not isinstance(value, list) or len(value) > len(_RECORD_USAGE_FIELDS):
+                raise ValueError(f"execution record {index}: usage is not a usage row")
+            value = Usage(**dict(zip(_RECORD_USAGE_FIELDS, value, strict=False)))
+        elif name in _SAME_AS_PREVIOUS and value == 0 and not isinstance(value, bool):
+            if previous is None:
+                raise ValueError(f"execution record {index}: {name} refers to no earlier record")
+            value = getattr(previous, name)
+        elif isinstance(value, list):
+            value = tuple(value)
+        fields[name] = value
+    record = ExecutionRecord(index=index, **fields)
     record.verify_ids()
     return record
+
+
+def _records_to(records: Sequence[ExecutionRecord]) -> list[list[Any]]:
+    rows, previous = [], None
+    for r in records:
+        rows.append(_record_to_row(r, previous))
+        previous = r
+    return rows
 
 
 def _chain_to_dict(c: UnitChain) -> dict[str, Any]:
@@ -567,7 +616,9 @@ def _chain_from_dict(d: Mapping[str, Any]) -> UnitChain:
     return UnitChain(model=d["model"], seq=int(d["seq"]), units=tuple(d["units"]), older=older)
 
 
-def _records_from(execution: Sequence[Mapping[str, Any]], units: Sequence[Mapping[str, Any]]) -> Records:
+def _records_from(execution: Sequence[Any], units: Sequence[Mapping[str, Any]]) -> Records:
     """The records and their unit chains (``ValueError`` when a chain does not fit its records)."""
-    records = [_record_from_dict(r) for r in execution]
+    records: list[ExecutionRecord] = []
+    for i, row in enumerate(execution):
+        records.append(_record_from_row(i, row, records[-1] if records else None))
     return Records.restored(records, [_chain_from_dict(c) for c in units])

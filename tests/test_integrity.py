@@ -26,7 +26,7 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.adapters.tokens import TokenAdapter
-from reasonstate.state import Continuation
+from reasonstate.state import Continuation, ExecutionRecord
 from reasonstate.state.continuation import compact
 from reasonstate.state.frozen import FrozenDict, FrozenList
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
@@ -682,7 +682,8 @@ def _one_character(old: str) -> Callable[[dict[str, Any], str], str]:
 
 def _first_token_id(text: str) -> str:
     snap = json.loads(text)
-    snap["execution"][0]["prompt_ids"][0] += 1
+    prompt_ids = [f.name for f in attrs.fields(ExecutionRecord) if f.name != "index"].index("prompt_ids")
+    snap["execution"][0][prompt_ids][0] += 1
     return json.dumps(snap)
 
 

@@ -200,6 +200,8 @@ def state(session: Any) -> Any:
         {"seq": e.seq, "kind": e.kind, "at": e.at, "data": thaw(e.data)}
         for e in trace_from_snapshot(snapshot["trace"])
     ]
+    # the records as named fields (the snapshot writes them as rows), so their volatile fields are masked
+    snapshot["execution"] = json.loads(json.dumps([attrs.asdict(r) for r in session.execution]))
     snapshot.pop("stream")  # the session's option (what send() does), not committed state
     snapshot.pop("content_digest", None)
     snapshot.pop("digest", None)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from reasonstate.adapters import anthropic as anthropic_codec
 from reasonstate.adapters import gemini as gemini_codec
 from reasonstate.adapters import openai_chat as chat_codec
 from reasonstate.adapters import openai_responses as responses_codec
+from reasonstate.state import ExecutionRecord
 from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
@@ -275,6 +277,8 @@ def test_a_snapshot_with_an_impossible_usage_is_refused_as_a_snapshot_error(
     emulator.script.extend([ModelAction.answer("Fine.", reasoning="Thinking. " * 10)])
     session.send("Hi?")
     data = json.loads(session.snapshot().model_dump_json())
-    data["execution"][0]["usage"]["output"] = -5
+    fields = [f.name for f in attrs.fields(ExecutionRecord) if f.name != "index"]
+    usage = data["execution"][0][fields.index("usage")]
+    usage[[f.name for f in attrs.fields(rs.Usage)].index("output")] = -5
     with pytest.raises(rs.SnapshotError):
         rs.Session.restore(json.dumps(data), emulator.client())
