@@ -116,13 +116,7 @@ class Continuation:
         ``payload`` (the caller built ``payload`` from it), kept frozen as the payload's parsed value;
         without it the bytes are parsed once, as for any continuation built from bytes."""
         digest = digest_of(payload)
-        if value is _UNPARSED:
-            try:
-                known = freeze(json.loads(payload))
-            except ValueError:
-                known = _UNPARSED
-        else:
-            known = freeze(value)
+        known = _parsed(payload) if value is _UNPARSED else freeze(value)
         return cls(
             vendor=vendor,
             api=api,
@@ -175,8 +169,12 @@ def _check(payload: bytes, digest: str) -> _Checked | None:
     will say so)."""
     if not isinstance(payload, bytes) or digest_of(payload) != digest:
         return None
+    return (payload, digest, _parsed(payload))
+
+
+def _parsed(payload: bytes) -> Any:
+    """The payload's frozen JSON value, parsed once (:data:`_UNPARSED` when it is not JSON)."""
     try:
-        value = freeze(json.loads(payload))
+        return freeze(json.loads(payload))
     except ValueError:
-        value = _UNPARSED
-    return (payload, digest, value)
+        return _UNPARSED
