@@ -38,6 +38,15 @@ WEATHER = rs.Tool(
 )
 
 
+#: the session every row measures: tools and extended thinking, so a turn is a tool chain with reasoning
+OPTIONS: dict[str, Any] = {
+    "model": MODEL,
+    "tools": [WEATHER],
+    "max_tokens": 4096,
+    "thinking": {"type": "enabled", "budget_tokens": 2048},
+}
+
+
 def _room(frame: FrameType) -> str | None:
     path = pathlib.Path(frame.f_code.co_filename)
     try:
@@ -83,13 +92,7 @@ def _script(turns: int) -> list[ModelAction]:
 
 def sync_rows() -> list[tuple[str, set[str], set[tuple[str, str]]]]:
     with AnthropicEmulator(script=_script(8)) as emu:
-        session = rs.Session(
-            emu.client(max_retries=0),
-            model=MODEL,
-            tools=[WEATHER],
-            max_tokens=4096,
-            thinking={"type": "enabled", "budget_tokens": 2048},
-        )
+        session = rs.Session(emu.client(max_retries=0), **OPTIONS)
         for i in range(2):  # steady state: every module imported, memos warm
             reply = session.send(f"warm-up {i}")
             session.send_tool_results({c.id: {"temp_c": 20} for c in reply.tool_calls})
@@ -117,13 +120,7 @@ def mid_chain_row() -> tuple[str, set[str], set[tuple[str, str]]]:
     call = ModelAction(reasoning="Look it up.", tool_calls=(ToolCallSpec("get_weather", {"city": "Rome"}),))
     chain = [call, call, ModelAction(reasoning="Answer.", text="Warm.")]
     with AnthropicEmulator(script=chain * 3) as emu:
-        session = rs.Session(
-            emu.client(max_retries=0),
-            model=MODEL,
-            tools=[WEATHER],
-            max_tokens=4096,
-            thinking={"type": "enabled", "budget_tokens": 2048},
-        )
+        session = rs.Session(emu.client(max_retries=0), **OPTIONS)
         for i in range(2):
             session.send(f"warm-up {i}")
             for _ in range(2):
@@ -136,13 +133,7 @@ def mid_chain_row() -> tuple[str, set[str], set[tuple[str, str]]]:
 
 def async_rows() -> list[tuple[str, set[str], set[tuple[str, str]]]]:
     with AnthropicEmulator(script=_script(8)) as emu:
-        session = rs.AsyncSession(
-            emu.async_client(max_retries=0),
-            model=MODEL,
-            tools=[WEATHER],
-            max_tokens=4096,
-            thinking={"type": "enabled", "budget_tokens": 2048},
-        )
+        session = rs.AsyncSession(emu.async_client(max_retries=0), **OPTIONS)
         loop = asyncio.new_event_loop()
         try:
             for i in range(2):
