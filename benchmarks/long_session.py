@@ -103,7 +103,7 @@ def state_parts(session: rs.Session) -> dict[str, int]:
         for name in attrs.fields_dict(type(layers))
         if getattr(layers, name) is not None
     }
-    for name in ("_encodings", "_predictions"):
+    for name in ("_encodings",):
         memo = getattr(session, name, None)
         if memo is not None:
             parts[name.lstrip("_")] = deep_size([memo])
@@ -112,7 +112,7 @@ def state_parts(session: rs.Session) -> dict[str, int]:
 
 def state_bytes(session: rs.Session) -> int:
     roots = [session._layers]
-    for name in ("_encodings", "_predictions"):
+    for name in ("_encodings",):
         memo = getattr(session, name, None)
         if memo is not None:
             roots.append(memo)

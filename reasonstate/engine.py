@@ -73,7 +73,7 @@ from reasonstate.adapters.base import (
     without_payloads,
 )
 from reasonstate.cache.divergence import Divergence, explain
-from reasonstate.cache.rules import PredictionMemo, common_prefix_len, divergence, predict_request
+from reasonstate.cache.rules import common_prefix_len, divergence, predict_request
 from reasonstate.errors import IllegalTransition, PolicyConflict, ReasonStateError, VendorError
 from reasonstate.export import WARNED_KINDS, Publisher
 from reasonstate.policies import Keep, Policy, answer_tokens, reasoning_tokens
@@ -239,8 +239,6 @@ class Engine:
     _scratch: dict[str, Any]
     #: the session's one encoding memo, handed to every encode and view (a new adapter: a new one)
     _encodings: Encodings
-    #: the session's cache-prediction memo (next to ``_encodings``; a new adapter: a new one)
-    _predictions: PredictionMemo
     _state: TurnState
     # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
     _lock: threading.Lock
@@ -341,7 +339,7 @@ class Engine:
         another call has changed since.
         """
         request = self._encode(attempt.history)
-        predicted = predict(self._adapter, request, self._layers.records, self._predictions)
+        predicted = predict(self._adapter, request, self._layers.records)
         with self._lock:
             if self._state is TurnState.AWAITING_MODEL or attempt.base is not self._layers.history:
                 raise IllegalTransition(
@@ -371,7 +369,6 @@ class Engine:
                 options=self._options,
                 policy=self._policy,
                 encodings=self._encodings,
-                predictions=self._predictions,
                 foreign_reasoning=self._foreign_reasoning,
             )
         except BaseException as exc:
@@ -439,7 +436,7 @@ class Engine:
             summary=f"{len(offending)} payload(s) the vendor rejected are left out; their steps are rendered "
             "canonically from now on",
         )
-        predicted = predict(self._adapter, request, self._layers.records, self._predictions)
+        predicted = predict(self._adapter, request, self._layers.records)
         return attrs.evolve(call, request=request, predicted=predicted, retry=True)
 
     def _payloads(self) -> Iterable[Continuation]:
@@ -596,11 +593,9 @@ def predict(
     adapter: Adapter,
     request: VendorRequest,
     records: Sequence[ExecutionRecord],
-    memo: PredictionMemo | None = None,
 ) -> int | None:
-    """The cache read the vendor will report for ``request`` (None: not knowable); ``memo``: the
-    session's prediction memo (None: a fresh one)."""
-    return predict_request(adapter.cache, request, records, memo)
+    """The cache read the vendor will report for ``request`` (None: not knowable)."""
+    return predict_request(adapter.cache, request, records)
 
 
 def commit(
@@ -620,14 +615,13 @@ def commit(
     options: Mapping[str, Any],
     policy: Policy,
     encodings: Encodings | None = None,
-    predictions: PredictionMemo | None = None,
     foreign_reasoning: str = "drop",
 ) -> tuple[Layers, Step]:
     """The layers after ``decoded`` answered ``request`` (sent on ``history``, whose last turn is open);
     ``fingerprint`` is ``prefix.fingerprint``; ``encodings``: the session's encoding memo (the policy's
-    effect is predicted on a request encoded with it, with the ``predictions`` memo; fresh ones when none
-    are given); ``foreign_reasoning``: the session's option, so that the request the policy's effect is
-    predicted on is encoded as the session's next request will be (:func:`encoded`)."""
+    effect is predicted on a request encoded with it; a fresh one when none is given);
+    ``foreign_reasoning``: the session's option, so that the request the policy's effect is predicted on is
+    encoded as the session's next request will be (:func:`encoded`)."""
     turn = history.open_turn
     assert turn is not None
     step = Step(
@@ -762,7 +756,6 @@ def commit(
             options=options,
             policy=policy,
             encodings=encodings,
-            predictions=predictions,
             foreign_reasoning=foreign_reasoning,
         )
     trace = trace.extended(events)
@@ -882,7 +875,6 @@ def _close_turn(
     options: Mapping[str, Any],
     policy: Policy,
     encodings: Encodings | None,
-    predictions: PredictionMemo | None,
     foreign_reasoning: str,
 ) -> History:
     """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules; the
@@ -934,7 +926,6 @@ def _close_turn(
         model,
         options,
         encodings,
-        predictions,
         foreign_reasoning,
     )
     order = sorted(views)
@@ -993,7 +984,6 @@ def _predict_effect(
     model: str,
     options: Mapping[str, Any],
     encodings: Encodings | None,
-    predictions: PredictionMemo | None,
     foreign_reasoning: str,
 ) -> dict[str, Any]:
     """Where the next request will diverge from this one, and what that costs in cache reads.
@@ -1021,7 +1011,7 @@ def _predict_effect(
             foreign_reasoning=foreign_reasoning,
             encodings=encodings,
         )
-        return request, predict(adapter, request, records, predictions)
+        return request, predict(adapter, request, records)
 
     request, predicted = predicted_on(history)
     d = divergence(request.units, records.newest_units())

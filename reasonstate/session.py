@@ -26,7 +26,6 @@ from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, StreamEvent,
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
-from reasonstate.cache.rules import PredictionMemo
 from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnFlow, TurnState, failed, finished
 from reasonstate.errors import IllegalTransition, InvalidOption, ProtocolViolation, ToolResultError
 from reasonstate.export import ExportContext, Exporter, Publisher
@@ -197,7 +196,6 @@ class _Core(Switching):
         )
         # the session's encoding memo (an adapter holds configuration only); a switch starts a new one
         self._encodings = Encodings()
-        self._predictions = PredictionMemo()  # and its cache predictor's
         self._model = model
         self._refuse_options(self._adapter, model, request_options)
         self._set_prefix(Prefix(system=system, tools=tools, few_shots=few_shots))
@@ -254,7 +252,6 @@ class _Core(Switching):
                     prefix=self._prefix,
                     model=self._model,
                     encode=lambda history: self._encode(history, layers=committed),
-                    predictions=self._predictions,
                 ),
                 None,
             )

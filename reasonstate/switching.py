@@ -15,7 +15,6 @@ from typing import Any
 
 from reasonstate.adapters import Adapter, adapter_for, client_is_async
 from reasonstate.adapters.base import Encodings
-from reasonstate.cache.rules import PredictionMemo
 from reasonstate.engine import Engine
 from reasonstate.errors import InvalidOption
 from reasonstate.prefix import Prefix, Tool
@@ -147,8 +146,8 @@ class Switching(Engine):
             "and its steps are rendered canonically",
         )
         self._client, self._adapter, self._model = client, new, model
-        # another codec and its cache rules: the memos start empty (no entry built for another is read)
-        self._encodings, self._predictions = Encodings(), PredictionMemo()
+        # another codec: the encoding memo starts empty (no entry built for another is read)
+        self._encodings = Encodings()
         self._options = freeze(request_options)
         if stream is not None:
             self._stream = stream

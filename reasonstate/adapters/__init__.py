@@ -109,7 +109,7 @@ def client_is_async(client: Any) -> bool | None:
 
 #: the adapters :func:`adapter_for` builds with their default configuration, one per API (and chat
 #: dialect) and process: an adapter holds configuration only (never per-session state: that is in the
-#: session's ``Encodings`` and ``PredictionMemo``), so every session may share it
+#: session's ``Encodings``), so every session may share it
 _DEFAULT_ADAPTERS: dict[str, Adapter] = {}
 
 

@@ -24,7 +24,6 @@ __all__ = [
     "NEVER",
     "CacheRules",
     "PredictedRequest",
-    "PredictionMemo",
     "Scheme",
     "common_prefix_len",
     "divergence",
@@ -124,7 +123,6 @@ def predict_request(
     rules: CacheRules,
     request: PredictedRequest,
     records: Sequence[ExecutionRecord],
-    memo: PredictionMemo | None = None,
 ) -> int | None:
     """:func:`predict_cache_read` for ``request``: the cache read the vendor will report for it (None: not
     knowable)."""
@@ -136,7 +134,6 @@ def predict_request(
         breakpoints=request.breakpoints,
         prefix_units=request.prefix_units,
         prompt_ids=request.prompt_ids,
-        memo=memo,
     )
 
 
@@ -149,14 +146,13 @@ def predict_cache_read(
     breakpoints: Sequence[int] = (),
     prefix_units: int = 0,
     prompt_ids: Sequence[int] | None = None,
-    memo: PredictionMemo | None = None,
 ) -> int | None:
     """What the vendor will report as cache read for a request with these prefix ``units``.
 
     ``breakpoints`` and ``prefix_units`` matter for explicit breakpoints, ``prompt_ids`` for token-level
     engines. ``records`` are the session's earlier successful requests, oldest first, as
     :class:`~reasonstate.state.Records` (which keeps the units of each model's newest requests; an empty
-    sequence: none). ``memo`` is accepted and not needed (the records' unit chains hold what a memo held).
+    sequence: none); their unit chains hold what an earlier prediction would have to remember.
 
     Each earlier request's shared prefix with this one is derived from its unit chain: one comparison with
     each model's newest request, then a few units per earlier request, so a prediction costs the same at
@@ -237,14 +233,6 @@ def _items(rules: CacheRules, model: str, units: Sequence[str], records: Records
         # nothing can share more tokens than it had
         return 0 if max(r.usage.prompt_tokens for r, _ in same) < rules.minimum(model) else None
     return rules.reported(known, model)
-
-
-class PredictionMemo:
-    """Formerly what the ``items`` predictor learned from earlier predictions; the records' unit chains
-    (:class:`~reasonstate.state.Records`) now give each earlier request's shared prefix in a few steps, so
-    this holds nothing. Kept so a caller handing one to :func:`predict_cache_read` keeps working."""
-
-    __slots__ = ()
 
 
 def _messages(

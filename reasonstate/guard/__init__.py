@@ -28,7 +28,7 @@ import attrs
 
 from reasonstate.adapters import room_for_path
 from reasonstate.cache.divergence import CAUSES, Cause, Divergence, View
-from reasonstate.cache.rules import CacheRules, PredictionMemo
+from reasonstate.cache.rules import CacheRules
 from reasonstate.state import Records, Usage
 
 __all__ = ["CAUSES", "Cause", "Divergence", "Guard", "GuardRecord", "GuardWarning", "instrument"]
@@ -110,8 +110,6 @@ class Guard:
         self._recent: list[tuple[GuardRecord, View, Any]] = []
         # the newest requests' execution records, their units kept once (Records: a small difference each)
         self._executed: Records = Records()
-        # what the cache predictor learned from the earlier predictions on ``_executed``
-        self._predictions = PredictionMemo()
 
     @property
     def records(self) -> tuple[GuardRecord, ...]:

@@ -86,7 +86,7 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
         # the session's predictor (``reasonstate.engine.predict``) on the same kind of input: the unit keys
         # as the server renders them, and every recent record (the predictor reads each vendor's own)
         request = _Request(model, room.cache_keys(view, raw_usage), view.breakpoints, view.prefix_units)
-        predicted = predict_request(rules, request, guard._executed, guard._predictions)
+        predicted = predict_request(rules, request, guard._executed)
         if divergence is None and predicted is not None and reported is not None and predicted != reported:
             kind = "unexplained_miss" if reported < predicted else "prediction_mismatch"
             warnings.append(GuardWarning(kind, f"predicted {predicted}, reported {reported}"))

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import attrs
 
-from reasonstate.cache.rules import CacheRules, PredictedRequest, PredictionMemo, divergence, predict_request
+from reasonstate.cache.rules import CacheRules, PredictedRequest, divergence, predict_request
 from reasonstate.policies import Fold, reasoning_tokens
 from reasonstate.prefix import Prefix, canonical_json
 from reasonstate.state import FOLD_INTRO, EventKind, Folded, History, Records, Trace, Turn, TurnView
@@ -137,12 +137,10 @@ def folded(
     prefix: Prefix,
     model: str,
     encode: Callable[[History], PredictedRequest],
-    predictions: PredictionMemo | None = None,
 ) -> _L:
     """The layers after the turn that just closed, folded when the context is ``>= fold.threshold_tokens``
     (see the module docstring); ``encode`` is how the session builds a request on a history (used only to
-    predict where the next request diverges), ``predictions`` the session's prediction memo (None: a
-    fresh one)."""
+    predict where the next request diverges)."""
     history = layers.history
     if not history.turns or not history.turns[-1].closed:
         return layers
@@ -189,7 +187,7 @@ def folded(
         request = encode(new)
         records = layers.records
         unit = divergence(request.units, records.newest_units()) if records else None
-        predicted = predict_request(adapter.cache, request, records, predictions)
+        predicted = predict_request(adapter.cache, request, records)
     except Exception as exc:  # the summarizer is user code: a failed fold is skipped, never half-applied
         return _traced(
             layers,
