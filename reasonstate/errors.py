@@ -14,7 +14,9 @@ __all__ = [
     "PolicyConflict",
     "ProtocolViolation",
     "ReasonStateError",
+    "SessionConflict",
     "SnapshotError",
+    "StoreError",
     "StreamInterrupted",
     "ToolResultError",
     "VendorError",
@@ -72,3 +74,33 @@ class StreamInterrupted(VendorError):
 
 class MalformedResponse(VendorError):
     """The vendor answered with something the adapter cannot decode (bad JSON, missing required fields)."""
+
+
+class StoreError(ReasonStateError):
+    """The session store could not do what was asked: unreachable, a write failed or timed out, a row it
+    holds cannot be read (edited, or encrypted under another key), or a lease is held by another worker.
+
+    ``reply`` is the :class:`~reasonstate.session.Reply` a session call had already paid for when the
+    store failed after it (None otherwise): the in-memory session keeps it committed, and the delta not
+    written goes out with the next successful append (or ``session.flush()``). Nothing in the store is
+    deleted or half-written by a failure: a reader sees the last complete commit.
+    """
+
+    def __init__(self, message: str, *, reply: object = None) -> None:
+        super().__init__(message)
+        self.reply = reply
+
+
+class SessionConflict(StoreError):
+    """Another writer appended to the session first: this append was built on version ``expected``, the
+    store holds ``found``. Nothing was written, and the history did not fork. ``reply`` (when a session
+    call raised it) is the answer that was paid for; reload the session (``Session.load``) and decide.
+    """
+
+    def __init__(
+        self, message: str, *, session_id: str, expected: int, found: int, reply: object = None
+    ) -> None:
+        super().__init__(message, reply=reply)
+        self.session_id = session_id
+        self.expected = expected
+        self.found = found
