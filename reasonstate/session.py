@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import inspect
 import threading
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -27,8 +28,16 @@ from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
 from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnFlow, TurnState, failed, finished
-from reasonstate.errors import IllegalTransition, InvalidOption, ProtocolViolation, ToolResultError
+from reasonstate.errors import (
+    IllegalTransition,
+    InvalidOption,
+    ProtocolViolation,
+    SessionConflict,
+    StoreError,
+    ToolResultError,
+)
 from reasonstate.export import ExportContext, Exporter, Publisher
+from reasonstate.journal import CHECKPOINT, DELTA, AsyncLog, Entry, Log, Mark, Replayed, delta_body, replay
 from reasonstate.policies import Fold, Keep, Policy, is_policy
 from reasonstate.prefix import Prefix, Tool, check_timeout
 from reasonstate.runtime import repair
@@ -159,8 +168,12 @@ class _Core(Switching):
         foreign_reasoning: str = "drop",
         on_rejected_continuation: str = "raise",
         exporters: Sequence[Exporter] = (),
+        store: Log | AsyncLog | None = None,
+        session_id: str | None = None,
         **request_options: Any,
     ) -> None:
+        if isinstance(store, bool):  # the OpenAI Responses request option `store`, not a session store
+            request_options["store"], store = store, None
         owned = sorted(SDK_OWNED.intersection(request_options))
         if owned:
             raise InvalidOption(
@@ -220,6 +233,135 @@ class _Core(Switching):
             )
         self._publisher = Publisher(Publisher.checked(exporters), _context_of(self))
         self._set_layers(Layers(trace=trace))
+        self._attach(store, session_id)
+        if store is not None and isinstance(self, Session):
+            self.flush()  # version 1: the id is taken now, or SessionConflict before anything is paid for
+
+    # -- the store (reasonstate.store; reasonstate/journal.py says what an entry holds) ---------------------
+    _store: Log | AsyncLog | None = None
+    _session_id: str | None = None
+    #: how far the store holds this session (None: nothing written yet)
+    _mark: Mark | None = None
+    #: set when another writer appended first: this object is stale and sends nothing more
+    _conflict: SessionConflict | None = None
+
+    def _attach(self, store: Any, session_id: Any) -> None:
+        if store is None:
+            if session_id is not None:
+                raise InvalidOption("session_id= names a session in a store: pass store= too")
+            return
+        if not callable(getattr(store, "append", None)) or not callable(getattr(store, "read", None)):
+            raise InvalidOption(
+                f"store= must be a reasonstate.store store (SQLiteStore, PostgresStore, RedisStore), "
+                f"got {store!r:.80}"
+            )
+        if inspect.iscoroutinefunction(store.append) != self._async:
+            kind = (
+                "an async store (AsyncSQLiteStore, ...)" if self._async else "a sync store (SQLiteStore, ...)"
+            )
+            raise InvalidOption(f"{type(self).__name__} needs {kind}, got {type(store).__name__}")
+        if session_id is None:
+            session_id = uuid.uuid4().hex
+        if not isinstance(session_id, str) or not session_id or len(session_id) > 256 or "\0" in session_id:
+            raise InvalidOption(
+                f"session_id= is a non-empty string of at most 256 characters, got {session_id!r:.80}"
+            )
+        self._store, self._session_id = store, session_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The session's id in its store (None without ``store=``)."""
+        return self._session_id
+
+    @property
+    def version(self) -> int:
+        """How many entries of this session the store holds (0: none yet, or no store)."""
+        return 0 if self._mark is None else self._mark.version
+
+    def _header(self) -> tuple[Any, ...]:
+        """What a delta cannot carry: a change of any of these (by identity) makes the next entry a
+        checkpoint."""
+        return (
+            self._prefix,
+            self._model,
+            self._adapter,
+            self._policy,
+            self._fold,
+            self._options,
+            self._stream,
+            self._foreign_reasoning,
+            self._on_rejected,
+        )
+
+    def _unwritten(self) -> tuple[Entry, Mark] | None:
+        """The entry that brings the store up to this session (None: it is up to date), with the mark
+        after it."""
+        mark, layers, state = self._mark, self._layers, self._state.value
+        header = self._header()
+        same = mark is not None and all(a is b for a, b in zip(mark.header, header, strict=True))
+        if (
+            same
+            and mark is not None
+            and mark.history is layers.history
+            and mark.events == len(layers.trace)
+            and mark.records is layers.records
+            and mark.state == state
+        ):
+            return None
+        version = 0 if mark is None else mark.version
+        body = delta_body(mark, layers, state) if same and mark is not None else None
+        entry = (
+            Entry(version + 1, DELTA, body)
+            if body is not None
+            else Entry(version + 1, CHECKPOINT, self._snapshot_now().model_dump_json().encode())
+        )
+        return entry, Mark(entry.seq, layers.history, len(layers.trace), layers.records, header, state)
+
+    def _stored(self, reply: Reply | None, exc: BaseException) -> StoreError:
+        """The error a failed append raises: a conflict makes this object stale (it sends nothing more);
+        either way the reply paid for rides on the error and stays committed here."""
+        if isinstance(exc, SessionConflict):
+            conflict = SessionConflict(
+                f"{exc} (session {self._session_id!r}): reload it with Session.load; the reply paid for "
+                "is on this error",
+                session_id=exc.session_id,
+                expected=exc.expected,
+                found=exc.found,
+                reply=reply,
+            )
+            self._conflict = conflict
+            return conflict
+        if isinstance(exc, StoreError):
+            return StoreError(
+                f"{exc}; the reply is kept in memory and goes to the store with the next append (or flush())",
+                reply=reply,
+            )
+        return StoreError(
+            f"the store failed: {type(exc).__name__}: {exc}; the reply is kept in memory and goes to the "
+            "store with the next append (or flush())",
+            reply=reply,
+        )
+
+    def _check_fresh(self) -> None:
+        """:class:`SessionConflict` when another writer went first: nothing is sent from a stale object."""
+        if self._conflict is not None:
+            raise self._conflict
+
+    def _snapshot_now(self) -> SessionSnapshot:
+        return session_snapshot(
+            vendor=self._adapter.vendor,
+            api=self._adapter.api,
+            model=self._model,
+            state=self._state.value,
+            prefix=self._prefix,
+            policy=self._policy,
+            fold=self._fold,
+            stream=self._stream,
+            foreign_reasoning=self._foreign_reasoning,
+            on_rejected_continuation=self._on_rejected,
+            options=self._options,
+            layers=self._layers,
+        )
 
     def _export_context(self, session_id: str) -> ExportContext:
         """What the exporters see of this session right after a transition (:mod:`reasonstate.export`)."""
@@ -500,20 +642,7 @@ class _Core(Switching):
     def snapshot(self) -> SessionSnapshot:
         """Everything needed to continue elsewhere with a byte-identical next request."""
         self._require("snapshot")
-        return session_snapshot(
-            vendor=self._adapter.vendor,
-            api=self._adapter.api,
-            model=self._model,
-            state=self._state.value,
-            prefix=self._prefix,
-            policy=self._policy,
-            fold=self._fold,
-            stream=self._stream,
-            foreign_reasoning=self._foreign_reasoning,
-            on_rejected_continuation=self._on_rejected,
-            options=self._options,
-            layers=self._layers,
-        )
+        return self._snapshot_now()
 
     @classmethod
     def restore(
@@ -541,6 +670,33 @@ class _Core(Switching):
         were the original session's to export).
         """
         snapshot = SessionSnapshot.load(snapshot)
+        return cls._restored(
+            snapshot,
+            restored_layers(snapshot),
+            snapshot.state,
+            client,
+            tools,
+            policy,
+            fold,
+            adapter,
+            exporters,
+        )
+
+    @classmethod
+    def _restored(
+        cls: type[_S],
+        snapshot: SessionSnapshot,
+        layers: Layers,
+        state: str,
+        client: Any,
+        tools: Sequence[Tool] | None,
+        policy: Policy | None,
+        fold: Fold | None,
+        adapter: Adapter | None,
+        exporters: Sequence[Exporter],
+    ) -> _S:
+        """A session of ``snapshot``'s header on ``client`` holding ``layers`` (whose trace ends with the
+        ``session.restored`` event) in ``state``."""
         routing: dict[str, Any] = {}
         if adapter is None and snapshot.api == "chat":
             routing["dialect"] = snapshot.vendor  # chat adapters are named after their dialect
@@ -550,12 +706,40 @@ class _Core(Switching):
                 f"snapshot is from {snapshot.vendor}/{snapshot.api}; this client gives "
                 f"{session._adapter.vendor}/{session._adapter.api} (pass adapter=)"
             )
-        layers = restored_layers(snapshot)
         session._publisher = Publisher(
             Publisher.checked(exporters), _context_of(session), cursor=len(layers.trace) - 1
         )
         session._set_layers(layers)
-        session._state = TurnState(snapshot.state)
+        session._state = TurnState(state)
+        return session
+
+    @classmethod
+    def _loaded(
+        cls: type[_S],
+        replayed: Replayed,
+        store: Any,
+        session_id: str,
+        client: Any,
+        tools: Sequence[Tool] | None,
+        policy: Policy | None,
+        fold: Fold | None,
+        adapter: Adapter | None,
+        exporters: Sequence[Exporter],
+    ) -> _S:
+        """The session a store's log holds, attached to the store at the log's version."""
+        held = replayed.layers
+        restored = Layers.of(
+            held.history,
+            held.trace.appended(EventKind.RESTORED, turns=len(held.history), requests=len(held.records)),
+            held.records,
+        )
+        session = cls._restored(
+            replayed.snapshot, restored, replayed.state, client, tools, policy, fold, adapter, exporters
+        )
+        session._attach(store, session_id)
+        session._mark = Mark(
+            replayed.version, held.history, len(held.trace), held.records, session._header(), replayed.state
+        )
         return session
 
 
@@ -568,6 +752,14 @@ class Session(_Core):
     context reaches a threshold (:class:`~reasonstate.policies.Fold`); ``session.scratch`` holds per-turn
     notes that are never sent.
     ``exporters=[...]`` receive every trace event as it happens (:mod:`reasonstate.export`, docs/export.md).
+
+    ``store=SQLiteStore(...)`` (or ``PostgresStore``, ``RedisStore``: :mod:`reasonstate.store`) with
+    ``session_id="..."`` (default: a new random id) persists the session as it goes: construction takes the
+    id (:class:`~reasonstate.errors.SessionConflict` when it is taken), every commit appends one entry
+    before its call returns, and :meth:`load` continues it in any process. A store failure after a paid
+    call raises :class:`~reasonstate.errors.StoreError` carrying the reply, which stays committed here and
+    is written by the next append or :meth:`flush`. ``store=True``/``False`` is the OpenAI Responses
+    request option of that name, passed on as before.
     """
 
     def send(self, text: str) -> Reply:
@@ -658,6 +850,7 @@ class Session(_Core):
         return stream.reply
 
     def _call(self, attempt: Attempt) -> Reply:
+        self._check_fresh()
         turn = self.turn(attempt)
         request = next(turn)
         while True:
@@ -666,7 +859,62 @@ class Session(_Core):
             except BaseException as exc:
                 request = turn.throw(exc)  # the recovery's retry, or exc raised with the failure recorded
                 continue
-            return finished(turn, result)
+            return self._persisted(finished(turn, result))
+
+    def _persisted(self, reply: Reply) -> Reply:
+        """``reply``, once the store holds its commit (no store: at once)."""
+        if self._store is not None:
+            self._write(reply)
+        return reply
+
+    def _write(self, reply: Reply | None) -> None:
+        unwritten = self._unwritten()
+        if unwritten is None:
+            return
+        entry, mark = unwritten
+        assert self._session_id is not None
+        try:
+            self._store.append(self._session_id, entry.seq - 1, [entry])  # type: ignore[union-attr]
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise
+            raise self._stored(reply, exc) from exc
+        self._mark = mark
+
+    def flush(self) -> int:
+        """Write to the store what it does not hold yet (after a :class:`~reasonstate.errors.StoreError`,
+        or a change between turns); the version. :class:`~reasonstate.errors.StoreError` /
+        :class:`~reasonstate.errors.SessionConflict` as a call's append raises them."""
+        if self._store is None:
+            raise InvalidOption("flush(): this session has no store (pass store= to Session)")
+        self._check_fresh()
+        self._write(None)
+        return self.version
+
+    @classmethod
+    def load(
+        cls,
+        store: Log,
+        session_id: str,
+        client: Any,
+        *,
+        tools: Sequence[Tool] | None = None,
+        policy: Policy | None = None,
+        fold: Fold | None = None,
+        adapter: Adapter | None = None,
+        exporters: Sequence[Exporter] = (),
+    ) -> Session:
+        """Continue the session ``session_id`` of ``store`` on ``client``: the four layers rebuilt from its
+        log, the next request byte-identical to the one the writer would have sent; later commits are
+        appended to the same log. The options are :meth:`restore`'s. No such session:
+        :class:`~reasonstate.errors.StoreError`; an edited row: :class:`~reasonstate.errors.SnapshotError`
+        or :class:`~reasonstate.errors.ContinuationMismatch` (nothing is loaded)."""
+        entries = store.read(session_id)
+        if not entries:
+            raise StoreError(f"no session {session_id!r} in {store!r}")
+        return cls._loaded(
+            replay(entries), store, session_id, client, tools, policy, fold, adapter, exporters
+        )
 
 
 class AsyncSession(_Core):
@@ -727,6 +975,7 @@ class AsyncSession(_Core):
         return stream.reply
 
     async def _call(self, attempt: Attempt) -> Reply:
+        await self._fresh()
         turn = self.turn(attempt)
         request = next(turn)
         while True:
@@ -735,7 +984,61 @@ class AsyncSession(_Core):
             except BaseException as exc:
                 request = turn.throw(exc)
                 continue
-            return finished(turn, result)
+            return await self._persisted(finished(turn, result))
+
+    async def _fresh(self) -> None:
+        """Not stale, and (a new session's first call) its id taken in the store before anything is paid."""
+        self._check_fresh()
+        if self._store is not None and self._mark is None:
+            await self._write(None)
+
+    async def _persisted(self, reply: Reply) -> Reply:
+        if self._store is not None:
+            await self._write(reply)
+        return reply
+
+    async def _write(self, reply: Reply | None) -> None:
+        unwritten = self._unwritten()
+        if unwritten is None:
+            return
+        entry, mark = unwritten
+        assert self._session_id is not None
+        try:
+            await self._store.append(self._session_id, entry.seq - 1, [entry])  # type: ignore[union-attr,misc]
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise
+            raise self._stored(reply, exc) from exc
+        self._mark = mark
+
+    async def flush(self) -> int:
+        """:meth:`Session.flush`, awaited."""
+        if self._store is None:
+            raise InvalidOption("flush(): this session has no store (pass store= to AsyncSession)")
+        self._check_fresh()
+        await self._write(None)
+        return self.version
+
+    @classmethod
+    async def load(
+        cls,
+        store: AsyncLog,
+        session_id: str,
+        client: Any,
+        *,
+        tools: Sequence[Tool] | None = None,
+        policy: Policy | None = None,
+        fold: Fold | None = None,
+        adapter: Adapter | None = None,
+        exporters: Sequence[Exporter] = (),
+    ) -> AsyncSession:
+        """:meth:`Session.load` from an asyncio store."""
+        entries = await store.read(session_id)
+        if not entries:
+            raise StoreError(f"no session {session_id!r} in {store!r}")
+        return cls._loaded(
+            replay(entries), store, session_id, client, tools, policy, fold, adapter, exporters
+        )
 
 
 # -- streams to the caller: Stream (``with session.stream(text) as stream: for event in stream``) and
@@ -792,6 +1095,8 @@ class _StreamBase(Generic[_Streaming]):
         """The engine's turn, begun (its first request is ``next(turn)``)."""
         if self._attempt is None:
             raise IllegalTransition("a stream is opened once")
+        if isinstance(self._session, _Core):
+            self._session._check_fresh()
         attempt, self._attempt = self._attempt, None
         endpoint = self._session._adapter.endpoint
         if endpoint.assembler is None:
@@ -842,6 +1147,9 @@ class Stream(_StreamBase[transport.Streaming]):
             self._failed(exc)
             raise
         self._finished(result)
+        session = self._session
+        if isinstance(session, Session):
+            session._persisted(self.reply)
 
     def __exit__(self, *exc: object) -> None:
         if self._streaming is not None:
@@ -853,6 +1161,8 @@ class AsyncStream(_StreamBase[transport.AsyncStreaming]):
     """:class:`Stream` on an async client: ``async with`` / ``async for``."""
 
     async def __aenter__(self) -> AsyncStream:
+        if isinstance(self._session, AsyncSession) and self._attempt is not None:
+            await self._session._fresh()
         turn = self._enter()
         request = next(turn)
         session = self._session
@@ -876,6 +1186,9 @@ class AsyncStream(_StreamBase[transport.AsyncStreaming]):
             self._failed(exc)
             raise
         self._finished(result)
+        session = self._session
+        if isinstance(session, AsyncSession):
+            await session._persisted(self.reply)
 
     async def __aexit__(self, *exc: object) -> None:
         if self._streaming is not None:

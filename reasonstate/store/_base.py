@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from reasonstate.errors import InvalidOption, StoreError
+from reasonstate.journal import CHECKPOINT, DELTA, Entry, checkpoint_body, snapshot_of
 
 if TYPE_CHECKING:
     from reasonstate.snapshot import SessionSnapshot
@@ -55,34 +56,11 @@ __all__ = [
     "Store",
 ]
 
-#: the kinds of entry
-CHECKPOINT = "checkpoint"
-DELTA = "delta"
-_KINDS = (CHECKPOINT, DELTA)
-
 #: the schema every backend creates and :meth:`Store.migrate` brings older ones to (docs/concepts/store.md)
 SCHEMA_VERSION = 1
 
 #: the first bytes of a sealed (encrypted) body: a version tag, then the 12-byte nonce and the ciphertext
 _SEALED = b"rs-aesgcm-1:"
-
-
-@attrs.frozen(slots=True)
-class Entry:
-    """One row of a session's log: ``seq`` its place (1, 2, ...), ``kind`` ``"checkpoint"`` or
-    ``"delta"``, ``body`` the bytes as the session wrote them (before any sealing)."""
-
-    seq: int
-    kind: str
-    body: bytes
-
-    def __attrs_post_init__(self) -> None:
-        if type(self.seq) is not int or self.seq < 1:
-            raise ValueError(f"an entry's seq is a positive int, got {self.seq!r}")
-        if self.kind not in _KINDS:
-            raise ValueError(f"an entry's kind is one of {_KINDS}, got {self.kind!r}")
-        if not isinstance(self.body, bytes):
-            raise TypeError(f"an entry's body is bytes, got {type(self.body).__name__}")
 
 
 @attrs.frozen(slots=True)
@@ -112,7 +90,8 @@ def check_session_id(session_id: Any) -> str:
     :class:`~reasonstate.errors.InvalidOption`."""
     if not isinstance(session_id, str) or not session_id or len(session_id) > 256 or "\0" in session_id:
         raise InvalidOption(
-            f"a session id is a non-empty string of at most 256 characters without NUL, got {session_id!r:.80}"
+            "a session id is a non-empty string of at most 256 characters without NUL, "
+            f"got {session_id!r:.80}"
         )
     return session_id
 
@@ -125,7 +104,9 @@ def check_entries(expected: int, entries: Sequence[Entry]) -> None:
         raise ValueError("an append writes at least one entry")
     for i, e in enumerate(entries):
         if e.seq != expected + 1 + i:
-            raise ValueError(f"entry {i} has seq {e.seq}; the append on {expected} numbers them from {expected + 1}")
+            raise ValueError(
+                f"entry {i} has seq {e.seq}; the append on {expected} numbers them from {expected + 1}"
+            )
 
 
 def check_ttl(ttl: Any) -> float | None:
@@ -331,8 +312,6 @@ class Store(_Common, abc.ABC):
 
     def export(self, session_id: str) -> SessionSnapshot:
         """The stored session as a :class:`~reasonstate.SessionSnapshot` (today's snapshot format)."""
-        from reasonstate.journal import snapshot_of
-
         entries = self.read(session_id)
         if not entries:
             raise StoreError(f"no session {session_id!r} in {self!r}")
@@ -341,8 +320,6 @@ class Store(_Common, abc.ABC):
     def import_(self, snapshot: SessionSnapshot | str | bytes, session_id: str) -> int:
         """Store a snapshot as the new session ``session_id`` (a checkpoint at version 1); the version.
         :class:`~reasonstate.errors.SessionConflict` when the id is taken."""
-        from reasonstate.journal import checkpoint_body
-
         return self.append(session_id, 0, [Entry(1, CHECKPOINT, checkpoint_body(snapshot))])
 
     def __enter__(self) -> Store:
@@ -437,16 +414,12 @@ class AsyncStore(_Common, abc.ABC):
             await self._release(session_id, holder)
 
     async def export(self, session_id: str) -> SessionSnapshot:
-        from reasonstate.journal import snapshot_of
-
         entries = await self.read(session_id)
         if not entries:
             raise StoreError(f"no session {session_id!r} in {self!r}")
         return snapshot_of(entries)
 
     async def import_(self, snapshot: SessionSnapshot | str | bytes, session_id: str) -> int:
-        from reasonstate.journal import checkpoint_body
-
         return await self.append(session_id, 0, [Entry(1, CHECKPOINT, checkpoint_body(snapshot))])
 
     async def __aenter__(self) -> AsyncStore:

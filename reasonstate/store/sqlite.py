@@ -12,6 +12,7 @@ journal). Several processes may share one file; a ``":memory:"`` store lives and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -109,22 +110,26 @@ class SQLiteStore(Store):
                 db.execute("COMMIT")
                 return out
             except BaseException as exc:
-                try:
+                with contextlib.suppress(sqlite3.Error):
                     db.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
                 if isinstance(exc, sqlite3.Error):
                     raise StoreError(f"the SQLite store {self.path!r} failed: {exc}") from exc
                 raise
 
-    def _check_schema(self) -> int:
+    def _found(self) -> int:
+        """The schema version of the file (0: none), read without the write lock."""
+
         def check(db: sqlite3.Connection) -> int:
             exists = db.execute(
                 "SELECT 1 FROM sqlite_master WHERE type='table' AND name='reasonstate_schema'"
             ).fetchone()
-            return int(db.execute("SELECT version FROM reasonstate_schema").fetchone()[0]) if exists else 0
+            row = db.execute("SELECT version FROM reasonstate_schema").fetchone() if exists else None
+            return 0 if row is None else int(row[0])
 
-        found = self._tx(check, write=False)
+        return self._tx(check, write=False)
+
+    def _check_schema(self) -> int:
+        found = self._found()
         if found != SCHEMA_VERSION:
             raise StoreError(
                 f"the SQLite store {self.path!r} has schema version {found}, this reasonstate uses "
@@ -133,6 +138,9 @@ class SQLiteStore(Store):
         return found
 
     def _migrate(self) -> int:
+        if self._found() == SCHEMA_VERSION:  # the common case: no write lock taken
+            return SCHEMA_VERSION
+
         def migrate(db: sqlite3.Connection) -> int:
             db.execute("CREATE TABLE IF NOT EXISTS reasonstate_schema (version INTEGER NOT NULL)")
             row = db.execute("SELECT version FROM reasonstate_schema").fetchone()
@@ -192,10 +200,11 @@ class SQLiteStore(Store):
             checkpoint = checkpoints[-1] if checkpoints else (live[1] if live is not None else 1)
             expires = None if ttl is None else now + ttl
             db.execute(
-                """INSERT INTO reasonstate_sessions (session_id, version, checkpoint, created, updated, expires)
-                VALUES (?, ?, ?, ?, ?, ?)
+                """INSERT INTO reasonstate_sessions
+                    (session_id, version, checkpoint, created, updated, expires) VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT (session_id) DO UPDATE SET version = excluded.version,
-                    checkpoint = excluded.checkpoint, updated = excluded.updated, expires = excluded.expires""",
+                    checkpoint = excluded.checkpoint, updated = excluded.updated,
+                    expires = excluded.expires""",
                 (session_id, entries[-1].seq, checkpoint, now, now, expires),
             )
 

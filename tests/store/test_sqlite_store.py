@@ -56,7 +56,12 @@ def test_the_file_is_in_wal_mode_with_the_documented_tables(db_path: Path) -> No
     db = sqlite3.connect(db_path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"reasonstate_schema", "reasonstate_sessions", "reasonstate_entries", "reasonstate_leases"} <= tables
+    assert {
+        "reasonstate_schema",
+        "reasonstate_sessions",
+        "reasonstate_entries",
+        "reasonstate_leases",
+    } <= tables
     assert db.execute("SELECT version FROM reasonstate_schema").fetchone()[0] == SCHEMA_VERSION
 
 

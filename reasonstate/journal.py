@@ -1,0 +1,290 @@
+"""A session as an append-only log: the checkpoint and delta entries a store keeps (:mod:`reasonstate.store`).
+
+A **checkpoint** body is a whole :class:`~reasonstate.SessionSnapshot` (its JSON, sealed with its content
+digest). A **delta** body is what the commits since the previous entry changed, in proportion to that:
+
+    rs-delta/1 sha256:<hex of the JSON below>\\n
+    {"state": turn state, "turns": k,
+     "history": compact history of the turns from k on,
+     "records": [record row, ...], "units": [[shared, [unit, ...]], ...],
+     "trace": [[seq, kind, at, data], ...]}
+
+``turns``: the previous history's first ``k`` turns are kept as they were, the rest replaced by the delta's
+(an open turn gains steps, a closed one its view; a fold or any change before ``k`` is a checkpoint
+instead); ``history`` is :func:`~reasonstate.snapshot.history_to_snapshot`'s form of those turns, with
+its own payload digest; ``records`` are the new execution records in the snapshot's row form; ``units``
+gives each new record's request units as ``(shared, tail)`` against the newest earlier request of its
+model (replayed through ``Records.appended``, the very call the session makes, so the unit window comes
+back equal); ``trace`` the new events, times kept.
+
+Invariants: replaying a session's entries gives layers equal to those it wrote from (so the next request's
+bytes are the same); a body edited in the store is refused (:class:`~reasonstate.errors.SnapshotError` for
+a delta's digest or a snapshot's, :class:`~reasonstate.errors.ContinuationMismatch` for a payload); a
+delta never repeats what an earlier entry holds, so its size and the work to make it follow what the
+commits added, not the session's length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+from pydantic_core import to_jsonable_python
+
+from reasonstate.errors import ReasonStateError, SnapshotError
+from reasonstate.snapshot import (
+    SessionSnapshot,
+    _chain_to_dict,
+    _record_from_row,
+    _record_to_row,
+    _records_to,
+    history_from_snapshot,
+    history_to_snapshot,
+    restored_layers,
+)
+from reasonstate.state import History, Records, Trace, TraceEvent
+from reasonstate.state.execution import common_prefix_len
+
+if TYPE_CHECKING:
+    from reasonstate.engine import Layers
+
+__all__ = [
+    "CHECKPOINT",
+    "DELTA",
+    "AsyncLog",
+    "Entry",
+    "Log",
+    "Mark",
+    "Replayed",
+    "checkpoint_body",
+    "delta_body",
+    "replay",
+    "snapshot_of",
+]
+
+CHECKPOINT = "checkpoint"
+DELTA = "delta"
+_KINDS = (CHECKPOINT, DELTA)
+_DELTA_TAG = b"rs-delta/1 sha256:"
+
+
+@attrs.frozen(slots=True)
+class Entry:
+    """One row of a session's log: ``seq`` its place (1, 2, ...), ``kind`` ``"checkpoint"`` or
+    ``"delta"``, ``body`` the bytes as the session wrote them (before any sealing by the store)."""
+
+    seq: int
+    kind: str
+    body: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
+
+    def __attrs_post_init__(self) -> None:
+        if type(self.seq) is not int or self.seq < 1:
+            raise ValueError(f"an entry's seq is a positive int, got {self.seq!r}")
+        if self.kind not in _KINDS:
+            raise ValueError(f"an entry's kind is one of {_KINDS}, got {self.kind!r}")
+        if not isinstance(self.body, bytes):
+            raise TypeError(f"an entry's body is bytes, got {type(self.body).__name__}")
+
+
+class Log(Protocol):
+    """What a session needs of a synchronous store (:class:`reasonstate.store.Store` is one)."""
+
+    def append(self, session_id: str, expected: int, entries: Sequence[Entry]) -> int: ...
+
+    def read(self, session_id: str) -> list[Entry]: ...
+
+    def version(self, session_id: str) -> int: ...
+
+
+class AsyncLog(Protocol):
+    """What an async session needs of an asyncio store (:class:`reasonstate.store.AsyncStore` is one)."""
+
+    def append(self, session_id: str, expected: int, entries: Sequence[Entry]) -> Awaitable[int]: ...
+
+    def read(self, session_id: str) -> Awaitable[list[Entry]]: ...
+
+    def version(self, session_id: str) -> Awaitable[int]: ...
+
+
+@attrs.frozen(slots=True)
+class Mark:
+    """How far a session's log goes: its ``version`` and the layers it holds (``history``, the number of
+    trace events and of records), plus ``header``: the objects whose change needs a checkpoint (prefix,
+    model, adapter, policy, fold, options, stream...), compared by identity."""
+
+    version: int
+    history: History
+    events: int
+    records: Records
+    header: tuple[Any, ...]
+    state: str
+
+
+# -- writing -----------------------------------------------------------------------------------------------
+def checkpoint_body(snapshot: SessionSnapshot | str | bytes) -> bytes:
+    """A checkpoint's bytes: the snapshot's JSON (checked first: an edited snapshot is refused)."""
+    snap = SessionSnapshot.load(snapshot)
+    return snap.model_dump_json().encode()
+
+
+def delta_body(mark: Mark, layers: Layers, state: str) -> bytes | None:
+    """The delta from ``mark`` to ``layers`` (None: it cannot be one; write a checkpoint). Work in
+    proportion to what changed, plus C-speed comparisons of the turn tuples."""
+    old, new = mark.history, layers.history
+    if old.fold != new.fold or len(new.turns) < len(old.turns):
+        return None
+    records = layers.records
+    n_old, n_new = len(mark.records), len(records)
+    if (
+        n_new < n_old
+        or records.offset != mark.records.offset
+        or n_new - n_old >= 64
+        or tuple.__ne__(records[:n_old], tuple(mark.records))
+    ):
+        return None
+    trace = layers.trace
+    if len(trace) < mark.events:
+        return None
+    keep = common_prefix_len(old.turns, new.turns)
+    changed = History(new.turns[keep:])
+    rows: list[list[Any]] = []
+    units: list[list[Any]] = []
+    newest: dict[str, tuple[str, ...]] = {}
+    previous = records[n_old - 1] if n_old else None
+    for position in range(n_old, n_new):
+        record = records[position]
+        rows.append(_record_to_row(record, previous))
+        previous = record
+        mine = records.units_of(position)
+        if mine is None:
+            return None
+        before = newest.get(record.model)
+        if before is None:
+            chain = mark.records.chain(record.model)
+            before = chain.units if chain is not None else ()
+        shared = common_prefix_len(mine, before)
+        units.append([shared, list(mine[shared:])])
+        newest[record.model] = mine
+    events = [
+        [e.seq, e.kind, e.at, to_jsonable_python(e.data)] for e in trace.events[mark.events : len(trace)]
+    ]
+    data = {
+        "state": state,
+        "turns": keep,
+        "history": history_to_snapshot(changed),
+        "records": rows,
+        "units": units,
+        "trace": events,
+    }
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return _DELTA_TAG + hashlib.sha256(text).hexdigest().encode() + b"\n" + text
+
+
+# -- reading -----------------------------------------------------------------------------------------------
+@attrs.frozen(slots=True)
+class Replayed:
+    """A log read back: the checkpoint's snapshot (its header fields), the layers after every delta, the
+    turn state, the version."""
+
+    snapshot: SessionSnapshot
+    layers: Layers
+    state: str
+    version: int
+
+
+def _delta(entry: Entry) -> dict[str, Any]:
+    body = entry.body
+    cut = body.find(b"\n")
+    if not body.startswith(_DELTA_TAG) or cut < 0:
+        raise SnapshotError(f"entry {entry.seq} is not a reasonstate delta")
+    digest, text = body[len(_DELTA_TAG) : cut], body[cut + 1 :]
+    if hashlib.sha256(text).hexdigest().encode() != digest:
+        raise SnapshotError(
+            f"entry {entry.seq} was edited after it was written: its digest does not match (refused, "
+            "nothing sent)"
+        )
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise SnapshotError(f"entry {entry.seq} is not a delta object")
+    return data
+
+
+def replay(entries: Sequence[Entry]) -> Replayed:
+    """The session a log holds: its newest checkpoint, then every delta after it, each verified (an
+    edited body: :class:`~reasonstate.errors.SnapshotError` or
+    :class:`~reasonstate.errors.ContinuationMismatch`; nothing partial is returned)."""
+    from reasonstate.engine import Layers
+
+    if not entries or entries[0].kind != CHECKPOINT:
+        raise SnapshotError("a stored session starts with a checkpoint entry")
+    for a, b in itertools.pairwise(entries):
+        if b.seq != a.seq + 1:
+            raise SnapshotError(f"the stored session's entries skip from {a.seq} to {b.seq}")
+    snap = SessionSnapshot.load(entries[0].body)
+    state = snap.state
+    if len(entries) == 1:
+        return Replayed(snap, _layers_of(snap), state, entries[0].seq)
+    base = restored_layers(snap)  # verifies; its trace ends with a session.restored event we do not keep
+    records = base.records
+    events = list(base.trace.events[: len(base.trace) - 1])
+    turns = base.history.turns
+    fold = base.history.fold
+    try:
+        for entry in entries[1:]:
+            if entry.kind == CHECKPOINT:
+                raise SnapshotError(f"entry {entry.seq}: a checkpoint after the first entry read")
+            data = _delta(entry)
+            keep = data["turns"]
+            if type(keep) is not int or not 0 <= keep <= len(turns):
+                raise SnapshotError(f"entry {entry.seq} keeps {keep!r} turns of {len(turns)}")
+            added = history_from_snapshot(data["history"]).turns
+            turns = (*turns[:keep], *added)
+            for row, (shared, tail) in zip(data["records"], data["units"], strict=True):
+                record = _record_from_row(len(records), row, records[-1] if records else None)
+                chain = records.chain(record.model)
+                before = chain.units if chain is not None else ()
+                if type(shared) is not int or not 0 <= shared <= len(before):
+                    raise SnapshotError(f"entry {entry.seq}: a record's units do not fit")
+                records = records.appended(record, (*before[:shared], *tail))
+            for seq, kind, at, event_data in data["trace"]:
+                if seq != len(events):
+                    raise SnapshotError(f"entry {entry.seq}: trace event {seq} out of order")
+                events.append(TraceEvent(seq=seq, kind=kind, data=event_data, at=at))
+            state = data["state"]
+    except ReasonStateError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise SnapshotError(f"a stored delta is not valid: {type(exc).__name__}: {exc}") from exc
+    for i, t in enumerate(turns):
+        if t.index != i:
+            raise SnapshotError(f"the stored turns are out of order at {i}")
+    layers = Layers.of(History(turns, fold), Trace(events), records)
+    return Replayed(snap, layers, state, entries[-1].seq)
+
+
+def _layers_of(snap: SessionSnapshot) -> Layers:
+    from reasonstate.engine import Layers
+
+    base = restored_layers(snap)
+    return Layers.of(base.history, Trace(base.trace.events[: len(base.trace) - 1]), base.records)
+
+
+def snapshot_of(entries: Sequence[Entry]) -> SessionSnapshot:
+    """The stored session as one :class:`~reasonstate.SessionSnapshot` (today's format), sealed."""
+    r = replay(entries)
+    if len(entries) == 1:
+        return r.snapshot
+    layers = r.layers
+    return r.snapshot.model_copy(
+        update={
+            "state": r.state,
+            "history": history_to_snapshot(layers.history),
+            "execution": _records_to(layers.records),
+            "units": [_chain_to_dict(c) for c in layers.records.chains],
+            "trace": layers.trace.to_compact(to_jsonable_python),
+        }
+    ).sealed()

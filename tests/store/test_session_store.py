@@ -1,0 +1,166 @@
+"""A session persisted as it goes and continued elsewhere, on the embedded SQLite store: every commit is one
+appended entry (a delta after the first), a load anywhere sends the very bytes the writer would have, and
+conflicts, failures and edits keep the contract of docs/concepts/store.md."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import reasonstate as rs
+from reasonstate.errors import SessionConflict, SnapshotError, StoreError
+from reasonstate.store import SQLiteStore
+from reasonstate.testing.anthropic import AnthropicEmulator
+from tests.conftest import CLOCK, MODEL, SYSTEM, THINKING, WEATHER, answer, run_chain, three_step_chain
+
+OPTIONS: dict[str, Any] = {
+    "system": SYSTEM,
+    "tools": [WEATHER, CLOCK],
+    "max_tokens": 4096,
+    "thinking": THINKING,
+}
+
+
+def script() -> list[Any]:
+    return [*three_step_chain(), answer(1), *three_step_chain(), answer(2)]
+
+
+def wire(request: rs.session.VendorRequest) -> str:
+    """A request's keyword arguments as the JSON the SDK sends (key order kept)."""
+    return json.dumps(request.kwargs, ensure_ascii=False, default=str)
+
+
+def drive(session: rs.Session, start: int, stop: int) -> None:
+    """Turns ``start`` to ``stop - 1`` of the conversation (a tool chain on even turns, a plain answer
+    on odd ones)."""
+    for i in range(start, stop):
+        if i % 2 == 0:
+            run_chain(session, f"Question {i}: Paris or Rome?")
+        else:
+            session.send(f"Follow-up {i}")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "s.db"
+
+
+def test_every_commit_is_one_appended_entry_and_a_load_continues_byte_identically(db: Path) -> None:
+    with AnthropicEmulator(script()) as emu:
+        store = SQLiteStore(db)
+        first = rs.Session(emu.client(), model=MODEL, store=store, session_id="conv", **OPTIONS)
+        assert first.version == 1  # the id is taken at construction
+        drive(first, 0, 2)
+        assert first.version == 1 + 4  # three chain steps and one answer
+        kinds = [e.kind for e in store.read("conv")]
+        assert kinds == ["checkpoint", "delta", "delta", "delta", "delta"]
+        # another handle on the file (another process would open its own): the session goes on
+        second = rs.Session.load(SQLiteStore(db), "conv", emu.client(), tools=[WEATHER, CLOCK])
+        assert second.history == first.history
+        assert second.execution == first.execution
+        for text in ("probe", "Question 2: Paris or Rome?"):
+            assert wire(second.next_request(text)) == wire(first.next_request(text))
+        expected = json.dumps(first.next_request("Question 2: Paris or Rome?").kwargs, separators=(",", ":"))
+        sent = len(emu.requests)
+        drive(second, 2, 4)  # the emulator checks every replayed signature byte for byte
+        assert json.loads(emu.requests[sent].body) == json.loads(expected)
+        third = rs.Session.load(SQLiteStore(db), "conv", emu.client())
+        assert third.history == second.history
+        assert third.execution == second.execution
+        assert wire(third.next_request("next")) == wire(second.next_request("next"))
+        exported = rs.SessionSnapshot.load(store.export("conv"))
+        assert exported.history == second.snapshot().history
+        assert exported.execution == second.snapshot().execution
+
+
+def test_deltas_do_not_grow_with_the_session(db: Path) -> None:
+    actions = [answer(i) for i in range(60)]
+    with AnthropicEmulator(actions) as emu:
+        store = SQLiteStore(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="long", **OPTIONS)
+        for i in range(60):
+            session.send(f"turn {i}")
+    sizes = [len(e.body) for e in store.read("long")[1:]]
+    assert max(sizes[40:]) < 1.3 * max(sizes[5:15])
+
+
+def test_a_second_writer_conflicts_and_keeps_the_reply_it_paid_for(db: Path) -> None:
+    """openai/openai-agents-python#4205, #4988 (concurrent pops returned the same item) and
+    langchain-ai/langgraph#8796 (two workers forked one checkpoint chain): two workers continue one
+    session; the second to commit writes nothing, gets SessionConflict with its reply, and sends nothing
+    more from its stale object. The stored history has one line of turns."""
+    with AnthropicEmulator([answer(i) for i in range(5)]) as emu:
+        store = SQLiteStore(db)
+        origin = rs.Session(emu.client(), model=MODEL, store=store, session_id="c", **OPTIONS)
+        origin.send("hello")
+        a = rs.Session.load(SQLiteStore(db), "c", emu.client())
+        b = rs.Session.load(SQLiteStore(db), "c", emu.client())
+        a.send("from worker a")
+        with pytest.raises(SessionConflict) as info:
+            b.send("from worker b")
+        assert info.value.reply is not None and isinstance(info.value.reply, rs.Reply)
+        assert (info.value.expected, info.value.found) == (2, 3)
+        sent = len(emu.requests)
+        with pytest.raises(SessionConflict):
+            b.send("again")
+        assert len(emu.requests) == sent  # nothing sent from a stale object
+        stored = rs.Session.load(store, "c", emu.client())
+        assert [t.user for t in stored.history.turns] == ["hello", "from worker a"]
+
+
+def test_a_new_session_on_a_taken_id_conflicts_before_anything_is_sent(db: Path) -> None:
+    with AnthropicEmulator([answer(0)]) as emu:
+        store = SQLiteStore(db)
+        rs.Session(emu.client(), model=MODEL, store=store, session_id="taken", **OPTIONS)
+        with pytest.raises(SessionConflict):
+            rs.Session(emu.client(), model=MODEL, store=store, session_id="taken", **OPTIONS)
+        assert emu.requests == []
+
+
+def test_a_failing_store_keeps_the_reply_and_the_next_append_writes_it(db: Path) -> None:
+    with AnthropicEmulator([answer(i) for i in range(3)]) as emu:
+        store = SQLiteStore(db, timeout=0.05)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="f", **OPTIONS)
+        session.send("one")
+        blocker = sqlite3.connect(db, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        with pytest.raises(StoreError) as info:
+            session.send("two")
+        assert not isinstance(info.value, SessionConflict)
+        assert isinstance(info.value.reply, rs.Reply)
+        assert len(session.history) == 2  # kept in memory
+        assert len(rs.Session.load(SQLiteStore(db), "f", emu.client()).history) == 1
+        blocker.execute("ROLLBACK")
+        assert session.flush() == session.version
+        loaded = rs.Session.load(SQLiteStore(db), "f", emu.client())
+        assert loaded.history == session.history
+        session.send("three")
+        assert rs.Session.load(SQLiteStore(db), "f", emu.client()).history == session.history
+
+
+def test_a_row_edited_in_the_database_is_refused_on_load(db: Path) -> None:
+    with AnthropicEmulator(three_step_chain()) as emu:
+        store = SQLiteStore(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="e", **OPTIONS)
+        run_chain(session)
+    raw = sqlite3.connect(db, isolation_level=None)
+    seq, body = raw.execute(
+        "SELECT seq, body FROM reasonstate_entries WHERE session_id='e' AND seq=2"
+    ).fetchone()
+    head, text = bytes(body).split(b"\n", 1)
+    edited = text.replace(b'"signature":"', b'"signature":"X', 1)
+    assert edited != text
+    raw.execute(
+        "UPDATE reasonstate_entries SET body=? WHERE session_id='e' AND seq=?", (head + b"\n" + edited, seq)
+    )
+    with AnthropicEmulator([]) as emu, pytest.raises(SnapshotError):
+        rs.Session.load(SQLiteStore(db), "e", emu.client())
+
+
+def test_load_of_a_missing_session_is_a_store_error(db: Path) -> None:
+    with AnthropicEmulator([]) as emu, pytest.raises(StoreError, match="no session"):
+        rs.Session.load(SQLiteStore(db), "nope", emu.client())
