@@ -44,6 +44,7 @@ from reasonstate.snapshot import (
     _record_from_row,
     _record_to_row,
     _records_to,
+    check_meaning,
     history_from_snapshot,
     history_to_snapshot,
     restored_layers,
@@ -278,10 +279,9 @@ def replay(entries: Sequence[Entry]) -> Replayed:
         raise
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise SnapshotError(f"a stored delta is not valid: {type(exc).__name__}: {exc}") from exc
-    for i, t in enumerate(turns):
-        if t.index != i:
-            raise SnapshotError(f"the stored turns are out of order at {i}")
-    layers = Layers.of(History(turns, fold), Trace(events), records)
+    history = History(turns, fold)
+    check_meaning(history, state, snap.vendor, snap.api)
+    layers = Layers.of(history, Trace(events), records)
     return Replayed(snap, layers, state, entries[-1].seq)
 
 
