@@ -12,17 +12,22 @@ Keys (schema version 1, ``docs/concepts/store.md``), every one under the store's
 - ``{prefix}sessions``: a sorted set of session ids scored by last activity (Unix microseconds);
 - ``{prefix}l:{id}``: a string, the lease's holder, expiring with the lease (``SET ... PX``).
 
-An append is one script: it reads the metadata, compares the version, writes the entries and then the
-metadata in one ``HSET`` (the version is what makes entries visible, so entries past it are never read and
-the next append overwrites them), sets both keys' expiry (``PEXPIREAT``, or ``PERSIST`` without ``ttl``)
-and the session's score in the index. Redis runs a script alone, so two workers never both append on one
-version and a reader never sees half an append. Times come from the server's ``TIME``, so workers whose
-clocks disagree still agree on expiry. Expiry is Redis's own: the keys vanish ``ttl`` after the last append
+An append is one script: it reads the metadata, compares the version, writes the entries and the
+session's score in the index, then the metadata in one ``HSET`` (the version is what makes entries visible,
+so entries past it are never read and the next append overwrites them), then both keys' expiry
+(``PEXPIREAT``, or ``PERSIST`` without ``ttl``). Redis does not undo a script that fails half-way, so the
+order matters: every command that can fail (a key of the wrong type) runs before the metadata is written,
+and Redis refuses a script for lack of memory only at its first write. Redis runs a script alone, so two
+workers never both append on one version and a reader never sees half an append. Times come from the
+server's ``TIME``, so workers whose clocks disagree still agree on expiry (and a lease's ``expires`` is the
+server's clock too). Expiry is Redis's own: the keys vanish ``ttl`` after the last append
 (the metadata's ``expires`` is checked too, so the two keys are absent together); the index is cleaned of
 expired sessions by :meth:`~RedisStore.sessions` and :meth:`~RedisStore.sweep`.
 
-Needs Redis 5 or later (scripts replicated by their effects; ``HSET`` of several fields). A Redis Cluster
-is not supported: a script touches the session's keys and the shared index, which live in different slots.
+Needs Redis 5 or later (scripts replicated by their effects; ``HSET`` of several fields), with a
+``maxmemory-policy`` that evicts nothing (``noeviction``, or a ``volatile-*`` policy when no store has a
+``ttl``): an evicted entry is lost data (reads of it are a :class:`~reasonstate.errors.StoreError`). A Redis
+Cluster is not supported: a script touches the session's keys and the shared index, in different slots.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import redis.backoff
 import redis.exceptions
 import redis.retry
 
-from reasonstate.errors import SessionConflict, StoreError
+from reasonstate.errors import InvalidOption, SessionConflict, StoreError
 from reasonstate.store._base import CHECKPOINT, DELTA, SCHEMA_VERSION, AsyncStore, Entry, SessionInfo, Store
 
 if TYPE_CHECKING:
@@ -110,6 +115,7 @@ local expires_ms = 0
 if ARGV[3] ~= '' then
   expires_ms = now_ms + tonumber(ARGV[3])
 end
+redis.call('ZADD', index, string.format('%d', now_us), ARGV[1])
 redis.call('HSET', meta, 'version', string.format('%d', last),
   'checkpoint', string.format('%d', checkpoint), 'created', created,
   'updated', string.format('%d', now_us), 'expires', string.format('%d', expires_ms * 1000),
@@ -121,7 +127,6 @@ else
   redis.call('PERSIST', meta)
   redis.call('PERSIST', log)
 end
-redis.call('ZADD', index, string.format('%d', now_us), ARGV[1])
 return {1, last}
 """
 )
@@ -273,11 +278,11 @@ class _RedisCommon:
 
     def _setup(self, url: str, prefix: str, timeout: float) -> dict[str, Any]:
         if not isinstance(url, str):
-            raise TypeError(f"url is a redis:// URL string, got {type(url).__name__}")
+            raise InvalidOption(f"url is a redis:// URL string, got {type(url).__name__}")
         if not isinstance(prefix, str):
-            raise TypeError(f"prefix= is a string, got {type(prefix).__name__}")
+            raise InvalidOption(f"prefix= is a string, got {type(prefix).__name__}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout= is a number of seconds > 0, got {timeout!r}")
+            raise InvalidOption(f"timeout= is a number of seconds > 0, got {timeout!r}")
         self.url = url
         self.prefix = prefix
         self.timeout = float(timeout)
@@ -388,6 +393,19 @@ class _RedisCommon:
                 f"{SCHEMA_VERSION}: run `reasonstate store migrate {_redacted(self.url)}`"
             )
 
+    @staticmethod
+    def _retried(exc: redis.exceptions.RedisError, attempt: int, once: bool) -> bool:
+        """Whether a call that raised ``exc`` is sent again: only when the connection dropped (not a
+        time-out, whose script may still be running, nor a refused password), and only once."""
+        return (
+            not once
+            and attempt + 1 < _ATTEMPTS
+            and isinstance(exc, redis.exceptions.ConnectionError)
+            and not isinstance(
+                exc, (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+            )
+        )
+
     def _failed(self, exc: redis.exceptions.RedisError) -> StoreError:
         kind = (
             "timed out"
@@ -450,17 +468,16 @@ class RedisStore(_RedisCommon, Store):
             r.close()
             raise
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)``; a dropped connection is tried once more on a fresh one (every script is
-        safe to repeat: an append recognises its own token), any redis error becomes :class:`StoreError`."""
-        for attempt in range(_ATTEMPTS):
+    def _call(self, fn: Any, *args: Any, once: bool = False, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``; a dropped connection is tried once more on a fresh one (the scripts are
+        safe to repeat: an append recognises its own token; ``once``: not repeated), any redis error
+        becomes :class:`StoreError`."""
+        for attempt in range(1 if once else _ATTEMPTS):
             try:
                 return fn(*args, **kwargs)
-            except redis.exceptions.ConnectionError as exc:
-                if attempt + 1 == _ATTEMPTS:
-                    raise self._failed(exc) from exc
             except redis.exceptions.RedisError as exc:
-                raise self._failed(exc) from exc
+                if not self._retried(exc, attempt, once):
+                    raise self._failed(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _append(self, session_id: str, expected: int, entries: Sequence[Entry], ttl: float | None) -> None:
@@ -503,7 +520,7 @@ class RedisStore(_RedisCommon, Store):
     def _delete(self, session_id: str) -> bool:
         sid = self._id(session_id)
         keys = [self._meta_key(sid), self._entries_key(sid), self._lease_key(sid), self._index_key]
-        return bool(self._call(self._s_delete, keys=keys, args=[sid]))
+        return bool(self._call(self._s_delete, keys=keys, args=[sid], once=True))  # True once
 
     def _try_lease(self, session_id: str, holder: str, ttl: float) -> float | None:
         keys = [self._lease_key(self._id(session_id))]
@@ -560,19 +577,17 @@ class AsyncRedisStore(_RedisCommon, AsyncStore):
         self._auto_migrate = migrate
         self._ready = False
 
-    async def _raw(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _raw(self, fn: Any, *args: Any, once: bool = False, **kwargs: Any) -> Any:
         """:meth:`RedisStore._call`, awaited."""
-        for attempt in range(_ATTEMPTS):
+        for attempt in range(1 if once else _ATTEMPTS):
             try:
                 return await fn(*args, **kwargs)
-            except redis.exceptions.ConnectionError as exc:
-                if attempt + 1 == _ATTEMPTS:
-                    raise self._failed(exc) from exc
             except redis.exceptions.RedisError as exc:
-                raise self._failed(exc) from exc
+                if not self._retried(exc, attempt, once):
+                    raise self._failed(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, fn: Any, *args: Any, once: bool = False, **kwargs: Any) -> Any:
         """The schema made ready once (two first calls at once both run the idempotent script); then
         ``fn``."""
         if not self._ready:
@@ -581,7 +596,7 @@ class AsyncRedisStore(_RedisCommon, AsyncStore):
             else:
                 self._schema_checked(await self._raw(self._redis.get, self._schema_key))
                 self._ready = True
-        return await self._raw(fn, *args, **kwargs)
+        return await self._raw(fn, *args, once=once, **kwargs)
 
     async def _append(
         self, session_id: str, expected: int, entries: Sequence[Entry], ttl: float | None
@@ -625,7 +640,7 @@ class AsyncRedisStore(_RedisCommon, AsyncStore):
     async def _delete(self, session_id: str) -> bool:
         sid = self._id(session_id)
         keys = [self._meta_key(sid), self._entries_key(sid), self._lease_key(sid), self._index_key]
-        return bool(await self._call(self._s_delete, keys=keys, args=[sid]))
+        return bool(await self._call(self._s_delete, keys=keys, args=[sid], once=True))
 
     async def _try_lease(self, session_id: str, holder: str, ttl: float) -> float | None:
         keys = [self._lease_key(self._id(session_id))]

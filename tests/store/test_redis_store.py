@@ -4,6 +4,7 @@ under its own random key prefix, its keys deleted after. No fakeredis, no mocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import secrets
 import socket
@@ -13,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -212,6 +214,99 @@ def test_redis_errors_become_store_errors_and_write_nothing(store: RedisStore, p
         store.read("bad")
     assert raw.exists(prefix + "e:bad") == 0
     assert store.read("ok") == [c(1)]
+
+
+def test_a_script_failing_half_way_leaves_the_last_complete_append(
+    store: RedisStore, prefix: str, raw: Any
+) -> None:
+    """Redis does not undo a script that fails part-way: the append writes the metadata (what makes its
+    entries visible) after every command that can fail, so a failure leaves the previous version."""
+    store.append("half", 0, [c(1)])
+    raw.delete(prefix + "sessions")
+    raw.set(prefix + "sessions", "not a sorted set")  # ZADD fails after the entries were written
+    with pytest.raises(StoreError, match="WRONGTYPE"):
+        store.append("half", 1, [d(2, b"lost"), d(3)])
+    assert store.version("half") == 1 and store.read("half") == [c(1)]
+    raw.delete(prefix + "sessions")
+    store.append("half", 1, [d(2)])  # the next append overwrites what the failed one left past the version
+    assert store.read("half") == [c(1), d(2)]
+    assert raw.hlen(prefix + "e:half") == 3  # entry 3 of the failed append: there, never read
+
+
+class _DroppingProxy:
+    """A TCP proxy in front of the real server that can close a connection after Redis answered a request
+    but before the answer reaches the client: the reply lost with its connection, as when a network drops."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.target = (parts.hostname or "127.0.0.1", parts.port or 6379)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = urlunsplit(parts._replace(netloc=f"127.0.0.1:{self.listener.getsockname()[1]}"))
+        self.armed: bytes | None = None
+        self.dropped = 0
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def drop_the_reply_to(self, command: bytes) -> None:
+        self.armed = command
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            dropping = threading.Event()
+            threading.Thread(target=self._requests, args=(client, upstream, dropping), daemon=True).start()
+            threading.Thread(target=self._replies, args=(upstream, client, dropping), daemon=True).start()
+
+    def _requests(self, client: socket.socket, upstream: socket.socket, dropping: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(1 << 16):
+                with self._lock:
+                    if self.armed is not None and self.armed in data.upper():
+                        self.armed = None
+                        dropping.set()  # before Redis can answer
+                upstream.sendall(data)
+        upstream.close()
+
+    def _replies(self, upstream: socket.socket, client: socket.socket, dropping: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := upstream.recv(1 << 16):
+                if dropping.is_set():
+                    self.dropped += 1
+                    client.shutdown(socket.SHUT_RDWR)
+                    break
+                client.sendall(data)
+        client.close()
+        upstream.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_reply_lost_with_its_connection_is_not_a_conflict(url: str, prefix: str) -> None:
+    """The append ran on the server, then the connection dropped before its reply: the store sends the
+    script once more on a new connection, and the script recognises its own append (its token) instead of
+    calling the writer's own entries a conflict."""
+    proxy = _DroppingProxy(url)
+    s = RedisStore(proxy.url, prefix=prefix)
+    try:
+        s.append("lost", 0, [c(1)])
+        proxy.drop_the_reply_to(b"EVALSHA")
+        assert s.append("lost", 1, [d(2), d(3)]) == 3
+        assert proxy.dropped == 1
+        assert s.read("lost") == [c(1), d(2), d(3)]
+        with pytest.raises(SessionConflict):  # another writer's append on 1 still conflicts
+            s.append("lost", 1, [d(2), d(3)])
+        proxy.drop_the_reply_to(b"EVALSHA")
+        with pytest.raises(StoreError, match="not reachable"):  # a delete is not sent twice
+            s.delete("lost")
+        assert proxy.dropped == 2
+    finally:
+        s.close()
+        proxy.close()
 
 
 def test_an_unreachable_server_is_a_store_error_at_once() -> None:
