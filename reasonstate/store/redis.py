@@ -35,7 +35,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -255,14 +255,19 @@ return n
 
 
 def _redacted(url: str) -> str:
-    """``url`` without its password."""
+    """``url`` without its password (in the address or, as redis-py also reads it, in the query)."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
+        if parts.password is not None:
+            host = parts.netloc.rsplit("@", 1)[1]
+            parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        if any(k == "password" for k, _ in query):
+            query = [(k, "***" if k == "password" else v) for k, v in query]
+            parts = parts._replace(query=urlencode(query, safe="*"))
+        elif parts.password is None:
             return url
-        netloc = parts.netloc.rsplit("@", 1)[1]
-        user = parts.username or ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+        return urlunsplit(parts)
     except ValueError:
         return "<redis url>"
 
@@ -390,7 +395,8 @@ class _RedisCommon:
         if found != str(SCHEMA_VERSION):
             raise StoreError(
                 f"the Redis store {self!r} has schema version {found}, this reasonstate uses "
-                f"{SCHEMA_VERSION}: run `reasonstate store migrate {_redacted(self.url)}`"
+                f"{SCHEMA_VERSION}: run `reasonstate store migrate {_redacted(self.url)}` (key prefix "
+                f"{self.prefix!r}), or open it with migrate=True"
             )
 
     @staticmethod
@@ -434,7 +440,7 @@ class RedisStore(_RedisCommon, Store):
 
     def __init__(
         self,
-        url: str = "redis://127.0.0.1:6379/0",
+        url: str,
         *,
         prefix: str = "reasonstate:",
         ttl: float | None = None,
@@ -549,7 +555,7 @@ class AsyncRedisStore(_RedisCommon, AsyncStore):
 
     def __init__(
         self,
-        url: str = "redis://127.0.0.1:6379/0",
+        url: str,
         *,
         prefix: str = "reasonstate:",
         ttl: float | None = None,
