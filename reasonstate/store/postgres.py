@@ -17,8 +17,9 @@ transaction: the store stays at its last complete append. Migrations run under a
 advisory lock (``pg_advisory_xact_lock``), so several processes may open a fresh database at once.
 
 Every psycopg error, pool time-out and connection failure is a :class:`~reasonstate.errors.StoreError`
-(its transaction rolled back: nothing written). psycopg is imported by this module only, so ``import
-reasonstate.store`` does not need it.
+(its transaction rolled back: nothing written); only a pooled connection the server had ended is
+replaced and the call run again. psycopg is imported by this module only, so ``import reasonstate.store``
+does not need it.
 """
 
 from __future__ import annotations
@@ -373,9 +374,11 @@ class PostgresStore(_Postgres, Store):
 
     def _run(self, doing: str, work: Callable[[psycopg.Connection[TupleRow]], _T]) -> _T:
         """``work`` on a pooled connection (autocommit: ``work`` opens a transaction for more than one
-        statement). A connection the server had closed while it sat in the pool (a restart, a failover) is
-        dropped and ``work`` run again on another: the transaction it began never committed, and an
-        append re-runs its compare-and-set. Every other psycopg or pool error is a StoreError, rolled
+        statement). A connection found broken (the server ended it: a restart, a failover, usually while
+        it sat in the pool) is dropped and ``work`` run again on another, at most ``pool_size`` times. That
+        is safe for every primitive: a transaction cut off before its commit wrote nothing, and a re-run
+        append re-checks its version, so it never lands twice (and :meth:`_append` recognises its own rows
+        when the cut came after the commit). Every other psycopg or pool error is a StoreError, rolled
         back; SessionConflict passes through."""
         pool = self._pool
         if pool is None:
@@ -407,9 +410,8 @@ class PostgresStore(_Postgres, Store):
             found = self._found_on(conn)
             if found >= SCHEMA_VERSION:  # the usual open: nothing to do, no lock taken (a newer: refused)
                 return found
-            conn.execute(
-                q.lock, [q.lock_key]
-            )  # one migrating process at a time; others wait, then see it done
+            # one migrating process at a time: the others wait here, then find it done
+            conn.execute(q.lock, [q.lock_key])
             found = self._found_on(conn)
             if found >= SCHEMA_VERSION:
                 return found

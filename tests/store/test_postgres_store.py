@@ -279,10 +279,26 @@ def test_connections_the_server_ended_are_replaced_without_an_error(url: str, sc
             assert killed and all(ok for (ok,) in killed)
             assert store.append("k", 1 + round_, [d(2 + round_)]) == 2 + round_
         assert store.read("k") == [c(1), d(2), d(3), d(4)]
-        entries = sql.Identifier(schema, "reasonstate_entries")
-        assert _query(url, sql.SQL("SELECT count(*) FROM {}").format(entries)) == [(4,)]
     finally:
         store.close()
+
+    async def via_async() -> None:
+        a = AsyncPostgresStore(_named(url, name), schema=schema, pool_size=3)
+        try:
+            assert await a.version("k") == 4
+            for version in (4, 5):
+                _query(
+                    url,
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                    name,
+                )
+                assert await a.append("k", version, [d(version + 1)]) == version + 1
+        finally:
+            await a.close()
+
+    asyncio.run(via_async())
+    entries = sql.Identifier(schema, "reasonstate_entries")
+    assert _query(url, sql.SQL("SELECT count(*), max(seq) FROM {}").format(entries)) == [(6, 6)]
 
 
 class _Proxy:
