@@ -207,3 +207,33 @@ def test_export_and_import_move_a_session_between_stores_in_the_snapshot_format(
         assert target.version("moved-here") == 2
         with pytest.raises(StoreError, match="no session"):
             target.export("absent")
+
+
+class _LostReply(SQLiteStore):
+    """A real SQLite store whose next append is written, then reported failed (a time-out after the
+    server committed: the reply was lost on the way back)."""
+
+    lose_next = False
+
+    def _append(self, session_id: str, expected: int, entries: Any, ttl: float | None) -> None:
+        super()._append(session_id, expected, entries, ttl)
+        if self.lose_next:
+            self.lose_next = False
+            raise StoreError("the store timed out (after committing)")
+
+
+def test_an_append_whose_reply_was_lost_is_adopted_not_conflicted(db: Path) -> None:
+    with AnthropicEmulator([answer(i) for i in range(3)]) as emu:
+        store = _LostReply(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="lost", **OPTIONS)
+        session.send("one")
+        store.lose_next = True
+        with pytest.raises(StoreError) as info:
+            session.send("two")
+        assert not isinstance(info.value, SessionConflict) and isinstance(info.value.reply, rs.Reply)
+        assert store.version("lost") == 3  # it was written all the same
+        session.send("three")  # builds on the entry that landed: no conflict, no duplicate
+        assert session.version == store.version("lost") == 4
+        loaded = rs.Session.load(SQLiteStore(db), "lost", emu.client())
+        assert [t.user for t in loaded.history.turns] == ["one", "two", "three"]
+        assert loaded.history == session.history
