@@ -121,6 +121,10 @@ VENDOR = "google"
 API = "generate_content"
 #: continuation kinds: a thought part, a text part, a function call, else the Part's data field name
 THOUGHT, TEXT, FUNCTION_CALL = "thought", "text", "functionCall"
+#: the parts that are visible history any model may read when unsigned (text, a function call); a thought,
+#: a signed part and a part of a kind this adapter does not know are bound to the model that produced them
+#: and never sent to another (issue 23 item 7; docs/protocols.md)
+_UNBOUND_KINDS = frozenset({TEXT, FUNCTION_CALL})
 #: Part fields that describe the data field next to them rather than being one (types.Part, §5.1)
 _PART_METADATA = frozenset(
     {"thought", "thoughtSignature", "partMetadata", "videoMetadata", "mediaResolution"}
@@ -476,7 +480,7 @@ class GeminiAdapter:
                     model=request.model,
                     kind=kind,
                     value=raw,
-                    model_bound=signed or kind == THOUGHT,
+                    model_bound=signed or kind not in _UNBOUND_KINDS,
                 )
             )
         stop = candidate.get("finishReason")
