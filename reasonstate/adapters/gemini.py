@@ -232,6 +232,10 @@ class GeminiAssembler(StreamAssembler):
         self._parts: dict[int, list[dict[str, Any]]] = {}
         self._shown_calls = 0
 
+    def _complete(self) -> bool:
+        first = self._candidates.get(min(self._candidates)) if self._candidates else None
+        return first is not None and isinstance(first.get("finishReason"), str)
+
     def _event(self, event: SSEEvent) -> None:
         chunk = json_object(event, "stream chunk")
         error = chunk.get("error")

@@ -264,6 +264,9 @@ class ResponsesAssembler(StreamAssembler):
         self._calls: dict[int, tuple[str | None, str | None, int]] = {}  # output index -> id, name, position
         self._reasoning_at: tuple[Any, Any] | None = None  # (output index, content index) of raw reasoning
 
+    def _complete(self) -> bool:
+        return self._terminal is not None
+
     def _event(self, event: SSEEvent) -> None:
         data = json_object(event, "stream event")
         kind = data.get("type")
