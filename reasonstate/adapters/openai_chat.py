@@ -340,14 +340,59 @@ class ChatAssembler(StreamAssembler):
 
 
 def _joined(pieces: list[Any]) -> Any:
-    """String deltas concatenate; a field that only ever came as null stays null; else the last value."""
+    """String deltas concatenate; lists merge by their elements' ``index`` (:func:`_merged`); a field that
+    only ever came as null stays null; else the last value."""
     strings = [p for p in pieces if isinstance(p, str)]
+    values = [p for p in pieces if p is not None]
     if strings:
-        if len(strings) != len([p for p in pieces if p is not None]):
+        if len(strings) != len(values):
             raise MalformedResponse("a streamed text field mixes text with other values")
         return "".join(strings)
-    values = [p for p in pieces if p is not None]
+    if values and all(isinstance(v, list) for v in values):
+        return _merged(values)
     return values[-1] if values else None
+
+
+def _merged(lists: list[list[Any]]) -> list[Any]:
+    """A list field streamed in pieces (``reasoning_details`` on OpenRouter, Kimi and other servers):
+    elements that are objects with an integer ``index`` are one element per ``(type, index)``, built piece
+    by piece (``text``, ``summary`` and ``data`` concatenate, any other field takes its last non-null value,
+    keys in first-seen order), and come out by ``index``, then in first-seen order; elements without an
+    index follow as they came. A list with no indexed element is a value: the last one sent wins. So a
+    streamed answer commits what the same answer unstreamed holds (issue 23 item 6; docs/protocols.md
+    §2.2)."""
+    merged: dict[tuple[Any, int], dict[str, Any]] = {}
+    order: list[tuple[int, int, Any]] = []  # (index, first seen, element or merge key)
+    for items in lists:
+        for item in items:
+            index = item.get("index") if isinstance(item, Mapping) else None
+            if isinstance(index, bool) or not isinstance(index, int):
+                order.append((-1, len(order), ("raw", item)))
+                continue
+            assert isinstance(item, Mapping)
+            key = (item.get("type"), index)
+            into = merged.get(key)
+            if into is None:
+                merged[key] = dict(item)
+                order.append((index, len(order), ("merged", key)))
+                continue
+            for field, value in item.items():
+                if field in _CONCATENATED and isinstance(value, str) and isinstance(into.get(field), str):
+                    into[field] += value
+                elif value is not None:
+                    into[field] = value
+                elif field not in into:
+                    into[field] = None
+    if not merged:  # no element carries an index: the field is a value, the last one sent wins
+        return lists[-1]
+    raw = [entry for entry in order if entry[0] < 0]
+    indexed = sorted((entry for entry in order if entry[0] >= 0), key=lambda e: (e[0], e[1]))
+    return [merged[ref] if kind == "merged" else ref for _, _, (kind, ref) in [*indexed, *raw]]
+
+
+#: the fields of a streamed list element that arrive in pieces (the text shown, the opaque data); every
+#: other field (``type``, ``id``, ``format``, ``signature``, ``index``) is whole in the piece that has it
+_CONCATENATED = frozenset({"text", "summary", "data"})
 
 
 class OpenAIChatAdapter:
