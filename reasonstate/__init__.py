@@ -20,6 +20,7 @@ from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Price, Pricing
 from reasonstate.errors import (
     ContinuationMismatch,
     IllegalTransition,
+    InvalidInput,
     InvalidOption,
     MalformedResponse,
     PolicyConflict,
@@ -60,6 +61,7 @@ __all__ = [
     "GuardRecord",
     "GuardWarning",
     "IllegalTransition",
+    "InvalidInput",
     "InvalidOption",
     "KVConfig",
     "MalformedResponse",

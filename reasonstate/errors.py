@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "ContinuationMismatch",
     "IllegalTransition",
+    "InvalidInput",
     "InvalidOption",
     "MalformedResponse",
     "PolicyConflict",
@@ -33,6 +34,12 @@ class InvalidOption(ReasonStateError, ValueError):
 
 class IllegalTransition(ReasonStateError):
     """A call the turn state machine does not allow now (e.g. a user message while tool results are due)."""
+
+
+class InvalidInput(IllegalTransition, ValueError):
+    """Caller text that cannot be sent: not a non-empty string, or not valid Unicode (a lone surrogate, half
+    of a UTF-16 pair, has no UTF-8 form and no vendor accepts it); the message names where. Nothing is sent
+    and nothing changes."""
 
 
 class ToolResultError(IllegalTransition):

@@ -30,6 +30,7 @@ from reasonstate.cache.pricing import total as total_cost
 from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnFlow, TurnState, failed, finished
 from reasonstate.errors import (
     IllegalTransition,
+    InvalidInput,
     InvalidOption,
     ProtocolViolation,
     SessionConflict,
@@ -80,6 +81,19 @@ __all__ = [
     "ToolResult",
     "TurnState",
 ]
+
+
+def _unsendable(text: str) -> str | None:
+    """Where ``text`` is not valid Unicode (None: it is): a lone surrogate, half of a UTF-16 pair, has no
+    UTF-8 form, so no request can carry it (issue 23 item 1). One C-speed encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"is not valid Unicode text: {text[exc.start]!r} at index {exc.start} is half of a UTF-16 "
+            "surrogate pair, which no request can carry; nothing was sent"
+        )
+    return None
 
 
 @attrs.frozen(slots=True)
@@ -479,7 +493,10 @@ class _Core(Switching):
     def _user_attempt(self, text: str) -> Attempt:
         self._require("send")
         if not isinstance(text, str) or not text:
-            raise IllegalTransition("a user message must be a non-empty string")
+            raise InvalidInput("a user message must be a non-empty string")
+        where = _unsendable(text)
+        if where is not None:
+            raise InvalidInput(f"the user message {where}")
         history = self.history
         return Attempt(history, history.with_turn(Turn(index=len(history.turns), user=text)), "send")
 
@@ -499,6 +516,10 @@ class _Core(Switching):
         if missing:
             raise ToolResultError(f"missing results for tool calls {missing}")
         parts = tuple(ToolResultPart.of(cid, results[cid]) for cid in declared)
+        for part in parts:
+            where = _unsendable(part.content)
+            if where is not None:
+                raise ToolResultError(f"the result for tool call {part.call_id!r} {where}")
         steps = (*turn.steps[:-1], attrs.evolve(step, tool_results=parts))
         return Attempt(
             base=history,
