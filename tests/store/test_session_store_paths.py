@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -483,3 +484,49 @@ def test_a_store_failure_at_the_end_of_a_stream_keeps_the_streamed_reply(db: Pat
         assert session.version == 2
         loaded = rs.Session.load(SQLiteStore(db), "sf", emu.client())
         assert loaded.history == session.history and loaded.execution == session.execution
+
+
+# -- export, import, delete, expiry, as a session sees them -------------------------------------------------
+def test_export_import_and_delete_round_trip_through_sessions(backend: Backend) -> None:
+    script = [*anthropic_case.three_step_chain(), *(anthropic_case.answer(i) for i in range(4))]
+    with AnthropicEmulator(script) as emu:
+        store = backend.open()
+        writer = anthropic_session(emu, store=store, session_id="a")
+        anthropic_case.run_chain(writer, "Paris or Rome?")
+        writer.send("Thanks")
+        snapshot = store.export("a")
+        assert snapshot.history == writer.snapshot().history
+        assert snapshot.execution == writer.snapshot().execution
+        assert store.import_(snapshot, "b") == 1
+        with pytest.raises(SessionConflict):
+            store.import_(snapshot, "a")
+        assert sorted(i.session_id for i in store.sessions()) == ["a", "b"]
+        copy = rs.Session.load(backend.open(), "b", emu.client())
+        assert copy.history == writer.history and copy.execution == writer.execution
+        assert wire(copy.next_request("Next")) == wire(writer.next_request("Next"))
+        copy.send("Next")  # the copy goes on under its own id; "a" is untouched
+        assert store.version("b") == 2 and store.version("a") == 5
+        assert store.delete("a") is True
+        with pytest.raises(StoreError, match="no session"):
+            rs.Session.load(backend.open(), "a", emu.client())
+        with pytest.raises(SessionConflict) as info:  # the deleted session's object is refused
+            writer.send("Still there?")
+        assert info.value.found == 0
+        again = rs.Session.load(backend.open(), "b", emu.client())
+        assert users(again) == ["Paris or Rome?", "Thanks", "Next"]
+
+
+def test_an_expired_session_is_gone_and_its_object_conflicts(backend: Backend) -> None:
+    with AnthropicEmulator([anthropic_case.answer(i) for i in range(3)]) as emu:
+        writer = anthropic_session(emu, store=backend.open(ttl=1.0), session_id="t")
+        writer.send("one")
+        assert backend.open().version("t") == 2
+        time.sleep(1.5)
+        with pytest.raises(StoreError, match="no session"):
+            rs.Session.load(backend.open(), "t", emu.client())
+        with pytest.raises(SessionConflict) as info:
+            writer.send("two")
+        assert (info.value.expected, info.value.found) == (2, 0)
+        assert isinstance(info.value.reply, rs.Reply)
+        fresh = anthropic_session(emu, store=backend.open(ttl=1.0), session_id="t")  # the id is free again
+        assert fresh.version == 1
