@@ -117,10 +117,10 @@ class Outputs:
 def test_openai_agents_python_1900_items_written_in_one_millisecond_keep_their_order(
     backend: Backend,
 ) -> None:
-    """openai/openai-agents-python#1900: the SQLAlchemy session ordered items by their creation time;
-    items written in the same millisecond read back shuffled, a reasoning item separated from the message
-    that must follow it, and the next request was refused (``Item 'rs_…' of type 'reasoning' was provided
-    without its required following item``).
+    """openai/openai-agents-python#1900: ``SQLAlchemySession.get_items`` read items back inconsistently when
+    two were logged in the same millisecond: a reasoning item and the message after it came back in either
+    order, and the Responses API refused the next request (``Item 'msg_…' of type 'message' was provided
+    without its required 'reasoning' item``).
 
     Here four OpenAI Responses sessions (reasoning items, parallel function calls, encrypted content)
     commit bursts of steps concurrently into one store, many entries per millisecond. Each one loaded
@@ -181,8 +181,9 @@ def test_openai_agents_python_1900_items_written_in_one_millisecond_keep_their_o
 def test_openai_agents_python_4205_4988_concurrent_workers_never_take_one_version_twice(
     backend: Backend, workers: str
 ) -> None:
-    """openai/openai-agents-python#4205 and #4988: ``pop_item`` read the newest item and deleted it in two
-    steps, so concurrent workers popped (and answered) the same item, and items appeared twice.
+    """openai/openai-agents-python#4205 (``SQLAlchemySession``) and #4988 (``OpenAIConversationsSession``):
+    ``pop_item`` picked the newest item, read it and deleted it in separate steps, so concurrent callers
+    were handed the same item while the items no caller claimed stayed behind.
 
     Here four workers (threads, or processes each opening its own store) load one session at the same
     version and then send their messages as fast as they can, reloading after every conflict. Exactly one
@@ -239,9 +240,9 @@ def test_openai_agents_python_4205_4988_concurrent_workers_never_take_one_versio
 
 # -- langchain-ai/langgraph#8796 -----------------------------------------------------------------------------
 def test_langgraph_8796_two_workers_on_one_version_do_not_fork_the_history(backend: Backend) -> None:
-    """langchain-ai/langgraph#8796: two workers resumed one thread from the same checkpoint and both wrote
-    their next checkpoint with that one as parent: the checkpoint chain forked, and which branch a later
-    load followed depended on timestamps.
+    """langchain-ai/langgraph#8796: a checkpointer passing the conformance suite still accepted two
+    concurrent writers on one thread: both wrote from the same checkpoint and both succeeded, the
+    checkpoint chain forked, and one committed checkpoint became unreachable from the final tip.
 
     Here two workers load the same version and both send; the first append wins, the second writes
     nothing (:class:`SessionConflict` with its reply), and its stale object sends nothing more. The
@@ -280,9 +281,9 @@ def test_langgraph_8796_two_workers_on_one_version_do_not_fork_the_history(backe
 
 # -- google/adk-python#4751 ----------------------------------------------------------------------------------
 def test_adk_python_4751_a_stale_session_object_cannot_continue(backend: Backend) -> None:
-    """google/adk-python#4751: a runner kept a session object loaded earlier and appended to it after
-    another worker had advanced the stored session ("reload and continue" with stale state): the events
-    of the other worker were overwritten or interleaved, and the history was corrupted.
+    """google/adk-python#4751: ``DatabaseSessionService.append_event`` stopped refusing a stale session and
+    instead reloaded its state and went on writing; two ``run_async`` calls on one session then
+    interleaved their events, and the corrupted history was fed to the model on every later turn.
 
     Here a worker holds a loaded session while another worker goes on for a tool chain and an answer.
     The stale object's next call is refused at its append (:class:`SessionConflict`, the reply on it);
@@ -320,8 +321,9 @@ def test_adk_python_4751_a_stale_session_object_cannot_continue(backend: Backend
 
 # -- google/adk-python#3272 and #3681 ------------------------------------------------------------------------
 def test_adk_python_3272_3681_migrations_keep_stored_sessions(backend: Backend) -> None:
-    """google/adk-python#3272 and #3681: a new release changed the session tables' schema and existing
-    databases broke (a missing column, then pickled event data no longer readable), losing sessions.
+    """google/adk-python#3272 and #3681: schema upgrades broke existing tables; after an upgrade (1.17 to
+    1.19 in #3681) opening a session failed with ``column events.input_transcription does not exist``
+    and no session could be created.
 
     Here a store is created and holds a session mid-conversation; ``migrate()`` runs again on the same
     handle, on a new handle and in a new process: every stored byte is unchanged and the session loads
@@ -375,8 +377,8 @@ def test_adk_python_3272_3681_migrations_keep_stored_sessions(backend: Backend) 
 
 # -- langchain-ai/langgraphjs#1138 ---------------------------------------------------------------------------
 def test_langgraphjs_1138_a_long_session_grows_by_its_turns_not_by_its_length(backend: Backend) -> None:
-    """langchain-ai/langgraphjs#1138: every checkpoint held the whole state again, so a long thread's
-    checkpoints grew with its length and the table reached hundreds of MB.
+    """langchain-ai/langgraphjs#1138: checkpoints grew to hundreds of MB: what a long thread stored grew
+    with its length, not with what each step added.
 
     Here a 300-turn session (thinking, signatures) is persisted: after its first checkpoint every commit is
     one delta whose size does not grow with the turn number (the last 50 turns' deltas are the size of
@@ -408,9 +410,9 @@ def test_langgraphjs_1138_a_long_session_grows_by_its_turns_not_by_its_length(ba
 
 # -- mastra-ai/mastra#23433 ----------------------------------------------------------------------------------
 def test_mastra_23433_gemini_thought_signatures_stored_in_postgres_are_replayed(backend: Backend) -> None:
-    """mastra-ai/mastra#23433: Gemini thought signatures of a function-call chain were not kept by the
-    PostgreSQL memory store, so a conversation loaded from it was sent without them and Gemini 3 refused
-    it (``Function call is missing a thought_signature``).
+    """mastra-ai/mastra#23433: a Gemini 3 agent with PostgreSQL-backed memory stored the signed reasoning
+    of a tool-calling turn but did not send it back on the next request, which Gemini refused
+    (``Corrupted thought signature.``); the thread could not continue.
 
     Here a Gemini 3 session (real google-genai client) runs a signed function-call chain persisted in the
     store (PostgreSQL among the backends), and a fresh session loaded from it on a fresh client continues:
@@ -447,8 +449,9 @@ def test_mastra_23433_gemini_thought_signatures_stored_in_postgres_are_replayed(
 
 # -- openai/openai-agents-python#5005 ------------------------------------------------------------------------
 def test_openai_agents_python_5005_a_wrong_key_deletes_nothing(backend: Backend) -> None:
-    """openai/openai-agents-python#5005: an encrypted session opened with the wrong key could not decrypt
-    its items, treated them as expired or corrupt, and deleted them: the conversation was gone.
+    """openai/openai-agents-python#5005: an ``EncryptedSession`` configured with the wrong key showed an
+    empty history, and one ``pop_item()`` then deleted every ciphertext item: restoring the right key
+    could not bring the conversation back.
 
     Here a session persisted with ``encryption_key=K1`` is loaded through ``Session.load`` with ``K2``
     (and with no key): a typed :class:`StoreError` naming the key; creating a session on the same id with
