@@ -267,16 +267,7 @@ class _Core(Switching):
             if session_id is not None:
                 raise InvalidOption("session_id= names a session in a store: pass store= too")
             return
-        if not callable(getattr(store, "append", None)) or not callable(getattr(store, "read", None)):
-            raise InvalidOption(
-                f"store= must be a reasonstate.store store (SQLiteStore, PostgresStore, RedisStore), "
-                f"got {store!r:.80}"
-            )
-        if inspect.iscoroutinefunction(store.append) != self._async:
-            kind = (
-                "an async store (AsyncSQLiteStore, ...)" if self._async else "a sync store (SQLiteStore, ...)"
-            )
-            raise InvalidOption(f"{type(self).__name__} needs {kind}, got {type(store).__name__}")
+        self._check_store(store)
         if session_id is None:
             session_id = uuid.uuid4().hex
         if not isinstance(session_id, str) or not session_id or len(session_id) > 256 or "\0" in session_id:
@@ -284,6 +275,21 @@ class _Core(Switching):
                 f"session_id= is a non-empty string of at most 256 characters, got {session_id!r:.80}"
             )
         self._store, self._session_id = store, session_id
+
+    @classmethod
+    def _check_store(cls, store: Any) -> None:
+        """:class:`InvalidOption` unless ``store`` is a store of this class's kind (sync for
+        :class:`Session`, asyncio for :class:`AsyncSession`): checked before it is used at all."""
+        if not callable(getattr(store, "append", None)) or not callable(getattr(store, "read", None)):
+            raise InvalidOption(
+                f"store= must be a reasonstate.store store (SQLiteStore, PostgresStore, RedisStore), "
+                f"got {store!r:.80}"
+            )
+        if inspect.iscoroutinefunction(store.append) != cls._async:
+            kind = (
+                "an async store (AsyncSQLiteStore, ...)" if cls._async else "a sync store (SQLiteStore, ...)"
+            )
+            raise InvalidOption(f"{cls.__name__} needs {kind}, got {type(store).__name__}")
 
     @property
     def session_id(self) -> str | None:
@@ -948,7 +954,9 @@ class Session(_Core):
         log, the next request byte-identical to the one the writer would have sent; later commits are
         appended to the same log. The options are :meth:`restore`'s. No such session:
         :class:`~reasonstate.errors.StoreError`; an edited row: :class:`~reasonstate.errors.SnapshotError`
-        or :class:`~reasonstate.errors.ContinuationMismatch` (nothing is loaded)."""
+        or :class:`~reasonstate.errors.ContinuationMismatch` (nothing is loaded); an asyncio store:
+        :class:`~reasonstate.errors.InvalidOption` (use :meth:`AsyncSession.load`)."""
+        cls._check_store(store)
         entries = store.read(session_id)
         if not entries:
             raise StoreError(f"no session {session_id!r} in {store!r}")
@@ -1078,7 +1086,9 @@ class AsyncSession(_Core):
         adapter: Adapter | None = None,
         exporters: Sequence[Exporter] = (),
     ) -> AsyncSession:
-        """:meth:`Session.load` from an asyncio store."""
+        """:meth:`Session.load` from an asyncio store (a sync store:
+        :class:`~reasonstate.errors.InvalidOption`)."""
+        cls._check_store(store)
         entries = await store.read(session_id)
         if not entries:
             raise StoreError(f"no session {session_id!r} in {store!r}")
