@@ -368,3 +368,57 @@ def test_an_edited_row_is_refused_by_inspect(tmp_path: Path) -> None:
     db.close()
     out = run_cli("inspect", f"{url}#conv")
     assert out.returncode == 1 and "edited" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_store_newer_than_this_reasonstate_is_refused_by_migrate_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "newer.db"
+    url = f"sqlite:///{path}"
+    assert run_cli("store", "migrate", url).returncode == 0
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE reasonstate_schema SET version = 99")
+    db.close()
+    for args in (("store", "migrate", url), ("store", "list", url)):
+        out = run_cli(*args)
+        assert out.returncode == 1 and "schema version 99" in out.stderr and "Traceback" not in out.stderr
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT version FROM reasonstate_schema").fetchall() == [(99,)]
+    db.close()
+
+
+def test_open_store_gives_the_url_options_to_the_server_backends() -> None:
+    from reasonstate.store import AsyncRedisStore, PostgresStore, RedisStore
+
+    pg = services.postgres_url()
+    schema = f"rs_open_{secrets.token_hex(6)}"
+    try:
+        with open_store(f"{pg}?schema={schema}", migrate=True, pool_size=2) as store:
+            assert isinstance(store, PostgresStore) and store.schema == schema and store.pool_size == 2
+            assert store.migrate() == 1
+    finally:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(pg, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    url = services.redis_url()
+    prefix = f"rs-open-{secrets.token_hex(6)}:"
+    try:
+        with open_store(f"{url}?prefix={prefix}") as store:
+            assert isinstance(store, RedisStore) and store.prefix == prefix and store.migrate() == 1
+
+        async def main() -> str:
+            astore = open_async_store(f"{url}?prefix={prefix}", ttl=60)
+            assert isinstance(astore, AsyncRedisStore) and astore.ttl == 60
+            async with astore:
+                return astore.prefix
+
+        assert asyncio.run(main()) == prefix
+    finally:
+        import redis
+
+        r = redis.Redis.from_url(url)
+        keys = list(r.scan_iter(match=prefix + "*"))
+        if keys:
+            r.delete(*keys)
+        r.close()
