@@ -73,6 +73,8 @@ class CallResult:
 
     response: Any
     request_body: bytes | None = None
+    #: trace events the call adds to its commit (a stream's ``stream.trailing_data`` warning)
+    events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 def call(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) -> CallResult:
@@ -251,6 +253,15 @@ class _Reading:
             return exc
         return None
 
+    def _kept(self) -> bool:
+        """After a failure reading the body: True (the stream ends, the answer kept, the failure counted
+        as trailing data) when the answer was already whole; False: the failure stands."""
+        if not self._assembler.complete():
+            return False
+        self._assembler.cut_after_complete()
+        self._ended = True
+        return True
+
     def _shown(self, failed: ReasonStateError | None) -> Iterator[StreamEvent]:
         yield from self._assembler.events()
         if failed is not None:
@@ -260,7 +271,7 @@ class _Reading:
         if not self._ended:
             raise ProtocolViolation("the stream was not read to its end")
         with self._translated():
-            return CallResult(self._assembler.finish(), self._request_body())
+            return CallResult(self._assembler.finish(), self._request_body(), self._assembler.warnings())
 
     def _closing(self) -> bool:
         """True the first time only (closing is idempotent)."""
@@ -281,9 +292,14 @@ class Streaming(_Reading):
 
     def __iter__(self) -> Iterator[StreamEvent]:
         while not self._ended:
-            with self._translated():
-                failed = self._fed(self._pull() if self._pending is None else self._first())
-            yield from self._shown(failed)
+            try:
+                with self._translated():
+                    chunk = self._pull() if self._pending is None else self._first()
+            except ReasonStateError:
+                if not self._kept():
+                    raise
+                break
+            yield from self._shown(self._fed(chunk))
 
     def result(self) -> CallResult:
         """The assembled answer (the body must have been read to its end: iterate first)."""
@@ -318,9 +334,14 @@ class AsyncStreaming(_Reading):
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         while not self._ended:
-            with self._translated():
-                failed = self._fed(await self._pull() if self._pending is None else self._first())
-            for event in self._shown(failed):
+            try:
+                with self._translated():
+                    chunk = await self._pull() if self._pending is None else self._first()
+            except ReasonStateError:
+                if not self._kept():
+                    raise
+                break
+            for event in self._shown(self._fed(chunk)):
                 yield event
 
     async def result(self) -> CallResult:
@@ -402,7 +423,9 @@ class _Transport(Protocol):
         with."""
         ...
 
-    def failure(self, adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool) -> Exception:
+    def failure(
+        self, adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool, sent: bool = False
+    ) -> Exception:
         """The SDK's failure ``exc`` as the reasonstate error to raise from it (``exc`` when it passes)."""
         ...
 
@@ -412,10 +435,12 @@ class _Translated:
     the SDK's exception kept as ``__cause__``; reasonstate's own errors pass through. A plain class rather
     than a generator context manager: it wraps every request."""
 
-    __slots__ = ("_adapter", "_request", "_stream")
+    __slots__ = ("_adapter", "_request", "_sent", "_stream")
 
-    def __init__(self, adapter: Adapter, request: VendorRequest, stream: bool) -> None:
-        self._adapter, self._request, self._stream = adapter, request, stream
+    def __init__(
+        self, adapter: Adapter, request: VendorRequest, stream: bool, sent: Callable[[], bool] | None = None
+    ) -> None:
+        self._adapter, self._request, self._stream, self._sent = adapter, request, stream, sent
 
     def __enter__(self) -> None:
         return None
@@ -424,7 +449,10 @@ class _Translated:
         if not isinstance(exc, Exception):
             return  # no exception, or a BaseException (KeyboardInterrupt, ...): it propagates as it is
         adapter = self._adapter
-        failure = _TRANSPORTS[adapter.endpoint.sdk].failure(adapter, self._request, exc, stream=self._stream)
+        sent = self._sent is not None and self._sent()
+        failure = _TRANSPORTS[adapter.endpoint.sdk].failure(
+            adapter, self._request, exc, stream=self._stream, sent=sent
+        )
         if failure is not exc:
             raise failure from exc
 
@@ -460,7 +488,9 @@ class _RawResponse:
         pull = functools.partial(flavor.step, getattr(http, flavor.chunks)(), None)
         return pull, getattr(http, flavor.close), lambda: sent, translated, None
 
-    def failure(self, adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool) -> Exception:
+    def failure(
+        self, adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool, sent: bool = False
+    ) -> Exception:
         """A status error → :class:`VendorError` (or the codec's more specific one), another SDK error →
         :class:`VendorError` (:class:`StreamInterrupted` while streaming), any other error while streaming →
         :class:`StreamInterrupted`; reasonstate's own errors pass through."""
@@ -633,13 +663,17 @@ class _GenAI:
         models, api_client = _genai_target(client, is_async=flavor.is_async)
         _install_hooks(api_client, is_async=flavor.is_async)
         stream = _GenAIStream(models, sdk_kwargs(request.kwargs), flavor)
-        translated = functools.partial(_Translated, adapter, request, True)
+        translated = functools.partial(
+            _Translated, adapter, request, True, lambda: stream.exchange.response is not None
+        )
         with translated():
             first = yield from stream.pulling()
         return stream.pull, stream.close, stream.request_body, translated, first
 
-    def failure(self, adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool) -> Exception:
-        return _genai_failure(adapter, request, exc, stream=stream)
+    def failure(
+        self, adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool, sent: bool = False
+    ) -> Exception:
+        return _genai_failure(adapter, request, exc, stream=stream, sent=sent)
 
 
 class _GenAIStream:
@@ -798,7 +832,9 @@ def _genai_result(adapter: Adapter, exchange: _Exchange) -> CallResult:
     return CallResult(_json(body, adapter), exchange.request_body)
 
 
-def _genai_failure(adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool) -> Exception:
+def _genai_failure(
+    adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool, sent: bool = False
+) -> Exception:
     """google-genai's failure ``exc`` as the reasonstate error to raise from it (``exc`` itself when it
     passes through): ``errors.APIError`` (``ClientError`` 4xx, ``ServerError`` 5xx) → :class:`VendorError`
     with the status and the error envelope; httpx2/httpx transport errors → :class:`VendorError`
@@ -819,6 +855,12 @@ def _genai_failure(adapter: Adapter, request: VendorRequest, exc: Exception, *, 
         if specific is not None:
             return specific
         return VendorError(message, status=status, body=exc.details)
+    if stream and sent and isinstance(exc, (*_UNREADABLE, errors.UnknownApiResponseError)):
+        # the request went out and a streamed chunk is what the SDK cannot read: the answer is malformed,
+        # as the same body unstreamed would be (issue 23 item 5), not a request refused before sending
+        return MalformedResponse(
+            f"{label} streamed a chunk google-genai cannot read: {type(exc).__name__}: {exc}"
+        )
     if isinstance(exc, pydantic.ValidationError):
         return ProtocolViolation(f"google-genai refused the request before sending it: {exc}")
     if isinstance(exc, errors.UnknownApiResponseError):
@@ -828,6 +870,11 @@ def _genai_failure(adapter: Adapter, request: VendorRequest, exc: Exception, *, 
     if _is_transport_error(exc):
         return VendorError(f"{label} call failed: {type(exc).__name__}: {exc}")
     return exc
+
+
+#: what google-genai raises reading a streamed chunk it cannot parse (pydantic's errors are ValueErrors; a
+#: number where it expects an enum name is an AttributeError inside the SDK)
+_UNREADABLE: tuple[type[Exception], ...] = (ValueError, TypeError, KeyError, AttributeError)
 
 
 def _is_transport_error(exc: BaseException) -> bool:
