@@ -6,9 +6,16 @@
     reasonstate demo [DEMO OPTIONS]           # the scripted agent job (its own --help)
     reasonstate prr --template NAME|FILE [--tokenizer NAME] [--json]
     reasonstate emulate VENDOR [--port N] [--host H] [--script FILE] [--dialect D] [--tokenizer NAME]
-    reasonstate inspect FILE [--events N]    # the four layers of a snapshot, or a JSONL trace
-    reasonstate report FILE [--prices FILE] [--model NAME]   # cost and cache per turn
+    reasonstate inspect FILE|URL#SESSION_ID [--events N]    # the four layers of a snapshot, or a JSONL trace
+    reasonstate report FILE|URL#SESSION_ID [--prices FILE] [--model NAME]   # cost and cache per turn
     reasonstate diff A.json B.json [--api API]   # where and why request body B stops extending A
+    reasonstate store migrate URL            # create or upgrade a session store's schema; print its version
+    reasonstate store list URL [--json]      # the stored sessions: id, version, last activity, expiry
+
+``URL`` is a session store's (:func:`reasonstate.store.open_store`: ``sqlite:///sessions.db``,
+``sqlite:////abs/path.db``, ``postgresql://...[?schema=S]``, ``redis://...[?prefix=P]``); ``inspect`` and
+``report`` read the session after the first ``#`` as its snapshot (``store.export``). Only ``store
+migrate`` writes to a store: the other commands never create a file, a table or a key.
 
 Exit status: what the subcommand returns; 2 for a usage error (unknown command or flag), 0 for ``--help``
 and ``--version``. Subcommands import their modules only when run, so ``--help`` is fast and needs no
@@ -18,10 +25,22 @@ optional dependency.
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
 
 from reasonstate.adapters import APIS
+
+if TYPE_CHECKING:
+    from reasonstate.recordings import Recording
+    from reasonstate.store import SessionInfo, Store
 
 __all__ = ["build_parser", "main", "version"]
 
@@ -42,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     which parse their own flags."""
     parser = argparse.ArgumentParser(
         prog="reasonstate",
-        description="Reasoning-state continuity for multi-turn agents: demo, PRR drift matrix, emulators.",
+        description="Reasoning-state continuity for multi-turn agents: demo, PRR drift matrix, emulators, "
+        "recordings and session stores.",
     )
     parser.add_argument("--version", action="version", version=f"reasonstate {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -84,22 +104,51 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         help="print the four layers of a session snapshot (or what a JSONL trace holds)",
         description="Print the trace, history, continuation and execution layers of FILE: a snapshot "
-        "(session.snapshot().model_dump_json()) or a JSONL trace (JSONLExporter). Opaque payloads are shown "
-        "as kind, size and digest only.",
+        "(session.snapshot().model_dump_json()), a JSONL trace (JSONLExporter) or a session in a store, "
+        "URL#SESSION_ID (sqlite:///sessions.db#conv-42, postgresql://...#ID, redis://...#ID). Opaque "
+        "payloads are shown as kind, size and digest only.",
     )
-    inspect.add_argument("file", help="a snapshot JSON file or a JSONL trace")
+    inspect.add_argument(
+        "file", help="a snapshot JSON file, a JSONL trace, or a stored session URL#SESSION_ID"
+    )
     inspect.add_argument("--events", type=int, default=12, help="how many of the newest events to show")
     report = commands.add_parser(
         "report",
         help="print cost and cache per turn of a session snapshot or JSONL trace",
-        description="Tokens, cache reads and writes, and USD per turn of FILE, at the packaged price table "
-        "or --prices FILE (the same JSON shape: reasonstate/cache/pricing.json).",
+        description="Tokens, cache reads and writes, and USD per turn of FILE (a snapshot, a JSONL trace or "
+        "a stored session URL#SESSION_ID), at the packaged price table or --prices FILE (the same JSON "
+        "shape: reasonstate/cache/pricing.json).",
     )
-    report.add_argument("file", help="a snapshot JSON file or a JSONL trace")
+    report.add_argument(
+        "file", help="a snapshot JSON file, a JSONL trace, or a stored session URL#SESSION_ID"
+    )
     report.add_argument("--prices", default=None, metavar="FILE", help="a price table JSON file")
     report.add_argument(
         "--model", default=None, help="trace only: the model of requests that do not name one"
     )
+    store = commands.add_parser(
+        "store",
+        help="a session store: create or upgrade its schema, list its sessions",
+        description="Work on a session store named by URL: sqlite:///relative.db, sqlite:////abs/path.db, "
+        "postgresql://user@host:5432/db[?schema=NAME], redis://host:6379/0[?prefix=P] (rediss:// for TLS).",
+    )
+    store_commands = store.add_subparsers(dest="store_command", metavar="STORE_COMMAND", required=True)
+    migrate = store_commands.add_parser(
+        "migrate",
+        help="create the store's schema or bring it to this reasonstate's version; print the version",
+        description="Create the tables (or keys) of a session store, or upgrade an older schema in place, "
+        "and print the schema version. Safe to run again, and from several processes at once.",
+    )
+    migrate.add_argument("url", help="the store's URL")
+    listing = store_commands.add_parser(
+        "list",
+        help="list the stored sessions with their version and last activity",
+        description="The stored sessions, most recently active first: id, version (entries written), last "
+        "activity and expiry (UTC). Expired sessions are not shown.",
+    )
+    listing.add_argument("url", help="the store's URL")
+    listing.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+
     diff = commands.add_parser(
         "diff",
         help="explain where and why one recorded request body stops extending another",
@@ -130,19 +179,108 @@ def _diff(args: argparse.Namespace) -> int:
     return 0
 
 
+#: a store URL's scheme, as ``inspect`` and ``report`` tell a URL from a file name
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _shown(url: str) -> str:
+    """``url`` without its password, for what the command prints."""
+    parts = urlsplit(url)
+    try:
+        password = parts.password
+    except ValueError:
+        return url
+    if password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def _open(url: str, command: str) -> Store:
+    """The store at ``url`` (``store migrate`` only: created or upgraded; otherwise opened as it is, and a
+    SQLite file that does not exist is an error rather than a new empty file)."""
+    from reasonstate.errors import StoreError
+    from reasonstate.store import open_store, parse_store_url
+
+    parsed = parse_store_url(url)
+    if command == "migrate":
+        return open_store(url)
+    if parsed.scheme == "sqlite" and not parsed.memory and not Path(parsed.target).is_file():
+        raise StoreError(
+            f"no SQLite store at {parsed.target!r} (`reasonstate store migrate {url}` creates one)"
+        )
+    return open_store(url, migrate=False)
+
+
+def _store(args: argparse.Namespace) -> int:
+    from reasonstate.errors import ReasonStateError
+
+    command = args.store_command
+    try:
+        with _open(args.url, command) as store:
+            if command == "migrate":
+                print(f"{_shown(args.url)}: schema version {store.migrate()}")
+                return 0
+            sessions = store.sessions()
+    except ReasonStateError as exc:
+        print(f"reasonstate store {command}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([attrs.asdict(s) for s in sessions], indent=2))
+        return 0
+    print(_sessions_table(_shown(args.url), sessions))
+    return 0
+
+
+def _utc(at: float | None) -> str:
+    if at is None:
+        return "never"
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _sessions_table(where: str, sessions: Sequence[SessionInfo]) -> str:
+    if not sessions:
+        return f"{where}: no sessions"
+    rows = [("SESSION", "VERSION", "LAST ACTIVITY (UTC)", "CREATED (UTC)", "EXPIRES (UTC)")]
+    rows += [
+        (s.session_id, str(s.version), _utc(s.updated), _utc(s.created), _utc(s.expires)) for s in sessions
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [f"{where}: {len(sessions)} session{'s' if len(sessions) != 1 else ''}"]
+    for r in rows:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def _recording(target: str) -> Recording:
+    """The recording ``inspect`` / ``report`` read: a file, or ``URL#SESSION_ID``'s exported snapshot."""
+    from reasonstate.recordings import RecordingError, load, of_snapshot
+
+    if not _URL.match(target):
+        return load(target)
+    url, _, session_id = target.partition("#")
+    if not session_id:
+        raise RecordingError(
+            f"name the session: {_shown(url)}#SESSION_ID (`reasonstate store list {_shown(url)}` lists them)"
+        )
+    with _open(url, "read") as store:
+        snapshot = store.export(session_id)
+    return of_snapshot(snapshot, f"{_shown(url)}#{session_id}")
+
+
 def _view(args: argparse.Namespace) -> int:
     from reasonstate.cache.pricing import Pricing
-    from reasonstate.errors import InvalidOption
-    from reasonstate.recordings import RecordingError, inspect_text, load, report_text
+    from reasonstate.errors import ReasonStateError
+    from reasonstate.recordings import inspect_text, report_text
 
     try:
-        recording = load(args.file)
+        recording = _recording(args.file)
         if args.command == "inspect":
             print(inspect_text(recording, events=max(0, args.events)))
         else:
             pricing = Pricing.load(args.prices) if args.prices else None
             print(report_text(recording, pricing, model=args.model))
-    except (RecordingError, InvalidOption) as exc:
+    except ReasonStateError as exc:  # RecordingError, InvalidOption, and a store's StoreError, SnapshotError
         print(f"reasonstate {args.command}: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -203,6 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _view(args)
     if args.command == "diff":
         return _diff(args)
+    if args.command == "store":
+        return _store(args)
     try:
         return _emulate(args, parser)
     except SystemExit as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -22,7 +22,10 @@ from reasonstate.cache.pricing import total as total_cost
 from reasonstate.errors import ReasonStateError
 from reasonstate.state import EventKind, ExecutionRecord, History, Trace, Usage
 
-__all__ = ["Recording", "RecordingError", "inspect_text", "load", "report_text"]
+if TYPE_CHECKING:
+    from reasonstate.snapshot import SessionSnapshot
+
+__all__ = ["Recording", "RecordingError", "inspect_text", "load", "of_snapshot", "report_text"]
 
 
 class RecordingError(ReasonStateError, ValueError):
@@ -47,7 +50,7 @@ def load(path: str | Path) -> Recording:
     """The recording in ``path`` (snapshot JSON or JSONL trace), verified; :class:`RecordingError` else."""
     from reasonstate.errors import SnapshotError
     from reasonstate.export.jsonl import TraceFileError, read_trace
-    from reasonstate.snapshot import SessionSnapshot, restored_layers
+    from reasonstate.snapshot import SessionSnapshot
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -62,11 +65,7 @@ def load(path: str | Path) -> Recording:
             snap = SessionSnapshot.load(text)
         except (SnapshotError, ReasonStateError) as exc:
             raise RecordingError(f"{path}: {exc}") from exc
-        layers = restored_layers(snap)
-        trace = Trace(layers.trace.events[:-1])  # without the session.restored event restoring added
-        return Recording(
-            str(path), "snapshot", trace, layers.history, layers.records, snap.vendor, snap.api, snap.model
-        )
+        return of_snapshot(snap, str(path))
     try:
         trace = read_trace(path)
     except TraceFileError as exc:
@@ -74,6 +73,18 @@ def load(path: str | Path) -> Recording:
     if not len(trace):
         raise RecordingError(f"{path} is neither a session snapshot nor a JSONL trace: no events")
     return Recording(str(path), "trace", trace)
+
+
+def of_snapshot(snap: SessionSnapshot, where: str) -> Recording:
+    """The recording of a verified snapshot (a file's, or a stored session's: ``store.export(id)``);
+    ``where`` names it in what is printed."""
+    from reasonstate.snapshot import restored_layers
+
+    layers = restored_layers(snap)
+    trace = Trace(layers.trace.events[:-1])  # without the session.restored event restoring added
+    return Recording(
+        where, "snapshot", trace, layers.history, layers.records, snap.vendor, snap.api, snap.model
+    )
 
 
 # -- inspect -------------------------------------------------------------------------------------------------

@@ -294,6 +294,37 @@ def test_snapshots_how_to(monkeypatch: pytest.MonkeyPatch, out: Callable[[], lis
     assert out() == ["TurnState.AWAITING_TOOL_RESULTS", "Rome is warmer.", "refused: SnapshotError"]
 
 
+@runs("howto/persist.md")
+def test_persist_how_to(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, out: Callable[[], list[str]]
+) -> None:
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    monkeypatch.chdir(tmp_path)  # the page's SQLite files go here
+    answers = ["Day 1: the Forum.", "Add Ostia Antica.", "A pasta class.", "Wednesday.", "Noted."]
+    with AnthropicEmulator([ModelAction.answer(a, reasoning="Plan it.") for a in answers]) as emulator:
+        anthropic_env(monkeypatch, emulator.base_url)
+        namespace = run_page("howto/persist.md")
+        assert len(emulator.requests) == 5  # the conflicting call was answered (and paid for)
+    assert out() == [
+        "Day 1: the Forum.",
+        "2",
+        "Add Ostia Antica.",
+        "3",
+        "conflict: built on version 2, the store holds 3",
+        "['Plan three days in Rome.', 'Add a day trip.']",
+        "Wednesday.",
+        "refused: StoreError",
+        "1",
+        "[('conv-42', 1)]",
+    ]
+    assert namespace["paid"].text == "A pasta class."
+    assert (tmp_path / "sessions.db").is_file() and (tmp_path / "private.db").is_file()
+    files = [f.read_bytes() for f in tmp_path.glob("private.db*")]  # the database and its WAL
+    assert files and not any(b"passport" in f for f in files)  # sealed at rest
+    assert {s.session_id: s.version for s in namespace["store"].sessions()} == {"conv-42": 4}
+
+
 @runs("concepts/switching.md")
 def test_switching_concept(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
     from reasonstate.testing.anthropic import AnthropicEmulator

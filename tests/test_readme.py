@@ -82,3 +82,25 @@ def test_the_readme_agent_runtime_example_runs_against_the_emulator(
     assert capsys.readouterr().out.splitlines() == ["LIMIT is 10; raise it when asked."]
     # both handlers ran; their results went back in the model's declared order
     assert [r["content"] for r in results] == ["Raise LIMIT when asked.\n", "LIMIT = 10\n"]
+
+
+def test_the_readme_persist_example_runs_against_the_emulator(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import reasonstate as rs
+
+    code = re.search(r"## Persist sessions\n.*?```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    monkeypatch.chdir(tmp_path)  # sessions.db goes here
+    answers = ["Day 1: the Forum.", "Add Ostia Antica.", "A pasta class."]
+    with AnthropicEmulator([ModelAction(reasoning="Plan.", text=a) for a in answers]) as emulator:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        namespace: dict[str, object] = {}
+        exec(compile(code.group(1), str(README), "exec"), namespace)
+        assert len(emulator.requests) == 3  # the stale call was answered, and its append refused
+    assert capsys.readouterr().out.splitlines() == ["Add Ostia Antica."]
+    session = namespace["session"]
+    assert isinstance(session, rs.Session) and session.version == 3
+    assert [t.user for t in session.history.turns] == ["Plan three days in Rome.", "Add a day trip."]
+    assert (tmp_path / "sessions.db").is_file()

@@ -7,9 +7,13 @@ history (:class:`~reasonstate.errors.SessionConflict`); a failing store is a
 :class:`~reasonstate.errors.StoreError` that keeps the reply paid for. The contract is in
 :mod:`reasonstate.store._base`; docs/howto/persist.md shows it at work.
 
+``open_store(url)`` opens any of them from a URL (``sqlite:///sessions.db``, ``postgresql://...?schema=``,
+``redis://...?prefix=``; :func:`open_async_store` the asyncio twins), as ``reasonstate store migrate|list
+URL`` and ``reasonstate inspect|report URL#SESSION_ID`` do.
+
 ``SQLiteStore`` is stdlib only. ``PostgresStore`` needs ``reasonstate[postgres]`` (psycopg 3) and
-``RedisStore`` ``reasonstate[redis]`` (redis-py): they are imported when first named, so ``import
-reasonstate.store`` needs neither.
+``RedisStore`` ``reasonstate[redis]`` (redis-py): they are imported when first named (or when
+:func:`open_store` is given their URL), so ``import reasonstate.store`` needs neither.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from reasonstate.store._base import SCHEMA_VERSION, AsyncStore, Entry, Lease, SessionInfo, Store
+from reasonstate.store._open import StoreURL, open_async_store, open_store, parse_store_url
 from reasonstate.store.sqlite import AsyncSQLiteStore, SQLiteStore
 
 if TYPE_CHECKING:
@@ -36,6 +41,10 @@ __all__ = [
     "SQLiteStore",
     "SessionInfo",
     "Store",
+    "StoreURL",
+    "open_async_store",
+    "open_store",
+    "parse_store_url",
 ]
 
 _LAZY = {
