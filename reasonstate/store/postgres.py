@@ -17,19 +17,19 @@ transaction: the store stays at its last complete append. Migrations run under a
 advisory lock (``pg_advisory_xact_lock``), so several processes may open a fresh database at once.
 
 Every psycopg error, pool time-out and connection failure is a :class:`~reasonstate.errors.StoreError`
-(its transaction rolled back: nothing written). psycopg is imported by this module only, so ``import
-reasonstate.store`` does not need it.
+(its transaction rolled back: nothing written); only a pooled connection the server had ended is
+replaced and the call run again. psycopg is imported by this module only, so ``import reasonstate.store``
+does not need it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import math
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -43,6 +43,8 @@ from reasonstate.errors import InvalidOption, SessionConflict, StoreError
 from reasonstate.store._base import CHECKPOINT, SCHEMA_VERSION, AsyncStore, Entry, SessionInfo, Store
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
+
+_T = TypeVar("_T")
 
 #: the server's clock in Unix seconds, fixed for one statement (so ``created`` = ``updated`` exactly)
 _NOW = "extract(epoch FROM statement_timestamp())::float8"
@@ -187,6 +189,11 @@ class _Queries:
         )
         self.clear_entries = q("DELETE FROM {entries} WHERE session_id = %s")
         self.insert_entry = q("INSERT INTO {entries} (session_id, seq, kind, body) VALUES (%s, %s, %s, %s)")
+        # after a retry: are the entries at these seqs the very ones this append sent?
+        self.written = q(
+            """SELECT session_id, seq, kind, body FROM {entries}
+            WHERE session_id = %s AND seq > %s AND seq <= %s ORDER BY seq"""
+        )
         # one statement, so one snapshot: never part of an append
         self.read = q(
             """SELECT e.seq, e.kind, e.body FROM {sessions} s
@@ -251,6 +258,10 @@ def _conflict(session_id: str, expected: int, found: int) -> SessionConflict:
         expected=expected,
         found=found,
     )
+
+
+def _rows(session_id: str, entries: Sequence[Entry]) -> list[tuple[str, int, str, bytes]]:
+    return [(session_id, e.seq, e.kind, e.body) for e in entries]
 
 
 def _infos(rows: list[TupleRow]) -> list[SessionInfo]:
@@ -361,18 +372,28 @@ class PostgresStore(_Postgres, Store):
     def _configure(self, conn: psycopg.Connection[TupleRow]) -> None:
         conn.execute("SELECT set_config('statement_timeout', %s, false)", [self._statement_timeout()])
 
-    @contextlib.contextmanager
-    def _conn(self, doing: str) -> Iterator[psycopg.Connection[TupleRow]]:
-        """A pooled connection (autocommit: open a transaction for more than one statement); psycopg and
-        pool errors become StoreError, SessionConflict passes through."""
+    def _run(self, doing: str, work: Callable[[psycopg.Connection[TupleRow]], _T]) -> _T:
+        """``work`` on a pooled connection (autocommit: ``work`` opens a transaction for more than one
+        statement). A connection found broken (the server ended it: a restart, a failover, usually while
+        it sat in the pool) is dropped and ``work`` run again on another, at most ``pool_size`` times. That
+        is safe for every primitive: a transaction cut off before its commit wrote nothing, and a re-run
+        append re-checks its version, so it never lands twice (and :meth:`_append` recognises its own rows
+        when the cut came after the commit). Every other psycopg or pool error is a StoreError, rolled
+        back; SessionConflict passes through."""
         pool = self._pool
         if pool is None:
             raise StoreError(f"the PostgreSQL store {self._where()} is closed")
-        try:
-            with pool.connection() as conn:
-                yield conn
-        except psycopg.Error as exc:
-            self._failed(exc, doing)
+        for attempt in range(self.pool_size + 1):
+            conn: psycopg.Connection[TupleRow] | None = None
+            try:
+                with pool.connection() as conn:
+                    return work(conn)
+            except psycopg.OperationalError as exc:
+                if conn is None or not conn.broken or attempt == self.pool_size:
+                    self._failed(exc, doing)
+            except psycopg.Error as exc:
+                self._failed(exc, doing)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the schema ----------------------------------------------------------------------------------------
     def _found_on(self, conn: psycopg.Connection[TupleRow]) -> int:
@@ -389,9 +410,8 @@ class PostgresStore(_Postgres, Store):
             found = self._found_on(conn)
             if found >= SCHEMA_VERSION:  # the usual open: nothing to do, no lock taken (a newer: refused)
                 return found
-            conn.execute(
-                q.lock, [q.lock_key]
-            )  # one migrating process at a time; others wait, then see it done
+            # one migrating process at a time: the others wait here, then find it done
+            conn.execute(q.lock, [q.lock_key])
             found = self._found_on(conn)
             if found >= SCHEMA_VERSION:
                 return found
@@ -408,66 +428,91 @@ class PostgresStore(_Postgres, Store):
             return SCHEMA_VERSION
 
     def _migrate(self) -> int:
-        with self._conn("to migrate") as conn:
-            found = self._migrate_on(conn)
+        found = self._run("to migrate", self._migrate_on)
         self._check_found(found, migrate=True)
         return found
 
     # -- the primitives ------------------------------------------------------------------------------------
+    def _one(self, doing: str, query: sql.Composed, params: Any = None) -> TupleRow | None:
+        """The first row of one statement (None: no row, or a statement that returns none)."""
+
+        def one(conn: psycopg.Connection[TupleRow]) -> TupleRow | None:
+            cur = conn.execute(query, params)
+            return cur.fetchone() if cur.description is not None else None
+
+        return self._run(doing, one)
+
+    def _all(self, doing: str, query: sql.Composed, params: Any = None) -> list[TupleRow]:
+        return self._run(doing, lambda conn: conn.execute(query, params).fetchall())
+
     def _append(self, session_id: str, expected: int, entries: Sequence[Entry], ttl: float | None) -> None:
         q = self._q
         params = _append_params(session_id, expected, entries, ttl)
-        rows = [(session_id, e.seq, e.kind, e.body) for e in entries]
-        written = False
-        with self._conn("to append") as conn:
+        rows = _rows(session_id, entries)
+        attempts = 0
+
+        def append(conn: psycopg.Connection[TupleRow]) -> bool:
+            nonlocal attempts
+            attempts += 1
             try:
                 with conn.transaction():
                     if expected == 0:
-                        won = conn.execute(q.create, params).fetchone() is not None
-                        if won:
-                            conn.execute(q.clear_entries, [session_id])  # an expired session's rows
-                    else:
-                        won = conn.execute(q.advance, params).fetchone() is not None
-                    if won:
-                        with conn.cursor() as cur:
-                            cur.executemany(q.insert_entry, rows)
-                        written = True
+                        if conn.execute(q.create, params).fetchone() is None:
+                            return False
+                        conn.execute(q.clear_entries, [session_id])  # an expired session's rows
+                    elif conn.execute(q.advance, params).fetchone() is None:
+                        return False
+                    with conn.cursor() as cur:
+                        cur.executemany(q.insert_entry, rows)
+                    return True
             except UniqueViolation:  # an entry already at one of these seqs: another writer's
-                written = False
-        if not written:
-            raise _conflict(session_id, expected, self._version(session_id))
+                return False
+
+        if self._run("to append", append):
+            return
+        found = self._version(session_id)
+        # a retry after the first attempt's connection died: when that commit got through, the rows are ours
+        if (
+            attempts > 1
+            and found == rows[-1][1]
+            and self._all("to append", q.written, [session_id, expected, found]) == rows
+        ):
+            return
+        raise _conflict(session_id, expected, found)
 
     def _read(self, session_id: str) -> list[Entry]:
-        with self._conn("to read") as conn, conn.cursor(binary=True) as cur:
-            rows = cur.execute(self._q.read, [session_id]).fetchall()
-        return [Entry(int(seq), str(kind), bytes(body)) for seq, kind, body in rows]
+        def read(conn: psycopg.Connection[TupleRow]) -> list[TupleRow]:
+            with conn.cursor(binary=True) as cur:
+                return cur.execute(self._q.read, [session_id]).fetchall()
+
+        return [Entry(int(seq), str(kind), bytes(body)) for seq, kind, body in self._run("to read", read)]
 
     def _version(self, session_id: str) -> int:
-        with self._conn("to read a version") as conn:
-            row = conn.execute(self._q.version, [session_id]).fetchone()
+        row = self._one("to read a version", self._q.version, [session_id])
         return 0 if row is None else int(row[0])
 
     def _sessions(self) -> list[SessionInfo]:
-        with self._conn("to list the sessions") as conn:
-            return _infos(conn.execute(self._q.sessions).fetchall())
+        return _infos(self._all("to list the sessions", self._q.sessions))
 
     def _delete(self, session_id: str) -> bool:
-        with self._conn("to delete") as conn, conn.transaction():
-            conn.execute(self._q.lock_session, [session_id])
-            return conn.execute(self._q.delete, {"id": session_id}).fetchone() is not None
+        def delete(conn: psycopg.Connection[TupleRow]) -> bool:
+            with conn.transaction():
+                conn.execute(self._q.lock_session, [session_id])
+                return conn.execute(self._q.delete, {"id": session_id}).fetchone() is not None
+
+        return self._run("to delete", delete)
 
     def _try_lease(self, session_id: str, holder: str, ttl: float) -> float | None:
-        with self._conn("to take a lease") as conn:
-            row = conn.execute(self._q.try_lease, {"id": session_id, "holder": holder, "ttl": ttl}).fetchone()
+        row = self._one(
+            "to take a lease", self._q.try_lease, {"id": session_id, "holder": holder, "ttl": ttl}
+        )
         return None if row is None else float(row[0])
 
     def _release(self, session_id: str, holder: str) -> None:
-        with self._conn("to release a lease") as conn:
-            conn.execute(self._q.release, [session_id, holder])
+        self._one("to release a lease", self._q.release, [session_id, holder])
 
     def _sweep(self) -> int:
-        with self._conn("to sweep") as conn:
-            row = conn.execute(self._q.sweep).fetchone()
+        row = self._one("to sweep", self._q.sweep)
         return 0 if row is None else int(row[0])
 
     def close(self) -> None:
@@ -539,14 +584,22 @@ class AsyncPostgresStore(_Postgres, AsyncStore):
             self._pool = pool
             return pool
 
-    @contextlib.asynccontextmanager
-    async def _conn(self, doing: str) -> AsyncIterator[psycopg.AsyncConnection[TupleRow]]:
+    async def _run(
+        self, doing: str, work: Callable[[psycopg.AsyncConnection[TupleRow]], Awaitable[_T]]
+    ) -> _T:
+        """:meth:`PostgresStore._run`, awaited."""
         pool = await self._open()
-        try:
-            async with pool.connection() as conn:
-                yield conn
-        except psycopg.Error as exc:
-            self._failed(exc, doing)
+        for attempt in range(self.pool_size + 1):
+            conn: psycopg.AsyncConnection[TupleRow] | None = None
+            try:
+                async with pool.connection() as conn:
+                    return await work(conn)
+            except psycopg.OperationalError as exc:
+                if conn is None or not conn.broken or attempt == self.pool_size:
+                    self._failed(exc, doing)
+            except psycopg.Error as exc:
+                self._failed(exc, doing)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def __aenter__(self) -> AsyncPostgresStore:
         await self._open()
@@ -584,8 +637,7 @@ class AsyncPostgresStore(_Postgres, AsyncStore):
             return SCHEMA_VERSION
 
     async def _migrate(self) -> int:
-        async with self._conn("to migrate") as conn:
-            found = await self._migrate_on(conn)
+        found = await self._run("to migrate", self._migrate_on)
         self._check_found(found, migrate=True)
         return found
 
@@ -595,59 +647,84 @@ class AsyncPostgresStore(_Postgres, AsyncStore):
     ) -> None:
         q = self._q
         params = _append_params(session_id, expected, entries, ttl)
-        rows = [(session_id, e.seq, e.kind, e.body) for e in entries]
-        written = False
-        async with self._conn("to append") as conn:
+        rows = _rows(session_id, entries)
+        attempts = 0
+
+        async def append(conn: psycopg.AsyncConnection[TupleRow]) -> bool:
+            nonlocal attempts
+            attempts += 1
             try:
                 async with conn.transaction():
                     if expected == 0:
-                        won = await (await conn.execute(q.create, params)).fetchone() is not None
-                        if won:
-                            await conn.execute(q.clear_entries, [session_id])
-                    else:
-                        won = await (await conn.execute(q.advance, params)).fetchone() is not None
-                    if won:
-                        async with conn.cursor() as cur:
-                            await cur.executemany(q.insert_entry, rows)
-                        written = True
+                        if await (await conn.execute(q.create, params)).fetchone() is None:
+                            return False
+                        await conn.execute(q.clear_entries, [session_id])
+                    elif await (await conn.execute(q.advance, params)).fetchone() is None:
+                        return False
+                    async with conn.cursor() as cur:
+                        await cur.executemany(q.insert_entry, rows)
+                    return True
             except UniqueViolation:
-                written = False
-        if not written:
-            raise _conflict(session_id, expected, await self._version(session_id))
+                return False
+
+        if await self._run("to append", append):
+            return
+        found = await self._version(session_id)
+        if (
+            attempts > 1
+            and found == rows[-1][1]
+            and await self._all("to append", q.written, [session_id, expected, found]) == rows
+        ):
+            return
+        raise _conflict(session_id, expected, found)
 
     async def _read(self, session_id: str) -> list[Entry]:
-        async with self._conn("to read") as conn, conn.cursor(binary=True) as cur:
-            await cur.execute(self._q.read, [session_id])
-            rows = await cur.fetchall()
+        async def read(conn: psycopg.AsyncConnection[TupleRow]) -> list[TupleRow]:
+            async with conn.cursor(binary=True) as cur:
+                await cur.execute(self._q.read, [session_id])
+                return await cur.fetchall()
+
+        rows = await self._run("to read", read)
         return [Entry(int(seq), str(kind), bytes(body)) for seq, kind, body in rows]
 
+    async def _one(self, doing: str, query: sql.Composed, params: Any = None) -> TupleRow | None:
+        async def one(conn: psycopg.AsyncConnection[TupleRow]) -> TupleRow | None:
+            cur = await conn.execute(query, params)
+            return await cur.fetchone() if cur.description is not None else None
+
+        return await self._run(doing, one)
+
+    async def _all(self, doing: str, query: sql.Composed, params: Any = None) -> list[TupleRow]:
+        async def all_(conn: psycopg.AsyncConnection[TupleRow]) -> list[TupleRow]:
+            return await (await conn.execute(query, params)).fetchall()
+
+        return await self._run(doing, all_)
+
     async def _version(self, session_id: str) -> int:
-        async with self._conn("to read a version") as conn:
-            row = await (await conn.execute(self._q.version, [session_id])).fetchone()
+        row = await self._one("to read a version", self._q.version, [session_id])
         return 0 if row is None else int(row[0])
 
     async def _sessions(self) -> list[SessionInfo]:
-        async with self._conn("to list the sessions") as conn:
-            return _infos(await (await conn.execute(self._q.sessions)).fetchall())
+        return _infos(await self._all("to list the sessions", self._q.sessions))
 
     async def _delete(self, session_id: str) -> bool:
-        async with self._conn("to delete") as conn, conn.transaction():
-            await conn.execute(self._q.lock_session, [session_id])
-            return await (await conn.execute(self._q.delete, {"id": session_id})).fetchone() is not None
+        async def delete(conn: psycopg.AsyncConnection[TupleRow]) -> bool:
+            async with conn.transaction():
+                await conn.execute(self._q.lock_session, [session_id])
+                return await (await conn.execute(self._q.delete, {"id": session_id})).fetchone() is not None
+
+        return await self._run("to delete", delete)
 
     async def _try_lease(self, session_id: str, holder: str, ttl: float) -> float | None:
-        async with self._conn("to take a lease") as conn:
-            cur = await conn.execute(self._q.try_lease, {"id": session_id, "holder": holder, "ttl": ttl})
-            row = await cur.fetchone()
+        params = {"id": session_id, "holder": holder, "ttl": ttl}
+        row = await self._one("to take a lease", self._q.try_lease, params)
         return None if row is None else float(row[0])
 
     async def _release(self, session_id: str, holder: str) -> None:
-        async with self._conn("to release a lease") as conn:
-            await conn.execute(self._q.release, [session_id, holder])
+        await self._one("to release a lease", self._q.release, [session_id, holder])
 
     async def _sweep(self) -> int:
-        async with self._conn("to sweep") as conn:
-            row = await (await conn.execute(self._q.sweep)).fetchone()
+        row = await self._one("to sweep", self._q.sweep)
         return 0 if row is None else int(row[0])
 
     async def close(self) -> None:

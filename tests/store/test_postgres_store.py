@@ -7,14 +7,17 @@ The server is ``services.postgres_url()`` (``REASONSTATE_TEST_POSTGRES``, defaul
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import secrets
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -251,6 +254,182 @@ def test_a_write_that_times_out_is_a_store_error_and_writes_nothing(url: str, sc
             blocker.rollback()
         assert store.read("held") == [c(1)]
         assert store.append("held", 1, [d(2)]) == 2  # the store is usable after
+    finally:
+        store.close()
+
+
+def _named(url: str, application_name: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
+
+
+def test_connections_the_server_ended_are_replaced_without_an_error(url: str, schema: str) -> None:
+    """The server ends every pooled connection (a restart, a failover, an administrator): the next calls
+    find them dead before anything was written, drop them and run on fresh ones, with no error and no
+    duplicate rows. (An append re-run this way re-checks its version, so it can never land twice.)"""
+    name = f"rs_kill_{secrets.token_hex(4)}"
+    store = PostgresStore(_named(url, name), schema=schema, pool_size=3)
+    try:
+        store.append("k", 0, [c(1)])
+        for round_ in range(3):
+            killed = _query(
+                url,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                name,
+            )
+            assert killed and all(ok for (ok,) in killed)
+            assert store.append("k", 1 + round_, [d(2 + round_)]) == 2 + round_
+        assert store.read("k") == [c(1), d(2), d(3), d(4)]
+    finally:
+        store.close()
+
+    async def via_async() -> None:
+        a = AsyncPostgresStore(_named(url, name), schema=schema, pool_size=3)
+        try:
+            assert await a.version("k") == 4
+            for version in (4, 5):
+                _query(
+                    url,
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                    name,
+                )
+                assert await a.append("k", version, [d(version + 1)]) == version + 1
+        finally:
+            await a.close()
+
+    asyncio.run(via_async())
+    entries = sql.Identifier(schema, "reasonstate_entries")
+    assert _query(url, sql.SQL("SELECT count(*), max(seq) FROM {}").format(entries)) == [(6, 6)]
+
+
+class _Proxy:
+    """A TCP relay to the PostgreSQL server on a port of its own: ``down()`` closes the listener and every
+    relayed connection (the network to the server is gone), ``up()`` listens again on the same port."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._conns: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self._lock = threading.Lock()
+        self.up()
+
+    def up(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen()
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            with self._lock:
+                if self._listener is not listener:  # went down meanwhile
+                    client.close()
+                    server.close()
+                    return
+                self._conns += [client, server]
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def down(self) -> None:
+        with self._lock:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+            for sock in self._conns:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self._conns.clear()
+
+
+def test_the_server_gone_mid_life_is_a_store_error_that_writes_nothing(url: str, schema: str) -> None:
+    """The network to the server goes down under an open store: each call is a StoreError within about
+    ``timeout=`` seconds (never a hang, never a SessionConflict), nothing is written; once the server is
+    back (and the pool has reconnected) the same append goes through."""
+    parts = urlsplit(url)
+    proxy = _Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    relayed = urlunsplit(parts._replace(netloc=f"{parts.username or 'postgres'}@127.0.0.1:{proxy.port}"))
+    store = PostgresStore(relayed, schema=schema, timeout=1.0)
+    direct = PostgresStore(url, schema=schema)
+    try:
+        store.append("n", 0, [c(1)])
+        proxy.down()
+        for call in (lambda: store.append("n", 1, [d(2)]), lambda: store.read("n")):
+            started = time.monotonic()
+            with pytest.raises(StoreError) as info:
+                call()
+            assert not isinstance(info.value, SessionConflict)
+            assert time.monotonic() - started < 4.0
+        assert direct.read("n") == [c(1)]
+        proxy.up()
+        deadline = time.monotonic() + 15  # the pool reconnects with a backoff (1 s, doubling)
+        while True:
+            try:
+                assert store.append("n", 1, [d(2)]) == 2
+                break
+            except StoreError as exc:
+                assert not isinstance(exc, SessionConflict)  # no failed attempt wrote anything
+                assert time.monotonic() < deadline
+        assert direct.read("n") == [c(1), d(2)]
+    finally:
+        proxy.down()
+        store.close()
+        direct.close()
+
+
+def _append_until_killed(url: str, schema: str, started: Any) -> None:
+    """Append big batches to one session for ever (the parent SIGKILLs this process mid-way)."""
+    store = PostgresStore(url, schema=schema)
+    version = store.version("k")
+    body = bytes(range(256)) * 256  # 64 KiB
+    started.set()
+    while True:
+        version = store.append("k", version, [d(version + 1 + i, body) for i in range(40)])
+
+
+def test_a_process_killed_mid_append_leaves_the_last_complete_append(url: str, schema: str) -> None:
+    """SIGKILL a writer while it streams 2.5 MB appends, twice: the store is always at a complete
+    append (its entries exactly 1..version, none beyond), and the next append on that version works."""
+    store = PostgresStore(url, schema=schema)
+    entries = sql.Identifier(schema, "reasonstate_entries")
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        store.append("k", 0, [c(1)])
+        for delay in (0.05, 0.3):
+            started = ctx.Event()
+            proc = ctx.Process(target=_append_until_killed, args=(url, schema, started))
+            proc.start()
+            assert started.wait(timeout=60)
+            time.sleep(delay)
+            proc.kill()
+            proc.join(timeout=30)
+            version = store.version("k")
+            assert (version - 1) % 40 == 0
+            assert _query(url, sql.SQL("SELECT count(*), max(seq) FROM {}").format(entries)) == [
+                (version, version)
+            ]
+            assert len(store.read("k")) == version
+        assert store.append("k", version, [d(version + 1)]) == version + 1
     finally:
         store.close()
 
