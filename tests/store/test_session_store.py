@@ -15,6 +15,7 @@ import pytest
 import reasonstate as rs
 from reasonstate.errors import SessionConflict, SnapshotError, StoreError
 from reasonstate.store import SQLiteStore
+from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from tests.conftest import CLOCK, MODEL, SYSTEM, THINKING, WEATHER, answer, run_chain, three_step_chain
 
@@ -219,3 +220,20 @@ def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
         assert store.read("old")[-1].body.startswith(b"rs-delta/2 ")
         again = rs.Session.load(SQLiteStore(db), "old", emu.client())
         assert again.history == loaded.history
+
+
+def test_deltas_larger_than_the_compression_window_load(db: Path) -> None:
+    """Replies of ~50 KB (a delta and its dictionary beyond DEFLATE's 32 KB window) write and read back."""
+    long = [
+        ModelAction(reasoning=f"Long thought {i}. " * 2500, text=f"Long answer {i}. " * 2500)
+        for i in range(3)
+    ]
+    with AnthropicEmulator(long) as emu:
+        store = SQLiteStore(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="big", **OPTIONS)
+        for i in range(3):
+            session.send(f"turn {i}")
+        assert all(len(e.body) < 40_000 for e in store.read("big")[1:])
+        loaded = rs.Session.load(SQLiteStore(db), "big", emu.client())
+        assert loaded.history == session.history
+        assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
