@@ -32,7 +32,8 @@ turns: the harshest case for the per-turn ratios, since each reply is small):
 4. **bytes stored per turn over payload bytes received**, from measurement 2's stored sessions: the
    entry bodies their timed sends appended (what the store writes per turn; the checkpoint a session
    writes when it is created, before any turn, is printed apart) over the response bodies the emulator
-   sent them, read on the wire by an ``httpx`` response hook. Target <= :data:`BYTES`.
+   sent them, read on the wire by an ``httpx`` response hook. Target <= :data:`BYTES`. Also printed: what
+   the SQLite file grew by over the entry bytes it holds (pages, keys, session rows; not in the target).
 
 PostgreSQL (``REASONSTATE_TEST_POSTGRES``, default ``postgresql://postgres@127.0.0.1:5432/test``) gets a
 fresh schema, dropped after; Redis (``REASONSTATE_TEST_REDIS``, default ``redis://127.0.0.1:6379/0``) a
@@ -53,6 +54,7 @@ import multiprocessing
 import os
 import secrets
 import socket
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -366,6 +368,7 @@ def send_overhead(root: str, directory: str, sends: int) -> dict[str, Any]:
         store.close()
         stored_client.close()
         memory_client.close()
+    file_bytes, body_bytes = sqlite_file_bytes(store.path)
     ratios = [s / m for s, m in zip(times["stored"], times["memory"], strict=True)]
     q = statistics.quantiles(ratios, n=4)
     return {
@@ -380,7 +383,25 @@ def send_overhead(root: str, directory: str, sends: int) -> dict[str, Any]:
         "stored_bytes": written["bytes"],
         "received_bytes": received.bytes,
         "checkpoint": written["checkpoint"],
+        "file_bytes": file_bytes,
+        "body_bytes": body_bytes,
     }
+
+
+def sqlite_file_bytes(path: str) -> tuple[int, int]:
+    """The bytes the SQLite file grew by over an empty store's (its WAL checkpointed into it), and the
+    entry body bytes it holds."""
+    empty = path + ".empty"
+    SQLiteStore(empty).close()
+    sizes = []
+    for name in (path, empty):
+        with contextlib.closing(sqlite3.connect(name)) as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            (body,) = db.execute("SELECT coalesce(sum(length(body)), 0) FROM reasonstate_entries").fetchone()
+        sizes.append(os.path.getsize(name))
+        if name == path:
+            held = int(body)
+    return sizes[0] - sizes[1], held
 
 
 # -- 3. the fleet ------------------------------------------------------------------------------------------
@@ -536,6 +557,11 @@ def main() -> int:
         )
         print(f"{'received B/turn':>15} {'stored B/turn':>14} {'stored/received':>16}")
         print(f"{per_turn_received:>15.0f} {per_turn_stored:>14.0f} {ratio:>16.2f}")
+        print(
+            f"(on disk: the SQLite file grew {r['file_bytes']} bytes over an empty store's for "
+            f"{r['body_bytes']} bytes of entry bodies, {r['file_bytes'] / r['body_bytes']:.2f}x: pages, keys "
+            "and session rows)"
+        )
         if ratio > BYTES:
             misses.append(f"{ratio:.2f}x the payload bytes stored per turn > {BYTES}x")
 
