@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/long_session.py || status=1; \
 	$(BIN)/python benchmarks/rooms.py || status=1; \
 	$(BIN)/python benchmarks/fresh_session.py || status=1; \
+	$(BIN)/python benchmarks/store.py || status=1; \
 	exit $$status
 
 # the documentation site into site/; --strict: a broken link or a missing API reference fails the build

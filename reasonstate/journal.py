@@ -3,7 +3,7 @@
 A **checkpoint** body is a whole :class:`~reasonstate.SessionSnapshot` (its JSON, sealed with its content
 digest). A **delta** body is what the commits since the previous entry changed, in proportion to that:
 
-    rs-delta/1 sha256:<hex of the JSON below>\\n
+    rs-delta/2 sha256:<hex of the JSON below>\\n<the JSON, raw DEFLATE>
     {"state": turn state, "turns": k,
      "history": compact history of the turns from k on,
      "records": [record row, ...], "units": [[shared, [unit, ...]], ...],
@@ -19,6 +19,12 @@ gives each new record's request units as ``(shared, tail)`` against the newest e
 model (replayed through ``Records.appended``, the very call the session makes, so the unit window comes
 back equal); ``trace`` the new events, times kept.
 
+The JSON is compressed (raw DEFLATE) with the session's previous delta JSON as the preset dictionary (none
+after a checkpoint): consecutive deltas repeat their keys, tables and shapes, so what a delta stores is
+mostly what is new in it (a short turn's delta is about half the response bytes it records). A reader
+replays the deltas in order anyway, so it always holds the dictionary; the digest is of the JSON, checked
+after decompressing. ``rs-delta/1`` bodies (the JSON uncompressed, written before) still read.
+
 Invariants: replaying a session's entries gives layers equal to those it wrote from (so the next request's
 bytes are the same); a body edited in the store is refused (:class:`~reasonstate.errors.SnapshotError` for
 a delta's digest or a snapshot's, :class:`~reasonstate.errors.ContinuationMismatch` for a payload); a
@@ -31,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import zlib
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -72,7 +79,11 @@ __all__ = [
 CHECKPOINT = "checkpoint"
 DELTA = "delta"
 _KINDS = (CHECKPOINT, DELTA)
-_DELTA_TAG = b"rs-delta/1 sha256:"
+_DELTA_TAG = b"rs-delta/2 sha256:"
+#: the tag of an uncompressed delta (written before deltas were compressed; still read)
+_PLAIN_TAG = b"rs-delta/1 sha256:"
+#: the DEFLATE level of a delta (6, zlib's default: level 9 finds nothing more in a delta of a few KB)
+_LEVEL = 6
 
 
 @attrs.frozen(slots=True)
@@ -117,7 +128,8 @@ class AsyncLog(Protocol):
 class Mark:
     """How far a session's log goes: its ``version`` and the layers it holds (``history``, the number of
     trace events and of records), plus ``header``: the objects whose change needs a checkpoint (prefix,
-    model, adapter, policy, fold, options, stream...), compared by identity."""
+    model, adapter, policy, fold, options, stream...), compared by identity; ``text``: the JSON of the
+    newest entry when it is a delta (the next delta's preset dictionary), else empty."""
 
     version: int
     history: History
@@ -125,6 +137,7 @@ class Mark:
     records: Records
     header: tuple[Any, ...]
     state: str
+    text: bytes = attrs.field(default=b"", repr=False)
 
 
 # -- writing -----------------------------------------------------------------------------------------------
@@ -134,9 +147,10 @@ def checkpoint_body(snapshot: SessionSnapshot | str | bytes) -> bytes:
     return snap.model_dump_json().encode()
 
 
-def delta_body(mark: Mark, layers: Layers, state: str) -> bytes | None:
-    """The delta from ``mark`` to ``layers`` (None: it cannot be one; write a checkpoint). Work in
-    proportion to what changed, plus C-speed comparisons of the turn tuples."""
+def delta_body(mark: Mark, layers: Layers, state: str) -> tuple[bytes, bytes] | None:
+    """The delta from ``mark`` to ``layers`` as ``(body, its JSON)`` (None: it cannot be one; write a
+    checkpoint). Work in proportion to what changed, plus C-speed comparisons of the turn and record
+    tuples."""
     old, new = mark.history, layers.history
     if old.fold != new.fold or len(new.turns) < len(old.turns):
         return None
@@ -157,16 +171,17 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> bytes | None:
     steps = 0
     if keep < len(old.turns) and added:
         # the turn a commit changed most often: the open one, which gained steps (and maybe its view)
-        was, now = old.turns[keep], added[0]
-        if was.index == now.index and was.user == now.user:
-            steps = common_prefix_len(was.steps, now.steps)
+        was, grown = old.turns[keep], added[0]
+        if was.index == grown.index and was.user == grown.user:
+            steps = common_prefix_len(was.steps, grown.steps)
             if steps:
-                added = (now.with_steps(now.steps[steps:]), *added[1:])
+                added = (grown.with_steps(grown.steps[steps:]), *added[1:])
     changed = History(added)
     rows: list[list[Any]] = []
     units: list[list[Any]] = []
-    newest: dict[str, tuple[str, ...]] = {}
+    newest: dict[str, tuple[int, tuple[str, ...]]] = {}
     previous = records[n_old - 1] if n_old else None
+    offset = records.offset
     for position in range(n_old, n_new):
         record = records[position]
         rows.append(_record_to_row(record, previous))
@@ -177,10 +192,15 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> bytes | None:
         before = newest.get(record.model)
         if before is None:
             chain = mark.records.chain(record.model)
-            before = chain.units if chain is not None else ()
-        shared = common_prefix_len(mine, before)
+            before = (chain.seq, chain.units) if chain is not None else (-1, ())
+        seq = offset + position
+        now = records.chain(record.model)
+        if now is not None and now.seq == seq and now.older and now.older[0][0] == before[0]:
+            shared = now.older[0][1]  # the chain holds it: common_prefix_len(mine, before's units)
+        else:
+            shared = common_prefix_len(mine, before[1])
         units.append([shared, list(mine[shared:])])
-        newest[record.model] = mine
+        newest[record.model] = (seq, mine)
     events = [
         [e.seq, e.kind, e.at, to_jsonable_python(e.data)] for e in trace.events[mark.events : len(trace)]
     ]
@@ -195,27 +215,52 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> bytes | None:
     if steps:
         data["steps"] = steps
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-    return _DELTA_TAG + hashlib.sha256(text).hexdigest().encode() + b"\n" + text
+    head = _DELTA_TAG + hashlib.sha256(text).hexdigest().encode() + b"\n"
+    return head + _deflated(text, mark.text), text
+
+
+def _deflated(text: bytes, previous: bytes) -> bytes:
+    """``text`` as raw DEFLATE with ``previous`` as its preset dictionary, the window no larger than the
+    two need (a smaller window is cheaper to set up; a reader's largest one reads any)."""
+    wbits = -min(15, max(9, (len(text) + len(previous)).bit_length()))
+    if previous:
+        packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, wbits, zdict=previous)
+    else:
+        packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, wbits)
+    return packer.compress(text) + packer.flush()
 
 
 # -- reading -----------------------------------------------------------------------------------------------
 @attrs.frozen(slots=True)
 class Replayed:
     """A log read back: the checkpoint's snapshot (its header fields), the layers after every delta, the
-    turn state, the version."""
+    turn state, the version, and the newest delta's JSON (empty when the newest entry is the checkpoint)."""
 
     snapshot: SessionSnapshot
     layers: Layers
     state: str
     version: int
+    text: bytes = attrs.field(default=b"", repr=False)
 
 
-def _delta(entry: Entry) -> dict[str, Any]:
+def _delta(entry: Entry, previous: bytes) -> tuple[dict[str, Any], bytes]:
+    """A delta's data and JSON; ``previous``: the JSON of the delta before it (empty after a checkpoint)."""
     body = entry.body
     cut = body.find(b"\n")
-    if not body.startswith(_DELTA_TAG) or cut < 0:
+    if cut < 0 or not body.startswith((_DELTA_TAG, _PLAIN_TAG)):
         raise SnapshotError(f"entry {entry.seq} is not a reasonstate delta")
     digest, text = body[len(_DELTA_TAG) : cut], body[cut + 1 :]
+    if body.startswith(_DELTA_TAG):
+        unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
+        try:
+            text = unpacker.decompress(text) + unpacker.flush()
+        except zlib.error:
+            raise SnapshotError(
+                f"entry {entry.seq} was edited after it was written: it does not decompress (refused, "
+                "nothing sent)"
+            ) from None
+        if not unpacker.eof or unpacker.unused_data:
+            raise SnapshotError(f"entry {entry.seq} was edited after it was written: it is cut or extended")
     if hashlib.sha256(text).hexdigest().encode() != digest:
         raise SnapshotError(
             f"entry {entry.seq} was edited after it was written: its digest does not match (refused, "
@@ -224,7 +269,7 @@ def _delta(entry: Entry) -> dict[str, Any]:
     data = json.loads(text)
     if not isinstance(data, dict):
         raise SnapshotError(f"entry {entry.seq} is not a delta object")
-    return data
+    return data, text
 
 
 def replay(entries: Sequence[Entry]) -> Replayed:
@@ -247,11 +292,12 @@ def replay(entries: Sequence[Entry]) -> Replayed:
     events = list(base.trace.events[: len(base.trace) - 1])
     turns = base.history.turns
     fold = base.history.fold
+    text = b""
     try:
         for entry in entries[1:]:
             if entry.kind == CHECKPOINT:
                 raise SnapshotError(f"entry {entry.seq}: a checkpoint after the first entry read")
-            data = _delta(entry)
+            data, text = _delta(entry, text)
             keep = data["turns"]
             if type(keep) is not int or not 0 <= keep <= len(turns):
                 raise SnapshotError(f"entry {entry.seq} keeps {keep!r} turns of {len(turns)}")
@@ -282,7 +328,7 @@ def replay(entries: Sequence[Entry]) -> Replayed:
     history = History(turns, fold)
     check_meaning(history, state, snap.vendor, snap.api)
     layers = Layers.of(history, Trace(events), records)
-    return Replayed(snap, layers, state, entries[-1].seq)
+    return Replayed(snap, layers, state, entries[-1].seq, text)
 
 
 def _layers_of(snap: SessionSnapshot) -> Layers:

@@ -332,13 +332,13 @@ class _Core(Switching):
         ):
             return None
         version = 0 if mark is None else mark.version
-        body = delta_body(mark, layers, state) if same and mark is not None else None
-        entry = (
-            Entry(version + 1, DELTA, body)
-            if body is not None
-            else Entry(version + 1, CHECKPOINT, self._snapshot_now().model_dump_json().encode())
-        )
-        return entry, Mark(entry.seq, layers.history, len(layers.trace), layers.records, header, state)
+        delta = delta_body(mark, layers, state) if same and mark is not None else None
+        if delta is not None:
+            entry, text = Entry(version + 1, DELTA, delta[0]), delta[1]
+        else:
+            entry = Entry(version + 1, CHECKPOINT, self._snapshot_now().model_dump_json().encode())
+            text = b""
+        return entry, Mark(entry.seq, layers.history, len(layers.trace), layers.records, header, state, text)
 
     def _stored(self, reply: Reply | None, exc: BaseException) -> StoreError:
         """The error a failed append raises: a conflict makes this object stale (it sends nothing more);
@@ -778,7 +778,13 @@ class _Core(Switching):
         )
         session._attach(store, session_id)
         session._mark = Mark(
-            replayed.version, held.history, len(held.trace), held.records, session._header(), replayed.state
+            replayed.version,
+            held.history,
+            len(held.trace),
+            held.records,
+            session._header(),
+            replayed.state,
+            replayed.text,
         )
         return session
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import reasonstate as rs
 from reasonstate.errors import SessionConflict, SnapshotError, StoreError
 from reasonstate.store import SQLiteStore
+from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from tests.conftest import CLOCK, MODEL, SYSTEM, THINKING, WEATHER, answer, run_chain, three_step_chain
 
@@ -151,14 +153,20 @@ def test_a_row_edited_in_the_database_is_refused_on_load(db: Path) -> None:
     seq, body = raw.execute(
         "SELECT seq, body FROM reasonstate_entries WHERE session_id='e' AND seq=2"
     ).fetchone()
-    head, text = bytes(body).split(b"\n", 1)
+    head, packed = bytes(body).split(b"\n", 1)
+    text = zlib.decompress(packed, -15)  # the first delta after the checkpoint: no preset dictionary
     edited = text.replace(b'"signature":"', b'"signature":"X', 1)
     assert edited != text
-    raw.execute(
-        "UPDATE reasonstate_entries SET body=? WHERE session_id='e' AND seq=?", (head + b"\n" + edited, seq)
-    )
-    with AnthropicEmulator([]) as emu, pytest.raises(SnapshotError):
-        rs.Session.load(SQLiteStore(db), "e", emu.client())
+    repacker = zlib.compressobj(6, zlib.DEFLATED, -15)
+    repacked = repacker.compress(edited) + repacker.flush()
+    flipped = packed[:20] + bytes([packed[20] ^ 0x40]) + packed[21:]
+    for forged in (repacked, flipped):
+        raw.execute(
+            "UPDATE reasonstate_entries SET body=? WHERE session_id='e' AND seq=?",
+            (head + b"\n" + forged, seq),
+        )
+        with AnthropicEmulator([]) as emu, pytest.raises(SnapshotError):
+            rs.Session.load(SQLiteStore(db), "e", emu.client())
 
 
 def test_load_of_a_missing_session_is_a_store_error(db: Path) -> None:
@@ -237,3 +245,68 @@ def test_an_append_whose_reply_was_lost_is_adopted_not_conflicted(db: Path) -> N
         loaded = rs.Session.load(SQLiteStore(db), "lost", emu.client())
         assert [t.user for t in loaded.history.turns] == ["one", "two", "three"]
         assert loaded.history == session.history
+
+
+def test_each_delta_is_compressed_against_the_one_before(db: Path) -> None:
+    with AnthropicEmulator([answer(i) for i in range(6)]) as emu:
+        store = SQLiteStore(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="z", **OPTIONS)
+        for i in range(6):
+            session.send(f"turn {i}")
+    previous = b""
+    for entry in store.read("z")[1:]:
+        head, packed = entry.body.split(b"\n", 1)
+        assert head.startswith(b"rs-delta/2 sha256:")
+        unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
+        text = unpacker.decompress(packed) + unpacker.flush()
+        assert json.loads(text)["turns"] >= 0
+        if previous:  # what repeats the delta before costs next to nothing
+            assert len(packed) < len(text) / 3
+        previous = text
+
+
+def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
+    """``rs-delta/1`` bodies (the JSON as it is) load; a session continued from them writes ``rs-delta/2``
+    ones."""
+    with AnthropicEmulator([answer(i) for i in range(4)]) as emu:
+        store = SQLiteStore(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="old", **OPTIONS)
+        for i in range(3):
+            session.send(f"turn {i}")
+        raw = sqlite3.connect(db, isolation_level=None)
+        rows = raw.execute(
+            "SELECT seq, body FROM reasonstate_entries WHERE session_id='old' AND kind='delta' ORDER BY seq"
+        ).fetchall()
+        previous = b""
+        for seq, body in rows:
+            head, packed = bytes(body).split(b"\n", 1)
+            unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
+            previous = unpacker.decompress(packed) + unpacker.flush()
+            plain = head.replace(b"rs-delta/2 ", b"rs-delta/1 ") + b"\n" + previous
+            raw.execute(
+                "UPDATE reasonstate_entries SET body=? WHERE session_id='old' AND seq=?", (plain, seq)
+            )
+        loaded = rs.Session.load(SQLiteStore(db), "old", emu.client())
+        assert loaded.history == session.history
+        assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
+        loaded.send("turn 3")
+        assert store.read("old")[-1].body.startswith(b"rs-delta/2 ")
+        again = rs.Session.load(SQLiteStore(db), "old", emu.client())
+        assert again.history == loaded.history
+
+
+def test_deltas_larger_than_the_compression_window_load(db: Path) -> None:
+    """Replies of ~50 KB (a delta and its dictionary beyond DEFLATE's 32 KB window) write and read back."""
+    long = [
+        ModelAction(reasoning=f"Long thought {i}. " * 2500, text=f"Long answer {i}. " * 2500)
+        for i in range(3)
+    ]
+    with AnthropicEmulator(long) as emu:
+        store = SQLiteStore(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="big", **OPTIONS)
+        for i in range(3):
+            session.send(f"turn {i}")
+        assert all(len(e.body) < 40_000 for e in store.read("big")[1:])
+        loaded = rs.Session.load(SQLiteStore(db), "big", emu.client())
+        assert loaded.history == session.history
+        assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
