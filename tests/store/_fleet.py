@@ -432,13 +432,16 @@ class Fleet:
                     if acked[s] < self.turns:
                         ready.append((s, acked[s], None))
                     if since_kill >= self.kill_every and remaining:
-                        busy = [v for v in self._workers if v.tasks]
+                        busy = [v for v in self._workers if v.tasks and not v.killed]
                         if busy:
                             since_kill = 0
                             victim = self.rng.choice(busy)
-                            os.kill(victim.process.pid, signal.SIGKILL)
                             victim.killed = True
-                            self.figures.kills += 1
+                            try:
+                                os.kill(victim.process.pid, signal.SIGKILL)
+                                self.figures.kills += 1
+                            except ProcessLookupError:  # it had just killed itself
+                                pass
         finally:
             self._stop_all()
             self.figures.seconds = time.monotonic() - started

@@ -168,7 +168,7 @@ def test_a_fleet_killed_at_random_loses_duplicates_and_forks_nothing(
         turns=TURNS,
         workers=WORKERS,
         kill_every=KILL_EVERY,
-        seed=sum(map(ord, spec[0])),
+        seed=sum(map(ord, spec[0])) + int(os.environ.get("REASONSTATE_FLEET_SEED", "0")),
         deadline=240.0,
     ).run()
     sent: dict[int, list[bytes]] = {s: [] for s in range(SESSIONS)}
@@ -193,29 +193,32 @@ def test_a_fleet_killed_at_random_loses_duplicates_and_forks_nothing(
             wanted = [_fleet.user_text(s, k) for k in range(TURNS)]
             lost += sum(1 for text in wanted if text not in users)
             duplicated += len(users) - len(set(users))
-            same = (
-                session.history == expected.history
-                and _records(session) == expected.records
-                and session.version == 1 + len(expected.requests)  # one entry per model call, no more
-                and _fleet.distinct(sent[s]) == expected.requests
-                and sent[s][-1] == expected.requests[-1]
-                and _wire(session.next_request(PROBE)) == expected.next_request
-            )
-            if not same and users == wanted:
-                forked += 1
-            if not same:
+            checks = {
+                "history": session.history == expected.history,
+                "records": _records(session) == expected.records,
+                # one entry per model call (a checkpoint first), none more: no write was repeated
+                "version": session.version == 1 + len(expected.requests),
+                # every request sent (retries too) is the control's, in its order
+                "requests": _fleet.distinct(sent[s]) == expected.requests,
+                # the request of the stored final step (a stale racer may send an older one after it)
+                "last request": _fleet.distinct(sent[s])[-1:] == expected.requests[-1:],
+                "next request": _wire(session.next_request(PROBE)) == expected.next_request,
+            }
+            if not all(checks.values()):
+                forked += users == wanted  # the right turns, other contents: a history that forked
                 notes.append(
-                    f"{sid}: turns {users}, version {session.version}, "
-                    f"{len(_fleet.distinct(sent[s]))} distinct requests (control {len(expected.requests)}), "
-                    f"history equal {session.history == expected.history}, "
-                    f"records equal {_records(session) == expected.records}"
+                    f"{sid}: turns {users}, version {session.version}, {len(sent[s])} requests, "
+                    f"{len(_fleet.distinct(sent[s]))} distinct (control {len(expected.requests)}); "
+                    f"differs in {[name for name, ok in checks.items() if not ok]}"
                 )
     finally:
         store.close()
     wall = time.monotonic() - began
     report = (
         f"[{spec[0]}] {figures}; lost {lost}, duplicated {duplicated}, forked {forked}; "
-        f"{len(model.requests) - start} requests sent ({cut} cut short by a kill); wall {wall:.1f}s"
+        f"{len(model.requests) - start} requests sent ({cut} cut short by a kill); wall {wall:.1f}s "
+        f"on {os.cpu_count()} cores at load {os.getloadavg()[0]:.1f}"
+        + "".join(f"\n  {note}" for note in notes)
     )
     print(report)
     assert (lost, duplicated, forked, notes) == (0, 0, 0, []), report
