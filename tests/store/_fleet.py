@@ -260,7 +260,8 @@ def worker(conn: Connection, spec: tuple[str, Mapping[str, Any]], base_url: str)
         except BaseException as exc:  # the supervisor fails the test with it
             conn.send(("error", (s, k), f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
             raise
-        conn.send(("ack", (s, k), attrs.asdict(done)))
+        times = os.times()
+        conn.send(("ack", (s, k), {**attrs.asdict(done), "cpu": times.user + times.system}))
     store.close()
 
 
@@ -285,6 +286,10 @@ class Figures:
     conflicts: int = 0
     started: int = 0
     seconds: float = 0.0
+    #: CPU seconds: of this process (the supervisor and the emulator's threads) during the run, and of
+    #: the workers as they last reported it (a worker's work after its last ack, until it died, is not in it)
+    supervisor_cpu: float = 0.0
+    worker_cpu: dict[int, float] = attrs.field(factory=dict)
 
     def __str__(self) -> str:
         return (
@@ -294,7 +299,9 @@ class Figures:
             f"{self.acks} acks (+{self.duplicate_acks} duplicate), served {dict(self.served)}, "
             f"{self.model_calls} model calls, {self.conflicts} conflicts; {self.kills} SIGKILLs by the "
             f"supervisor + {sum(self.self_kills.values())} workers told to SIGKILL themselves "
-            f"{dict(self.self_kills)}: {self.deaths} workers died, {self.started} processes started"
+            f"{dict(self.self_kills)}: {self.deaths} workers died, {self.started} processes started; CPU "
+            f"{self.supervisor_cpu:.1f}s supervisor and emulator, "
+            f"{sum(self.worker_cpu.values()):.1f}s+ workers"
         )
 
 
@@ -366,7 +373,7 @@ class Fleet:
         self._start()
 
     def run(self) -> Figures:
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         order = list(range(self.sessions))
         self.rng.shuffle(order)
         ready: collections.deque[tuple[int, int, str | None]] = collections.deque((s, 0, None) for s in order)
@@ -420,6 +427,7 @@ class Fleet:
                     self.figures.served[done["how"]] += 1
                     self.figures.model_calls += done["calls"]
                     self.figures.conflicts += done["conflicts"]
+                    self.figures.worker_cpu[w.process.pid] = done["cpu"]
                     if k < acked[s]:
                         self.figures.duplicate_acks += 1
                         continue
@@ -445,6 +453,7 @@ class Fleet:
         finally:
             self._stop_all()
             self.figures.seconds = time.monotonic() - started
+            self.figures.supervisor_cpu = time.process_time() - cpu
         return self.figures
 
     def _stop_all(self) -> None:
