@@ -386,6 +386,7 @@ class Fleet:
                 self._start()
             while remaining:
                 if time.monotonic() - started > self.deadline:
+                    self.figures.seconds = time.monotonic() - started
                     raise FleetFailure(
                         f"the fleet ran out of its {self.deadline:.0f}s deadline: {self.figures}"
                     )

@@ -15,10 +15,12 @@ How it is bounded and deterministic (the machinery is in tests/store/_fleet.py):
   race on one turn and one of them gets ``SessionConflict``;
 - every wait has a time-out and the run has a deadline; every worker is killed and reaped on the way out.
 
-Workers start from a ``forkserver`` that imported ``anthropic`` and ``reasonstate`` once (a spawned worker
-pays seconds of CPU for the ``anthropic`` import alone, and this test starts a new one after every kill);
-each is still a fresh process with its own store connection and nothing of this process (its emulator
-thread, its connections). ``REASONSTATE_FLEET_START=spawn`` runs it with spawned workers.
+Workers start from a ``forkserver`` that imported ``anthropic`` and ``reasonstate`` once: a spawned worker
+pays about 4 s of CPU for the ``anthropic`` import alone, and this test starts a new one after every kill
+(about 30 per store; with ``REASONSTATE_FLEET_START=spawn``, on a 2-core machine at load 16, SQLite got
+through 87 of the 120 turns in the 240 s deadline, its workers having used 50 s of CPU). A forked worker
+is still a fresh process with its own store connection and nothing of this process (its emulator thread,
+its connections).
 ``REASONSTATE_FLEET_SESSIONS`` / ``_TURNS`` change the size (default 40 x 3).
 """
 
