@@ -353,6 +353,8 @@ class Engine:
         """Decode the answer and commit every layer at once; any failure is :meth:`_fail`."""
         try:
             decoded = self._adapter.decode(result.response, call.request)
+            if result.events:
+                decoded = attrs.evolve(decoded, events=(*decoded.events, *result.events))
             layers, step = commit(
                 self._layers,
                 call.attempt.history,

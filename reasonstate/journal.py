@@ -10,6 +10,8 @@ digest). A **delta** body is what the commits since the previous entry changed, 
      "trace": [[seq, kind, at, data], ...]}
 
 ``turns``: the previous history's first ``k`` turns are kept as they were, the rest replaced by the delta's
+(``"steps": m``, when present: the delta's first turn keeps turn ``k``'s first ``m`` steps and holds only
+the steps after them, so a long tool chain writes each step once)
 (an open turn gains steps, a closed one its view; a fold or any change before ``k`` is a checkpoint
 instead); ``history`` is :func:`~reasonstate.snapshot.history_to_snapshot`'s form of those turns, with
 its own payload digest; ``records`` are the new execution records in the snapshot's row form; ``units``
@@ -42,6 +44,7 @@ from reasonstate.snapshot import (
     _record_from_row,
     _record_to_row,
     _records_to,
+    check_meaning,
     history_from_snapshot,
     history_to_snapshot,
     restored_layers,
@@ -143,14 +146,23 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> bytes | None:
         n_new < n_old
         or records.offset != mark.records.offset
         or n_new - n_old >= 64
-        or tuple.__ne__(records[:n_old], tuple(mark.records))
+        or (n_old and records[n_old - 1] is not mark.records[n_old - 1])  # records only ever append
     ):
         return None
     trace = layers.trace
     if len(trace) < mark.events:
         return None
     keep = common_prefix_len(old.turns, new.turns)
-    changed = History(new.turns[keep:])
+    added = new.turns[keep:]
+    steps = 0
+    if keep < len(old.turns) and added:
+        # the turn a commit changed most often: the open one, which gained steps (and maybe its view)
+        was, now = old.turns[keep], added[0]
+        if was.index == now.index and was.user == now.user:
+            steps = common_prefix_len(was.steps, now.steps)
+            if steps:
+                added = (now.with_steps(now.steps[steps:]), *added[1:])
+    changed = History(added)
     rows: list[list[Any]] = []
     units: list[list[Any]] = []
     newest: dict[str, tuple[str, ...]] = {}
@@ -172,7 +184,7 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> bytes | None:
     events = [
         [e.seq, e.kind, e.at, to_jsonable_python(e.data)] for e in trace.events[mark.events : len(trace)]
     ]
-    data = {
+    data: dict[str, Any] = {
         "state": state,
         "turns": keep,
         "history": history_to_snapshot(changed),
@@ -180,6 +192,8 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> bytes | None:
         "units": units,
         "trace": events,
     }
+    if steps:
+        data["steps"] = steps
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     return _DELTA_TAG + hashlib.sha256(text).hexdigest().encode() + b"\n" + text
 
@@ -242,6 +256,12 @@ def replay(entries: Sequence[Entry]) -> Replayed:
             if type(keep) is not int or not 0 <= keep <= len(turns):
                 raise SnapshotError(f"entry {entry.seq} keeps {keep!r} turns of {len(turns)}")
             added = history_from_snapshot(data["history"]).turns
+            steps = data.get("steps", 0)
+            if steps:
+                was = turns[keep] if keep < len(turns) else None
+                if was is None or not added or type(steps) is not int or not 0 < steps <= len(was.steps):
+                    raise SnapshotError(f"entry {entry.seq} extends a turn that is not there")
+                added = (added[0].with_steps((*was.steps[:steps], *added[0].steps)), *added[1:])
             turns = (*turns[:keep], *added)
             for row, (shared, tail) in zip(data["records"], data["units"], strict=True):
                 record = _record_from_row(len(records), row, records[-1] if records else None)
@@ -259,10 +279,9 @@ def replay(entries: Sequence[Entry]) -> Replayed:
         raise
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise SnapshotError(f"a stored delta is not valid: {type(exc).__name__}: {exc}") from exc
-    for i, t in enumerate(turns):
-        if t.index != i:
-            raise SnapshotError(f"the stored turns are out of order at {i}")
-    layers = Layers.of(History(turns, fold), Trace(events), records)
+    history = History(turns, fold)
+    check_meaning(history, state, snap.vendor, snap.api)
+    layers = Layers.of(history, Trace(events), records)
     return Replayed(snap, layers, state, entries[-1].seq)
 
 

@@ -18,7 +18,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import attrs
 
@@ -244,6 +244,9 @@ class _Core(Switching):
     _mark: Mark | None = None
     #: set when another writer appended first: this object is stale and sends nothing more
     _conflict: SessionConflict | None = None
+    #: the entry of an append that failed with a StoreError, and the mark after it: a store that timed out
+    #: may have written it all the same (the reply was lost), which the next write checks
+    _doubt: tuple[Entry, Mark] | None = None
 
     def _attach(self, store: Any, session_id: Any) -> None:
         if store is None:
@@ -341,6 +344,16 @@ class _Core(Switching):
             "store with the next append (or flush())",
             reply=reply,
         )
+
+    def _landed(self, stored: Sequence[Entry]) -> None:
+        """After a StoreError: when the store holds the very entry that failed (its reply was lost, the
+        write went through), adopt it, so the next append builds on it instead of conflicting with it."""
+        doubt, self._doubt = self._doubt, None
+        if doubt is None:
+            return
+        entry, mark = doubt
+        if any(e.seq == entry.seq and e.kind == entry.kind and e.body == entry.body for e in stored):
+            self._mark = mark
 
     def _check_fresh(self) -> None:
         """:class:`SessionConflict` when another writer went first: nothing is sent from a stale object."""
@@ -868,16 +881,22 @@ class Session(_Core):
         return reply
 
     def _write(self, reply: Reply | None) -> None:
-        unwritten = self._unwritten()
-        if unwritten is None:
-            return
-        entry, mark = unwritten
-        assert self._session_id is not None
+        store, session_id = cast(Log, self._store), self._session_id
+        assert store is not None and session_id is not None
         try:
-            self._store.append(self._session_id, entry.seq - 1, [entry])  # type: ignore[union-attr]
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
+            if self._doubt is not None and store.version(session_id) >= self._doubt[0].seq:
+                self._landed(store.read(session_id))
+            unwritten = self._unwritten()
+            if unwritten is None:
+                return
+            entry, mark = unwritten
+            try:
+                store.append(session_id, entry.seq - 1, [entry])
+            except StoreError as exc:
+                if not isinstance(exc, SessionConflict):
+                    self._doubt = unwritten
                 raise
+        except Exception as exc:
             raise self._stored(reply, exc) from exc
         self._mark = mark
 
@@ -998,16 +1017,22 @@ class AsyncSession(_Core):
         return reply
 
     async def _write(self, reply: Reply | None) -> None:
-        unwritten = self._unwritten()
-        if unwritten is None:
-            return
-        entry, mark = unwritten
-        assert self._session_id is not None
+        store, session_id = cast(AsyncLog, self._store), self._session_id
+        assert store is not None and session_id is not None
         try:
-            await self._store.append(self._session_id, entry.seq - 1, [entry])  # type: ignore[union-attr,misc]
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
+            if self._doubt is not None and await store.version(session_id) >= self._doubt[0].seq:
+                self._landed(await store.read(session_id))
+            unwritten = self._unwritten()
+            if unwritten is None:
+                return
+            entry, mark = unwritten
+            try:
+                await store.append(session_id, entry.seq - 1, [entry])
+            except StoreError as exc:
+                if not isinstance(exc, SessionConflict):
+                    self._doubt = unwritten
                 raise
+        except Exception as exc:
             raise self._stored(reply, exc) from exc
         self._mark = mark
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SessionSnapshot",
+    "check_meaning",
     "history_from_snapshot",
     "history_to_snapshot",
     "restore_args",
@@ -78,11 +79,13 @@ class SessionSnapshot(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    version: int = SNAPSHOT_VERSION
-    vendor: str
-    api: str
-    model: str
-    state: str
+    version: pydantic.StrictInt = SNAPSHOT_VERSION
+    vendor: pydantic.StrictStr
+    api: pydantic.StrictStr
+    model: pydantic.StrictStr
+    #: the turn state (``TurnState`` value) the session was in: one that agrees with the history
+    #: (:func:`check_meaning`)
+    state: pydantic.StrictStr
     system: str
     tools: list[dict[str, Any]]
     few_shots: list[list[str]]
@@ -90,7 +93,7 @@ class SessionSnapshot(pydantic.BaseModel):
     #: ``Fold.spec()`` when the session folds (its ``summarize`` is code: pass ``fold=`` to restore); absent
     #: from the JSON (and from the digest) when it does not, so older snapshots still read
     fold: dict[str, Any] | None = None
-    stream: bool = False
+    stream: pydantic.StrictBool = False
     foreign_reasoning: str = "drop"
     on_rejected_continuation: str = "raise"
     options: dict[str, Any]
@@ -126,7 +129,7 @@ class SessionSnapshot(pydantic.BaseModel):
             )
         # the specific check first: an edited payload or token id is a ContinuationMismatch
         try:
-            history_from_snapshot(self.history)
+            history = history_from_snapshot(self.history)
             _records_from(self.execution, self.units)
         except ReasonStateError:
             raise
@@ -136,6 +139,7 @@ class SessionSnapshot(pydantic.BaseModel):
             raise SnapshotError(
                 "the snapshot was edited after it was taken: its content digest does not match"
             )
+        check_meaning(history, self.state, self.vendor, self.api)
         return self
 
     @classmethod
@@ -421,6 +425,49 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
     return History(turns, fold)
 
 
+#: the turn states a snapshot may hold: never mid-call (a snapshot is refused while a call is in flight)
+_SNAPSHOT_STATES = ("idle", "awaiting_tool_results", "closed")
+#: the APIs whose requests the vendor refuses when two tool calls share an id (docs/protocols.md)
+_UNIQUE_CALL_IDS = frozenset({("anthropic", "messages"), ("openai", "responses")})
+
+
+def check_meaning(history: History, state: str, vendor: str, api: str) -> None:
+    """:class:`~reasonstate.errors.SnapshotError` naming the field unless the history and the turn state
+    make sense together, so that no restored session can be wedged or send what no session would: turns in
+    order (``turns[i].index == i``), only the last one open, the state one a snapshot holds and agreeing
+    with the history (``awaiting_tool_results`` exactly when the open turn's last step made tool calls,
+    ``idle`` with no open turn), and tool-call ids unique where the vendor requires it. A sealed snapshot
+    edited with ``sealed()`` is checked by meaning here, not only by its digest."""
+    if state not in _SNAPSHOT_STATES:
+        raise SnapshotError(f"state: {state!r} is not a turn state a snapshot holds {_SNAPSHOT_STATES}")
+    turns = history.turns
+    last = len(turns) - 1
+    for i, t in enumerate(turns):
+        if t.index != i:
+            raise SnapshotError(f"history.turns[{i}]: its index is {t.index}; turns must be in order")
+        if i < last and t.view is None:
+            raise SnapshotError(f"history.turns[{i}] is open, but only the last turn may be")
+    open_turn = history.open_turn
+    pending = open_turn is not None and bool(open_turn.steps) and bool(open_turn.steps[-1].tool_calls)
+    if state == "awaiting_tool_results" and not pending:
+        raise SnapshotError("state: 'awaiting_tool_results', but the history has no pending tool calls")
+    if state == "idle" and open_turn is not None:
+        raise SnapshotError("state: 'idle', but the last turn of the history is open")
+    if open_turn is not None and state != "closed" and not pending:
+        raise SnapshotError("history: the last turn is open but waits for nothing (no tool calls)")
+    if (vendor, api) in _UNIQUE_CALL_IDS:
+        seen: set[str] = set()
+        for t in turns:
+            for step in t.steps:
+                for call in step.tool_calls:
+                    if call.id in seen:
+                        raise SnapshotError(
+                            f"history.turns[{t.index}]: tool call id {call.id!r} appears twice; "
+                            f"{vendor} refuses a request that repeats one"
+                        )
+                    seen.add(call.id)
+
+
 def _shared(name: str) -> str:
     """One object for equal short names (vendor, api, model, kind): restored histories share them."""
     return sys.intern(name) if type(name) is str else name
@@ -499,6 +546,10 @@ def restore_args(
     """The ``Session`` constructor arguments of a snapshot; ``tools`` re-attach handlers by name. A
     snapshot of a folding session needs ``fold`` (its ``summarize`` is code): :class:`InvalidOption`
     without it."""
+    if tools is not None and (
+        isinstance(tools, (str, bytes)) or not all(isinstance(t, Tool) for t in _iterable(tools, "tools"))
+    ):
+        raise InvalidOption(f"tools= is a list of rs.Tool (handlers re-attached by name), got {tools!r:.80}")
     if snap.fold is not None and fold is None:
         raise InvalidOption(
             f"the snapshot's session folds its history ({snap.fold}); pass fold=Fold(...) to restore(): "
@@ -529,6 +580,13 @@ def restore_args(
         "on_rejected_continuation": snap.on_rejected_continuation,
         **snap.options,
     }
+
+
+def _iterable(value: Any, name: str) -> Sequence[Any]:
+    try:
+        return list(value)
+    except TypeError:
+        raise InvalidOption(f"{name}= is a list, got {value!r:.80}") from None
 
 
 #: an execution record in the snapshot: a list of its fields in this order (``index`` is its position,

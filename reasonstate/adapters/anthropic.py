@@ -233,6 +233,9 @@ class AnthropicAssembler(StreamAssembler):
         self._stopped = False
         self._calls = 0
 
+    def _complete(self) -> bool:
+        return self._stopped
+
     def _event(self, event: SSEEvent) -> None:
         if self._stopped:
             return

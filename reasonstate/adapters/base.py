@@ -271,6 +271,8 @@ class StreamAssembler:
     def __init__(self) -> None:
         self._parser = SSEParser()
         self._out: list[StreamEvent] = []
+        #: (events, bytes) of what came after the answer was complete and was no JSON object: ignored
+        self._trailing = (0, 0)
 
     def events(self) -> list[StreamEvent]:
         """The :class:`StreamEvent` values recorded since the last call, in order (and forgets them)."""
@@ -300,12 +302,51 @@ class StreamAssembler:
     def feed(self, line: str) -> None:
         """One SSE line (without its terminator)."""
         for event in self._parser.feed(line):
-            self._event(event)
+            self._dispatch(event)
 
     def feed_bytes(self, chunk: bytes) -> None:
         """One raw chunk of the response body (split at CR/LF only: safe for any payload)."""
         for event in self._parser.feed_bytes(chunk):
-            self._event(event)
+            self._dispatch(event)
+
+    def _dispatch(self, event: SSEEvent) -> None:
+        """``_event``, except for garbage after a complete answer (issue 23 item 4): once the vendor's final
+        event arrived (:meth:`_complete`), an event that is no JSON object is counted and skipped, so the
+        answer that was paid for is committed, with a ``stream.trailing_data`` warning in the trace. Only a
+        stream that breaks before its answer is complete loses it."""
+        if self._complete():
+            data = event.data.strip()
+            if data and data != "[DONE]":
+                try:
+                    whole = isinstance(json.loads(data), dict)
+                except ValueError:
+                    whole = False
+                if not whole:
+                    n, size = self._trailing
+                    self._trailing = (n + 1, size + len(data))
+                    return
+        self._event(event)
+
+    def _complete(self) -> bool:
+        """The vendor's final event arrived: the answer is whole (each room says which event that is)."""
+        return False
+
+    def complete(self) -> bool:
+        """True once the answer is whole: what the body may still hold is not part of it."""
+        return self._complete()
+
+    def cut_after_complete(self) -> None:
+        """The rest of the body could not be read (the SDK refused it, the connection dropped) after the
+        answer was whole: counted as trailing data, the answer kept."""
+        n, size = self._trailing
+        self._trailing = (n + 1, size)
+
+    def warnings(self) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+        """The trace events the stream adds to the answer's commit (garbage after the final event)."""
+        n, size = self._trailing
+        if not n:
+            return ()
+        return (("stream.trailing_data", {"events": n, "bytes": size}),)
 
     def finish(self) -> dict[str, Any]:
         """The body ended: the final response, or the error the stream amounts to."""
@@ -961,6 +1002,12 @@ class Assembler(Protocol):
     def finish(self) -> dict[str, Any]: ...
 
     def events(self) -> list[StreamEvent]: ...
+
+    def warnings(self) -> tuple[tuple[str, Mapping[str, Any]], ...]: ...
+
+    def complete(self) -> bool: ...
+
+    def cut_after_complete(self) -> None: ...
 
 
 @attrs.frozen(slots=True)

@@ -121,6 +121,10 @@ VENDOR = "google"
 API = "generate_content"
 #: continuation kinds: a thought part, a text part, a function call, else the Part's data field name
 THOUGHT, TEXT, FUNCTION_CALL = "thought", "text", "functionCall"
+#: the parts that are visible history any model may read when unsigned (text, a function call); a thought,
+#: a signed part and a part of a kind this adapter does not know are bound to the model that produced them
+#: and never sent to another (issue 23 item 7; docs/protocols.md)
+_UNBOUND_KINDS = frozenset({TEXT, FUNCTION_CALL})
 #: Part fields that describe the data field next to them rather than being one (types.Part, §5.1)
 _PART_METADATA = frozenset(
     {"thought", "thoughtSignature", "partMetadata", "videoMetadata", "mediaResolution"}
@@ -227,6 +231,10 @@ class GeminiAssembler(StreamAssembler):
         self._contents: dict[int, dict[str, Any]] = {}  # index -> content fields other than parts
         self._parts: dict[int, list[dict[str, Any]]] = {}
         self._shown_calls = 0
+
+    def _complete(self) -> bool:
+        first = self._candidates.get(min(self._candidates)) if self._candidates else None
+        return first is not None and isinstance(first.get("finishReason"), str)
 
     def _event(self, event: SSEEvent) -> None:
         chunk = json_object(event, "stream chunk")
@@ -476,7 +484,7 @@ class GeminiAdapter:
                     model=request.model,
                     kind=kind,
                     value=raw,
-                    model_bound=signed or kind == THOUGHT,
+                    model_bound=signed or kind not in _UNBOUND_KINDS,
                 )
             )
         stop = candidate.get("finishReason")

@@ -217,6 +217,9 @@ class ChatAssembler(StreamAssembler):
         self._calls: dict[int, dict[str, Any]] = {}
         self._reasoning_key: str | None = None  # the first reasoning field seen: the one shown as it comes
 
+    def _complete(self) -> bool:
+        return self._done
+
     def _event(self, event: SSEEvent) -> None:
         if self._done:
             return

@@ -120,6 +120,11 @@ __all__ = [
 OPENAI_RESPONSES = CacheRules(scheme="items", source="docs/protocols.md §1.5", min_tokens=1024, step=128)
 
 VENDOR = "openai"
+#: the output items that are visible history any model may read (the canonical parts say all they hold);
+#: every other item, a ``reasoning`` or one of a type this adapter does not know (a ``compaction`` item with
+#: its ``encrypted_content``), is bound to the model that produced it and never sent to another (issue 23
+#: item 7; docs/protocols.md)
+_UNBOUND_KINDS = frozenset({"message", "function_call"})
 API = "responses"
 ENCRYPTED_CONTENT = "reasoning.encrypted_content"
 #: trace event kinds this adapter adds
@@ -258,6 +263,9 @@ class ResponsesAssembler(StreamAssembler):
         self._terminal: dict[str, Any] | None = None
         self._calls: dict[int, tuple[str | None, str | None, int]] = {}  # output index -> id, name, position
         self._reasoning_at: tuple[Any, Any] | None = None  # (output index, content index) of raw reasoning
+
+    def _complete(self) -> bool:
+        return self._terminal is not None
 
     def _event(self, event: SSEEvent) -> None:
         data = json_object(event, "stream event")
@@ -477,7 +485,7 @@ class OpenAIResponsesAdapter:
                     model=request.model,
                     kind=kind,
                     value=item,
-                    model_bound=kind == "reasoning",
+                    model_bound=kind not in _UNBOUND_KINDS,
                 )
             )
         rid = response.get("id")

@@ -73,6 +73,8 @@ class CallResult:
 
     response: Any
     request_body: bytes | None = None
+    #: trace events the call adds to its commit (a stream's ``stream.trailing_data`` warning)
+    events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 def call(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) -> CallResult:
@@ -251,6 +253,15 @@ class _Reading:
             return exc
         return None
 
+    def _kept(self) -> bool:
+        """After a failure reading the body: True (the stream ends, the answer kept, the failure counted
+        as trailing data) when the answer was already whole; False: the failure stands."""
+        if not self._assembler.complete():
+            return False
+        self._assembler.cut_after_complete()
+        self._ended = True
+        return True
+
     def _shown(self, failed: ReasonStateError | None) -> Iterator[StreamEvent]:
         yield from self._assembler.events()
         if failed is not None:
@@ -260,7 +271,7 @@ class _Reading:
         if not self._ended:
             raise ProtocolViolation("the stream was not read to its end")
         with self._translated():
-            return CallResult(self._assembler.finish(), self._request_body())
+            return CallResult(self._assembler.finish(), self._request_body(), self._assembler.warnings())
 
     def _closing(self) -> bool:
         """True the first time only (closing is idempotent)."""
@@ -281,9 +292,14 @@ class Streaming(_Reading):
 
     def __iter__(self) -> Iterator[StreamEvent]:
         while not self._ended:
-            with self._translated():
-                failed = self._fed(self._pull() if self._pending is None else self._first())
-            yield from self._shown(failed)
+            try:
+                with self._translated():
+                    chunk = self._pull() if self._pending is None else self._first()
+            except ReasonStateError:
+                if not self._kept():
+                    raise
+                break
+            yield from self._shown(self._fed(chunk))
 
     def result(self) -> CallResult:
         """The assembled answer (the body must have been read to its end: iterate first)."""
@@ -318,9 +334,14 @@ class AsyncStreaming(_Reading):
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         while not self._ended:
-            with self._translated():
-                failed = self._fed(await self._pull() if self._pending is None else self._first())
-            for event in self._shown(failed):
+            try:
+                with self._translated():
+                    chunk = await self._pull() if self._pending is None else self._first()
+            except ReasonStateError:
+                if not self._kept():
+                    raise
+                break
+            for event in self._shown(self._fed(chunk)):
                 yield event
 
     async def result(self) -> CallResult:

@@ -347,6 +347,7 @@ WARNED_KINDS = frozenset(
         EventKind.POLICY_CLAMPED,
         EventKind.CONTINUATION_STRIPPED,
         EventKind.CONTEXT_FOLDED,  # only a failed summarize (decided in _log_event)
+        EventKind.STREAM_TRAILING,
         _CHAIN_FALLBACK,
     }
 )

@@ -76,6 +76,9 @@ class EventKind:
     RESTORED = "session.restored"
     #: :class:`~reasonstate.policies.Fold` summarized the head of the history (a declared cache break)
     CONTEXT_FOLDED = "context.folded"
+    #: a stream sent data that is no JSON event after its final event: skipped, the answer committed
+    #: (``events``, ``bytes``: how much; never the data itself)
+    STREAM_TRAILING = "stream.trailing_data"
 
 
 @attrs.frozen(slots=True)

@@ -173,9 +173,12 @@ class SQLiteStore(Store):
         return int(row[0]), int(row[1])
 
     @staticmethod
-    def _remove(db: sqlite3.Connection, session_id: str) -> int:
+    def _remove(db: sqlite3.Connection, session_id: str, *, lease: bool = True) -> int:
+        """Delete the session's entries and metadata, and its lease unless ``lease=False`` (a lease is
+        taken before a session's first append, and outlives its expiry until its own runs out)."""
         db.execute("DELETE FROM reasonstate_entries WHERE session_id = ?", (session_id,))
-        db.execute("DELETE FROM reasonstate_leases WHERE session_id = ?", (session_id,))
+        if lease:
+            db.execute("DELETE FROM reasonstate_leases WHERE session_id = ?", (session_id,))
         return db.execute("DELETE FROM reasonstate_sessions WHERE session_id = ?", (session_id,)).rowcount
 
     def _append(self, session_id: str, expected: int, entries: Sequence[Entry], ttl: float | None) -> None:
@@ -191,7 +194,7 @@ class SQLiteStore(Store):
                     found=found,
                 )
             if live is None:
-                self._remove(db, session_id)  # an expired session's rows: the id starts afresh
+                self._remove(db, session_id, lease=False)  # an expired session's rows: the id starts afresh
             db.executemany(
                 "INSERT INTO reasonstate_entries (session_id, seq, kind, body) VALUES (?, ?, ?, ?)",
                 [(session_id, e.seq, e.kind, e.body) for e in entries],
@@ -277,7 +280,8 @@ class SQLiteStore(Store):
                 ).fetchall()
             ]
             for session_id in ids:
-                self._remove(db, session_id)
+                self._remove(db, session_id, lease=False)
+            db.execute("DELETE FROM reasonstate_leases WHERE expires <= ?", (time.time(),))
             return len(ids)
 
         return self._tx(sweep)

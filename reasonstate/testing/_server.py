@@ -165,6 +165,12 @@ class Fault:
         )
 
     @classmethod
+    def trailing(cls, data: bytes) -> Fault:
+        """Send a streamed answer whole, then these bytes (e.g. ``b"data: {not json\\n\\n"``) before the
+        body ends: garbage after the final event, as a broken proxy or server may add."""
+        return cls(kind="trailing", payload=data)
+
+    @classmethod
     def raw(cls, status: int, body: bytes, content_type: str = "application/json") -> Fault:
         """Answer with these exact bytes (e.g. malformed JSON) instead of calling the handler."""
         return cls(kind="raw", status=status, payload=body, headers={"content-type": content_type})
@@ -297,6 +303,7 @@ class EmulatorServer:
         fault = self._next_fault()
         truncate_after: int | None = None
         hold = fault if fault is not None and fault.kind == "hold" else None
+        trailing = bytes(fault.payload) if fault is not None and fault.kind == "trailing" else b""
         if fault is not None:
             if fault.kind == "http":
                 self._send_json(h, JSONResponse(fault.status, fault.payload, fault.headers))
@@ -322,7 +329,7 @@ class EmulatorServer:
             raise
         try:
             if isinstance(response, StreamResponse):
-                self._send_stream(h, response, truncate_after, hold)
+                self._send_stream(h, response, truncate_after, hold, trailing)
             else:
                 self._send_json(h, response)
         except (BrokenPipeError, ConnectionResetError):
@@ -346,6 +353,7 @@ class EmulatorServer:
         response: StreamResponse,
         truncate_after: int | None,
         hold: Fault | None = None,
+        trailing: bytes = b"",
     ) -> None:
         h.send_response(response.status)
         h.send_header("content-type", "text/event-stream")
@@ -365,6 +373,8 @@ class EmulatorServer:
                     return
             h.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
             h.wfile.flush()
+        if trailing:
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(trailing), trailing))
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 

@@ -152,6 +152,42 @@ class Conformance:
         finally:
             other.close()
 
+    def test_a_lease_taken_before_the_first_append_survives_it(
+        self, store: Store, reopen: Callable[..., Any]
+    ) -> None:
+        other = reopen()
+        try:
+            with store.lease("new", ttl=5):
+                store.append("new", 0, [c(1)])
+                store.sweep()
+                with pytest.raises(StoreError), other.lease("new", ttl=5):
+                    pass
+        finally:
+            other.close()
+
+    def test_racing_creators_one_wins(self, store: Store, reopen: Callable[..., Any]) -> None:
+        handles = [reopen() for _ in range(4)]
+        wins: list[int] = []
+        barrier = threading.Barrier(len(handles))
+
+        def create(i: int) -> None:
+            barrier.wait()
+            try:
+                handles[i].append("fresh", 0, [c(1, f"creator {i}".encode())])
+                wins.append(i)
+            except SessionConflict:
+                pass
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(len(handles))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for h in handles:
+            h.close()
+        assert len(wins) == 1
+        assert store.read("fresh") == [c(1, f"creator {wins[0]}".encode())]
+
     def test_encrypted_bodies_need_their_key_and_a_wrong_key_deletes_nothing(
         self, store: Store, reopen: Callable[..., Any]
     ) -> None:

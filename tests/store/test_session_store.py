@@ -164,3 +164,76 @@ def test_a_row_edited_in_the_database_is_refused_on_load(db: Path) -> None:
 def test_load_of_a_missing_session_is_a_store_error(db: Path) -> None:
     with AnthropicEmulator([]) as emu, pytest.raises(StoreError, match="no session"):
         rs.Session.load(SQLiteStore(db), "nope", emu.client())
+
+
+def test_a_long_tool_chain_writes_each_step_once(db: Path) -> None:
+    from reasonstate.testing import ModelAction, ToolCallSpec
+
+    steps = [
+        ModelAction(
+            reasoning=f"Step {i}: look again. " * 6, tool_calls=(ToolCallSpec("get_time", {"city": "Rome"}),)
+        )
+        for i in range(30)
+    ]
+    with AnthropicEmulator([*steps, answer(0)]) as emu:
+        store = SQLiteStore(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="chain", **OPTIONS)
+        reply = session.send("Keep checking the time in Rome.")
+        while reply.tool_calls:
+            reply = session.send_tool_results({c.id: {"time": "12:00"} for c in reply.tool_calls})
+        sizes = [len(e.body) for e in store.read("chain")[1:]]
+        assert len(sizes) == 31
+        assert max(sizes[20:30]) < 1.2 * max(sizes[2:10])  # step 30 costs what step 3 did
+        loaded = rs.Session.load(SQLiteStore(db), "chain", emu.client())
+        assert loaded.history == session.history
+        assert wire(loaded.next_request("and now?")) == wire(session.next_request("and now?"))
+
+
+def test_export_and_import_move_a_session_between_stores_in_the_snapshot_format(tmp_path: Path) -> None:
+    with AnthropicEmulator([*three_step_chain(), answer(1)]) as emu:
+        source = SQLiteStore(tmp_path / "a.db")
+        session = rs.Session(emu.client(), model=MODEL, store=source, session_id="moved", **OPTIONS)
+        run_chain(session)
+        snapshot = source.export("moved")
+        assert snapshot.history == session.snapshot().history
+        assert snapshot.execution == session.snapshot().execution
+        target = SQLiteStore(":memory:")
+        assert target.import_(snapshot.model_dump_json(), "moved-here") == 1
+        with pytest.raises(SessionConflict):
+            target.import_(snapshot, "moved-here")
+        moved = rs.Session.load(target, "moved-here", emu.client())
+        assert wire(moved.next_request("more?")) == wire(session.next_request("more?"))
+        moved.send("more?")  # accepted by the emulator: the signatures came through byte for byte
+        assert target.version("moved-here") == 2
+        with pytest.raises(StoreError, match="no session"):
+            target.export("absent")
+
+
+class _LostReply(SQLiteStore):
+    """A real SQLite store whose next append is written, then reported failed (a time-out after the
+    server committed: the reply was lost on the way back)."""
+
+    lose_next = False
+
+    def _append(self, session_id: str, expected: int, entries: Any, ttl: float | None) -> None:
+        super()._append(session_id, expected, entries, ttl)
+        if self.lose_next:
+            self.lose_next = False
+            raise StoreError("the store timed out (after committing)")
+
+
+def test_an_append_whose_reply_was_lost_is_adopted_not_conflicted(db: Path) -> None:
+    with AnthropicEmulator([answer(i) for i in range(3)]) as emu:
+        store = _LostReply(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="lost", **OPTIONS)
+        session.send("one")
+        store.lose_next = True
+        with pytest.raises(StoreError) as info:
+            session.send("two")
+        assert not isinstance(info.value, SessionConflict) and isinstance(info.value.reply, rs.Reply)
+        assert store.version("lost") == 3  # it was written all the same
+        session.send("three")  # builds on the entry that landed: no conflict, no duplicate
+        assert session.version == store.version("lost") == 4
+        loaded = rs.Session.load(SQLiteStore(db), "lost", emu.client())
+        assert [t.user for t in loaded.history.turns] == ["one", "two", "three"]
+        assert loaded.history == session.history
