@@ -237,3 +237,11 @@ def test_an_append_whose_reply_was_lost_is_adopted_not_conflicted(db: Path) -> N
         loaded = rs.Session.load(SQLiteStore(db), "lost", emu.client())
         assert [t.user for t in loaded.history.turns] == ["one", "two", "three"]
         assert loaded.history == session.history
+
+
+def test_the_store_errors_are_named_on_the_package() -> None:
+    """Issue 22 names them rs.SessionConflict and rs.StoreError: an application catches them without
+    importing reasonstate.errors."""
+    assert rs.SessionConflict is SessionConflict and rs.StoreError is StoreError
+    assert {"SessionConflict", "StoreError"} <= set(rs.__all__)
+    assert issubclass(rs.SessionConflict, rs.StoreError)
