@@ -227,3 +227,35 @@ def test_a_fleet_killed_at_random_loses_duplicates_and_forks_nothing(
     assert figures.acks == SESSIONS * TURNS, report
     assert figures.deaths >= 5 and figures.kills >= 3, f"too few kills to mean anything: {report}"
     assert figures.served["already"] + figures.served["resumed"] > 0, report
+
+
+def test_a_turn_served_again_is_acked_continued_or_reloaded_never_repeated(
+    model: AnthropicEmulator, control: dict[int, Control], tmp_path: Path
+) -> None:
+    """The worker's three ways in, one at a time in this process: a turn the store already holds is acked
+    without a model call; a chain whose worker died after its first step is continued from the store; a
+    second delivery racing the first meets SessionConflict, reloads and finds the turn done. The session
+    ends as the control run's."""
+    from reasonstate.store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "one.db")
+    client = model.client()
+    sent = len(model.requests)
+    assert _fleet.serve_turn(store, client, 0, 0) == _fleet.Done("fresh", 3, 0)
+    assert _fleet.serve_turn(store, client, 0, 0) == _fleet.Done("already", 0, 0)  # died before its ack
+    assert len(model.requests) == sent + 3
+    # a worker died after the first step of turn 2's chain: the next one continues it
+    _fleet.serve_turn(store, client, 0, 1)
+    rs.Session.load(store, _fleet.session_id(0), client, tools=_fleet.TOOLS).send(_fleet.user_text(0, 2))
+    assert _fleet.serve_turn(store, client, 0, 2) == _fleet.Done("resumed", 1, 0)
+    # two deliveries of one turn: the one that appends second conflicts, reloads, and finds it done
+    racer = _fleet._open(store, client, 1)
+    assert _fleet.serve_turn(store, client, 1, 0).how == "fresh"
+    with pytest.raises(rs.SessionConflict):
+        racer.send(_fleet.user_text(1, 0))
+    assert _fleet.serve_turn(store, client, 1, 0) == _fleet.Done("already", 0, 0)
+    final = rs.Session.load(store, _fleet.session_id(0), client, tools=_fleet.TOOLS)
+    assert final.history == control[0].history
+    assert _records(final) == control[0].records
+    assert _wire(final.next_request(PROBE)) == control[0].next_request
+    store.close()
