@@ -21,7 +21,11 @@ pays about 4 s of CPU for the ``anthropic`` import alone, and this test starts a
 through 87 of the 120 turns in the 240 s deadline, its workers having used 50 s of CPU). A forked worker
 is still a fresh process with its own store connection and nothing of this process (its emulator thread,
 its connections).
-``REASONSTATE_FLEET_SESSIONS`` / ``_TURNS`` change the size (default 40 x 3).
+
+The figures (turns, kills, deaths, conflicts, lost/duplicated/forked, CPU and wall time) are in every
+assertion message, and ``pytest -s tests/store/test_fleet.py`` prints them for each store.
+``REASONSTATE_FLEET_SESSIONS`` / ``_TURNS`` change the size (default 40 x 3), ``REASONSTATE_FLEET_SEED``
+the supervisor's choices of victims, self-kills and duplicates.
 """
 
 from __future__ import annotations
