@@ -1389,3 +1389,78 @@ def test_tool_property_keys_outside_the_documented_pattern_are_rejected(
         "message": "tools.0.custom.input_schema.properties: Property keys should match pattern "
         "'^[a-zA-Z0-9_.-]{1,64}$'",
     }
+
+
+# -- deterministic answers -------------------------------------------------------------------------------
+def _weather_by_request(body: dict[str, Any]) -> ModelAction:
+    """A responder: a tool call for the question, an answer for its result (decided by the request)."""
+    last = body["messages"][-1]["content"]
+    if isinstance(last, list) and last[0].get("type") == "tool_result":
+        return ModelAction.answer(f"It is {last[0]['content']}.", reasoning="Read the result.")
+    return ModelAction(
+        reasoning=f"Call the tool for: {last}", redacted=True, tool_calls=(ToolCallSpec("get_weather", {}),)
+    )
+
+
+def _raw_answer(client: anthropic.Anthropic, messages: list[Any]) -> dict[str, Any]:
+    raw = client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=4096, tools=TOOLS, thinking=THINKING, messages=messages
+    )
+    data: dict[str, Any] = json.loads(raw.http_response.content)
+    return data
+
+
+def test_a_deterministic_emulator_answers_a_request_with_the_same_bytes_every_time() -> None:
+    """deterministic=True: nonces and ids derive from the secret and the request body, so a retried
+    request (the answer lost with a killed worker) gets the very answer, from this emulator or another
+    with the same secret, and the answer still replays (its signatures verify)."""
+    question = [{"role": "user", "content": "Weather in Paris?"}]
+    with (
+        AnthropicEmulator(_weather_by_request, secret="s", deterministic=True) as a,
+        AnthropicEmulator(_weather_by_request, secret="s", deterministic=True) as b,
+    ):
+        first, again, elsewhere = (
+            _raw_answer(a.client(), question),
+            _raw_answer(a.client(), question),
+            _raw_answer(b.client(), question),
+        )
+        assert first == again == elsewhere
+        assert [block["type"] for block in first["content"]] == ["thinking", "redacted_thinking", "tool_use"]
+        assert first["id"].startswith("msg_emu_") and len(first["id"]) == len("msg_emu_") + 24
+        other = _raw_answer(a.client(), [{"role": "user", "content": "Weather in Rome?"}])
+        assert other["id"] != first["id"]
+        assert other["content"][2]["id"] != first["content"][2]["id"]
+        assert other["content"][0]["signature"] != first["content"][0]["signature"]
+        tool_id = first["content"][2]["id"]
+        follow_up = [
+            *question,
+            {"role": "assistant", "content": first["content"]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": "18C"}]},
+        ]
+        assert _raw_answer(b.client(), follow_up) == _raw_answer(a.client(), follow_up)
+        assert _raw_answer(a.client(), follow_up)["content"][1]["text"] == "It is 18C."
+        edited = copy.deepcopy(follow_up)
+        edited[1]["content"][0]["thinking"] += " (edited)"
+        with pytest.raises(anthropic.BadRequestError, match="Invalid `signature`"):
+            _raw_answer(a.client(), edited)
+
+
+def test_by_default_the_same_request_gets_fresh_nonces_and_ids() -> None:
+    question = [{"role": "user", "content": "Weather in Paris?"}]
+    with AnthropicEmulator(_weather_by_request) as emu:
+        first, again = _raw_answer(emu.client(), question), _raw_answer(emu.client(), question)
+    assert (first["id"], again["id"]) == ("msg_emu_001", "msg_emu_002")
+    assert first["content"][0]["signature"] != again["content"][0]["signature"]
+    assert first["content"][2]["id"] != again["content"][2]["id"]
+
+
+def test_a_nonce_given_to_sign_thinking_is_twelve_bytes() -> None:
+    emu = AnthropicEmulator(secret="s")
+    signed = emu.sign_thinking(MODEL, "t", nonce=bytes(12))
+    assert signed == emu.sign_thinking(MODEL, "t", nonce=bytes(12))
+    assert emu.verify_thinking(MODEL, "t", signed)
+    assert emu.verify_redacted(MODEL, emu.issue_redacted(MODEL, nonce=bytes(12)))
+    with pytest.raises(ValueError, match="12 bytes"):
+        emu.sign_thinking(MODEL, "t", nonce=b"short")
+    with pytest.raises(TypeError, match="deterministic"):
+        AnthropicEmulator(deterministic=1)  # type: ignore[arg-type]

@@ -126,6 +126,21 @@ else ``tool_use`` if there are calls, else ``end_turn``. Message ids ``msg_emu_0
 thinking block) + count_tokens(text) + Σ count_tokens(compact JSON of each tool input);
 ``output_tokens_details.thinking_tokens`` = the first term. Redacted blocks add nothing.
 
+Deterministic answers (``deterministic=True``): by default nonces are random (``os.urandom``) and ids count
+per emulator, so the same request asked twice gets a different answer. With ``deterministic=True`` a request's
+answer is a function of the secret and the request body alone: ``seed = HMAC-SHA256(secret, "request" 0
+canonical_body)``, where ``canonical_body`` is the body's JSON with sorted keys, compact, without its
+``stream`` flag; a thinking block's nonce is the first 12 bytes of ``HMAC-SHA256(secret, "derive" 0 seed 0
+"nonce" 0 "0")`` (a redacted block's: ``"1"``), the message id ``msg_emu_`` + 24 hex digits of the
+``"message"`` derivation, the i-th tool call's id ``toolu_emu_`` + 24 hex digits of the ``"tool"`` one.
+Signatures keep their format and every check above (a replayed block still has to verify). So a client that
+retries a request (a worker killed after the emulator answered, before it stored the answer) gets the very
+bytes it lost, and two runs of one conversation agree however their requests interleave. Two things stay
+outside the body: the script (give a responder that decides from the request, not a list consumed in arrival
+order) and the prompt cache (a cache read depends on the requests before; with ``cache_min_tokens`` above
+every prompt's length nothing is cached and the usage is a function of the request too). The ``request-id``
+header stays random.
+
 Prompt-cache rule (what the SDK's predictions are compared against)
 -------------------------------------------------------------------
 1. The prompt is a sequence of blocks, in this order: each tool definition (one block each); the system
@@ -455,6 +470,8 @@ class AnthropicEmulator(ScriptedEmulator):
     breakpoint a cache read may end. ``transform``: applied to each successful response's message JSON
     (non-stream body, or the message that a stream is framed from). ``aliases``: more alias → dated id
     entries, merged over :data:`MODEL_ALIASES` (see "Model aliases" in the module docstring).
+    ``deterministic``: derive nonces and message/tool ids from the secret and the request body, so the same
+    request always gets the same answer (see "Deterministic answers" in the module docstring).
     """
 
     def __init__(
@@ -466,7 +483,10 @@ class AnthropicEmulator(ScriptedEmulator):
         lookback_blocks: int = 20,
         transform: Transform | None = None,
         aliases: Mapping[str, str] | None = None,
+        deterministic: bool = False,
     ) -> None:
+        if not isinstance(deterministic, bool):
+            raise TypeError(f"deterministic= is True or False, got {deterministic!r}")
         super().__init__(
             [
                 Route("POST", r"/v1/messages", self._handle_messages),
@@ -480,6 +500,7 @@ class AnthropicEmulator(ScriptedEmulator):
         )
         self.cache_min_tokens = cache_min_tokens
         self.lookback_blocks = lookback_blocks
+        self.deterministic = deterministic
         self._msg_ids = itertools.count(1)
         self._tool_ids = itertools.count(1)
         self._cache: dict[tuple[str, bytes], int] = {}
@@ -532,13 +553,16 @@ class AnthropicEmulator(ScriptedEmulator):
     def _mac(self, *parts: bytes) -> bytes:
         return hmac.new(self.secret, b"\x00".join(parts), hashlib.sha256).digest()
 
-    def sign_thinking(self, model: str, thinking: str, *, prefix_digest: bytes | None = None) -> str:
+    def sign_thinking(
+        self, model: str, thinking: str, *, prefix_digest: bytes | None = None, nonce: bytes | None = None
+    ) -> str:
         """A fresh signature for ``thinking`` as produced by ``model``.
 
         For a model with preserved thinking (:func:`has_preserved_thinking`) the signature also binds
         ``prefix_digest``, the digest of the prefix the block was produced after (32 zero bytes when None).
+        ``nonce``: its 12 bytes (random when None; a deterministic emulator derives it from the request).
         """
-        nonce = os.urandom(_NONCE_LEN)
+        nonce = _nonce(nonce)
         bound = self.resolve_model(model)
         if has_preserved_thinking(bound):
             digest = prefix_digest if prefix_digest is not None else bytes(_DIGEST_LEN)
@@ -555,10 +579,12 @@ class AnthropicEmulator(ScriptedEmulator):
         opened = self._open_signature(model, "thinking", signature, thinking)
         return opened is not None and (prefix_digest is None or opened == prefix_digest)
 
-    def issue_redacted(self, model: str, *, prefix_digest: bytes | None = None) -> str:
+    def issue_redacted(
+        self, model: str, *, prefix_digest: bytes | None = None, nonce: bytes | None = None
+    ) -> str:
         """Fresh opaque ``redacted_thinking.data`` for ``model`` (bound to ``prefix_digest`` like
-        :meth:`sign_thinking` for a preserved-thinking model)."""
-        nonce = os.urandom(_NONCE_LEN)
+        :meth:`sign_thinking` for a preserved-thinking model; ``nonce`` as there)."""
+        nonce = _nonce(nonce)
         bound = self.resolve_model(model)
         if has_preserved_thinking(bound):
             digest = prefix_digest if prefix_digest is not None else bytes(_DIGEST_LEN)
@@ -618,7 +644,8 @@ class AnthropicEmulator(ScriptedEmulator):
                 return JSONResponse(500, _envelope("api_error", str(exc), rid), {"request-id": rid})
             model = self.resolve_model(str(body["model"]))
             usage = self._cache_usage(model, blocks, write=True)
-            message = self._build_message(model, thinking, action, usage, _response_prefix(body, model))
+            seed = self._seed(body) if self.deterministic else None
+            message = self._build_message(model, thinking, action, usage, _response_prefix(body, model), seed)
             if BLOCK_BINDING_BETA in betas:
                 message["input_transformations"] = [
                     {"type": "thinking_dropped", "path": f"messages.{n}.content.{m}", "reason": reason}
@@ -656,6 +683,16 @@ class AnthropicEmulator(ScriptedEmulator):
         if not isinstance(body, dict):
             raise _Reject("Input should be a valid dictionary or object to extract fields from")
         return body
+
+    def _seed(self, body: Mapping[str, Any]) -> bytes:
+        """What a deterministic emulator derives a request's nonces and ids from (module docstring)."""
+        canonical = json.dumps(
+            {k: v for k, v in body.items() if k != "stream"},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        return self._mac(b"request", canonical.encode())
 
     # -- validation ------------------------------------------------------------------------------------
     def _validate(self, body: dict[str, Any], betas: frozenset[str]) -> tuple[_Thinking, list[_Dropped]]:
@@ -816,11 +853,20 @@ class AnthropicEmulator(ScriptedEmulator):
         action: ModelAction,
         usage: CacheUsage,
         prefix: tuple[_PrefixDigest, int] | None,
+        seed: bytes | None = None,
     ) -> dict[str, Any]:
         """The response message; ``prefix`` (preserved-thinking models) is the request's prefix digest and
-        the message index the response's blocks take, so each thinking block is bound to what precedes it."""
+        the message index the response's blocks take, so each thinking block is bound to what precedes it.
+        ``seed`` (a deterministic emulator): what its nonces and ids are derived from, else random/counted."""
         content: list[dict[str, Any]] = []
         thinking_tokens = 0
+
+        def derived(label: bytes, i: int) -> bytes:
+            assert seed is not None
+            return self._mac(b"derive", seed, label, str(i).encode())
+
+        def nonce(i: int) -> bytes | None:
+            return None if seed is None else derived(b"nonce", i)[:_NONCE_LEN]
 
         def here() -> bytes | None:
             return prefix[0].digest() if prefix is not None else None
@@ -832,18 +878,23 @@ class AnthropicEmulator(ScriptedEmulator):
 
         if thinking.on and action.reasoning is not None:
             shown = "" if thinking.display == "omitted" else action.reasoning
-            signature = self.sign_thinking(model, shown, prefix_digest=here())
+            signature = self.sign_thinking(model, shown, prefix_digest=here(), nonce=nonce(0))
             append({"type": "thinking", "thinking": shown, "signature": signature})
             thinking_tokens = count_tokens(action.reasoning)
         if thinking.on and action.redacted:
-            append({"type": "redacted_thinking", "data": self.issue_redacted(model, prefix_digest=here())})
+            data = self.issue_redacted(model, prefix_digest=here(), nonce=nonce(1))
+            append({"type": "redacted_thinking", "data": data})
         output_tokens = thinking_tokens
         if action.text:
             content.append({"type": "text", "text": action.text})
             output_tokens += count_tokens(action.text)
         tool_ids: list[str] = []
-        for call in action.tool_calls:
-            tool_id = f"toolu_emu_{next(self._tool_ids):03d}"
+        for i, call in enumerate(action.tool_calls):
+            tool_id = (
+                f"toolu_emu_{next(self._tool_ids):03d}"
+                if seed is None
+                else f"toolu_emu_{derived(b'tool', i).hex()[:24]}"
+            )
             arguments = dict(call.arguments)
             content.append({"type": "tool_use", "id": tool_id, "name": call.name, "input": arguments})
             output_tokens += count_tokens(_compact(arguments))
@@ -862,7 +913,9 @@ class AnthropicEmulator(ScriptedEmulator):
         else:
             stop_reason = "end_turn"
         return {
-            "id": f"msg_emu_{next(self._msg_ids):03d}",
+            "id": f"msg_emu_{next(self._msg_ids):03d}"
+            if seed is None
+            else f"msg_emu_{derived(b'message', 0).hex()[:24]}",
             "type": "message",
             "role": "assistant",
             "model": model,
@@ -885,6 +938,15 @@ class AnthropicEmulator(ScriptedEmulator):
 
 
 # -- request checks (pure functions) -------------------------------------------------------------------
+def _nonce(nonce: bytes | None) -> bytes:
+    """``nonce`` when it is 12 bytes, a random one when None."""
+    if nonce is None:
+        return os.urandom(_NONCE_LEN)
+    if not isinstance(nonce, bytes) or len(nonce) != _NONCE_LEN:
+        raise ValueError(f"a nonce is {_NONCE_LEN} bytes, got {nonce!r}")
+    return nonce
+
+
 def _b64(text: str) -> bytes | None:
     """Strict standard base64: only the alphabet, the exact padding, nothing after it — the decoded bytes
     must encode back to ``text`` itself (so an extra ``=`` or a trailing byte is not the same value)."""

@@ -310,3 +310,11 @@ def test_deltas_larger_than_the_compression_window_load(db: Path) -> None:
         loaded = rs.Session.load(SQLiteStore(db), "big", emu.client())
         assert loaded.history == session.history
         assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
+
+
+def test_the_store_errors_are_named_on_the_package() -> None:
+    """Issue 22 names them rs.SessionConflict and rs.StoreError: an application catches them without
+    importing reasonstate.errors."""
+    assert rs.SessionConflict is SessionConflict and rs.StoreError is StoreError
+    assert {"SessionConflict", "StoreError"} <= set(rs.__all__)
+    assert issubclass(rs.SessionConflict, rs.StoreError)
