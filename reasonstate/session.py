@@ -734,9 +734,10 @@ class _Core(Switching):
         fold: Fold | None,
         adapter: Adapter | None,
         exporters: Sequence[Exporter],
+        new_events: int = 1,
     ) -> _S:
-        """A session of ``snapshot``'s header on ``client`` holding ``layers`` (whose trace ends with the
-        ``session.restored`` event) in ``state``."""
+        """A session of ``snapshot``'s header on ``client`` holding ``layers`` in ``state``; the exporters
+        see the trace's last ``new_events`` events (a restore's ``session.restored``; none for a load)."""
         routing: dict[str, Any] = {}
         if adapter is None and snapshot.api == "chat":
             routing["dialect"] = snapshot.vendor  # chat adapters are named after their dialect
@@ -747,7 +748,7 @@ class _Core(Switching):
                 f"{session._adapter.vendor}/{session._adapter.api} (pass adapter=)"
             )
         session._publisher = Publisher(
-            Publisher.checked(exporters), _context_of(session), cursor=len(layers.trace) - 1
+            Publisher.checked(exporters), _context_of(session), cursor=len(layers.trace) - new_events
         )
         session._set_layers(layers)
         session._state = TurnState(state)
@@ -767,14 +768,11 @@ class _Core(Switching):
         exporters: Sequence[Exporter],
     ) -> _S:
         """The session a store's log holds, attached to the store at the log's version."""
+        # no session.restored event: a load changes nothing, so a worker that loads and flushes writes
+        # nothing and conflicts with no one (the log is the session; Session.restore traces its restores)
         held = replayed.layers
-        restored = Layers.of(
-            held.history,
-            held.trace.appended(EventKind.RESTORED, turns=len(held.history), requests=len(held.records)),
-            held.records,
-        )
         session = cls._restored(
-            replayed.snapshot, restored, replayed.state, client, tools, policy, fold, adapter, exporters
+            replayed.snapshot, held, replayed.state, client, tools, policy, fold, adapter, exporters, 0
         )
         session._attach(store, session_id)
         session._mark = Mark(

@@ -318,3 +318,19 @@ def test_the_store_errors_are_named_on_the_package() -> None:
     assert rs.SessionConflict is SessionConflict and rs.StoreError is StoreError
     assert {"SessionConflict", "StoreError"} <= set(rs.__all__)
     assert issubclass(rs.SessionConflict, rs.StoreError)
+
+
+def test_a_load_changes_nothing_so_loading_workers_never_conflict(db: Path) -> None:
+    """A worker that only loads and flushes writes nothing (a load adds no trace event): two such
+    workers do not conflict, and neither does the writer that comes after them."""
+    with AnthropicEmulator([answer(0), answer(1)]) as emu:
+        store = SQLiteStore(db)
+        writer = rs.Session(emu.client(), model=MODEL, store=store, session_id="quiet", **OPTIONS)
+        writer.send("one")
+        version = store.version("quiet")
+        a = rs.Session.load(SQLiteStore(db), "quiet", emu.client())
+        b = rs.Session.load(SQLiteStore(db), "quiet", emu.client())
+        assert a.flush() == b.flush() == version == store.version("quiet")
+        assert a.trace == writer.trace
+        writer.send("two")  # the writer is not stale: nobody wrote
+        assert store.version("quiet") == version + 1
