@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
@@ -184,16 +184,26 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _shown(url: str) -> str:
-    """``url`` without its password, for what the command prints."""
-    parts = urlsplit(url)
+    """``url`` without its password (in the address, or a ``password=`` query parameter), for what the
+    command prints."""
+    head, hash_, fragment = url.partition("#")
+    parts = urlsplit(head)
     try:
         password = parts.password
     except ValueError:
         return url
-    if password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    if password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    in_query = any(k == "password" for k, _ in query)
+    if password is None and not in_query:
+        return url  # as given (urlunsplit would rewrite sqlite:////abs/path)
+    if in_query:
+        parts = parts._replace(
+            query=urlencode([(k, "***" if k == "password" else v) for k, v in query], safe="*:")
+        )
+    return urlunsplit(parts) + hash_ + fragment
 
 
 def _open(url: str, command: str) -> Store:

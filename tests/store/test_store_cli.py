@@ -422,3 +422,19 @@ def test_open_store_gives_the_url_options_to_the_server_backends() -> None:
         if keys:
             r.delete(*keys)
         r.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("sqlite:////abs/s.db", "sqlite:////abs/s.db"),
+        ("sqlite:///s.db#conv", "sqlite:///s.db#conv"),
+        ("postgresql://app:pw@db/app?schema=s", "postgresql://app:***@db/app?schema=s"),
+        ("redis://db/0?password=pw&prefix=p:", "redis://db/0?password=***&prefix=p:"),
+        ("rediss://:pw@db/0#conv", "rediss://:***@db/0#conv"),
+    ],
+)
+def test_printed_urls_hide_their_password(url: str, shown: str) -> None:
+    from reasonstate.cli import _shown
+
+    assert _shown(url) == shown
