@@ -383,7 +383,8 @@ def test_langgraphjs_1138_a_long_session_grows_by_its_turns_not_by_its_length(ba
     Here a 150-turn session (thinking, signatures) is persisted: after its first checkpoint every commit is
     one delta whose size does not grow with the turn number (the last 30 turns' deltas are the size of
     turns 10 to 40's), the stored bytes grow linearly, and the whole log is at most 1.5x the bytes
-    received from the vendor (issue 22's target; each delta is deflated against the one before). Guard: ``journal.delta_body`` writes only what a commit added (a
+    received from the vendor (issue 22's target; each delta is deflated against the one before).
+    Guard: ``journal.delta_body`` writes only what a commit added (a
     checkpoint per commit, or a delta repeating earlier turns, fails every assertion here)."""
     turns = 150
     received = Outputs()
