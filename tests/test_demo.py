@@ -240,3 +240,16 @@ def test_the_agent_context_folds_twice_each_a_declared_break(
     assert sum(f for f, _ in run.events_by_turn) == 2
     assert sum(r.declared_break for r in run.requests) == 2  # every cache break is a fold
     assert max(r.prompt for r in run.requests) < agent.FOLD_THRESHOLD_TOKENS + 2_000
+
+
+def test_the_persist_part_runs_the_job_through_the_embedded_store() -> None:
+    """Issue 22: SQLiteStore is what make demo uses: three workers take the session's turns through one
+    file, a stale worker is refused with its paid reply, and a load sends what the writer would."""
+    from reasonstate.demo.persist import TURNS, persist_table, run_persisted
+
+    run = run_persisted()
+    assert len(run.rows) == TURNS
+    assert [int(r[2]) for r in run.rows] == sorted(int(r[2]) for r in run.rows)  # versions only grow
+    assert run.conflict_refused and run.paid_reply_kept and run.next_request_equal
+    assert run.stored_bytes <= 1.5 * run.received_bytes
+    assert "refused with SessionConflict" in persist_table(run).reading[0]

@@ -51,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
     )
     out.add_argument(
         "--only",
-        choices=("opening", "policies", "agent"),
+        choices=("opening", "policies", "agent", "persist"),
         default=None,
         help="run one part on the emulators: 'opening' (without vs with reasonstate), 'policies' (the "
         "policy, switching and token tables) or 'agent' (the cache-first coding agent)",
@@ -91,5 +91,7 @@ def main(argv: Sequence[str] = ()) -> int:
         sections.tokens(out)
     if args.only in (None, "agent"):
         sections.agent(out)
+    if args.only in (None, "persist"):
+        sections.persistence(out)
     out.text("", f"demo ran in {time.perf_counter() - started:.1f} s (wall clock)")
     return 0

@@ -11,7 +11,7 @@ from reasonstate.demo import job
 from reasonstate.demo.opening import OPENING_TURNS, Opening, run_opening
 from reasonstate.demo.render import Output, Table
 
-__all__ = ["agent", "opening", "opening_tables", "policies", "switching", "tokens"]
+__all__ = ["agent", "opening", "opening_tables", "persistence", "policies", "switching", "tokens"]
 
 
 def opening(out: Output) -> Opening:
@@ -213,3 +213,18 @@ def agent(out: Output) -> agent_job.AgentRun:
         run = agent_job.run_session()
     out.table(agent_job.agent_table(run))
     return run
+
+
+def persistence(out: Output) -> None:
+    """Part 6: the session kept in the embedded store while workers take its turns (reasonstate.store)."""
+    from reasonstate.demo import persist
+
+    out.heading("6. Sessions that outlive a process: the embedded SQLite store")
+    out.text(
+        "rs.Session(..., store=SQLiteStore(path), session_id=...) appends one entry per model call; "
+        "rs.Session.load continues the session in any worker with a byte-identical next request.",
+        "",
+    )
+    with out.status("Three workers taking turns through one SQLite file…"):
+        run = persist.run_persisted()
+    out.table(persist.persist_table(run))
