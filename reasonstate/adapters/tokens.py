@@ -71,6 +71,7 @@ from reasonstate.state import (
     ReasoningPart,
     Step,
     TextPart,
+    TokenIds,
     ToolCallPart,
     Usage,
     as_records,
@@ -99,7 +100,7 @@ _CACHE = {"vllm": TOKENS_VLLM, "sglang": TOKENS_SGLANG}
 class _Plan:
     """The next prompt: bridged (``why`` is None) or a full render (``why`` says why)."""
 
-    prompt_ids: tuple[int, ...]
+    prompt_ids: TokenIds
     why: str | None
 
 
@@ -183,7 +184,8 @@ class TokenAdapter:
                     },
                 ),
             )
-        kwargs: dict[str, Any] = {"model": self.model_name or model, "prompt": list(plan.prompt_ids)}
+        prompt = plan.prompt_ids.as_array().tolist()
+        kwargs: dict[str, Any] = {"model": self.model_name or model, "prompt": prompt}
         extra: dict[str, Any] = {}
         for key, value in {**self.sampling, **options}.items():
             if key == "extra_body" and isinstance(value, Mapping):
@@ -286,12 +288,12 @@ class TokenAdapter:
                 prev.prompt_ids, prev.completion_ids, new, tools or None
             )
             if bridged is not None and bridged.token_ids is not None:
-                return _Plan(bridged.token_ids, None)
+                return _Plan(TokenIds.of(bridged.token_ids), None)
             why = "the renderer refused to bridge the new messages"
         rendered = self.renderer.render(messages, tools or None, True)
         if rendered.token_ids is None:
             raise ProtocolViolation("the token adapter needs a renderer with a tokenizer")
-        return _Plan(rendered.token_ids, why or "first request")
+        return _Plan(TokenIds.of(rendered.token_ids), why or "first request")
 
     def _refusal(
         self,
