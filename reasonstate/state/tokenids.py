@@ -68,6 +68,21 @@ def _length(entry: tuple[int, weakref.ref[TokenIds]]) -> int:
     return entry[0]
 
 
+def _common(a: array.array[int], b: array.array[int], n: int) -> int:
+    """The largest ``k <= n`` with ``a[:k] == b[:k]`` (both hold at least ``n`` ids): one comparison when
+    they agree, else a binary search of slice comparisons."""
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 class TokenIds(Sequence[int]):
     """The first ``len(self)`` ids of a shared append-only buffer (see the module docstring)."""
 
@@ -180,20 +195,12 @@ class TokenIds(Sequence[int]):
         return value in self._buf.ids[: self._n]
 
     def common_prefix_len(self, other: Sequence[int]) -> int:
-        """The largest ``k`` with ``self[:k] == other[:k]``, by C-speed slice comparisons."""
+        """The largest ``k`` with ``self[:k] == other[:k]``, by C-speed slice comparisons (none for a view
+        of the same buffer: two views of one buffer agree on their common length)."""
         a = self._buf.ids
         b = other._buf.ids if isinstance(other, TokenIds) else array.array("q", other)
         n = min(self._n, len(other))
-        if a is b or a[:n] == b[:n]:
-            return n
-        lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if a[:mid] == b[:mid]:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return n if a is b else _common(a, b, n)
 
     def shared_with(self, prompt: Sequence[int], completion: Sequence[int]) -> int:
         """``common_prefix_len(self, prompt + completion)``: in proportion to ``completion`` when ``prompt``
@@ -203,7 +210,7 @@ class TokenIds(Sequence[int]):
         if k < n or self._n == n or not completion:
             return k
         head = self._buf.ids[n : min(self._n, n + len(completion))]
-        return n + TokenIds(head).common_prefix_len(completion[: len(head)])
+        return n + _common(head, array.array("q", completion[: len(head)]), len(head))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TokenIds):
