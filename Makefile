@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead_openai.py || status=1; \
 	$(BIN)/python benchmarks/overhead_gemini.py || status=1; \
 	$(BIN)/python benchmarks/bridge.py || status=1; \
+	$(BIN)/python benchmarks/token_session.py || status=1; \
 	$(BIN)/python benchmarks/export.py || status=1; \
 	$(BIN)/python benchmarks/guard.py || status=1; \
 	$(BIN)/python benchmarks/agent_cache.py || status=1; \

@@ -90,7 +90,7 @@ from reasonstate.state import (
     Trace,
     TurnView,
     Usage,
-    ids_digest,
+    ids_seal,
 )
 from reasonstate.state.frozen import FrozenDict, FrozenList
 from reasonstate.state.history import frozen_arguments
@@ -643,9 +643,7 @@ def commit(
     # one C-speed comparison with the previous request's units (the records keep them once)
     before = records.newest_units()
     shared = common_prefix_len(request.units, before)
-    ids = None
-    if decoded.prompt_ids is not None or decoded.completion_ids is not None:
-        ids = ids_digest((*(decoded.prompt_ids or ()), *(decoded.completion_ids or ())))
+    ids = ids_seal(decoded.prompt_ids, decoded.completion_ids)
     record = ExecutionRecord(
         index=len(records),
         turn=turn.index,

@@ -31,6 +31,7 @@ from reasonstate.state import (
     Records,
     Step,
     TextPart,
+    TokenIds,
     ToolCallPart,
     ToolResultPart,
     Trace,
@@ -615,11 +616,41 @@ _RECORD_USAGE_DEFAULTS = tuple(
 )
 
 
+def _prompt_to_row(prompt: Sequence[int], previous: ExecutionRecord | None) -> list[Any]:
+    """A record's prompt ids: ``[shared, [id, ...]]`` when it shares ``shared > 0`` ids with the previous
+    record's prompt + completion (``prompt == (p + c)[:shared] + tail``: a bridged prompt writes only what
+    it added), else the list of its ids."""
+    ids = TokenIds.of(prompt)
+    if previous is not None and previous.prompt_ids is not None and previous.completion_ids is not None:
+        shared = ids.shared_with(previous.prompt_ids, previous.completion_ids)
+        if shared:
+            return [shared, ids.after(shared).tolist()]
+    return ids.as_array().tolist()
+
+
+def _prompt_from_row(index: int, value: list[Any], previous: ExecutionRecord | None) -> TokenIds:
+    """The inverse of :func:`_prompt_to_row`: a view extending the previous record's prompt buffer (a
+    restored session's records share storage as the original's did)."""
+    if len(value) == 2 and isinstance(value[1], list):
+        shared, tail = value
+        p = previous.prompt_ids if previous is not None else None
+        c = previous.completion_ids if previous is not None else None
+        if type(shared) is not int or p is None or c is None or not 0 < shared <= len(p) + len(c):
+            raise ValueError(f"execution record {index}: its prompt extends no earlier prompt")
+        base = TokenIds.of(p)
+        if shared <= len(base):
+            return base.extended(tail, at=shared)
+        return base.extended([*c[: shared - len(base)], *tail])
+    return TokenIds(value)
+
+
 def _record_to_row(r: ExecutionRecord, previous: ExecutionRecord | None) -> list[Any]:
     row: list[Any] = []
     for name in _RECORD_FIELDS:
         value = getattr(r, name)
-        if name == "usage":
+        if name == "prompt_ids" and value is not None:
+            value = _prompt_to_row(value, previous)
+        elif name == "usage":
             value = _without_defaults(
                 [getattr(value, u) for u in _RECORD_USAGE_FIELDS], _RECORD_USAGE_DEFAULTS
             )
@@ -640,6 +671,8 @@ def _record_from_row(index: int, row: Sequence[Any], previous: ExecutionRecord |
             if not isinstance(value, list) or len(value) > len(_RECORD_USAGE_FIELDS):
                 raise ValueError(f"execution record {index}: usage is not a usage row")
             value = Usage(**dict(zip(_RECORD_USAGE_FIELDS, value, strict=False)))
+        elif name == "prompt_ids" and isinstance(value, list):
+            value = _prompt_from_row(index, value, previous)
         elif name in _SAME_AS_PREVIOUS and value == 0 and not isinstance(value, bool):
             if previous is None:
                 raise ValueError(f"execution record {index}: {name} refers to no earlier record")

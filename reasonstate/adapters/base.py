@@ -957,7 +957,7 @@ class VendorRequest:
     #: (event kind, data) pairs the session adds to the trace when the request succeeds, e.g. a
     #: stateful chain that fell back to a full replay
     events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
-    prompt_ids: tuple[int, ...] | None = None
+    prompt_ids: Sequence[int] | None = None
     #: the declared tools in the vendor's shape, for a decode that must read arguments by their types
     tools: tuple[Any, ...] = ()
 
@@ -984,7 +984,7 @@ class DecodedStep:
     #: the model name the vendor echoed (a dated id for an alias); provenance is ``model``, never this
     response_model: str | None = None
     #: token-in, token-out adapters: the prompt sent and the completion sampled, as token ids
-    prompt_ids: tuple[int, ...] | None = None
+    prompt_ids: Sequence[int] | None = None
     completion_ids: tuple[int, ...] | None = None
     #: the digest of the output as generated, where the vendor caches it as a prompt unit (DeepSeek)
     output_unit: str | None = None

@@ -39,7 +39,8 @@ returning completion token ids from ``/v1/completions`` needs a build that suppo
 from __future__ import annotations
 
 import codecs
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -48,8 +49,11 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Encodings,
     Endpoint,
+    ListRun,
     ProtocolRules,
+    Seal,
     VendorRequest,
+    closed_run,
     count,
     summary_note,
 )
@@ -71,7 +75,9 @@ from reasonstate.state import (
     ReasoningPart,
     Step,
     TextPart,
+    TokenIds,
     ToolCallPart,
+    Turn,
     Usage,
     as_records,
     digest_of,
@@ -95,11 +101,28 @@ Dialect = Literal["vllm", "sglang"]
 _CACHE = {"vllm": TOKENS_VLLM, "sglang": TOKENS_SGLANG}
 
 
+#: the unit index of step ``s`` of the turn with index ``t`` (None: not in the history)
+_Positions = Callable[[int, int], "int | None"]
+_EMPTY_RUN = ListRun()
+
+
+@attrs.frozen(slots=True)
+class _TurnEncoding:
+    """One turn's chat messages (``values``) and unit digests, shared read-only between requests while the
+    turn is closed; ``steps``: where each step's assistant message is among them."""
+
+    values: tuple[Message, ...]
+    units: tuple[str, ...]
+    withheld: tuple[Continuation, ...]
+    seal: Seal  # the completions replayed, checked before every send
+    steps: tuple[int, ...]
+
+
 @attrs.frozen(slots=True)
 class _Plan:
     """The next prompt: bridged (``why`` is None) or a full render (``why`` says why)."""
 
-    prompt_ids: tuple[int, ...]
+    prompt_ids: TokenIds
     why: str | None
 
 
@@ -152,14 +175,7 @@ class TokenAdapter:
         """The ``completions.create`` kwargs: ``prompt`` is the bridged prompt when the history allows it,
         else the full render of the canonical history (with a ``cache.break`` event)."""
         tools = _tools(prefix)
-        messages, units, steps = self._messages(prefix, history, tools)
-        withheld = tuple(
-            c
-            for turn in history.turns
-            for step in turn.steps
-            for c in step.continuation
-            if not (c.vendor == self.vendor and c.api == API)
-        )
+        messages, units, steps, withheld = self._messages(prefix, history, tools, encodings)
         open_turn = history.open_turn
         if open_turn is not None and any(
             c.vendor != self.vendor or c.api != API for s in open_turn.steps for c in s.continuation
@@ -183,7 +199,10 @@ class TokenAdapter:
                     },
                 ),
             )
-        kwargs: dict[str, Any] = {"model": self.model_name or model, "prompt": list(plan.prompt_ids)}
+        kwargs: dict[str, Any] = {
+            "model": self.model_name or model,
+            "prompt": plan.prompt_ids.as_array().tolist(),
+        }
         extra: dict[str, Any] = {}
         for key, value in {**self.sampling, **options}.items():
             if key == "extra_body" and isinstance(value, Mapping):
@@ -207,42 +226,93 @@ class TokenAdapter:
         )
 
     def _messages(
-        self, prefix: Prefix, history: History, tools: list[dict[str, Any]]
-    ) -> tuple[list[Message], list[str], dict[tuple[int, int], int]]:
+        self,
+        prefix: Prefix,
+        history: History,
+        tools: list[dict[str, Any]],
+        encodings: Encodings | None = None,
+    ) -> tuple[list[Message], list[str], _Positions, tuple[Continuation, ...]]:
         """Chat messages of the canonical history (system first), one unit per prefix head and message,
-        and the unit index of each step ``(turn, step)``. ``units[0]`` is the head (system + tools);
-        ``units[k]`` belongs to ``messages[k - 1 + has_system]``."""
+        the unit index of each step ``(turn, step)``, and the continuations withheld (another server's).
+        ``units[0]`` is the head (system + tools); ``units[k]`` belongs to ``messages[k - 1 + has_system]``.
+
+        Closed turns are encoded once each and kept as a run (:func:`closed_run`, memoized in
+        ``encodings``): a request encodes its open turn and the turns closed since the previous one, and
+        copies the rest at C speed; the replayed completions are checked by identity before each send."""
         messages: list[Message] = []
         if prefix.system:
             messages.append({"role": "system", "content": prefix.system})
         head = len(messages)
         units = [_digest({"system": prefix.system, "tools": tools})]
-        steps: dict[tuple[int, int], int] = {}
+        for user, answer in prefix.few_shots:
+            for message in ({"role": "user", "content": user}, {"role": "assistant", "content": answer}):
+                messages.append(message)
+                units.append(_digest(message))
+        memo = encodings if encodings is not None else Encodings()
+        key = (API, "tokens", self.vendor, units[0])
+
+        def encode(turn: Turn) -> _TurnEncoding:
+            return memo.encoded(turn, key, functools.partial(self._encode_turn, turn, tools))
+
+        open_turn = history.open_turn
+        closed = history.turns[:-1] if open_turn is not None else history.turns
+        run = closed_run(closed, (API, "run", self.vendor, units[0]), encode, _EMPTY_RUN, memo)
+        run.check()  # the completions the closed turns replay, by identity (re-hashed only if replaced)
+        messages.extend(run.values)
+        units.extend(run.units)
+        withheld = run.withheld
+        opened = None
+        if open_turn is not None:
+            opened = self._encode_turn(open_turn, tools)
+            messages.extend(opened.values)
+            units.extend(opened.units)
+            withheld = (*withheld, *opened.withheld)
+        assert len(units) == len(messages) - head + 1
+        end = len(units)
+
+        def position(t: int, s: int) -> int | None:
+            """The unit index of step ``s`` of the turn with index ``t`` (found from the newest turn back)."""
+            at = end
+            for turn in reversed(history.turns):
+                enc = opened if opened is not None and turn is open_turn else encode(turn)
+                at -= len(enc.units)
+                if turn.index == t:
+                    return at + enc.steps[s] if s < len(enc.steps) else None
+            return None
+
+        return messages, units, position, withheld
+
+    def _encode_turn(self, turn: Turn, tools: list[dict[str, Any]]) -> _TurnEncoding:
+        """One turn's chat messages and unit digests, the position of each step's assistant message among
+        them, the continuations withheld and the seal of the completions replayed."""
+        messages: list[Message] = []
+        units: list[str] = []
 
         def add(message: Message, unit: Any) -> None:
             messages.append(message)
             units.append(_digest(unit))
 
-        for user, answer in prefix.few_shots:
-            add({"role": "user", "content": user}, {"role": "user", "content": user})
-            add({"role": "assistant", "content": answer}, {"role": "assistant", "content": answer})
-        for turn in history.turns:
-            t = turn.index
-            add({"role": "user", "content": turn.user}, {"role": "user", "content": turn.user})
-            for s, step in enumerate(turn.steps):
-                keep = turn.view is None or turn.view.keep_reasoning[s]
-                last = s == len(turn.steps) - 1
-                summary = turn.view.summary if turn.view is not None and last else None
-                steps[(t, s)] = len(messages)
-                add(self._assistant(step, keep, summary, tools), _step_unit(step, keep, summary))
-                names = {c.id: c.name for c in step.tool_calls}
-                for r in step.tool_results:
-                    tool: dict[str, Any] = {"role": "tool", "tool_call_id": r.call_id, "content": r.content}
-                    if r.call_id in names:
-                        tool["name"] = names[r.call_id]
-                    add(tool, {**tool, "is_error": r.is_error})
-        assert len(units) == len(messages) - head + 1
-        return messages, units, {k: v - head + 1 for k, v in steps.items()}
+        steps: list[int] = []
+        replayed: list[Continuation] = []
+        withheld: list[Continuation] = []
+        add({"role": "user", "content": turn.user}, {"role": "user", "content": turn.user})
+        for s, step in enumerate(turn.steps):
+            keep = turn.view is None or turn.view.keep_reasoning[s]
+            last = s == len(turn.steps) - 1
+            summary = turn.view.summary if turn.view is not None and last else None
+            steps.append(len(messages))
+            completion = _completion(step, self.vendor)
+            if completion is not None:
+                replayed.append(completion)
+            withheld.extend(c for c in step.continuation if not (c.vendor == self.vendor and c.api == API))
+            add(self._assistant(step, keep, summary, tools), _step_unit(step, keep, summary))
+            names = {c.id: c.name for c in step.tool_calls}
+            for r in step.tool_results:
+                tool: dict[str, Any] = {"role": "tool", "tool_call_id": r.call_id, "content": r.content}
+                if r.call_id in names:
+                    tool["name"] = names[r.call_id]
+                add(tool, {**tool, "is_error": r.is_error})
+        return _TurnEncoding(tuple(messages), tuple(units), tuple(withheld), Seal.of(replayed), tuple(steps))
 
     def _assistant(
         self, step: Step, keep: bool, summary: str | None, tools: Sequence[Mapping[str, Any]]
@@ -272,7 +342,7 @@ class TokenAdapter:
         records: Sequence[ExecutionRecord],
         messages: Sequence[Message],
         units: Sequence[str],
-        steps: Mapping[tuple[int, int], int],
+        steps: _Positions,
         tools: list[dict[str, Any]],
     ) -> _Plan:
         why = self._refusal(prefix, history, model, records, units, steps)
@@ -286,12 +356,12 @@ class TokenAdapter:
                 prev.prompt_ids, prev.completion_ids, new, tools or None
             )
             if bridged is not None and bridged.token_ids is not None:
-                return _Plan(bridged.token_ids, None)
+                return _Plan(TokenIds.of(bridged.token_ids), None)
             why = "the renderer refused to bridge the new messages"
         rendered = self.renderer.render(messages, tools or None, True)
         if rendered.token_ids is None:
             raise ProtocolViolation("the token adapter needs a renderer with a tokenizer")
-        return _Plan(rendered.token_ids, why or "first request")
+        return _Plan(TokenIds.of(rendered.token_ids), why or "first request")
 
     def _refusal(
         self,
@@ -300,7 +370,7 @@ class TokenAdapter:
         model: str,
         records: Sequence[ExecutionRecord],
         units: Sequence[str],
-        steps: Mapping[tuple[int, int], int],
+        steps: _Positions,
     ) -> str | None:
         """Why the previous prompt + completion is not a prefix of the next prompt, or None when it is."""
         if not records:
@@ -314,7 +384,7 @@ class TokenAdapter:
         if prev.prefix_fingerprint != prefix.fingerprint:
             return "the prefix (system, tools or few-shots) changed"
         # by index, not position: a folded history (History.rendered) starts with a synthetic turn
-        held = next((t for t in history.turns if t.index == prev.turn), None)
+        held = next((t for t in reversed(history.turns) if t.index == prev.turn), None)
         if held is None or prev.step >= len(held.steps):
             return "the history no longer holds the previous step"
         step = held.steps[prev.step]
@@ -328,7 +398,7 @@ class TokenAdapter:
         if tuple(units[:n]) != previous:
             d = next((i for i, (a, b) in enumerate(zip(units, previous, strict=False)) if a != b), n)
             return f"history before the previous step changed at unit {d} (a policy or compaction)"
-        at = steps.get((prev.turn, prev.step))
+        at = steps(prev.turn, prev.step)
         if at != n or units[n] != _digest(_step_unit(step, True, None)):
             return "the view of the previous step differs from what was sampled (reasoning dropped)"
         return None
@@ -351,9 +421,13 @@ class TokenAdapter:
                 "completion response has no choices[0].token_ids (the server must return token ids: "
                 "vLLM return_token_ids)"
             )
-        echoed = _ids(choice.get("prompt_token_ids"))
-        if sent is not None and echoed is not None and echoed != sent:
-            raise MalformedResponse("the server saw a different prompt than the token ids sent")
+        raw = choice.get("prompt_token_ids")
+        if sent is not None and isinstance(raw, list) and raw == TokenIds.of(sent).as_array().tolist():
+            echoed: tuple[int, ...] | None = None  # the prompt sent, echoed: one C-speed comparison
+        else:
+            echoed = _ids(raw)
+            if sent is not None and echoed is not None and echoed != sent:
+                raise MalformedResponse("the server saw a different prompt than the token ids sent")
         prompt_ids = sent if sent is not None else echoed
         if prompt_ids is None:
             raise MalformedResponse("no prompt token ids: neither sent nor echoed by the server")

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 import attrs
 
-from reasonstate.state import UNIT_WINDOW, ExecutionRecord, Records, as_records
+from reasonstate.state import UNIT_WINDOW, ExecutionRecord, Records, TokenIds, as_records
 from reasonstate.state.execution import common_prefix_len
 
 __all__ = [
@@ -319,10 +319,13 @@ def _tokens(rules: CacheRules, prompt: Sequence[int], records: Sequence[Executio
 def shared_tokens(prompt: Sequence[int], records: Sequence[ExecutionRecord]) -> int:
     """``max over earlier (p, c) of lcp(q[:-1], (p + c)[:-1])``: the prompt tokens whose KV exists."""
     best = 0
-    query = list(prompt[: len(prompt) - 1])
+    query = TokenIds.of(prompt)  # the session's prompts are views of shared buffers: compared in O(1)
+    n = len(query) - 1
     for r in records:
-        if r.prompt_ids is None or r.completion_ids is None:
+        p, c = r.prompt_ids, r.completion_ids
+        if p is None or c is None:
             continue
-        seq = [*r.prompt_ids, *r.completion_ids]
-        best = max(best, common_prefix_len(query, seq[: len(seq) - 1]))
+        limit = min(n, len(p) + len(c) - 1)
+        if limit > best:
+            best = max(best, min(query.shared_with(p, c), limit))
     return best

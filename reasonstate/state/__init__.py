@@ -13,6 +13,7 @@ from reasonstate.state.execution import (
     Usage,
     as_records,
     ids_digest,
+    ids_seal,
 )
 from reasonstate.state.frozen import FrozenDict, FrozenList, freeze, thaw
 from reasonstate.state.history import (
@@ -31,6 +32,7 @@ from reasonstate.state.history import (
     TurnView,
     parse_arguments,
 )
+from reasonstate.state.tokenids import TokenIds
 from reasonstate.state.trace import EventKind, Trace, TraceEvent
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "Records",
     "Step",
     "TextPart",
+    "TokenIds",
     "ToolCallPart",
     "ToolResult",
     "ToolResultPart",
@@ -62,6 +65,7 @@ __all__ = [
     "digest_of",
     "freeze",
     "ids_digest",
+    "ids_seal",
     "parse_arguments",
     "thaw",
 ]

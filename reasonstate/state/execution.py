@@ -13,14 +13,13 @@ the session's length (issue 21).
 
 from __future__ import annotations
 
-import array
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 import attrs
 
 from reasonstate.errors import ContinuationMismatch
-from reasonstate.state.continuation import digest_of
+from reasonstate.state.tokenids import TokenIds, ids_digest
 
 __all__ = [
     "UNIT_WINDOW",
@@ -31,12 +30,19 @@ __all__ = [
     "as_records",
     "common_prefix_len",
     "ids_digest",
+    "ids_seal",
 ]
 
 
-def ids_digest(ids: Sequence[int]) -> str:
-    """``sha256`` of token ids as 64-bit integers: what a record's ids are checked against before reuse."""
-    return digest_of(array.array("q", ids).tobytes())
+def ids_seal(prompt_ids: Sequence[int] | None, completion_ids: Sequence[int] | None) -> str | None:
+    """``ids_digest(prompt_ids + completion_ids)`` (None without ids): a record's seal. A prompt held as a
+    :class:`~reasonstate.state.tokenids.TokenIds` is hashed from its buffer's running hash on (only what it
+    adds to the prompt sealed before it)."""
+    if prompt_ids is None and completion_ids is None:
+        return None
+    if isinstance(prompt_ids, TokenIds):
+        return prompt_ids.digest_with(completion_ids or ())
+    return ids_digest((*(prompt_ids or ()), *(completion_ids or ())))
 
 
 #: the one type a count may have (``bool`` is an ``int`` subclass and is not a count)
@@ -154,8 +160,10 @@ class ExecutionRecord:
     usage: Usage
     duration_s: float
     model: str
-    #: self-hosted models (token-in, token-out): the exact prompt and completion token ids
-    prompt_ids: tuple[int, ...] | None = None
+    #: self-hosted models (token-in, token-out): the exact prompt and completion token ids; the prompt as a
+    #: :class:`~reasonstate.state.tokenids.TokenIds` when the adapter gives one (a view sharing its storage
+    #: with the earlier prompts it extends: a token session's records grow with the tokens it adds)
+    prompt_ids: Sequence[int] | None = None
     completion_ids: tuple[int, ...] | None = None
     #: the digest of the step's output as the model generated it, where a vendor caches it as a unit of
     #: later prompts (DeepSeek persists a unit at the end of each output: docs/protocols.md §3.4)
@@ -168,8 +176,7 @@ class ExecutionRecord:
         """Raise :class:`~reasonstate.errors.ContinuationMismatch` unless the token ids match their seal."""
         if self.prompt_ids is None and self.completion_ids is None:
             return
-        ids = (*(self.prompt_ids or ()), *(self.completion_ids or ()))
-        if self.ids_seal is None or ids_digest(ids) != self.ids_seal:
+        if self.ids_seal is None or ids_seal(self.prompt_ids, self.completion_ids) != self.ids_seal:
             raise ContinuationMismatch(f"request {self.index}: token ids changed since they were recorded")
 
 

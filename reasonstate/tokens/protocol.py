@@ -49,31 +49,38 @@ class RenderedTokens:
     headers, turn closes, preambles, the generation prompt), :data:`CARRIED` for tokens a bridge carried
     over verbatim from the previous turn. Token fields are ``None`` for a string-level renderer.
 
-    ``text`` may be computed on first access (a bridge does not decode the history it carries unless
-    asked). Immutable; equal when text, ids and indices are equal.
+    ``token_ids`` is a tuple, or a :class:`~reasonstate.state.tokenids.TokenIds` (a bridge's: a view that
+    shares its storage with the prompt it extends; it equals the tuple of the same ids). ``text`` and
+    ``message_indices`` may be computed on first access (a bridge neither decodes the history it carries
+    nor attributes its tokens unless asked). Immutable; equal when text, ids and indices are equal.
     """
 
-    __slots__ = ("_text", "_text_of", "message_indices", "token_ids")
+    __slots__ = ("_indices", "_indices_of", "_text", "_text_of", "token_ids")
 
     def __init__(
         self,
         text: str | None = None,
-        token_ids: tuple[int, ...] | None = None,
+        token_ids: Sequence[int] | None = None,
         message_indices: tuple[int, ...] | None = None,
         *,
         text_of: Callable[[], str] | None = None,
+        indices_of: Callable[[], tuple[int, ...]] | None = None,
     ) -> None:
         if (text is None) == (text_of is None):
             raise TypeError("give exactly one of text and text_of")
+        if message_indices is not None and indices_of is not None:
+            raise TypeError("give at most one of message_indices and indices_of")
         object.__setattr__(self, "_text", text)
         object.__setattr__(self, "_text_of", text_of)
         object.__setattr__(self, "token_ids", token_ids)
-        object.__setattr__(self, "message_indices", message_indices)
+        object.__setattr__(self, "_indices", message_indices)
+        object.__setattr__(self, "_indices_of", indices_of)
 
     _text: str | None
     _text_of: Callable[[], str] | None
-    token_ids: tuple[int, ...] | None
-    message_indices: tuple[int, ...] | None
+    _indices: tuple[int, ...] | None
+    _indices_of: Callable[[], tuple[int, ...]] | None
+    token_ids: Sequence[int] | None
 
     @property
     def text(self) -> str:
@@ -84,20 +91,28 @@ class RenderedTokens:
             object.__setattr__(self, "_text", text)
         return text
 
+    @property
+    def message_indices(self) -> tuple[int, ...] | None:
+        indices = self._indices
+        if indices is None and self._indices_of is not None:
+            indices = self._indices_of()
+            object.__setattr__(self, "_indices", indices)
+            object.__setattr__(self, "_indices_of", None)
+        return indices
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"RenderedTokens is immutable (cannot set {name})")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RenderedTokens):
             return NotImplemented
-        return (self.token_ids, self.message_indices, self.text) == (
-            other.token_ids,
-            other.message_indices,
-            other.text,
-        )
+        if (self.token_ids is None) != (other.token_ids is None) or self.token_ids != other.token_ids:
+            return False
+        return (self.message_indices, self.text) == (other.message_indices, other.text)
 
     def __hash__(self) -> int:
-        return hash((self.token_ids, self.message_indices))
+        ids = self.token_ids
+        return hash((None if ids is None else tuple(ids), self.message_indices))
 
     def __repr__(self) -> str:
         return f"RenderedTokens(text={self.text!r}, token_ids={self.token_ids!r})"

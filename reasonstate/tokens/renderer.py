@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from reasonstate.cache.rules import common_prefix_len
+from reasonstate.state.tokenids import TokenIds
 from reasonstate.tokens.errors import TemplateRenderError, TokenizerRequired, TokensError
 from reasonstate.tokens.families import FAMILIES, Family, detect_family
 from reasonstate.tokens.protocol import CARRIED, STRUCTURE, Message, ParsedResponse, RenderedTokens, ToolCall
@@ -71,7 +72,22 @@ def _marked(message: Message, *, prefix: bool) -> dict[str, Any]:
 class _Appendix:
     close: str  # the turn close (or, for GLM, the next header) the appendix starts with
     text: str  # starts with ``close``
-    spans: tuple[tuple[int, int, int], ...]  # (start, end, index in new_messages), offsets in text
+    start: int  # where ``text`` starts in ``full``
+    full: str  # the rendering of ``context + new_messages`` it was cut from
+    context: tuple[Message, ...]  # the bridge context before the new messages
+
+    def spans(
+        self,
+        renderer: ChatTemplateRenderer,
+        new_messages: Sequence[Message],
+        render: Callable[[list[Message]], str],
+    ) -> list[tuple[int, int, int]]:
+        """``(start, end, index in new_messages)``: where each new message's own strings lie in ``text``
+        (two renders per new message: only when the message indices are asked for)."""
+        whole = [*self.context, *new_messages]
+        n = len(self.context)
+        regions = renderer._regions(render, whole, range(n, len(whole)), self.full)
+        return [(a - self.start, b - self.start, k - n) for a, b, k in regions if a >= self.start]
 
 
 class ChatTemplateRenderer:
@@ -284,7 +300,7 @@ class ChatTemplateRenderer:
         kwargs: Mapping[str, Any],
         sampled: Sequence[ToolCall] = (),
     ) -> _Appendix:
-        context: list[Message] = list(self.family.bridge_context(new_messages, _SENTINEL, sampled))
+        context = tuple(self.family.bridge_context(new_messages, _SENTINEL, sampled))
         full = self.render_text([*context, *new_messages], tools, True, **kwargs)
         mark = full.find(_SENTINEL)
         if mark < 0:
@@ -297,15 +313,7 @@ class ChatTemplateRenderer:
                 f"{self.template.name}: no end of the assistant turn after the sentinel"
             )
         start, close = min(found)
-        whole = [*context, *new_messages]
-        regions = self._regions(
-            lambda ms: self.render_text(ms, tools, True, **kwargs),
-            whole,
-            range(len(context), len(whole)),
-            full,
-        )
-        spans = tuple((a - start, b - start, k - len(context)) for a, b, k in regions if a >= start)
-        return _Appendix(close=close, text=full[start:], spans=spans)
+        return _Appendix(close=close, text=full[start:], start=start, full=full, context=context)
 
     def bridge_text(
         self,
@@ -356,7 +364,8 @@ class ChatTemplateRenderer:
         """
         if any(m.get("role") == "assistant" for m in new_messages):
             return None
-        p, c = list(prev_prompt_ids), list(prev_completion_ids)
+        p = TokenIds.of(prev_prompt_ids)  # a view of the previous prompt's buffer: not copied
+        c = list(prev_completion_ids)
         tok = self._tok()
         sampled: tuple[ToolCall, ...] = ()
         if new_messages and new_messages[0].get("role") == "tool":  # decode only what names the results
@@ -365,10 +374,8 @@ class ChatTemplateRenderer:
         appendix = self._appendix(new_messages, tools, template_kwargs, sampled)
         finished = bool(c) and c[-1] in {tok.special_id(t) for t in self.family.turn_close}
         carried = self.carried_ids(c)
-        ids = p + carried
-        indices = [CARRIED] * len(ids)
-        if carried[-1:] != c[-1:]:
-            indices[-1] = STRUCTURE
+        added = list(carried)  # everything after p: the carried completion, a close, the appendix's tokens
+        replaced = carried[-1:] != c[-1:]
         rest = appendix.text
         head = 0
         if self.family.close_is_next_header:
@@ -379,17 +386,29 @@ class ChatTemplateRenderer:
             if not finished:
                 synthesized = self.family.close_for_truncation()
                 if synthesized is not None:
-                    ids.append(self._special_id(synthesized))
-                    indices.append(STRUCTURE)
+                    added.append(self._special_id(synthesized))
         new_ids = self.encode(rest)
-        spans = [(a - head, b - head, k) for a, b, k in appendix.spans if a >= head]
-        indices.extend(self._attribute(rest, new_ids, spans))
-        ids.extend(new_ids)
-        # decoding the carried history would make the bridge O(history) in Python: the text is computed
-        # on first access; lossy, as the carried completion may end inside a character (max_tokens)
-        token_ids = tuple(ids)
+        structure = len(added) - len(carried)  # a synthesized close
+        added.extend(new_ids)
+        # the work is in proportion to what the turn adds: the previous prompt is shared, not copied; the
+        # text (a lossy decode: the carried completion may end inside a character) and the message indices
+        # (two renders per new message) are computed on first access
+        token_ids = p.extended(added)
+        n_carried = len(p) + len(carried)
+        kwargs = template_kwargs
+
+        def indices() -> tuple[int, ...]:
+            out = [CARRIED] * n_carried
+            if replaced:
+                out[-1] = STRUCTURE
+            out.extend([STRUCTURE] * structure)
+            spans = appendix.spans(self, new_messages, lambda ms: self.render_text(ms, tools, True, **kwargs))
+            spans = [(a - head, b - head, k) for a, b, k in spans if a >= head]
+            out.extend(self._attribute(rest, new_ids, spans))
+            return tuple(out)
+
         return RenderedTokens(
             token_ids=token_ids,
-            message_indices=tuple(indices),
+            indices_of=indices,
             text_of=lambda: decode_lossy(tok, token_ids),
         )

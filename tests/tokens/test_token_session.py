@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 import pytest
 
 import reasonstate as rs
@@ -24,7 +26,7 @@ from reasonstate.adapters.base import VendorRequest
 from reasonstate.adapters.tokens import TokenAdapter
 from reasonstate.errors import MalformedResponse, ProtocolViolation, VendorError
 from reasonstate.policies import Drop, Policy
-from reasonstate.state import EventKind, OpaquePart, ReasoningPart, ToolCallPart
+from reasonstate.state import EventKind, ExecutionRecord, OpaquePart, ReasoningPart, TokenIds, ToolCallPart
 from reasonstate.testing import Fault
 from reasonstate.testing.completions import ScriptedCompletion, VLLMCompletionsEmulator
 from reasonstate.tokens import ChatTemplateRenderer, InvalidUTF8, ToolCallParseError
@@ -454,6 +456,47 @@ def test_a_restored_session_keeps_bridging(
     assert first.prompt_ids is not None and first.completion_ids is not None and second.prompt_ids is not None
     assert extends(second.prompt_ids, first.prompt_ids, first.completion_ids)
     assert second.predicted_cache_read == emulator.served[1].cached_tokens > 0
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("policy", [None, Drop()], ids=["keep", "drop"])
+def test_prompts_are_kept_once_and_the_snapshot_writes_what_each_prompt_adds(
+    qwen: ChatTemplateRenderer, policy: Policy | None
+) -> None:
+    with VLLMCompletionsEmulator(CHAIN, tokenizer="qwen3.6", eos_token_ids=[IM_END]) as emu:
+        s = session(emu, qwen, policy=policy)
+        run_chain(s)
+        records = s.execution
+        # in memory: every prompt is a view; bridged prompts share the buffer of the prompt they extend
+        assert all(isinstance(r.prompt_ids, TokenIds) for r in records)
+        buffers = {id(r.prompt_ids._buf) for r in records if isinstance(r.prompt_ids, TokenIds)}
+        assert len(buffers) == (1 if policy is None else 3)  # Drop: requests 2 and 4 are full renders
+        # in the snapshot: the first prompt in full, each later one as what it shares with the previous
+        # request's prompt + completion and the ids after that, figures taken from the oracle's prompts
+        flags = {"preserve_thinking": True} if policy is None else {}
+        field = [f.name for f in attrs.fields(ExecutionRecord) if f.name != "index"].index("prompt_ids")
+        text = s.snapshot().model_dump_json()
+        rows = json.loads(text)["execution"]
+        assert rows[0][field] == direct_prompt(0, **flags)
+        for k in range(1, len(rows)):
+            before = direct_prompt(k - 1, **flags) + direct.qwen_ids(CHAIN[k - 1])
+            prompt = direct_prompt(k, **flags)
+            shared = _lcp(prompt, before)
+            assert rows[k][field] == [shared, prompt[shared:]], k
+            assert (shared == len(before)) == (policy is None or k not in (2, 4)), k
+        restored = rs.Session.restore(text, s._client, adapter=TokenAdapter(qwen))
+        assert restored.execution == records
+        assert [r.prompt_ids for r in restored.execution] == [
+            tuple(direct_prompt(k, **flags)) for k in range(5)
+        ]
+        again = json.loads(restored.snapshot().model_dump_json())
+        assert again["execution"] == rows  # written again from the restored views: the same rows
 
 
 def test_the_async_session_bridges_the_same_way(
