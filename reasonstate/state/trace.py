@@ -256,7 +256,19 @@ class _Store:
                     if not all(type(k) is str for k in keys):
                         raise _Raw
                     return {k: self._enc(x, None) for k, x in v.items()}
-            return [shape, *[self._enc(x, (shape, i)) for i, x in enumerate(v.values())]]
+            out: list[Any] = [shape]
+            append = out.append
+            for i, x in enumerate(v.values()):
+                tx = type(x)
+                # numbers, None and short strings that are no reference (nor look like one) stay as they
+                # are: the common values, without a call each
+                if (tx is int or x is None or tx is bool or tx is float) or (
+                    tx is str and len(x) < _SHARED_MIN and x[:1] != "~"
+                ):
+                    append(x)
+                else:
+                    append(self._enc(x, (shape, i)))
+            return out
         if t is list or t is tuple or t is FrozenList:
             return [_LIST, *[self._enc(x, None) for x in v]]
         raise _Raw
