@@ -53,7 +53,6 @@ import bisect
 import enum
 import json
 import logging
-import operator
 import threading
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
@@ -219,8 +218,6 @@ class Reply:
 #: the committed reply
 TurnFlow = Generator[VendorRequest, "CallResult | None", Reply]
 
-_KIND = operator.attrgetter("kind")
-
 
 class Engine:
     """The turn engine a session is: its state, the layers, and one request's begin → send → finish | fail
@@ -254,12 +251,12 @@ class Engine:
         if publisher is None:
             return
         if not publisher.exporters and publisher.started and not _log.isEnabledFor(logging.INFO):
-            events = layers.trace.events
+            trace = layers.trace
             cursor = publisher.cursor
-            if len(events) <= cursor or (
-                not _log.isEnabledFor(logging.WARNING) or WARNED_KINDS.isdisjoint(map(_KIND, events[cursor:]))
+            if len(trace) <= cursor or (
+                not _log.isEnabledFor(logging.WARNING) or WARNED_KINDS.isdisjoint(trace.kinds(cursor))
             ):
-                publisher.cursor = len(events)
+                publisher.cursor = len(trace)
                 return
         publisher.publish(layers.trace)
 
@@ -340,6 +337,11 @@ class Engine:
         """
         request = self._encode(attempt.history)
         predicted = predict(self._adapter, request, self._layers.records)
+        trace = self._layers.trace
+        if trace.deferred:  # the closing decision's effect is this request's own (KeptEffect)
+            kept = trace.completion()
+            if isinstance(kept, KeptEffect) and kept.fits(self, attempt):
+                trace.settle(kept.figures(request, predicted))
         with self._lock:
             if self._state is TurnState.AWAITING_MODEL or attempt.base is not self._layers.history:
                 raise IllegalTransition(
@@ -742,11 +744,12 @@ def commit(
         )
     records = records.appended(record, request.units, shared=shared)
     tool_calls = step.tool_calls
+    deferred = None
     if tool_calls:
         calls = [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in tool_calls]
         events.append((EventKind.TOOL_CALLS, {"turn": turn.index, "calls": calls}))
     else:
-        history = _close_turn(
+        history, deferred = _close_turn(
             history,
             events,
             attrs.evolve(layers, records=records),
@@ -758,7 +761,7 @@ def commit(
             encodings=encodings,
             foreign_reasoning=foreign_reasoning,
         )
-    trace = trace.extended(events)
+    trace = trace.extended(events, deferred)
     return Layers(history, trace, records, layers.lost, layers.stripped, request_body), step
 
 
@@ -876,10 +879,15 @@ def _close_turn(
     policy: Policy,
     encodings: Encodings | None,
     foreign_reasoning: str,
-) -> History:
+) -> tuple[History, tuple[int, KeptEffect] | None]:
     """The policy decides the closed turn's view (and KeepLast an earlier one), clamped by the rules; the
     decision's events are added to ``events``. ``layers``: what the next request is built on (its records
-    end with this answer's)."""
+    end with this answer's).
+
+    With the history as decided, the second item is None, or, when every view the policy decided keeps
+    everything, ``(position of the policy.decision event in events, its predicted cache effect)``: that
+    event's effect is deferred (:meth:`Trace.extended`), computed when the trace is first read, or else
+    given by the next request, which predicts the very same figures for itself (:class:`KeptEffect`)."""
     before = history
     turn = history.turns[-1]
     try:
@@ -916,18 +924,23 @@ def _close_turn(
         history = history.with_view(index, view)
     closed = history.turns[-1]
     assert closed.view is not None
-    effect = _predict_effect(
-        history,
-        before,
-        views.keys(),
-        layers,
-        adapter,
-        prefix,
-        model,
-        options,
-        encodings,
-        foreign_reasoning,
-    )
+    kept: KeptEffect | None = None
+    if all(v is not None and v.keeps_all for v in (history.turns[i].view for i in views)):
+        kept = KeptEffect(adapter, prefix, history, model, options, layers, encodings, foreign_reasoning)
+        effect: Mapping[str, Any] = {}
+    else:
+        effect = _predict_effect(
+            history,
+            before,
+            views.keys(),
+            layers,
+            adapter,
+            prefix,
+            model,
+            options,
+            encodings,
+            foreign_reasoning,
+        )
     order = sorted(views)
     decided = FrozenDict(
         (str(i), FrozenDict(keep_reasoning=FrozenList(v.keep_reasoning), summary=v.summary))
@@ -943,8 +956,84 @@ def _close_turn(
         **effect,
     )
     events.append((EventKind.POLICY_DECISION, data))
+    deferred = None if kept is None else (len(events) - 1, kept)
     events.append((EventKind.TURN_CLOSED, FrozenDict(turn=closed.index, steps=len(closed.steps))))
-    return history
+    return history, deferred
+
+
+class KeptEffect:
+    """The predicted cache effect of a decision that keeps every view it decided (``Keep``, and most
+    closes of the others): ``divergence_unit`` and ``predicted_cache_read`` of the next request, which is
+    :func:`encoded` on ``history`` as decided over ``layers`` (:func:`_predict_effect`), and
+    ``reprefill_tokens`` 0.
+
+    Called (once) when the ``policy.decision`` event is first read. The next request's begin computes
+    the same two figures for itself: when it is a ``send`` on exactly this history, prefix, model,
+    options and records (:meth:`fits`), it only adds its new user message past the history as decided,
+    and no cache rule reads a unit no earlier request sent, so its own divergence and prediction are this
+    decision's, and settle the event without a second encode (:meth:`figures`)."""
+
+    __slots__ = (
+        "adapter",
+        "encodings",
+        "foreign_reasoning",
+        "history",
+        "layers",
+        "model",
+        "options",
+        "prefix",
+    )
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        prefix: Prefix,
+        history: History,
+        model: str,
+        options: Mapping[str, Any],
+        layers: Layers,
+        encodings: Encodings | None,
+        foreign_reasoning: str,
+    ) -> None:
+        self.adapter, self.prefix, self.history, self.model = adapter, prefix, history, model
+        self.options, self.layers, self.encodings = options, layers, encodings
+        self.foreign_reasoning = foreign_reasoning
+
+    def __call__(self) -> dict[str, Any]:
+        request = encoded(
+            self.adapter,
+            self.prefix,
+            self.history,
+            self.model,
+            self.options,
+            self.layers,
+            foreign_reasoning=self.foreign_reasoning,
+            encodings=self.encodings,
+        )
+        records = self.layers.records
+        return self.figures(request, predict(self.adapter, request, records))
+
+    def figures(self, request: VendorRequest, predicted: int | None) -> dict[str, Any]:
+        """The effect, from a request on this history (or one that only adds a user message) and its
+        prediction over these records."""
+        d = divergence(request.units, self.layers.records.newest_units())
+        return {"divergence_unit": d, "predicted_cache_read": predicted, "reprefill_tokens": 0}
+
+    def fits(self, engine: Engine, attempt: Attempt) -> bool:
+        """Whether ``attempt`` is a user message sent on exactly the state this decision was made on."""
+        layers, now = self.layers, engine._layers
+        return (
+            attempt.action == "send"
+            and attempt.base is self.history
+            and now.records is layers.records
+            and engine._adapter is self.adapter
+            and engine._prefix is self.prefix
+            and engine._options is self.options
+            and engine._model == self.model
+            and engine._foreign_reasoning == self.foreign_reasoning
+            and now.lost == layers.lost
+            and now.stripped == layers.stripped
+        )
 
 
 def _decided(policy: Policy, history: History, closed: int) -> dict[int, TurnView]:
@@ -986,7 +1075,8 @@ def _predict_effect(
     encodings: Encodings | None,
     foreign_reasoning: str,
 ) -> dict[str, Any]:
-    """Where the next request will diverge from this one, and what that costs in cache reads.
+    """Where the next request will diverge from this one, and what that costs in cache reads, for a
+    decision that changes a view (a keep-all one is :class:`KeptEffect`, the same figures deferred).
 
     One predictor: ``predicted_cache_read`` is :func:`predict` (the vendor's rules: minimum, rounding,
     breakpoints, persisted units) of the request :func:`encoded` builds on ``history`` as decided, over
@@ -1015,8 +1105,6 @@ def _predict_effect(
 
     request, predicted = predicted_on(history)
     d = divergence(request.units, records.newest_units())
-    if all(v is not None and v.keeps_all for v in views):
-        return {"divergence_unit": d, "predicted_cache_read": predicted, "reprefill_tokens": 0}
     closed = before.turns[-1]
     kept = TurnView(tuple(True for _ in closed.steps), policy=Keep().name)
     keep_read = predicted_on(before.with_view(closed.index, kept))[1]

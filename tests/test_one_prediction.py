@@ -67,9 +67,11 @@ VENDORS: dict[str, tuple[Callable[[], Any], str, dict[str, Any]]] = {
 
 
 def _conversation(
-    vendor: str, system: str, policy: Policy, *, guarded: bool = False
+    vendor: str, system: str, policy: Policy, *, guarded: bool = False, read: bool = False
 ) -> tuple[rs.Session, rs.Guard | None]:
-    """Three turns of a question, a tool call and an answer, on ``vendor``'s emulator (closed after)."""
+    """Three turns of a question, a tool call and an answer, on ``vendor``'s emulator (closed after).
+    ``read``: the trace is read after every call (each decision's effect is then computed on its own
+    before the next request, rather than given by the next request)."""
     make, model, options = VENDORS[vendor]
     with make() as emulator:
         client = emulator.client()
@@ -80,7 +82,11 @@ def _conversation(
         for question in QUESTIONS:
             reply = session.send(question)
             while reply.tool_calls:
+                if read:
+                    list(session.trace)
                 reply = session.send_tool_results({c.id: "18C" for c in reply.tool_calls})
+            if read:
+                list(session.trace)
     return session, guard
 
 
@@ -111,6 +117,24 @@ def test_a_policy_decision_predicts_what_the_next_request_is_predicted_and_reads
     if system == LONG and isinstance(policy, Keep):
         # the cache was really read: the agreement is not 0 == 0
         assert _first_request_of(session, 1).usage.cache_read > 1024
+
+
+@pytest.mark.parametrize("policy", [Keep(), Drop()], ids=["keep", "drop"])
+@pytest.mark.parametrize("system", [SHORT, LONG], ids=["short", "long"])
+@pytest.mark.parametrize("vendor", sorted(VENDORS))
+def test_a_decision_read_before_the_next_request_predicts_the_same(
+    vendor: str, system: str, policy: Policy
+) -> None:
+    # a keep-all decision's effect is given by the next request when nobody read it before; read at once,
+    # it is computed from the history as decided: the figures are the same
+    unread, _ = _conversation(vendor, system, policy)
+    read, _ = _conversation(vendor, system, policy, read=True)
+    assert _decisions(read) == _decisions(unread)
+    for decision in _decisions(read)[:-1]:
+        following = _first_request_of(read, decision["turn"] + 1)
+        assert decision["predicted_cache_read"] == following.predicted_cache_read, (decision, following)
+        assert decision["divergence_unit"] == following.divergence
+    assert [e.kind for e in read.trace] == [e.kind for e in unread.trace]
 
 
 @pytest.mark.parametrize("system", [SHORT, LONG], ids=["short", "long"])

@@ -259,7 +259,19 @@ class _Store:
                     if not all(type(k) is str for k in keys):
                         raise _Raw
                     return {k: self._enc(x, None) for k, x in v.items()}
-            return [shape, *[self._enc(x, (shape, i)) for i, x in enumerate(v.values())]]
+            out: list[Any] = [shape]
+            append = out.append
+            for i, x in enumerate(v.values()):
+                tx = type(x)
+                # numbers, None and short strings that are no reference (nor look like one) stay as they
+                # are: the common values, without a call each
+                if (tx is int or x is None or tx is bool or tx is float) or (
+                    tx is str and len(x) < _SHARED_MIN and x[:1] != "~"
+                ):
+                    append(x)
+                else:
+                    append(self._enc(x, (shape, i)))
+            return out
         if t is list or t is tuple or t is FrozenList:
             return [_LIST, *[self._enc(x, None) for x in v]]
         raise _Raw
@@ -307,6 +319,48 @@ class _Store:
         return x
 
 
+class _Held:
+    """A batch's events from its deferred one on (positions ``start`` on), outside the store until the
+    deferred one is completed: by :meth:`Trace.settle` with figures known some other way, or else by its
+    ``complete`` when any reader first looks. Settling appends them to the store, as extending would have
+    (the same data, the batch's wall time), and is done once, under ``lock``."""
+
+    __slots__ = ("at", "before", "complete", "items", "lock", "start")
+
+    def __init__(
+        self,
+        start: int,
+        at: float,
+        items: list[tuple[str, Mapping[str, Any]]],
+        complete: Callable[[], Mapping[str, Any]],
+        before: tuple[TraceEvent, ...],
+    ) -> None:
+        self.start, self.at, self.items, self.before = start, at, items, before
+        self.complete: Callable[[], Mapping[str, Any]] | None = complete
+        self.lock = threading.Lock()
+
+    def settle(self, trace: Trace, completion: Mapping[str, Any] | None) -> None:
+        with self.lock:
+            complete = self.complete
+            if complete is None:
+                trace._held = None
+                return
+            extra = complete() if completion is None else completion
+            (kind, data), *rest = self.items
+            events = (
+                TraceEvent(self.start, kind, {**data, **extra}, self.at),
+                *(TraceEvent(self.start + 1 + i, k, d, self.at) for i, (k, d) in enumerate(rest)),
+            )
+            store = trace._store
+            with store.lock:
+                if len(store) != self.start:  # another value was extended from an older one meanwhile
+                    store = store.prefix(self.start)
+                for e in events:
+                    store.append(e)
+            self.complete, self.items = None, []
+            trace._store, trace._tail, trace._held = store, (*self.before, *events), None
+
+
 def _as_event(e: Any) -> TraceEvent:
     if not isinstance(e, TraceEvent):
         raise TypeError(f"a Trace holds TraceEvent values, got {type(e).__name__}")
@@ -320,23 +374,33 @@ class Trace:
     change), equal to another with the same events, and extending it never changes it (module docstring).
     """
 
-    __slots__ = ("_n", "_store", "_tail")
+    __slots__ = ("_held", "_n", "_store", "_tail")
     _store: _Store
     _n: int
     #: the newest batch's events as built (positions ``n - len(tail)`` to ``n - 1``)
     _tail: tuple[TraceEvent, ...]
+    #: the newest batch from its deferred event on, not in the store until settled (None: nothing held)
+    _held: _Held | None
 
     def __init__(self, events: Iterable[TraceEvent] = ()) -> None:
         store = _Store()
         for e in events:
             store.append(_as_event(e))
-        self._store, self._n, self._tail = store, len(store), ()
+        self._store, self._n, self._tail, self._held = store, len(store), (), None
 
     @classmethod
-    def _of(cls, store: _Store, n: int, tail: tuple[TraceEvent, ...]) -> Trace:
+    def _of(cls, store: _Store, n: int, tail: tuple[TraceEvent, ...], held: _Held | None = None) -> Trace:
         trace = cls.__new__(cls)
-        trace._store, trace._n, trace._tail = store, n, tail
+        trace._store, trace._n, trace._tail, trace._held = store, n, tail, held
         return trace
+
+    def _settled(self) -> Trace:
+        """This trace with its held events in the store (a no-op when nothing is held): every read that
+        looks at events goes through here, so a deferred event is completed before anyone sees it."""
+        held = self._held
+        if held is not None:
+            held.settle(self, None)
+        return self
 
     @property
     def events(self) -> TraceEvents:
@@ -347,20 +411,63 @@ class Trace:
         """A new trace with one event appended (``seq`` is its position); this trace is unchanged."""
         return self.extended(((kind, data),))
 
-    def extended(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> Trace:
+    def extended(
+        self,
+        items: Iterable[tuple[str, Mapping[str, Any]]],
+        deferred: tuple[int, Callable[[], Mapping[str, Any]]] | None = None,
+    ) -> Trace:
         """The trace with one event per ``(kind, data)`` appended, in order, stamped with one wall time:
-        a request's events are one batch. Work in proportion to the events added (module docstring)."""
+        a request's events are one batch. Work in proportion to the events added (module docstring).
+
+        ``deferred``: ``(k, complete)``, the batch's event ``k`` is completed by ``complete()`` (its data
+        is ``{**data, **complete()}``), called when the event is first read, or never if :meth:`settle`
+        gives the figures first. Until then that event and the ones after it are held outside the store;
+        every read of the trace completes them first, so no reader can tell."""
+        self._settled()
         n, now = self._n, time.time()
-        added = tuple(TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(items))
-        if not added:
+        batch = list(items)
+        if not batch:
             return self
+        k = len(batch) if deferred is None else deferred[0]
+        added = tuple(TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(batch[:k]))
         store = self._store
         with store.lock:
             if len(store) != n:  # a fork: another value was extended from this one (or a shorter one)
                 store = store.prefix(n)
             for e in added:
                 store.append(e)
-        return Trace._of(store, n + len(added), added)
+        if deferred is None:
+            return Trace._of(store, n + len(added), added)
+        held = _Held(n + k, now, batch[k:], deferred[1], added)
+        return Trace._of(store, n + len(batch), added, held)
+
+    def settle(self, completion: Mapping[str, Any]) -> None:
+        """Complete this trace's deferred event with ``completion`` (what its ``complete`` would return,
+        known some other way) unless it was completed already; nothing happens when none is held."""
+        held = self._held
+        if held is not None:
+            held.settle(self, completion)
+
+    def completion(self) -> Callable[[], Mapping[str, Any]] | None:
+        """The ``complete`` of this trace's deferred event while it is not completed (else None)."""
+        held = self._held
+        return None if held is None else held.complete
+
+    @property
+    def deferred(self) -> bool:
+        """Whether this trace holds a deferred event not completed yet."""
+        held = self._held
+        return held is not None and held.complete is not None
+
+    def kinds(self, start: int = 0) -> list[str]:
+        """The kinds of the events from position ``start`` on, in order (no event built or completed)."""
+        store, n = self._store, self._n
+        held = self._held
+        stored = n if held is None or held.complete is None else held.start
+        out = [_KIND_NAMES[k] for k in store.kinds[start:stored]]
+        if stored < n and held is not None:
+            out.extend(kind for kind, _ in held.items[max(start - stored, 0) :])
+        return out
 
     def event(self, i: int) -> TraceEvent:
         """The event at position ``i`` (negative from the end)."""
@@ -369,6 +476,8 @@ class Trace:
             i += n
         if not 0 <= i < n:
             raise IndexError("trace index out of range")
+        if self._held is not None:
+            self._settled()
         tail = self._tail
         first = n - len(tail)
         if i >= first:
@@ -377,6 +486,7 @@ class Trace:
 
     def positions(self, kind: str) -> Sequence[int]:
         """The positions (``seq``) of the events of ``kind``, in order (no event built)."""
+        self._settled()
         kid = _KIND_IDS.get(kind)
         seqs = self._store.by_kind.get(kid) if kid is not None else None
         if not seqs:
@@ -385,6 +495,7 @@ class Trace:
 
     def last_of(self, kinds: Iterable[str], before: int | None = None) -> TraceEvent | None:
         """The newest event of one of ``kinds`` before position ``before`` (default: the end), or None."""
+        self._settled()
         end = self._n if before is None else min(before, self._n)
         best = -1
         for kind in kinds:
@@ -401,7 +512,7 @@ class Trace:
         return [self.event(i) for i in self.positions(kind)]
 
     def __iter__(self) -> Iterator[TraceEvent]:
-        return map(self.event, range(self._n))
+        return map(self._settled().event, range(self._n))
 
     def __len__(self) -> int:
         return self._n
@@ -411,6 +522,7 @@ class Trace:
             return NotImplemented
         if self._n != other._n:
             return False
+        self._settled(), other._settled()
         return self._store is other._store or all(a == b for a, b in zip(self, other, strict=True))
 
     def __hash__(self) -> int:
@@ -425,6 +537,7 @@ class Trace:
         zlib-compressed event bytes after a header line (kinds, times, byte lengths, tables). Events kept
         whole (data that is not plain JSON) ride in the header as JSON (``jsonable`` turns a value JSON
         does not hold into one it does). :meth:`from_compact` reads it back to an equal trace."""
+        self._settled()
         store, n = self._store, self._n
         ends = store.ends[:n]
         runs = bisect.bisect_left(store.run_start, n)
