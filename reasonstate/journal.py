@@ -164,7 +164,7 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> tuple[bytes, bytes] | 
     ):
         return None
     trace = layers.trace
-    if len(trace) < mark.events:
+    if trace.ready() < mark.events:
         return None
     keep = common_prefix_len(old.turns, new.turns)
     added = new.turns[keep:]
@@ -201,9 +201,9 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> tuple[bytes, bytes] | 
             shared = common_prefix_len(mine, before[1])
         units.append([shared, list(mine[shared:])])
         newest[record.model] = (seq, mine)
-    events = [
-        [e.seq, e.kind, e.at, to_jsonable_python(e.data)] for e in trace.events[mark.events : len(trace)]
-    ]
+    # a deferred event (a keep-all policy.decision whose figures the next request completes) and the ones
+    # after it go with the next entry: reading it now would pay for an encode the next request saves
+    events = [[e.seq, e.kind, e.at, to_jsonable_python(e.data)] for e in trace.complete_events(mark.events)]
     data: dict[str, Any] = {
         "state": state,
         "turns": keep,

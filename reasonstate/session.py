@@ -326,7 +326,7 @@ class _Core(Switching):
             same
             and mark is not None
             and mark.history is layers.history
-            and mark.events == len(layers.trace)
+            and mark.events == layers.trace.ready()
             and mark.records is layers.records
             and mark.state == state
         ):
@@ -338,7 +338,8 @@ class _Core(Switching):
         else:
             entry = Entry(version + 1, CHECKPOINT, self._snapshot_now().model_dump_json().encode())
             text = b""
-        return entry, Mark(entry.seq, layers.history, len(layers.trace), layers.records, header, state, text)
+        ready = layers.trace.ready() if entry.kind == DELTA else len(layers.trace)
+        return entry, Mark(entry.seq, layers.history, ready, layers.records, header, state, text)
 
     def _stored(self, reply: Reply | None, exc: BaseException) -> StoreError:
         """The error a failed append raises: a conflict makes this object stale (it sends nothing more);
@@ -938,6 +939,7 @@ class Session(_Core):
         if self._store is None:
             raise InvalidOption("flush(): this session has no store (pass store= to Session)")
         self._check_fresh()
+        self._layers.trace.completed()  # a deferred policy.decision too: flush writes everything
         self._write(None)
         return self.version
 
@@ -1074,6 +1076,7 @@ class AsyncSession(_Core):
         if self._store is None:
             raise InvalidOption("flush(): this session has no store (pass store= to AsyncSession)")
         self._check_fresh()
+        self._layers.trace.completed()  # a deferred policy.decision too: flush writes everything
         await self._write(None)
         return self.version
 

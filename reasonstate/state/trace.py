@@ -453,6 +453,25 @@ class Trace:
         held = self._held
         return None if held is None else held.complete
 
+    def completed(self) -> Trace:
+        """This trace with a deferred event completed now (its ``complete`` run): what a reader forces."""
+        return self._settled()
+
+    def ready(self) -> int:
+        """How many events are complete: the position of a deferred event not completed yet, else the
+        length (nothing is completed by asking)."""
+        held = self._held
+        return self._n if held is None or held.complete is None else held.start
+
+    def complete_events(self, start: int) -> list[TraceEvent]:
+        """The events from ``start`` to :meth:`ready`, without completing a deferred one (a store writes
+        these now and the deferred event with the next request, which completes it for free)."""
+        end, first = self.ready(), self._n - len(self._tail)
+        if self._held is not None:
+            first = self._held.start - len(self._held.before)
+        tail = self._tail if self._held is None else self._held.before
+        return [tail[i - first] if i >= first else self._store.event(i) for i in range(start, end)]
+
     @property
     def deferred(self) -> bool:
         """Whether this trace holds a deferred event not completed yet."""

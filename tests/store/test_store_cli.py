@@ -205,6 +205,7 @@ def write_session(url: str, session_id: str, turns: int = 1) -> rs.Session:
         run_chain(session)
         for i in range(1, turns):
             session.send(f"Follow-up {i}")
+        session.flush()  # the last turn's policy.decision waits for a next request: flush writes it
     return session
 
 
