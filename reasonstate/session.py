@@ -13,12 +13,13 @@ order) are the engine's, stated in its module docstring.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import threading
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Generic, TypeVar, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -340,6 +341,30 @@ class _Core(Switching):
             text = b""
         ready = layers.trace.ready() if entry.kind == DELTA else len(layers.trace)
         return entry, Mark(entry.seq, layers.history, ready, layers.records, header, state, text)
+
+    def _writing(self, reply: Reply | None) -> Generator[Callable[[], Any], Any, None]:
+        """Bring the store up to this session: the store calls it needs are yielded (``Session`` makes
+        them, ``AsyncSession`` awaits them; :func:`transport.drive`), their failures thrown back in. After a
+        StoreError, first adopt the failed entry when it landed all the same (:meth:`_landed`)."""
+        store, session_id = self._store, self._session_id
+        assert store is not None and session_id is not None
+        try:
+            doubt = self._doubt
+            if doubt is not None and (yield functools.partial(store.version, session_id)) >= doubt[0].seq:
+                self._landed((yield functools.partial(store.read, session_id)))
+            unwritten = self._unwritten()
+            if unwritten is None:
+                return
+            entry, mark = unwritten
+            try:
+                yield functools.partial(store.append, session_id, entry.seq - 1, [entry])
+            except StoreError as exc:
+                if not isinstance(exc, SessionConflict):
+                    self._doubt = unwritten
+                raise
+        except Exception as exc:
+            raise self._stored(reply, exc) from exc
+        self._mark = mark
 
     def _stored(self, reply: Reply | None, exc: BaseException) -> StoreError:
         """The error a failed append raises: a conflict makes this object stale (it sends nothing more);
@@ -913,24 +938,7 @@ class Session(_Core):
         return reply
 
     def _write(self, reply: Reply | None) -> None:
-        store, session_id = cast(Log, self._store), self._session_id
-        assert store is not None and session_id is not None
-        try:
-            if self._doubt is not None and store.version(session_id) >= self._doubt[0].seq:
-                self._landed(store.read(session_id))
-            unwritten = self._unwritten()
-            if unwritten is None:
-                return
-            entry, mark = unwritten
-            try:
-                store.append(session_id, entry.seq - 1, [entry])
-            except StoreError as exc:
-                if not isinstance(exc, SessionConflict):
-                    self._doubt = unwritten
-                raise
-        except Exception as exc:
-            raise self._stored(reply, exc) from exc
-        self._mark = mark
+        transport.drive(self._writing(reply))
 
     def flush(self) -> int:
         """Write to the store what it does not hold yet (after a :class:`~reasonstate.errors.StoreError`,
@@ -1052,24 +1060,7 @@ class AsyncSession(_Core):
         return reply
 
     async def _write(self, reply: Reply | None) -> None:
-        store, session_id = cast(AsyncLog, self._store), self._session_id
-        assert store is not None and session_id is not None
-        try:
-            if self._doubt is not None and await store.version(session_id) >= self._doubt[0].seq:
-                self._landed(await store.read(session_id))
-            unwritten = self._unwritten()
-            if unwritten is None:
-                return
-            entry, mark = unwritten
-            try:
-                await store.append(session_id, entry.seq - 1, [entry])
-            except StoreError as exc:
-                if not isinstance(exc, SessionConflict):
-                    self._doubt = unwritten
-                raise
-        except Exception as exc:
-            raise self._stored(reply, exc) from exc
-        self._mark = mark
+        await transport.adrive(self._writing(reply))
 
     async def flush(self) -> int:
         """:meth:`Session.flush`, awaited."""

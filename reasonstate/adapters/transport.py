@@ -57,8 +57,10 @@ __all__ = [
     "CallResult",
     "Streaming",
     "acall",
+    "adrive",
     "aopen_stream",
     "call",
+    "drive",
     "open_stream",
     "sdk_kwargs",
     "status_message",
@@ -169,6 +171,12 @@ async def _arun(flow: _Flow[_T]) -> _T:
     while driving.asks():
         await driving.aanswer()
     return driving.result
+
+
+#: a sans-I/O flow (a generator yielding the calls it needs, receiving their results) driven on a sync or an
+#: async client: the transport's own flows, and the session's store writes
+drive = _run
+adrive = _arun
 
 
 @attrs.frozen(slots=True)
