@@ -243,6 +243,8 @@ def test_missing_thinking_before_tool_use_is_rejected_with_vendor_text_and_envel
 
 
 def test_missing_thinking_reports_found_tool_use(emu: AnthropicEmulator, client: anthropic.Anthropic) -> None:
+    """Pain point: openai/openai-agents-python#1704 (a LiteLLM path dropped the thinking block inside the
+    chain: "Expected `thinking`... found `tool_use`")."""
     _, messages = first_turn(client, emu)
     messages[1] = {
         "role": "assistant",

@@ -67,6 +67,8 @@ def test_every_thinking_block_of_a_three_step_chain_is_replayed_byte_identical_i
 def test_parallel_tool_results_follow_the_models_declared_order_whatever_order_they_are_given_in(
     emulator: AnthropicEmulator,
 ) -> None:
+    """Pain point: stanfordnlp/dspy#10216 (tool results serialized in insertion order: after a Postgres jsonb
+    round trip every call missed the cache)."""
     emulator.script.extend(three_step_chain())
     session = make_session(emulator)
     reply = session.send("Paris or Rome?")

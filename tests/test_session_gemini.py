@@ -203,7 +203,10 @@ def test_encode_replays_each_part_as_received_and_answers_in_declared_order() ->
 
 
 def test_the_sdk_sends_the_replayed_turn_as_documented() -> None:
-    """The documented second request (§5.5), as the real SDK serializes our kwargs."""
+    """The documented second request (§5.5), as the real SDK serializes our kwargs.
+
+    Pain point: cita-777/metapi#60 and lbjlaq/Antigravity-Manager#1513 (proxies lost the signature, or sent
+    ``thought_signature`` where the wire wants ``thoughtSignature``)."""
     sent: list[bytes] = []
 
     def handler(request: httpx2.Request) -> httpx2.Response:
@@ -421,7 +424,8 @@ def _layers(session: rs.Session) -> tuple[Any, ...]:
 def test_every_signature_goes_back_on_its_part_with_its_bytes_in_the_chain_and_in_later_turns(
     emulator: GeminiEmulator, stream: bool
 ) -> None:
-    """Pain point: google/adk-python#3705 (thought_signature lost after several tool calls)."""
+    """Pain points: google/adk-python#3705 (thought_signature lost after several tool calls) and #4650 (a
+    LiteLLM regression lost the signatures of parallel calls)."""
     recorder = Recorder()
     emulator.transform = recorder
     emulator.script.extend([*chain(), answer(1), answer(2)])

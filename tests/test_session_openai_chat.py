@@ -197,7 +197,9 @@ PLAIN = {"role": "assistant", "content": ANSWER}
 def test_deepseek_tool_turns_keep_reasoning_content_under_every_policy(
     deepseek: OpenAIChatEmulator, policy: Any, final: dict[str, Any]
 ) -> None:
-    """Pain point: continuedev/continue#10193 ("Missing reasoning_content field in the assistant message")."""
+    """Pain points: continuedev/continue#10193 ("Missing reasoning_content field in the assistant message");
+    earendil-works/pi#3635, QwenLM/qwen-code#3578 and qwersyk/Newelle#404 (DeepSeek V4 over the
+    OpenAI-compatible path; a "remove thinking from history" toggle that stripped it from tool turns too)."""
     deepseek.script.extend([*chain(), follow_up(1), follow_up(2)])
     session = session_on(deepseek, "deepseek", policy=policy)
     run_chain(session)

@@ -109,7 +109,10 @@ def _layers(session: rs.Session) -> tuple[Any, ...]:
 def test_every_output_item_of_a_parallel_tool_chain_is_replayed_byte_identical_in_order(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
-    """Pain point: pydantic-ai 2.68 on stubs (tool-call argument strings re-serialized on Responses)."""
+    """Pain points: pydantic-ai 2.68 on stubs (tool-call argument strings re-serialized on Responses);
+    microsoft/agent-framework#4644 (an unstreamed reasoning item with a summary lost its
+    ``encrypted_content``); OpenRouterTeam/ai-sdk-provider PR #472 (#171) (re-stringified tool-call input
+    drifted key order across turns)."""
     emulator.script.extend(chain())
     session = make_session(emulator)
     run_chain(session)
@@ -129,6 +132,10 @@ def test_every_output_item_of_a_parallel_tool_chain_is_replayed_byte_identical_i
         "function_call_output",
     ]
     assert first_replay[1:4] == [json.loads(c.payload) for c in steps[0].continuation]
+    # the unstreamed reasoning item goes back with its summary AND its encrypted content
+    reasoning = first_replay[1]
+    assert reasoning["summary"][0]["text"] == "Two cities: call the weather tool for both, in parallel."
+    assert reasoning["encrypted_content"]
     # the odd arguments string, escaped by the SDK's JSON encoder and nothing else
     assert json.dumps(ODD_ARGS).encode() in emulator.requests[1].body
     assert first_replay[2]["arguments"] == ODD_ARGS
@@ -152,7 +159,9 @@ def test_tool_outputs_follow_the_models_declared_order_whatever_order_they_are_g
 def test_stateless_requests_ask_for_encrypted_content_and_pass_reasoning_options_through(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
-    """Pain point: openai/openai-agents-python#919 (store=False without reasoning.encrypted_content: 404)."""
+    """Pain points: openai/openai-agents-python#919 (store=False without reasoning.encrypted_content: 404)
+    and PR #2068 (stored ``rs_`` ids fail under zero data retention behind a load balancer; only
+    ``encrypted_content`` is portable)."""
     emulator.script.extend([answer(0)])
     session = make_session(
         emulator, reasoning={"effort": "high", "summary": "detailed", "context": "all_turns"}

@@ -123,6 +123,9 @@ def opaque_values(session: rs.Session) -> list[str]:
 def test_a_session_continues_on_another_vendor_with_no_foreign_payload_byte(
     vendors: Callable[[str], Vendor], first: str, second: str
 ) -> None:
+    """Pain points: openclaw/openclaw#120596 (thinking persisted without its signature after a model
+    change wedged the session), CommonstackAI/UncommonRoute#19 (a router switching providers sent
+    another vendor's signature)."""
     a, b = vendors(first), vendors(second)
     a.emulator.script.extend(chain("A"))
     b.emulator.script.extend(chain("B"))
