@@ -3,8 +3,10 @@ headless Chromium renders it (issue 24 item 5: "there is not one picture").
 
 The recording is a real session (the real anthropic SDK against the emulator) whose system prompt changes
 before its fourth request: Anthropic's ``system`` is a list of text blocks, so the break's path is
-``$.system[0].text`` and its cause ``system_changed`` (docs/protocols.md §4.4: the cache is a prefix
-ending at a ``cache_control`` breakpoint; a changed system block invalidates it and everything after).
+``$.system[0].text`` and its cause ``system_changed`` (docs/protocols.md §4.4: the cached prefix is
+tools → system → messages; a changed system block invalidates it and everything after). That is the pain
+point of goruck/home-generative-agent release v3.39.2 (a clock line first in the system prompt:
+``cache_read: 0`` on every call), which the page makes visible at a glance.
 """
 
 from __future__ import annotations
