@@ -272,7 +272,7 @@ def report_page(rec: Recording, pricing: Pricing | None = None, model: str | Non
         )
     breaks = [
         BreakRow(
-            index=int(e.data.get("index", -1)),
+            index=e.data["index"] if isinstance(e.data.get("index"), int) else -1,
             unit=e.data.get("unit") if isinstance(e.data.get("unit"), int) else None,
             cause=str(e.data.get("cause", "")),
             path=str(e.data.get("path", "")),
