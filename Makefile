@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean fuzz docs dist-check
+.PHONY: demo test lint bench clean fuzz docs dist-check screenshots
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -71,9 +71,17 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/store.py || status=1; \
 	exit $$status
 
-# the documentation site into site/; --strict: a broken link or a missing API reference fails the build
+# the documentation site into site/; --strict: a broken link or a missing API reference fails the build.
+# First the benchmark charts (docs/images/*.svg, small quick runs: benchmarks/charts.py)
 docs: $(STAMP)
+	$(BIN)/python benchmarks/charts.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# docs/images/report.png and docs-chart.png: the headless-Chromium test's screenshots of the HTML report and
+# of the charts' docs page, kept (needs chromium)
+screenshots: $(STAMP)
+	REASONSTATE_SCREENSHOTS=docs/images REASONSTATE_REQUIRE_SERVICES=1 $(BIN)/pytest -q \
+		tests/test_report_html.py -k chromium
 
 clean:
 	rm -rf $(VENV) build dist site *.egg-info

@@ -16,21 +16,53 @@ emulator's documented rendering and ``count_tokens``), never from the session's 
 printed as a cross-check. Exit 1 when the target is missed, when a declared break is not a fold, or when
 the session answered tool results out of the model's order.
 
-Run: ``make bench`` (or ``.venv/bin/python benchmarks/agent_cache.py``; ``--turns 64`` for a longer one).
+Run: ``make bench`` (or ``.venv/bin/python benchmarks/agent_cache.py``; ``--turns 64`` for a longer one;
+``--json OUT`` also writes the per-request figures of both runs, which ``benchmarks/charts.py`` draws).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
 
 from reasonstate.demo import agent
+
+
+def figures(session: agent.AgentRun, naive: agent.AgentRun) -> dict[str, object]:
+    """Both runs as JSON: per request its turn, prompt, cache-hit and output tokens, the oracle's maximum
+    and whether it was a declared break; per run the hit ratio and cost."""
+    return {
+        "benchmark": "agent_cache",
+        "turns": session.turns,
+        "runs": {
+            name: {
+                "who": run.who,
+                "hit_ratio": run.hit_ratio,
+                "cost_usd": run.cost_usd,
+                "requests": [
+                    {
+                        "turn": r.turn,
+                        "prompt": r.prompt,
+                        "hit": r.hit,
+                        "output": r.output,
+                        "maximum": r.maximum,
+                        "declared_break": r.declared_break,
+                    }
+                    for r in run.requests
+                ],
+            }
+            for name, run in (("session", session), ("naive", naive))
+        },
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--turns", type=int, default=agent.TURNS, help="user turns (default %(default)s)")
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the per-request figures to OUT")
     args = parser.parse_args()
     if args.turns <= agent.STORM_TURN:
         parser.error(f"--turns must be more than {agent.STORM_TURN} (the storm turn)")
@@ -38,6 +70,8 @@ def main() -> int:
     session = agent.run_session(args.turns)
     naive = agent.run_naive(args.turns)
     print(agent.compare_table(session, naive).plain())
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures(session, naive), indent=1) + "\n", encoding="utf-8")
     print()
     measured = session.measured()
     breaks = [i for i, r in enumerate(session.requests) if r.declared_break]

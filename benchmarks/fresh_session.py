@@ -29,7 +29,8 @@ in this process's CPU time. Exits 1 when any vendor's ``ours/SDK`` exceeds :data
 "a fresh session + one send <= 1.05 x the raw SDK call on an in-process transport, every vendor").
 
 Run: ``make bench`` (or ``.venv/bin/python benchmarks/fresh_session.py``; ``--repeats N``; ``--profile``
-prints cProfile of the session's construction and first send per vendor instead).
+prints cProfile of the session's construction and first send per vendor instead; ``--json OUT`` also
+writes the medians per vendor, which ``benchmarks/charts.py`` draws).
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ import copy
 import cProfile
 import functools
 import gc
+import json
 import pstats
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -200,6 +203,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--profile", action="store_true", help="cProfile construction + first send")
     parser.add_argument("--vendors", default="", help="comma-separated title prefixes, e.g. Anthropic")
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the medians per vendor to OUT")
     args = parser.parse_args()
     wanted = [v for v in args.vendors.split(",") if v]
     cases = [c for c in CASES if not wanted or any(c.title.startswith(v) for v in wanted)]
@@ -217,9 +221,13 @@ def main() -> int:
         f"{'own CPU':>8}"
     )
     worst: list[tuple[float, str]] = []
+    rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     for case in cases:
         r = measure(case, args.repeats)
+        rows.append(
+            {"vendor": case.title, **{k: v for k, v in r.items() if k != "iqr"}, "iqr": list(r["iqr"])}
+        )
         low, high = r["iqr"]
         print(
             f"{case.title:<40} {r['sdk'] * 1e3:>7.3f} {r['ours'] * 1e3:>8.3f} {r['ratio']:>8.3f} "
@@ -227,6 +235,9 @@ def main() -> int:
             flush=True,
         )
         worst.append((r["ratio"], case.title))
+    if args.json:
+        doc = {"benchmark": "fresh_session", "repeats": args.repeats, "unit": "s", "vendors": rows}
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     ratio, where = max(worst)
     print(f"target: ours/SDK <= {TARGET:.2f} for every vendor; worst {ratio:.3f} ({where})")
     print(f"({time.perf_counter() - started:.0f} s)")

@@ -8,6 +8,7 @@
     reasonstate emulate VENDOR [--port N] [--host H] [--script FILE] [--dialect D] [--tokenizer NAME]
     reasonstate inspect FILE|URL#SESSION_ID [--events N]    # the four layers of a snapshot, or a JSONL trace
     reasonstate report FILE|URL#SESSION_ID [--prices FILE] [--model NAME]   # cost and cache per turn
+    reasonstate report FILE|URL#SESSION_ID --html OUT    # the same as one HTML page with SVG charts
     reasonstate diff A.json B.json [--api API]   # where and why request body B stops extending A
     reasonstate store migrate URL            # create or upgrade a session store's schema; print its version
     reasonstate store list URL [--json]      # the stored sessions: id, version, last activity, expiry
@@ -15,7 +16,8 @@
 ``URL`` is a session store's (:func:`reasonstate.store.open_store`: ``sqlite:///sessions.db``,
 ``sqlite:////abs/path.db``, ``postgresql://...[?schema=S]``, ``redis://...[?prefix=P]``); ``inspect`` and
 ``report`` read the session after the first ``#`` as its snapshot (``store.export``). Only ``store
-migrate`` writes to a store: the other commands never create a file, a table or a key.
+migrate`` writes to a store: the other commands never create a file, a table or a key in one
+(``report --html OUT`` writes OUT only).
 
 Exit status: what the subcommand returns; 2 for a usage error (unknown command or flag), 0 for ``--help``
 and ``--version``. Subcommands import their modules only when run, so ``--help`` is fast and needs no
@@ -125,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--prices", default=None, metavar="FILE", help="a price table JSON file")
     report.add_argument(
         "--model", default=None, help="trace only: the model of requests that do not name one"
+    )
+    report.add_argument(
+        "--html",
+        default=None,
+        metavar="OUT",
+        help="write one self-contained HTML page (inline SVG charts: tokens per request, cache breaks, "
+        "cost per turn) to OUT instead of printing the table",
     )
     store = commands.add_parser(
         "store",
@@ -281,7 +290,7 @@ def _recording(target: str) -> Recording:
 def _view(args: argparse.Namespace) -> int:
     from reasonstate.cache.pricing import Pricing
     from reasonstate.errors import ReasonStateError
-    from reasonstate.recordings import inspect_text, report_text
+    from reasonstate.recordings import inspect_text, report_html, report_text
 
     try:
         recording = _recording(args.file)
@@ -289,7 +298,16 @@ def _view(args: argparse.Namespace) -> int:
             print(inspect_text(recording, events=max(0, args.events)))
         else:
             pricing = Pricing.load(args.prices) if args.prices else None
-            print(report_text(recording, pricing, model=args.model))
+            if args.html is None:
+                print(report_text(recording, pricing, model=args.model))
+            else:
+                page = report_html(recording, pricing, model=args.model)
+                try:
+                    Path(args.html).write_text(page, encoding="utf-8")
+                except OSError as exc:
+                    print(f"reasonstate report: cannot write {args.html}: {exc}", file=sys.stderr)
+                    return 1
+                print(f"wrote {args.html} ({len(page.encode()):,} bytes)")
     except ReasonStateError as exc:  # RecordingError, InvalidOption, and a store's StoreError, SnapshotError
         print(f"reasonstate {args.command}: {exc}", file=sys.stderr)
         return 1

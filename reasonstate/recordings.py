@@ -23,9 +23,19 @@ from reasonstate.errors import ReasonStateError
 from reasonstate.state import EventKind, ExecutionRecord, History, Trace, Usage
 
 if TYPE_CHECKING:
+    from reasonstate.export.html import ReportPage
     from reasonstate.snapshot import SessionSnapshot
 
-__all__ = ["Recording", "RecordingError", "inspect_text", "load", "of_snapshot", "report_text"]
+__all__ = [
+    "Recording",
+    "RecordingError",
+    "inspect_text",
+    "load",
+    "of_snapshot",
+    "report_html",
+    "report_page",
+    "report_text",
+]
 
 
 class RecordingError(ReasonStateError, ValueError):
@@ -226,6 +236,65 @@ def report_text(rec: Recording, pricing: Pricing | None = None, model: str | Non
             f"no price for {', '.join(unpriced)}: cost unknown (pass --prices FILE, or --model for a trace)"
         )
     return "\n".join(out)
+
+
+def report_page(rec: Recording, pricing: Pricing | None = None, model: str | None = None) -> ReportPage:
+    """The figures ``reasonstate report --html`` draws: per request its tokens by kind and USD at
+    ``pricing`` (the packaged table by default; ``model`` prices a trace's requests that name none), the
+    trace's ``cache.break`` events (cause, JSON path, sentence), and USD per turn. Figures and names only:
+    no history text, no continuation payload."""
+    from reasonstate.export.html import BreakRow, ReportPage, RequestRow, TurnRow
+
+    table = Pricing.default() if pricing is None else pricing
+    if rec.kind == "snapshot":
+        rows = [(r.index, r.turn, r.model, r.usage) for r in rec.records]
+    else:
+        rows = [
+            (r["index"], r["turn"], r["model"] or (model or ""), r["usage"])
+            for r in _requests_from_trace(rec.trace)
+        ]
+    requests: list[RequestRow] = []
+    by_turn: dict[int, list[Cost | None]] = {}
+    for index, turn, m, u in rows:
+        cost = table.cost(m, u) if m else None
+        by_turn.setdefault(turn, []).append(cost)
+        requests.append(
+            RequestRow(
+                index,
+                turn,
+                m,
+                u.uncached_input,
+                u.cache_read,
+                u.cache_write,
+                u.output,
+                None if cost is None else cost.total,
+            )
+        )
+    breaks = [
+        BreakRow(
+            index=e.data["index"] if isinstance(e.data.get("index"), int) else -1,
+            unit=e.data.get("unit") if isinstance(e.data.get("unit"), int) else None,
+            cause=str(e.data.get("cause", "")),
+            path=str(e.data.get("path", "")),
+            why=str(e.data.get("why", "")),
+            declared=e.data.get("declared") is True,
+        )
+        for e in rec.trace.of_kind(EventKind.CACHE_BREAK)
+    ]
+    turns = []
+    for turn in sorted(by_turn):
+        turn_cost = total_cost(by_turn[turn])
+        turns.append(TurnRow(turn, len(by_turn[turn]), None if turn_cost is None else turn_cost.total))
+    unpriced = sorted({m or "(model not recorded)" for _, _, m, _ in rows if not m or table.price(m) is None})
+    prices = "the packaged price table" if pricing is None else "the given prices"
+    return ReportPage(rec.path, prices, tuple(requests), tuple(breaks), tuple(turns), tuple(unpriced))
+
+
+def report_html(rec: Recording, pricing: Pricing | None = None, model: str | None = None) -> str:
+    """:func:`report_page` as one self-contained HTML page (:func:`reasonstate.export.html.render`)."""
+    from reasonstate.export.html import render
+
+    return render(report_page(rec, pricing, model))
 
 
 # -- reading a trace back ------------------------------------------------------------------------------------
