@@ -56,7 +56,7 @@ from reasonstate.snapshot import (
     history_to_snapshot,
     restored_layers,
 )
-from reasonstate.state import History, Records, Trace, TraceEvent
+from reasonstate.state import ExecutionRecord, Folded, History, Trace, TraceEvent, Turn
 from reasonstate.state.execution import common_prefix_len
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ _DELTA_TAG = b"rs-delta/2 sha256:"
 _PLAIN_TAG = b"rs-delta/1 sha256:"
 #: the DEFLATE level of a delta (6, zlib's default: level 9 finds nothing more in a delta of a few KB)
 _LEVEL = 6
+#: how many of the newest turns a mark keeps (a commit changes the open turn, or closes it and opens one)
+_TAIL = 2
 
 
 @attrs.frozen(slots=True)
@@ -126,18 +128,69 @@ class AsyncLog(Protocol):
 
 @attrs.frozen(slots=True)
 class Mark:
-    """How far a session's log goes: its ``version`` and the layers it holds (``history``, the number of
-    trace events and of records), plus ``header``: the objects whose change needs a checkpoint (prefix,
-    model, adapter, policy, fold, options, stream...), compared by identity; ``text``: the JSON of the
-    newest entry when it is a delta (the next delta's preset dictionary), else empty."""
+    """How far a session's log goes: its ``version``, what the delta after it needs of the layers it holds,
+    plus ``header``: the objects whose change needs a checkpoint (prefix, model, adapter, policy, fold,
+    options, stream...), compared by identity; ``text``: the JSON of the newest entry when it is a delta
+    (the next delta's preset dictionary), else empty.
+
+    Of the layers it keeps no whole tuple, only what a delta reads: ``turns`` (how many), ``tail`` (the
+    last :data:`_TAIL` turns: the open one a tool chain extends), ``fold``; the number of trace
+    ``events``; of the records ``records`` (how many), ``offset``, ``last`` (the newest, by identity:
+    records only ever append) and ``chains``: each model's newest request, ``(model, seq)`` (its units
+    stay in the records' window). So replacing a mark frees nothing in proportion to the session: the
+    history, records and unit tuples it was made from go when the session moves on, as they would
+    without a store."""
 
     version: int
-    history: History
+    turns: int
+    tail: tuple[Turn, ...]
+    fold: Folded | None
     events: int
-    records: Records
+    records: int
+    offset: int
+    last: ExecutionRecord | None
+    chains: tuple[tuple[str, int], ...]
     header: tuple[Any, ...]
     state: str
     text: bytes = attrs.field(default=b"", repr=False)
+
+    @classmethod
+    def of(
+        cls, version: int, layers: Layers, events: int, header: tuple[Any, ...], state: str, text: bytes = b""
+    ) -> Mark:
+        """The mark of a log at ``version`` holding ``layers`` (their first ``events`` trace events)."""
+        turns, records = layers.history.turns, layers.records
+        return cls(
+            version,
+            len(turns),
+            turns[-_TAIL:],
+            layers.history.fold,
+            events,
+            len(records),
+            records.offset,
+            records[-1] if records else None,
+            tuple((c.model, c.seq) for c in records.chains),
+            header,
+            state,
+            text,
+        )
+
+    def holds(self, layers: Layers, changed: int | None, state: str) -> bool:
+        """Whether the log holds ``layers`` and ``state`` already (``changed``: as for
+        :func:`delta_body`)."""
+        records = layers.records
+        return (
+            changed is None
+            and self.events == layers.trace.ready()
+            and self.records == len(records)
+            and self.offset == records.offset
+            and (not records or records[-1] is self.last)
+            and self.state == state
+        )
+
+    def newest(self, model: str) -> int | None:
+        """The ``seq`` of ``model``'s newest request the log holds (None: none)."""
+        return next((seq for m, seq in self.chains if m == model), None)
 
 
 # -- writing -----------------------------------------------------------------------------------------------
@@ -147,40 +200,43 @@ def checkpoint_body(snapshot: SessionSnapshot | str | bytes) -> bytes:
     return snap.model_dump_json().encode()
 
 
-def delta_body(mark: Mark, layers: Layers, state: str) -> tuple[bytes, bytes] | None:
+def delta_body(mark: Mark, layers: Layers, state: str, changed: int | None) -> tuple[bytes, bytes] | None:
     """The delta from ``mark`` to ``layers`` as ``(body, its JSON)`` (None: it cannot be one; write a
-    checkpoint). Work in proportion to what changed, plus C-speed comparisons of the turn and record
-    tuples."""
-    old, new = mark.history, layers.history
-    if old.fold != new.fold or len(new.turns) < len(old.turns):
+    checkpoint). ``changed``: the first turn that may differ from the history ``mark`` was made from (None:
+    it is that history; the session notes it as its history changes, see ``Session._set_layers``), so
+    ``layers.history.turns[:changed]`` are that history's. Work in proportion to what changed: nothing
+    here walks the history, the records or the trace."""
+    new = layers.history
+    if mark.fold != new.fold or len(new.turns) < mark.turns:
         return None
     records = layers.records
-    n_old, n_new = len(mark.records), len(records)
+    n_old, n_new = mark.records, len(records)
     if (
         n_new < n_old
-        or records.offset != mark.records.offset
+        or records.offset != mark.offset
         or n_new - n_old >= 64
-        or (n_old and records[n_old - 1] is not mark.records[n_old - 1])  # records only ever append
+        or (n_old and records[n_old - 1] is not mark.last)  # records only ever append
     ):
         return None
     trace = layers.trace
     if trace.ready() < mark.events:
         return None
-    keep = common_prefix_len(old.turns, new.turns)
+    keep = mark.turns if changed is None else min(changed, mark.turns)
     added = new.turns[keep:]
     steps = 0
-    if keep < len(old.turns) and added:
+    back = mark.turns - keep  # turn keep is the mark's tail[-back]
+    if 0 < back <= len(mark.tail) and added:
         # the turn a commit changed most often: the open one, which gained steps (and maybe its view)
-        was, grown = old.turns[keep], added[0]
+        was, grown = mark.tail[-back], added[0]
         if was.index == grown.index and was.user == grown.user:
             steps = common_prefix_len(was.steps, grown.steps)
             if steps:
                 added = (grown.with_steps(grown.steps[steps:]), *added[1:])
-    changed = History(added)
+    tail = History(added)
     rows: list[list[Any]] = []
     units: list[list[Any]] = []
-    newest: dict[str, tuple[int, tuple[str, ...]]] = {}
-    previous = records[n_old - 1] if n_old else None
+    newest: dict[str, tuple[int, tuple[str, ...] | None]] = {}
+    previous = mark.last
     offset = records.offset
     for position in range(n_old, n_new):
         record = records[position]
@@ -191,32 +247,42 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> tuple[bytes, bytes] | 
             return None
         before = newest.get(record.model)
         if before is None:
-            chain = mark.records.chain(record.model)
-            before = (chain.seq, chain.units) if chain is not None else (-1, ())
+            held = mark.newest(record.model)
+            before = (-1, ()) if held is None else (held, None)  # its units: from the window, if needed
         seq = offset + position
         now = records.chain(record.model)
         if now is not None and now.seq == seq and now.older and now.older[0][0] == before[0]:
             shared = now.older[0][1]  # the chain holds it: common_prefix_len(mine, before's units)
         else:
-            shared = common_prefix_len(mine, before[1])
+            theirs = before[1] if before[1] is not None else records.units_of(before[0] - offset)
+            if theirs is None:
+                return None
+            shared = common_prefix_len(mine, theirs)
         units.append([shared, list(mine[shared:])])
         newest[record.model] = (seq, mine)
     # a deferred event (a keep-all policy.decision whose figures the next request completes) and the ones
     # after it go with the next entry: reading it now would pay for an encode the next request saves
-    events = [[e.seq, e.kind, e.at, to_jsonable_python(e.data)] for e in trace.complete_events(mark.events)]
+    # (frozen JSON is dict and list: json encodes it as it stands; anything else goes through the snapshot's
+    # to_jsonable_python, the ``default`` below)
+    events = [[e.seq, e.kind, e.at, e.data] for e in trace.complete_events(mark.events)]
     data: dict[str, Any] = {
         "state": state,
         "turns": keep,
-        "history": history_to_snapshot(changed),
+        "history": history_to_snapshot(tail),
         "records": rows,
         "units": units,
         "trace": events,
     }
     if steps:
         data["steps"] = steps
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    text = _dumps(data).encode()
     head = _DELTA_TAG + hashlib.sha256(text).hexdigest().encode() + b"\n"
     return head + _deflated(text, mark.text), text
+
+
+_dumps = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=to_jsonable_python
+).encode
 
 
 def _deflated(text: bytes, previous: bytes) -> bytes:
