@@ -3,11 +3,11 @@
 A **checkpoint** body is a whole :class:`~reasonstate.SessionSnapshot` (its JSON, sealed with its content
 digest). A **delta** body is what the commits since the previous entry changed, in proportion to that:
 
-    rs-delta/2 sha256:<hex of the JSON below>\\n<the JSON, raw DEFLATE>
+    rs-delta/3 sha256:<hex of the JSON below>\\n<the JSON, raw DEFLATE>
     {"state": turn state, "turns": k,
      "history": compact history of the turns from k on,
      "records": [record row, ...], "units": [[shared, [unit, ...]], ...],
-     "trace": [[seq, kind, at, data], ...]}
+     "trace": [[seq, kind, at, data], ...], "held": [[seq, kind, at, data], ...]}
 
 ``turns``: the previous history's first ``k`` turns are kept as they were, the rest replaced by the delta's
 (``"steps": m``, when present: the delta's first turn keeps turn ``k``'s first ``m`` steps and holds only
@@ -17,13 +17,18 @@ instead); ``history`` is :func:`~reasonstate.snapshot.history_to_snapshot`'s for
 its own payload digest; ``records`` are the new execution records in the snapshot's row form; ``units``
 gives each new record's request units as ``(shared, tail)`` against the newest earlier request of its
 model (replayed through ``Records.appended``, the very call the session makes, so the unit window comes
-back equal); ``trace`` the new events, times kept.
+back equal); ``trace`` the new events, times kept; ``held`` (when present): the events a deferred one
+holds back (a keep-all ``policy.decision`` whose figures the next request computes for free, and the
+events after it), its data not completed: the next entry writes them completed (from the same ``seq``,
+so they replace these), and a session loaded from this entry holds them back again, so whoever continues
+the session completes them (:meth:`reasonstate.Session.load`).
 
 The JSON is compressed (raw DEFLATE) with the session's previous delta JSON as the preset dictionary (none
 after a checkpoint): consecutive deltas repeat their keys, tables and shapes, so what a delta stores is
 mostly what is new in it (a short turn's delta is about half the response bytes it records). A reader
 replays the deltas in order anyway, so it always holds the dictionary; the digest is of the JSON, checked
-after decompressing. ``rs-delta/1`` bodies (the JSON uncompressed, written before) still read.
+after decompressing. ``rs-delta/1`` bodies (the JSON uncompressed) and ``rs-delta/2`` ones (no ``held``),
+written before, still read.
 
 Invariants: replaying a session's entries gives layers equal to those it wrote from (so the next request's
 bytes are the same); a body edited in the store is refused (:class:`~reasonstate.errors.SnapshotError` for
@@ -79,7 +84,9 @@ __all__ = [
 CHECKPOINT = "checkpoint"
 DELTA = "delta"
 _KINDS = (CHECKPOINT, DELTA)
-_DELTA_TAG = b"rs-delta/2 sha256:"
+_DELTA_TAG = b"rs-delta/3 sha256:"
+#: the tag of a compressed delta without ``held`` (written before; still read)
+_HELDLESS_TAG = b"rs-delta/2 sha256:"
 #: the tag of an uncompressed delta (written before deltas were compressed; still read)
 _PLAIN_TAG = b"rs-delta/1 sha256:"
 #: the DEFLATE level of a delta (6, zlib's default: level 9 finds nothing more in a delta of a few KB)
@@ -275,6 +282,9 @@ def delta_body(mark: Mark, layers: Layers, state: str, changed: int | None) -> t
     }
     if steps:
         data["steps"] = steps
+    holding = trace.held_events()
+    if holding:
+        data["held"] = [[e.seq, e.kind, e.at, e.data] for e in holding]
     text = _dumps(data).encode()
     head = _DELTA_TAG + hashlib.sha256(text).hexdigest().encode() + b"\n"
     return head + _deflated(text, mark.text), text
@@ -307,16 +317,18 @@ class Replayed:
     state: str
     version: int
     text: bytes = attrs.field(default=b"", repr=False)
+    #: the newest entry's ``held`` events (module docstring), the deferred one first, not completed
+    held: tuple[TraceEvent, ...] = ()
 
 
 def _delta(entry: Entry, previous: bytes) -> tuple[dict[str, Any], bytes]:
     """A delta's data and JSON; ``previous``: the JSON of the delta before it (empty after a checkpoint)."""
     body = entry.body
     cut = body.find(b"\n")
-    if cut < 0 or not body.startswith((_DELTA_TAG, _PLAIN_TAG)):
+    if cut < 0 or not body.startswith((_DELTA_TAG, _HELDLESS_TAG, _PLAIN_TAG)):
         raise SnapshotError(f"entry {entry.seq} is not a reasonstate delta")
-    digest, text = body[len(_DELTA_TAG) : cut], body[cut + 1 :]
-    if body.startswith(_DELTA_TAG):
+    digest, text = body[len(_DELTA_TAG) : cut], body[cut + 1 :]  # (the tags are of one length)
+    if not body.startswith(_PLAIN_TAG):
         unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
         try:
             text = unpacker.decompress(text) + unpacker.flush()
@@ -359,6 +371,7 @@ def replay(entries: Sequence[Entry]) -> Replayed:
     turns = base.history.turns
     fold = base.history.fold
     text = b""
+    held: list[Any] = []
     try:
         for entry in entries[1:]:
             if entry.kind == CHECKPOINT:
@@ -386,7 +399,11 @@ def replay(entries: Sequence[Entry]) -> Replayed:
                 if seq != len(events):
                     raise SnapshotError(f"entry {entry.seq}: trace event {seq} out of order")
                 events.append(TraceEvent(seq=seq, kind=kind, data=event_data, at=at))
+            held = data.get("held", [])
             state = data["state"]
+        kept = tuple(TraceEvent(seq=seq, kind=kind, data=d, at=at) for seq, kind, at, d in held)
+        if kept and [e.seq for e in kept] != list(range(len(events), len(events) + len(kept))):
+            raise SnapshotError(f"entry {entries[-1].seq}: its held trace events are out of order")
     except ReasonStateError:
         raise
     except (ValueError, TypeError, KeyError, IndexError) as exc:
@@ -394,7 +411,7 @@ def replay(entries: Sequence[Entry]) -> Replayed:
     history = History(turns, fold)
     check_meaning(history, state, snap.vendor, snap.api)
     layers = Layers.of(history, Trace(events), records)
-    return Replayed(snap, layers, state, entries[-1].seq, text)
+    return Replayed(snap, layers, state, entries[-1].seq, text, kept)
 
 
 def _layers_of(snap: SessionSnapshot) -> Layers:

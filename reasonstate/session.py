@@ -28,7 +28,17 @@ from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, StreamEvent,
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
-from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnFlow, TurnState, failed, finished
+from reasonstate.engine import (
+    Attempt,
+    KeptEffect,
+    Layers,
+    Reply,
+    ToolCall,
+    TurnFlow,
+    TurnState,
+    failed,
+    finished,
+)
 from reasonstate.errors import (
     IllegalTransition,
     InvalidInput,
@@ -64,6 +74,7 @@ from reasonstate.state import (
     ToolResult,
     ToolResultPart,
     Trace,
+    TraceEvent,
     Turn,
     freeze,
 )
@@ -258,6 +269,8 @@ class _Core(Switching):
     _session_id: str | None = None
     #: how far the store holds this session (None: nothing written yet)
     _mark: Mark | None = None
+    #: the completion of the deferred events a load held back again (the log holds them, not completed)
+    _from_log: KeptEffect | None = None
     #: the first turn that may differ from the history the mark was made from (None: that very history),
     #: noted as the history changes (:meth:`_set_layers`), so a write never walks the history
     _changed: int | None = None
@@ -342,6 +355,35 @@ class _Core(Switching):
             first = common_prefix_len(old[: n - 2], new[: n - 2])
         changed = self._changed
         self._changed = first if changed is None else min(changed, first)
+
+    def _hold_again(self, held: Sequence[TraceEvent]) -> None:
+        """A loaded session's trace with the events its log holds back (a keep-all ``policy.decision`` and
+        the events after it; reasonstate/journal.py): held back here again, completed by this session's
+        next request as the writer's would have been (:class:`KeptEffect` on the same history, records and
+        options), so the next entry writes them complete. Only a commit writes them: a flush of a session
+        that only loaded writes nothing (its log holds them already)."""
+        layers = self._layers
+        kept = KeptEffect(
+            self._adapter,
+            self._prefix,
+            layers.history,
+            self._model,
+            self._options,
+            layers,
+            self._encodings,
+            self._foreign_reasoning,
+        )
+        items = [(e.kind, e.data) for e in held]
+        trace = layers.trace.extended(items, deferred=(0, kept), at=held[0].at)
+        self._set_layers(attrs.evolve(layers, trace=trace))
+        self._from_log = kept
+
+    def _complete_own(self) -> None:
+        """Before a flush: complete a deferred event (flush writes everything), unless it is one a load held
+        back again (:meth:`_hold_again`)."""
+        trace = self._layers.trace
+        if trace.completion() is not self._from_log:
+            trace.completed()
 
     def _unwritten(self) -> tuple[Entry, Mark] | None:
         """The entry that brings the store up to this session (None: it is up to date), with the mark
@@ -827,6 +869,8 @@ class _Core(Switching):
             replayed.version, held, len(held.trace), session._header(), replayed.state, replayed.text
         )
         session._changed = None
+        if replayed.held:
+            session._hold_again(replayed.held)
         return session
 
 
@@ -964,7 +1008,7 @@ class Session(_Core):
         if self._store is None:
             raise InvalidOption("flush(): this session has no store (pass store= to Session)")
         self._check_fresh()
-        self._layers.trace.completed()  # a deferred policy.decision too: flush writes everything
+        self._complete_own()  # a deferred policy.decision too: flush writes everything
         self._write(None)
         return self.version
 
@@ -1084,7 +1128,7 @@ class AsyncSession(_Core):
         if self._store is None:
             raise InvalidOption("flush(): this session has no store (pass store= to AsyncSession)")
         self._check_fresh()
-        self._layers.trace.completed()  # a deferred policy.decision too: flush writes everything
+        self._complete_own()  # a deferred policy.decision too: flush writes everything
         await self._write(None)
         return self.version
 

@@ -381,8 +381,8 @@ class Trace:
     __slots__ = ("_held", "_n", "_store", "_tail")
     _store: _Store
     _n: int
-    #: the newest events as built (positions ``n - len(tail)`` to ``n - 1``): the newest batch, with the
-    #: batches before it while they fit in :data:`_TAIL_MAX`
+    #: the newest events as built (positions ``n - len(tail)`` to ``n - 1``): the newest batch, and the
+    #: events before it up to :data:`_TAIL_MAX` in all
     _tail: tuple[TraceEvent, ...]
     #: the newest batch from its deferred event on, not in the store until settled (None: nothing held)
     _held: _Held | None
@@ -420,23 +420,26 @@ class Trace:
         self,
         items: Iterable[tuple[str, Mapping[str, Any]]],
         deferred: tuple[int, Callable[[], Mapping[str, Any]]] | None = None,
+        at: float | None = None,
     ) -> Trace:
-        """The trace with one event per ``(kind, data)`` appended, in order, stamped with one wall time:
-        a request's events are one batch. Work in proportion to the events added (module docstring).
+        """The trace with one event per ``(kind, data)`` appended, in order, stamped with one wall time
+        (now, or ``at``: a batch read back from a store keeps its own): a request's events are one batch.
+        Work in proportion to the events added (module docstring).
 
         ``deferred``: ``(k, complete)``, the batch's event ``k`` is completed by ``complete()`` (its data
         is ``{**data, **complete()}``), called when the event is first read, or never if :meth:`settle`
         gives the figures first. Until then that event and the ones after it are held outside the store;
         every read of the trace completes them first, so no reader can tell."""
         self._settled()
-        n, now = self._n, time.time()
+        n, now = self._n, time.time() if at is None else at
         batch = list(items)
         if not batch:
             return self
         k = len(batch) if deferred is None else deferred[0]
         added = tuple(TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(batch[:k]))
-        tail = self._tail
-        tail = (*tail, *added) if len(tail) + len(added) <= _TAIL_MAX else added  # positions run on from n
+        tail = (*self._tail, *added)  # positions run on from n: the newest events, at least this batch
+        if len(tail) > _TAIL_MAX:
+            tail = tail[-max(_TAIL_MAX, len(added)) :]
         store = self._store
         with store.lock:
             if len(store) != n:  # a fork: another value was extended from this one (or a shorter one)
@@ -454,6 +457,14 @@ class Trace:
         held = self._held
         if held is not None:
             held.settle(self, completion)
+
+    def held_events(self) -> list[TraceEvent]:
+        """The events a deferred one holds back (it first, its data not completed yet; empty when none is
+        held): what a store writes so that whoever continues the session completes them."""
+        held = self._held
+        if held is None or held.complete is None:
+            return []
+        return [TraceEvent(held.start + i, k, d, held.at) for i, (k, d) in enumerate(held.items)]
 
     def completion(self) -> Callable[[], Mapping[str, Any]] | None:
         """The ``complete`` of this trace's deferred event while it is not completed (else None)."""
