@@ -3,11 +3,11 @@
 A **checkpoint** body is a whole :class:`~reasonstate.SessionSnapshot` (its JSON, sealed with its content
 digest). A **delta** body is what the commits since the previous entry changed, in proportion to that:
 
-    rs-delta/2 sha256:<hex of the JSON below>\\n<the JSON, raw DEFLATE>
+    rs-delta/3 sha256:<hex of the JSON below>\\n<the JSON, raw DEFLATE>
     {"state": turn state, "turns": k,
      "history": compact history of the turns from k on,
      "records": [record row, ...], "units": [[shared, [unit, ...]], ...],
-     "trace": [[seq, kind, at, data], ...]}
+     "trace": [[seq, kind, at, data], ...], "held": [[seq, kind, at, data], ...]}
 
 ``turns``: the previous history's first ``k`` turns are kept as they were, the rest replaced by the delta's
 (``"steps": m``, when present: the delta's first turn keeps turn ``k``'s first ``m`` steps and holds only
@@ -17,13 +17,18 @@ instead); ``history`` is :func:`~reasonstate.snapshot.history_to_snapshot`'s for
 its own payload digest; ``records`` are the new execution records in the snapshot's row form; ``units``
 gives each new record's request units as ``(shared, tail)`` against the newest earlier request of its
 model (replayed through ``Records.appended``, the very call the session makes, so the unit window comes
-back equal); ``trace`` the new events, times kept.
+back equal); ``trace`` the new events, times kept; ``held`` (when present): the events a deferred one
+holds back (a keep-all ``policy.decision`` whose figures the next request computes for free, and the
+events after it), its data not completed: the next entry writes them completed (from the same ``seq``,
+so they replace these), and a session loaded from this entry holds them back again, so whoever continues
+the session completes them (:meth:`reasonstate.Session.load`).
 
 The JSON is compressed (raw DEFLATE) with the session's previous delta JSON as the preset dictionary (none
 after a checkpoint): consecutive deltas repeat their keys, tables and shapes, so what a delta stores is
 mostly what is new in it (a short turn's delta is about half the response bytes it records). A reader
 replays the deltas in order anyway, so it always holds the dictionary; the digest is of the JSON, checked
-after decompressing. ``rs-delta/1`` bodies (the JSON uncompressed, written before) still read.
+after decompressing. ``rs-delta/1`` bodies (the JSON uncompressed) and ``rs-delta/2`` ones (no ``held``),
+written before, still read.
 
 Invariants: replaying a session's entries gives layers equal to those it wrote from (so the next request's
 bytes are the same); a body edited in the store is refused (:class:`~reasonstate.errors.SnapshotError` for
@@ -56,7 +61,7 @@ from reasonstate.snapshot import (
     history_to_snapshot,
     restored_layers,
 )
-from reasonstate.state import History, Records, Trace, TraceEvent
+from reasonstate.state import ExecutionRecord, Folded, History, Trace, TraceEvent, Turn
 from reasonstate.state.execution import common_prefix_len
 
 if TYPE_CHECKING:
@@ -79,11 +84,15 @@ __all__ = [
 CHECKPOINT = "checkpoint"
 DELTA = "delta"
 _KINDS = (CHECKPOINT, DELTA)
-_DELTA_TAG = b"rs-delta/2 sha256:"
+_DELTA_TAG = b"rs-delta/3 sha256:"
+#: the tag of a compressed delta without ``held`` (written before; still read)
+_HELDLESS_TAG = b"rs-delta/2 sha256:"
 #: the tag of an uncompressed delta (written before deltas were compressed; still read)
 _PLAIN_TAG = b"rs-delta/1 sha256:"
 #: the DEFLATE level of a delta (6, zlib's default: level 9 finds nothing more in a delta of a few KB)
 _LEVEL = 6
+#: how many of the newest turns a mark keeps (a commit changes the open turn, or closes it and opens one)
+_TAIL = 2
 
 
 @attrs.frozen(slots=True)
@@ -126,18 +135,69 @@ class AsyncLog(Protocol):
 
 @attrs.frozen(slots=True)
 class Mark:
-    """How far a session's log goes: its ``version`` and the layers it holds (``history``, the number of
-    trace events and of records), plus ``header``: the objects whose change needs a checkpoint (prefix,
-    model, adapter, policy, fold, options, stream...), compared by identity; ``text``: the JSON of the
-    newest entry when it is a delta (the next delta's preset dictionary), else empty."""
+    """How far a session's log goes: its ``version``, what the delta after it needs of the layers it holds,
+    plus ``header``: the objects whose change needs a checkpoint (prefix, model, adapter, policy, fold,
+    options, stream...), compared by identity; ``text``: the JSON of the newest entry when it is a delta
+    (the next delta's preset dictionary), else empty.
+
+    Of the layers it keeps no whole tuple, only what a delta reads: ``turns`` (how many), ``tail`` (the
+    last :data:`_TAIL` turns: the open one a tool chain extends), ``fold``; the number of trace
+    ``events``; of the records ``records`` (how many), ``offset``, ``last`` (the newest, by identity:
+    records only ever append) and ``chains``: each model's newest request, ``(model, seq)`` (its units
+    stay in the records' window). So replacing a mark frees nothing in proportion to the session: the
+    history, records and unit tuples it was made from go when the session moves on, as they would
+    without a store."""
 
     version: int
-    history: History
+    turns: int
+    tail: tuple[Turn, ...]
+    fold: Folded | None
     events: int
-    records: Records
+    records: int
+    offset: int
+    last: ExecutionRecord | None
+    chains: tuple[tuple[str, int], ...]
     header: tuple[Any, ...]
     state: str
     text: bytes = attrs.field(default=b"", repr=False)
+
+    @classmethod
+    def of(
+        cls, version: int, layers: Layers, events: int, header: tuple[Any, ...], state: str, text: bytes = b""
+    ) -> Mark:
+        """The mark of a log at ``version`` holding ``layers`` (their first ``events`` trace events)."""
+        turns, records = layers.history.turns, layers.records
+        return cls(
+            version,
+            len(turns),
+            turns[-_TAIL:],
+            layers.history.fold,
+            events,
+            len(records),
+            records.offset,
+            records[-1] if records else None,
+            tuple((c.model, c.seq) for c in records.chains),
+            header,
+            state,
+            text,
+        )
+
+    def holds(self, layers: Layers, changed: int | None, state: str) -> bool:
+        """Whether the log holds ``layers`` and ``state`` already (``changed``: as for
+        :func:`delta_body`)."""
+        records = layers.records
+        return (
+            changed is None
+            and self.events == layers.trace.ready()
+            and self.records == len(records)
+            and self.offset == records.offset
+            and (not records or records[-1] is self.last)
+            and self.state == state
+        )
+
+    def newest(self, model: str) -> int | None:
+        """The ``seq`` of ``model``'s newest request the log holds (None: none)."""
+        return next((seq for m, seq in self.chains if m == model), None)
 
 
 # -- writing -----------------------------------------------------------------------------------------------
@@ -147,40 +207,43 @@ def checkpoint_body(snapshot: SessionSnapshot | str | bytes) -> bytes:
     return snap.model_dump_json().encode()
 
 
-def delta_body(mark: Mark, layers: Layers, state: str) -> tuple[bytes, bytes] | None:
+def delta_body(mark: Mark, layers: Layers, state: str, changed: int | None) -> tuple[bytes, bytes] | None:
     """The delta from ``mark`` to ``layers`` as ``(body, its JSON)`` (None: it cannot be one; write a
-    checkpoint). Work in proportion to what changed, plus C-speed comparisons of the turn and record
-    tuples."""
-    old, new = mark.history, layers.history
-    if old.fold != new.fold or len(new.turns) < len(old.turns):
+    checkpoint). ``changed``: the first turn that may differ from the history ``mark`` was made from (None:
+    it is that history; the session notes it as its history changes, see ``Session._set_layers``), so
+    ``layers.history.turns[:changed]`` are that history's. Work in proportion to what changed: nothing
+    here walks the history, the records or the trace."""
+    new = layers.history
+    if mark.fold != new.fold or len(new.turns) < mark.turns:
         return None
     records = layers.records
-    n_old, n_new = len(mark.records), len(records)
+    n_old, n_new = mark.records, len(records)
     if (
         n_new < n_old
-        or records.offset != mark.records.offset
+        or records.offset != mark.offset
         or n_new - n_old >= 64
-        or (n_old and records[n_old - 1] is not mark.records[n_old - 1])  # records only ever append
+        or (n_old and records[n_old - 1] is not mark.last)  # records only ever append
     ):
         return None
     trace = layers.trace
     if trace.ready() < mark.events:
         return None
-    keep = common_prefix_len(old.turns, new.turns)
+    keep = mark.turns if changed is None else min(changed, mark.turns)
     added = new.turns[keep:]
     steps = 0
-    if keep < len(old.turns) and added:
+    back = mark.turns - keep  # turn keep is the mark's tail[-back]
+    if 0 < back <= len(mark.tail) and added:
         # the turn a commit changed most often: the open one, which gained steps (and maybe its view)
-        was, grown = old.turns[keep], added[0]
+        was, grown = mark.tail[-back], added[0]
         if was.index == grown.index and was.user == grown.user:
             steps = common_prefix_len(was.steps, grown.steps)
             if steps:
                 added = (grown.with_steps(grown.steps[steps:]), *added[1:])
-    changed = History(added)
+    tail = History(added)
     rows: list[list[Any]] = []
     units: list[list[Any]] = []
-    newest: dict[str, tuple[int, tuple[str, ...]]] = {}
-    previous = records[n_old - 1] if n_old else None
+    newest: dict[str, tuple[int, tuple[str, ...] | None]] = {}
+    previous = mark.last
     offset = records.offset
     for position in range(n_old, n_new):
         record = records[position]
@@ -191,32 +254,45 @@ def delta_body(mark: Mark, layers: Layers, state: str) -> tuple[bytes, bytes] | 
             return None
         before = newest.get(record.model)
         if before is None:
-            chain = mark.records.chain(record.model)
-            before = (chain.seq, chain.units) if chain is not None else (-1, ())
+            held = mark.newest(record.model)
+            before = (-1, ()) if held is None else (held, None)  # its units: from the window, if needed
         seq = offset + position
         now = records.chain(record.model)
         if now is not None and now.seq == seq and now.older and now.older[0][0] == before[0]:
             shared = now.older[0][1]  # the chain holds it: common_prefix_len(mine, before's units)
         else:
-            shared = common_prefix_len(mine, before[1])
+            theirs = before[1] if before[1] is not None else records.units_of(before[0] - offset)
+            if theirs is None:
+                return None
+            shared = common_prefix_len(mine, theirs)
         units.append([shared, list(mine[shared:])])
         newest[record.model] = (seq, mine)
     # a deferred event (a keep-all policy.decision whose figures the next request completes) and the ones
     # after it go with the next entry: reading it now would pay for an encode the next request saves
-    events = [[e.seq, e.kind, e.at, to_jsonable_python(e.data)] for e in trace.complete_events(mark.events)]
+    # (frozen JSON is dict and list: json encodes it as it stands; anything else goes through the snapshot's
+    # to_jsonable_python, the ``default`` below)
+    events = [[e.seq, e.kind, e.at, e.data] for e in trace.complete_events(mark.events)]
     data: dict[str, Any] = {
         "state": state,
         "turns": keep,
-        "history": history_to_snapshot(changed),
+        "history": history_to_snapshot(tail),
         "records": rows,
         "units": units,
         "trace": events,
     }
     if steps:
         data["steps"] = steps
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    holding = trace.held_events()
+    if holding:
+        data["held"] = [[e.seq, e.kind, e.at, e.data] for e in holding]
+    text = _dumps(data).encode()
     head = _DELTA_TAG + hashlib.sha256(text).hexdigest().encode() + b"\n"
     return head + _deflated(text, mark.text), text
+
+
+_dumps = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=to_jsonable_python
+).encode
 
 
 def _deflated(text: bytes, previous: bytes) -> bytes:
@@ -241,16 +317,18 @@ class Replayed:
     state: str
     version: int
     text: bytes = attrs.field(default=b"", repr=False)
+    #: the newest entry's ``held`` events (module docstring), the deferred one first, not completed
+    held: tuple[TraceEvent, ...] = ()
 
 
 def _delta(entry: Entry, previous: bytes) -> tuple[dict[str, Any], bytes]:
     """A delta's data and JSON; ``previous``: the JSON of the delta before it (empty after a checkpoint)."""
     body = entry.body
     cut = body.find(b"\n")
-    if cut < 0 or not body.startswith((_DELTA_TAG, _PLAIN_TAG)):
+    if cut < 0 or not body.startswith((_DELTA_TAG, _HELDLESS_TAG, _PLAIN_TAG)):
         raise SnapshotError(f"entry {entry.seq} is not a reasonstate delta")
-    digest, text = body[len(_DELTA_TAG) : cut], body[cut + 1 :]
-    if body.startswith(_DELTA_TAG):
+    digest, text = body[len(_DELTA_TAG) : cut], body[cut + 1 :]  # (the tags are of one length)
+    if not body.startswith(_PLAIN_TAG):
         unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
         try:
             text = unpacker.decompress(text) + unpacker.flush()
@@ -293,6 +371,7 @@ def replay(entries: Sequence[Entry]) -> Replayed:
     turns = base.history.turns
     fold = base.history.fold
     text = b""
+    held: list[Any] = []
     try:
         for entry in entries[1:]:
             if entry.kind == CHECKPOINT:
@@ -320,7 +399,11 @@ def replay(entries: Sequence[Entry]) -> Replayed:
                 if seq != len(events):
                     raise SnapshotError(f"entry {entry.seq}: trace event {seq} out of order")
                 events.append(TraceEvent(seq=seq, kind=kind, data=event_data, at=at))
+            held = data.get("held", [])
             state = data["state"]
+        kept = tuple(TraceEvent(seq=seq, kind=kind, data=d, at=at) for seq, kind, at, d in held)
+        if kept and [e.seq for e in kept] != list(range(len(events), len(events) + len(kept))):
+            raise SnapshotError(f"entry {entries[-1].seq}: its held trace events are out of order")
     except ReasonStateError:
         raise
     except (ValueError, TypeError, KeyError, IndexError) as exc:
@@ -328,7 +411,7 @@ def replay(entries: Sequence[Entry]) -> Replayed:
     history = History(turns, fold)
     check_meaning(history, state, snap.vendor, snap.api)
     layers = Layers.of(history, Trace(events), records)
-    return Replayed(snap, layers, state, entries[-1].seq, text)
+    return Replayed(snap, layers, state, entries[-1].seq, text, kept)
 
 
 def _layers_of(snap: SessionSnapshot) -> Layers:

@@ -28,7 +28,17 @@ from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, StreamEvent,
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
-from reasonstate.engine import Attempt, Layers, Reply, ToolCall, TurnFlow, TurnState, failed, finished
+from reasonstate.engine import (
+    Attempt,
+    KeptEffect,
+    Layers,
+    Reply,
+    ToolCall,
+    TurnFlow,
+    TurnState,
+    failed,
+    finished,
+)
 from reasonstate.errors import (
     IllegalTransition,
     InvalidInput,
@@ -64,9 +74,11 @@ from reasonstate.state import (
     ToolResult,
     ToolResultPart,
     Trace,
+    TraceEvent,
     Turn,
     freeze,
 )
+from reasonstate.state.execution import common_prefix_len
 from reasonstate.switching import SDK_OWNED, Switching, check_model
 
 __all__ = [
@@ -257,6 +269,11 @@ class _Core(Switching):
     _session_id: str | None = None
     #: how far the store holds this session (None: nothing written yet)
     _mark: Mark | None = None
+    #: the completion of the deferred events a load held back again (the log holds them, not completed)
+    _from_log: KeptEffect | None = None
+    #: the first turn that may differ from the history the mark was made from (None: that very history),
+    #: noted as the history changes (:meth:`_set_layers`), so a write never walks the history
+    _changed: int | None = None
     #: set when another writer appended first: this object is stale and sends nothing more
     _conflict: SessionConflict | None = None
     #: the entry of an append that failed with a StoreError, and the mark after it: a store that timed out
@@ -317,30 +334,74 @@ class _Core(Switching):
             self._on_rejected,
         )
 
+    def _set_layers(self, layers: Layers) -> None:
+        """:meth:`Engine._set_layers`, noting for the store which turns a new history changed
+        (:meth:`_note_turns`)."""
+        if self._mark is not None and layers.history is not self._layers.history:
+            self._note_turns(self._layers.history.turns, layers.history.turns)
+        super()._set_layers(layers)
+
+    def _note_turns(self, old: tuple[Turn, ...], new: tuple[Turn, ...]) -> None:
+        """Lower :attr:`_changed` to the first turn where ``new`` differs from ``old``: done as the history
+        changes, while the outgoing one is alive (a write after it would have to keep the old history to
+        compare, and then free it, in proportion to the session). A commit changes the newest turn or adds
+        one, so the one or two newest are tried first; each try is one C-speed tuple comparison."""
+        n = min(len(old), len(new))
+        for k in (n, n - 1, n - 2):  # (k == 0 always matches)
+            if old[:k] == new[:k]:
+                first = k
+                break
+        else:
+            first = common_prefix_len(old[: n - 2], new[: n - 2])
+        changed = self._changed
+        self._changed = first if changed is None else min(changed, first)
+
+    def _hold_again(self, held: Sequence[TraceEvent]) -> None:
+        """A loaded session's trace with the events its log holds back (a keep-all ``policy.decision`` and
+        the events after it; reasonstate/journal.py): held back here again, completed by this session's
+        next request as the writer's would have been (:class:`KeptEffect` on the same history, records and
+        options), so the next entry writes them complete. Only a commit writes them: a flush of a session
+        that only loaded writes nothing (its log holds them already)."""
+        layers = self._layers
+        kept = KeptEffect(
+            self._adapter,
+            self._prefix,
+            layers.history,
+            self._model,
+            self._options,
+            layers,
+            self._encodings,
+            self._foreign_reasoning,
+        )
+        items = [(e.kind, e.data) for e in held]
+        trace = layers.trace.extended(items, deferred=(0, kept), at=held[0].at)
+        self._set_layers(attrs.evolve(layers, trace=trace))
+        self._from_log = kept
+
+    def _complete_own(self) -> None:
+        """Before a flush: complete a deferred event (flush writes everything), unless it is one a load held
+        back again (:meth:`_hold_again`)."""
+        trace = self._layers.trace
+        if trace.completion() is not self._from_log:
+            trace.completed()
+
     def _unwritten(self) -> tuple[Entry, Mark] | None:
         """The entry that brings the store up to this session (None: it is up to date), with the mark
         after it."""
-        mark, layers, state = self._mark, self._layers, self._state.value
+        mark, layers, state, changed = self._mark, self._layers, self._state.value, self._changed
         header = self._header()
         same = mark is not None and all(a is b for a, b in zip(mark.header, header, strict=True))
-        if (
-            same
-            and mark is not None
-            and mark.history is layers.history
-            and mark.events == layers.trace.ready()
-            and mark.records is layers.records
-            and mark.state == state
-        ):
+        if same and mark is not None and mark.holds(layers, changed, state):
             return None
         version = 0 if mark is None else mark.version
-        delta = delta_body(mark, layers, state) if same and mark is not None else None
+        delta = delta_body(mark, layers, state, changed) if same and mark is not None else None
         if delta is not None:
             entry, text = Entry(version + 1, DELTA, delta[0]), delta[1]
         else:
             entry = Entry(version + 1, CHECKPOINT, self._snapshot_now().model_dump_json().encode())
             text = b""
         ready = layers.trace.ready() if entry.kind == DELTA else len(layers.trace)
-        return entry, Mark(entry.seq, layers.history, ready, layers.records, header, state, text)
+        return entry, Mark.of(entry.seq, layers, ready, header, state, text)
 
     def _writing(self, reply: Reply | None) -> Generator[Callable[[], Any], Any, None]:
         """Bring the store up to this session: the store calls it needs are yielded (``Session`` makes
@@ -352,6 +413,7 @@ class _Core(Switching):
             doubt = self._doubt
             if doubt is not None and (yield functools.partial(store.version, session_id)) >= doubt[0].seq:
                 self._landed((yield functools.partial(store.read, session_id)))
+            history = self._layers.history
             unwritten = self._unwritten()
             if unwritten is None:
                 return
@@ -365,6 +427,8 @@ class _Core(Switching):
         except Exception as exc:
             raise self._stored(reply, exc) from exc
         self._mark = mark
+        # (the history cannot change while the append is made: one call at a time; 0 would write it all)
+        self._changed = None if self._layers.history is history else 0
 
     def _stored(self, reply: Reply | None, exc: BaseException) -> StoreError:
         """The error a failed append raises: a conflict makes this object stale (it sends nothing more);
@@ -801,15 +865,12 @@ class _Core(Switching):
             replayed.snapshot, held, replayed.state, client, tools, policy, fold, adapter, exporters, 0
         )
         session._attach(store, session_id)
-        session._mark = Mark(
-            replayed.version,
-            held.history,
-            len(held.trace),
-            held.records,
-            session._header(),
-            replayed.state,
-            replayed.text,
+        session._mark = Mark.of(
+            replayed.version, held, len(held.trace), session._header(), replayed.state, replayed.text
         )
+        session._changed = None
+        if replayed.held:
+            session._hold_again(replayed.held)
         return session
 
 
@@ -947,7 +1008,7 @@ class Session(_Core):
         if self._store is None:
             raise InvalidOption("flush(): this session has no store (pass store= to Session)")
         self._check_fresh()
-        self._layers.trace.completed()  # a deferred policy.decision too: flush writes everything
+        self._complete_own()  # a deferred policy.decision too: flush writes everything
         self._write(None)
         return self.version
 
@@ -1067,7 +1128,7 @@ class AsyncSession(_Core):
         if self._store is None:
             raise InvalidOption("flush(): this session has no store (pass store= to AsyncSession)")
         self._check_fresh()
-        self._layers.trace.completed()  # a deferred policy.decision too: flush writes everything
+        self._complete_own()  # a deferred policy.decision too: flush writes everything
         await self._write(None)
         return self.version
 

@@ -227,11 +227,17 @@ def _no_float(text: str) -> Any:
     raise ValueError(text)
 
 
+#: a payload's JSON (one decoder, built once), refusing floats and NaN/Infinity
+_payload_json = json.JSONDecoder(parse_float=_no_float, parse_constant=_no_constant).decode
+
+
 def _embedded(payload: bytes) -> Any:
     """The payload's JSON value when writing it as a value and reading it back gives these very bytes
     (compact JSON without floats or NaN: the snapshot's JSON encoder writes those its own way), else _TEXT."""
     try:
-        value = json.loads(payload, parse_float=_no_float, parse_constant=_no_constant)
+        # (json.loads with hooks builds a decoder per call; what it decodes other than UTF-8 never gives
+        # these bytes back, so reading UTF-8 only changes no answer)
+        value = _payload_json(payload.decode("utf-8", "surrogatepass"))
     except ValueError:
         return _TEXT
     return value if compact(value) == payload else _TEXT

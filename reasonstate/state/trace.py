@@ -16,9 +16,11 @@ Storage (the cost of a long session grows by a small constant per event):
     ``sha256:<hex>`` digest as its 32 bytes in base64, a string equal to the one at the same place of the
     previous event of that shape as a reference to one shared copy), its kind as an interned id, its wall
     time once per batch. :class:`TraceEvent` values are built on access (``events``, iteration,
-    :meth:`Trace.of_kind`); the newest batch is kept as built. Decoding gives back exactly the frozen data
-    (``decoded == freeze(data)``, same key order, same types); an event the codec cannot hold (data that
-    is not plain JSON, a ``seq`` that is not its index) is kept as its :class:`TraceEvent`.
+    :meth:`Trace.of_kind`); the newest events (the newest batches, up to :data:`_TAIL_MAX` events) are
+    kept as built, so a reader of what was just appended (a store's delta entry) builds none. Decoding
+    gives back exactly the frozen data (``decoded == freeze(data)``, same key order, same types); an event
+    the codec cannot hold (data that is not plain JSON, a ``seq`` that is not its index) is kept as its
+    :class:`TraceEvent`.
   * :meth:`Trace.to_compact` / :meth:`Trace.from_compact`: the snapshot's form of the same bytes
     (zlib-compressed, base64), read back to an equal trace; anything that does not decode is a
     ``ValueError``.
@@ -109,6 +111,8 @@ _HEX = frozenset("0123456789abcdef")
 _SHARED_MIN = 6
 #: dict key sets learned as shapes (beyond: a dict is kept with its keys); digit keys are never learned
 _MAX_SHAPES = 4096
+#: how many of the newest events a trace value keeps as built (a store's next delta reads them all)
+_TAIL_MAX = 32
 _LIST = -1  # the head of an encoded list; a dict is ``[shape id, *values]``
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
 _loads = json.loads
@@ -377,7 +381,8 @@ class Trace:
     __slots__ = ("_held", "_n", "_store", "_tail")
     _store: _Store
     _n: int
-    #: the newest batch's events as built (positions ``n - len(tail)`` to ``n - 1``)
+    #: the newest events as built (positions ``n - len(tail)`` to ``n - 1``): the newest batch, and the
+    #: events before it up to :data:`_TAIL_MAX` in all
     _tail: tuple[TraceEvent, ...]
     #: the newest batch from its deferred event on, not in the store until settled (None: nothing held)
     _held: _Held | None
@@ -415,21 +420,26 @@ class Trace:
         self,
         items: Iterable[tuple[str, Mapping[str, Any]]],
         deferred: tuple[int, Callable[[], Mapping[str, Any]]] | None = None,
+        at: float | None = None,
     ) -> Trace:
-        """The trace with one event per ``(kind, data)`` appended, in order, stamped with one wall time:
-        a request's events are one batch. Work in proportion to the events added (module docstring).
+        """The trace with one event per ``(kind, data)`` appended, in order, stamped with one wall time
+        (now, or ``at``: a batch read back from a store keeps its own): a request's events are one batch.
+        Work in proportion to the events added (module docstring).
 
         ``deferred``: ``(k, complete)``, the batch's event ``k`` is completed by ``complete()`` (its data
         is ``{**data, **complete()}``), called when the event is first read, or never if :meth:`settle`
         gives the figures first. Until then that event and the ones after it are held outside the store;
         every read of the trace completes them first, so no reader can tell."""
         self._settled()
-        n, now = self._n, time.time()
+        n, now = self._n, time.time() if at is None else at
         batch = list(items)
         if not batch:
             return self
         k = len(batch) if deferred is None else deferred[0]
         added = tuple(TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(batch[:k]))
+        tail = (*self._tail, *added)  # positions run on from n: the newest events, at least this batch
+        if len(tail) > _TAIL_MAX:
+            tail = tail[-max(_TAIL_MAX, len(added)) :]
         store = self._store
         with store.lock:
             if len(store) != n:  # a fork: another value was extended from this one (or a shorter one)
@@ -437,9 +447,9 @@ class Trace:
             for e in added:
                 store.append(e)
         if deferred is None:
-            return Trace._of(store, n + len(added), added)
-        held = _Held(n + k, now, batch[k:], deferred[1], added)
-        return Trace._of(store, n + len(batch), added, held)
+            return Trace._of(store, n + len(added), tail)
+        held = _Held(n + k, now, batch[k:], deferred[1], tail)
+        return Trace._of(store, n + len(batch), tail, held)
 
     def settle(self, completion: Mapping[str, Any]) -> None:
         """Complete this trace's deferred event with ``completion`` (what its ``complete`` would return,
@@ -447,6 +457,14 @@ class Trace:
         held = self._held
         if held is not None:
             held.settle(self, completion)
+
+    def held_events(self) -> list[TraceEvent]:
+        """The events a deferred one holds back (it first, its data not completed yet; empty when none is
+        held): what a store writes so that whoever continues the session completes them."""
+        held = self._held
+        if held is None or held.complete is None:
+            return []
+        return [TraceEvent(held.start + i, k, d, held.at) for i, (k, d) in enumerate(held.items)]
 
     def completion(self) -> Callable[[], Mapping[str, Any]] | None:
         """The ``complete`` of this trace's deferred event while it is not completed (else None)."""

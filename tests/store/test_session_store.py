@@ -4,6 +4,7 @@ conflicts, failures and edits keep the contract of docs/concepts/store.md."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import zlib
@@ -256,7 +257,7 @@ def test_each_delta_is_compressed_against_the_one_before(db: Path) -> None:
     previous = b""
     for entry in store.read("z")[1:]:
         head, packed = entry.body.split(b"\n", 1)
-        assert head.startswith(b"rs-delta/2 sha256:")
+        assert head.startswith(b"rs-delta/3 sha256:")
         unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
         text = unpacker.decompress(packed) + unpacker.flush()
         assert json.loads(text)["turns"] >= 0
@@ -266,7 +267,7 @@ def test_each_delta_is_compressed_against_the_one_before(db: Path) -> None:
 
 
 def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
-    """``rs-delta/1`` bodies (the JSON as it is) load; a session continued from them writes ``rs-delta/2``
+    """``rs-delta/1`` bodies (the JSON as it is) load; a session continued from them writes ``rs-delta/3``
     ones."""
     with AnthropicEmulator([answer(i) for i in range(4)]) as emu:
         store = SQLiteStore(db)
@@ -282,7 +283,7 @@ def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
             head, packed = bytes(body).split(b"\n", 1)
             unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
             previous = unpacker.decompress(packed) + unpacker.flush()
-            plain = head.replace(b"rs-delta/2 ", b"rs-delta/1 ") + b"\n" + previous
+            plain = head.replace(b"rs-delta/3 ", b"rs-delta/1 ") + b"\n" + previous
             raw.execute(
                 "UPDATE reasonstate_entries SET body=? WHERE session_id='old' AND seq=?", (plain, seq)
             )
@@ -290,7 +291,7 @@ def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
         assert loaded.history == session.history
         assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
         loaded.send("turn 3")
-        assert store.read("old")[-1].body.startswith(b"rs-delta/2 ")
+        assert store.read("old")[-1].body.startswith(b"rs-delta/3 ")
         again = rs.Session.load(SQLiteStore(db), "old", emu.client())
         assert again.history == loaded.history
 
@@ -334,3 +335,80 @@ def test_a_load_changes_nothing_so_loading_workers_never_conflict(db: Path) -> N
         assert a.trace == writer.trace
         writer.send("two")  # the writer is not stale: nobody wrote
         assert store.version("quiet") == version + 1
+
+
+def _decisions(session: rs.Session) -> list[tuple[Any, ...]]:
+    """The trace as (seq, kind), with the data of the events a commit defers (the rest carries timings
+    and signature digests that differ from run to run)."""
+    deferred = ("policy.decision", "turn.closed")
+    return [(e.seq, e.kind, dict(e.data) if e.kind in deferred else None) for e in session.trace.events]
+
+
+def test_a_decision_held_back_by_a_commit_is_completed_by_a_session_loaded_elsewhere(db: Path) -> None:
+    """A keep-all ``policy.decision`` (and the ``turn.closed`` after it) waits for the next request,
+    which computes its cache figures for free, so the entry a commit writes holds it back. A session
+    loaded from that entry in another process completes it with its own next request, and the log then
+    replays to the trace a single process would have: no event lost, the figures the same."""
+    with AnthropicEmulator([answer(i) for i in range(4)]) as emu:
+        control = rs.Session(emu.client(), model=MODEL, **OPTIONS)
+        for i in range(4):
+            control.send(f"turn {i}")
+    with AnthropicEmulator([answer(i) for i in range(4)]) as emu:
+        writer = rs.Session(emu.client(), model=MODEL, store=SQLiteStore(db), session_id="h", **OPTIONS)
+        for i in range(2):
+            writer.send(f"turn {i}")  # no flush: the writer just stops
+        worker = rs.Session.load(SQLiteStore(db), "h", emu.client())
+        for i in range(2, 4):
+            worker.send(f"turn {i}")
+        replayed = rs.Session.load(SQLiteStore(db), "h", emu.client())
+    expected = _decisions(control)
+    assert [kind for _, kind, _ in expected].count("policy.decision") == 4
+    assert _decisions(worker) == expected
+    assert _decisions(replayed) == expected
+
+
+def test_a_session_that_only_loads_writes_no_held_back_decision(db: Path) -> None:
+    """The log holds a held-back decision already: a worker that loads and flushes writes nothing, and
+    the writer goes on without a conflict, writing the decision complete with its next request."""
+    with AnthropicEmulator([answer(0), answer(1)]) as emu:
+        store = SQLiteStore(db)
+        writer = rs.Session(emu.client(), model=MODEL, store=store, session_id="q", **OPTIONS)
+        writer.send("one")
+        version = store.version("q")
+        loaded = rs.Session.load(SQLiteStore(db), "q", emu.client())
+        assert loaded.flush() == version == store.version("q")
+        writer.send("two")
+        assert store.version("q") == version + 1
+        assert _decisions(rs.Session.load(SQLiteStore(db), "q", emu.client())) == _decisions(writer)
+
+
+def test_compressed_deltas_without_held_events_written_before_still_load(db: Path) -> None:
+    """``rs-delta/2`` bodies (compressed, no ``held``: written before held-back events were stored) load
+    as they did."""
+    with AnthropicEmulator([answer(i) for i in range(3)]) as emu:
+        store = SQLiteStore(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="v2", **OPTIONS)
+        for i in range(3):
+            session.send(f"turn {i}")
+        raw = sqlite3.connect(db, isolation_level=None)
+        rows = raw.execute(
+            "SELECT seq, body FROM reasonstate_entries WHERE session_id='v2' AND kind='delta' ORDER BY seq"
+        ).fetchall()
+        previous, rewritten = b"", b""
+        for seq, body in rows:
+            _head, packed = bytes(body).split(b"\n", 1)
+            unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
+            previous = unpacker.decompress(packed) + unpacker.flush()
+            data = json.loads(previous)
+            data.pop("held", None)
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+            packer = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=rewritten) if rewritten else None
+            packer = packer or zlib.compressobj(6, zlib.DEFLATED, -15)
+            body2 = b"rs-delta/2 sha256:" + hashlib.sha256(text).hexdigest().encode() + b"\n"
+            body2 += packer.compress(text) + packer.flush()
+            rewritten = text
+            raw.execute("UPDATE reasonstate_entries SET body=? WHERE session_id='v2' AND seq=?", (body2, seq))
+        loaded = rs.Session.load(SQLiteStore(db), "v2", emu.client())
+        assert loaded.history == session.history
+        assert loaded.execution == session.execution
+        assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
