@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
             "answers (see reasonstate.testing.standalone)."
         ),
     )
+    emulate.set_defaults(usage=emulate)
     emulate.add_argument("vendor", choices=_VENDORS, help="which API to emulate")
     emulate.add_argument("--port", type=int, default=0, help="port to listen on (default 0: a free port)")
     emulate.add_argument("--host", default="127.0.0.1", help="IPv4 address to listen on (default 127.0.0.1)")
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         "URL#SESSION_ID (sqlite:///sessions.db#conv-42, postgresql://...#ID, redis://...#ID). Opaque "
         "payloads are shown as kind, size and digest only.",
     )
+    inspect.set_defaults(usage=inspect)
     inspect.add_argument(
         "file", help="a snapshot JSON file, a JSONL trace, or a stored session URL#SESSION_ID"
     )
@@ -121,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a stored session URL#SESSION_ID), at the packaged price table or --prices FILE (the same JSON "
         "shape: reasonstate/cache/pricing.json).",
     )
+    report.set_defaults(usage=report)
     report.add_argument(
         "file", help="a snapshot JSON file, a JSONL trace, or a stored session URL#SESSION_ID"
     )
@@ -141,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Work on a session store named by URL: sqlite:///relative.db, sqlite:////abs/path.db, "
         "postgresql://user@host:5432/db[?schema=NAME], redis://host:6379/0[?prefix=P] (rediss:// for TLS).",
     )
+    store.set_defaults(usage=store)
     store_commands = store.add_subparsers(dest="store_command", metavar="STORE_COMMAND", required=True)
     migrate = store_commands.add_parser(
         "migrate",
@@ -148,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create the tables (or keys) of a session store, or upgrade an older schema in place, "
         "and print the schema version. Safe to run again, and from several processes at once.",
     )
+    migrate.set_defaults(usage=migrate)
     migrate.add_argument("url", help="the store's URL")
     listing = store_commands.add_parser(
         "list",
@@ -155,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The stored sessions, most recently active first: id, version (entries written), last "
         "activity and expiry (UTC). Expired sessions are not shown.",
     )
+    listing.set_defaults(usage=listing)
     listing.add_argument("url", help="the store's URL")
     listing.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
 
@@ -165,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         "differing prefix unit, the JSON path inside it and the cause (system_changed, tools_reordered, "
         "reasoning_dropped, timestamp_in_prefix, ...: docs/howto/guard.md).",
     )
+    diff.set_defaults(usage=diff)
     diff.add_argument("first", help="the earlier request body (JSON)")
     diff.add_argument("second", help="the later request body (JSON)")
     diff.add_argument(
@@ -290,7 +297,7 @@ def _recording(target: str) -> Recording:
 def _view(args: argparse.Namespace) -> int:
     from reasonstate.cache.pricing import Pricing
     from reasonstate.errors import ReasonStateError
-    from reasonstate.recordings import inspect_text, report_html, report_text
+    from reasonstate.recordings import check_model_flag, inspect_text, report_html, report_text
 
     try:
         recording = _recording(args.file)
@@ -298,6 +305,8 @@ def _view(args: argparse.Namespace) -> int:
             print(inspect_text(recording, events=max(0, args.events)))
         else:
             pricing = Pricing.load(args.prices) if args.prices else None
+            if args.model is not None:
+                check_model_flag(recording, args.model)
             if args.html is None:
                 print(report_text(recording, pricing, model=args.model))
             else:
@@ -314,7 +323,8 @@ def _view(args: argparse.Namespace) -> int:
     return 0
 
 
-def _emulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _emulate(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.usage
     if args.dialect != "openai" and args.vendor != "chat":
         parser.error("--dialect applies to 'emulate chat' only")
     if args.tokenizer is not None and args.vendor != "completions":
@@ -348,33 +358,64 @@ def _code(command: Callable[[list[str]], int], argv: list[str]) -> int:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``reasonstate`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
-    args_in = list(sys.argv[1:] if argv is None else argv)
-    # demo and prr parse their own flags (their --help included): everything after the name is theirs
-    if args_in and args_in[0] == "demo":
-        from reasonstate.demo import main as demo
+#: the extra a subcommand needs when a module the vendor SDKs bring is missing (the demo drives all three)
+_SDKS = frozenset({"anthropic", "openai", "google", "httpx2"})
+_NEEDS = {"demo": "anthropic,openai,gemini"}
 
-        return _code(demo, args_in[1:])
-    if args_in and args_in[0] == "prr":
-        from reasonstate.tokens.matrix import main as prr
 
-        return _code(prr, args_in[1:])
-    parser = build_parser()
-    try:
-        args = parser.parse_args(args_in)
-    except SystemExit as exc:  # --help, --version (0) and usage errors (2) end here
-        return exc.code if isinstance(exc.code, int) else 2
+def _missing(command: str, exc: ModuleNotFoundError) -> int:
+    """One line naming the ``pip install`` to run for a missing optional module (exit 1); a missing module
+    no extra provides is a bug of ours and keeps its traceback."""
+    from reasonstate._extras import hint
+
+    top = (exc.name or "").split(".")[0]
+    line = hint(exc, _NEEDS.get(command) if top in _SDKS else None)
+    if line is None:
+        raise exc
+    print(f"reasonstate {command}: {line}", file=sys.stderr)
+    return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command in ("inspect", "report"):
         return _view(args)
     if args.command == "diff":
         return _diff(args)
     if args.command == "store":
         return _store(args)
+    return _emulate(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``reasonstate`` with ``argv`` (default ``sys.argv[1:]``) and return the exit status. A user's
+    mistake never ends in a traceback: a usage error prints the subcommand's own usage (exit 2), a missing
+    optional dependency the one ``pip install`` that provides it (exit 1)."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    command = args_in[0] if args_in else ""
     try:
-        return _emulate(args, parser)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+        # demo and prr parse their own flags (their --help included): everything after the name is theirs
+        if command == "demo":
+            from reasonstate.demo import main as demo
+
+            return _code(demo, args_in[1:])
+        if command == "prr":
+            from reasonstate.tokens.matrix import main as prr
+
+            return _code(prr, args_in[1:])
+        parser = build_parser()
+        try:
+            args, extra = parser.parse_known_args(args_in)
+            if extra:  # argparse reports these on the top-level parser: say it with the subcommand's usage
+                usage: argparse.ArgumentParser = getattr(args, "usage", parser)
+                usage.error(f"unrecognized arguments: {' '.join(extra)}")
+        except SystemExit as exc:  # --help, --version (0) and usage errors (2) end here
+            return exc.code if isinstance(exc.code, int) else 2
+        try:
+            return _run(args)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else 2
+    except ModuleNotFoundError as exc:
+        return _missing(command, exc)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ __all__ = [
     "InvalidInput",
     "InvalidOption",
     "MalformedResponse",
+    "MissingCredentials",
     "PolicyConflict",
     "ProtocolViolation",
     "ReasonStateError",
@@ -30,6 +31,11 @@ class ReasonStateError(Exception):
 
 class InvalidOption(ReasonStateError, ValueError):
     """A session option the SDK owns (``messages``, ``tools``, ...) or cannot use, given at construction."""
+
+
+class MissingCredentials(InvalidOption):
+    """The client has no credentials the vendor SDK could send (no API key, token or auth header), found
+    when the session is built: the SDK would fail only at the first request."""
 
 
 class IllegalTransition(ReasonStateError):

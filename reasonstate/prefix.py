@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -54,8 +55,72 @@ def _frozen_schema(value: Any) -> Mapping[str, Any]:
         text = canonical_json(dict(value))
     except (TypeError, ValueError) as exc:
         raise InvalidOption(f"Tool(parameters=...) is not JSON-serializable: {exc}") from exc
-    result: Mapping[str, Any] = freeze(json.loads(text))
+    plain = json.loads(text)
+    mistake = _schema_mistake(plain)
+    if mistake is not None:
+        raise InvalidOption(f"Tool(parameters=...) is not a valid JSON schema: {mistake}")
+    result: Mapping[str, Any] = freeze(plain)
     return result
+
+
+#: the JSON Schema type names (JSON Schema Validation §6.1.1); anything else is a typo no vendor accepts
+_JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
+#: keywords whose value is one subschema, a list of them, or a map of names to them
+_ONE = ("items", "additionalProperties", "not", "contains", "if", "then", "else", "propertyNames")
+_LIST = ("anyOf", "oneOf", "allOf", "prefixItems")
+_MAP = ("properties", "$defs", "definitions", "patternProperties")
+
+
+def _schema_mistake(schema: Any, at: str = "parameters") -> str | None:
+    """The first mistake in a JSON schema that no vendor accepts, naming where (None: none found): a
+    subschema that is not an object (or ``true``/``false``), a ``type`` that is not a JSON Schema type
+    name, a ``required`` that is not a list of names or names a property ``properties`` does not define.
+    A small structural check, not the metaschema: what it finds is always a mistake."""
+    if isinstance(schema, bool):
+        return None
+    if not isinstance(schema, Mapping):
+        return f"{at} is {type(schema).__name__} {schema!r:.40}, not a schema object"
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        bad = [k for k in kinds if not isinstance(k, str) or k not in _JSON_TYPES]
+        if bad:
+            close = difflib.get_close_matches(str(bad[0]), sorted(_JSON_TYPES), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return f"{at}.type {bad[0]!r} is not a JSON Schema type{hint}; one of {sorted(_JSON_TYPES)}"
+    properties = schema.get("properties")
+    required = schema.get("required")
+    if required is not None:
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            return f"{at}.required must be a list of property names, got {required!r:.60}"
+        if isinstance(properties, Mapping):
+            missing = [r for r in required if r not in properties]
+            if missing:
+                return f"{at}.required names {missing[0]!r}, which {at}.properties does not define"
+    for key in _ONE:
+        if key in schema:
+            found = _schema_mistake(schema[key], f"{at}.{key}")
+            if found is not None:
+                return found
+    for key in _LIST:
+        value = schema.get(key)
+        if value is not None:
+            if not isinstance(value, list):
+                return f"{at}.{key} must be a list of schemas"
+            for i, sub in enumerate(value):
+                found = _schema_mistake(sub, f"{at}.{key}[{i}]")
+                if found is not None:
+                    return found
+    for key in _MAP:
+        value = schema.get(key)
+        if value is not None:
+            if not isinstance(value, Mapping):
+                return f"{at}.{key} must be an object mapping names to schemas"
+            for name, sub in value.items():
+                found = _schema_mistake(sub, f"{at}.{key}.{name}")
+                if found is not None:
+                    return found
+    return None
 
 
 # -- the flat schema a tool offers (runtime/repair.py re-nests the flat arguments) -------------------------

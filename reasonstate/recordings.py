@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Recording",
     "RecordingError",
+    "check_model_flag",
     "inspect_text",
     "load",
     "of_snapshot",
@@ -297,6 +298,25 @@ def report_html(rec: Recording, pricing: Pricing | None = None, model: str | Non
     return render(report_page(rec, pricing, model))
 
 
+def check_model_flag(rec: Recording, model: str) -> None:
+    """:class:`RecordingError` when ``report --model`` would change nothing, rather than ignore it: a
+    snapshot records each request's model, and a trace whose every request names its model needs none.
+    ``model`` prices the requests of a trace that do not name one."""
+    if rec.kind == "snapshot":
+        models = sorted({r.model for r in rec.records})
+        raise RecordingError(
+            f"--model prices the requests of a JSONL trace that do not name their model; this snapshot "
+            f"records each request's model ({', '.join(models) or 'no requests'})"
+        )
+    named = {r["model"] for r in _requests_from_trace(rec.trace)}
+    if "" not in named and None not in named:
+        raise RecordingError(
+            f"--model prices the requests that do not name their model, and every request of this trace "
+            f"names one ({', '.join(sorted(map(str, named))) or 'no requests'}); --prices FILE prices "
+            "them otherwise"
+        )
+
+
 # -- reading a trace back ------------------------------------------------------------------------------------
 
 
@@ -396,6 +416,25 @@ def api_of_body(body: Any) -> str | None:
     return "chat"
 
 
+def _apis_of_body(body: Any) -> frozenset[str]:
+    """The APIs a request body's shape fits (empty: cannot tell). A ``messages`` body with neither Chat
+    nor Anthropic markers fits both."""
+    found = api_of_body(body)
+    if found is None:
+        return frozenset()
+    if found == "chat" and isinstance(body, Mapping):
+        messages = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
+        if not any(m.get("role") in ("system", "developer", "tool") or "tool_calls" in m for m in messages):
+            return frozenset({"chat", "messages"})
+    return frozenset({found})
+
+
+def _shape_note(body: Any) -> str:
+    """What gave the body's shape away: its top-level keys."""
+    keys = sorted(body) if isinstance(body, Mapping) else []
+    return f"top-level keys {', '.join(keys[:8])}{', ...' if len(keys) > 8 else ''}"
+
+
 def diff_text(
     a_path: str | Path, b_path: str | Path, *, api: str | None = None, model: str | None = None
 ) -> str:
@@ -410,6 +449,14 @@ def diff_text(
             bodies.append(json.loads(Path(path).read_bytes()))
         except (OSError, ValueError) as exc:
             raise RecordingError(f"{path} is not a JSON request body: {exc}") from exc
+    if api is not None and api in APIS:
+        for path, body in zip((a_path, b_path), bodies, strict=True):
+            fits = _apis_of_body(body)
+            if fits and api not in fits:
+                raise RecordingError(
+                    f"--api {api}: {path} is not a {api} request body; its shape is that of "
+                    f"{' or '.join(sorted(fits))} ({_shape_note(body)})"
+                )
     kinds = {api or api_of_body(b) for b in bodies}
     if None in kinds:
         raise RecordingError("cannot tell which API these bodies are for: pass --api " + "|".join(APIS))

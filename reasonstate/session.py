@@ -237,8 +237,9 @@ class _Core(Switching):
         # the session's encoding memo (an adapter holds configuration only); a switch starts a new one
         self._encodings = Encodings()
         self._model = model
-        self._refuse_options(self._adapter, model, request_options)
-        self._set_prefix(Prefix(system=system, tools=tools, few_shots=few_shots))
+        prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
+        self._refuse_options(self._adapter, client, model, request_options, prefix.tools)
+        self._set_prefix(prefix)
         self._policy: Policy = Keep() if policy is None else policy
         self._fold = fold
         # volatile per-turn notes (``scratch``): never in a request, never in a snapshot
@@ -300,8 +301,8 @@ class _Core(Switching):
         :class:`Session`, asyncio for :class:`AsyncSession`): checked before it is used at all."""
         if not callable(getattr(store, "append", None)) or not callable(getattr(store, "read", None)):
             raise InvalidOption(
-                f"store= must be a reasonstate.store store (SQLiteStore, PostgresStore, RedisStore), "
-                f"got {store!r:.80}"
+                f"store= must be a reasonstate.store store (SQLiteStore, PostgresStore, RedisStore) or, for "
+                f"the OpenAI Responses request option, True or False; got {store!r:.80}"
             )
         if inspect.iscoroutinefunction(store.append) != cls._async:
             kind = (
@@ -731,7 +732,17 @@ class _Core(Switching):
     def report(self, *, pricing: Pricing | None = None, kv: KVConfig | None = None) -> Report:
         """Derived from the execution and trace layers: tokens, cache reads predicted and reported,
         cost at ``pricing`` (default: the packaged table, :meth:`Pricing.default`) per request, turn and
-        session, and the cache metrics (``kv`` gives the KV bytes of a self-hosted model's context)."""
+        session, and the cache metrics (``kv`` gives the KV bytes of a self-hosted model's context).
+        Anything else than a ``Pricing`` / ``KVConfig`` (or None) is :class:`InvalidOption`."""
+        if pricing is not None and not isinstance(pricing, Pricing):
+            raise InvalidOption(
+                f"report(pricing=...) must be an rs.Pricing (Pricing.default(), Pricing.load(path), "
+                f"...with_prices(...)) or None, got {type(pricing).__name__} {pricing!r:.60}"
+            )
+        if kv is not None and not isinstance(kv, KVConfig):
+            raise InvalidOption(
+                f"report(kv=...) must be an rs.KVConfig(...) or None, got {type(kv).__name__} {kv!r:.60}"
+            )
         recs = self.execution
         predicted = [r for r in recs if r.predicted_cache_read is not None]
         failures = self.trace.of_kind(EventKind.CALL_FAILED)

@@ -55,10 +55,19 @@ class Switching(Engine):
         )
 
     @staticmethod
-    def _refuse_options(adapter: Adapter, model: str, options: Mapping[str, Any]) -> None:
+    def _refuse_options(
+        adapter: Adapter, client: Any, model: str, options: Mapping[str, Any], tools: Sequence[Tool]
+    ) -> None:
+        """:class:`InvalidOption` for a request that can never be sent: what the vendor's rules refuse, and
+        what the adapter's room checks against the installed SDK (its ``check_call``: the options the SDK
+        declares and their types, the model id, the credentials, the tool schemas; docs/protocols.md §9).
+        An adapter of the caller's own (``adapter=``) without ``check_call`` is checked by its rules only."""
         why = adapter.rules.refuse(model, options)
         if why is not None:
             raise InvalidOption(why)
+        check = getattr(adapter, "check_call", None)
+        if check is not None:
+            check(client, model, options, tools)
 
     # -- prefix and model changes ----------------------------------------------------------------------
     def change_prefix(
@@ -77,6 +86,8 @@ class Switching(Engine):
             tools=self._prefix.tools if tools is None else tuple(tools),
             few_shots=self._prefix.few_shots if few_shots is None else tuple(few_shots),
         )
+        if tools is not None:
+            self._refuse_options(self._adapter, self._client, self._model, self._options, new.tools)
         if new.fingerprint != self._prefix.fingerprint:
             self._traced(
                 EventKind.PREFIX_CHANGED,
@@ -96,7 +107,7 @@ class Switching(Engine):
         """
         self._require("switch_model")
         check_model(model)
-        self._refuse_options(self._adapter, model, self._options)
+        self._refuse_options(self._adapter, self._client, model, self._options, self._prefix.tools)
         if model != self._model:
             self._traced(
                 EventKind.MODEL_CHANGED,
@@ -136,7 +147,7 @@ class Switching(Engine):
             raise InvalidOption(f"stream= must be True or False, got {stream!r}")
         self._check_client(client)
         new = adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
-        self._refuse_options(new, model, request_options)
+        self._refuse_options(new, client, model, request_options, self._prefix.tools)
         old = (self._adapter.vendor, self._adapter.api, self._model)
         self._traced(
             EventKind.VENDOR_CHANGED,

@@ -50,6 +50,7 @@ from reasonstate.adapters.base import (
     summary_note,
     unit_digest,
 )
+from reasonstate.adapters.declared import check_call, declared, object_parameters
 from reasonstate.cache.divergence import (
     Section,
     View,
@@ -60,8 +61,8 @@ from reasonstate.cache.divergence import (
     walk,
 )
 from reasonstate.cache.rules import CacheRules, divergence
-from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
-from reasonstate.prefix import Prefix
+from reasonstate.errors import MalformedResponse, MissingCredentials, StreamInterrupted, VendorError
+from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
     ExecutionRecord,
@@ -388,6 +389,34 @@ def _close_block(block: _OpenBlock, index: int) -> None:
     block.stopped = True
 
 
+#: the SDK method a Messages call goes to, as error messages name it
+SDK_LABEL = "anthropic messages.create"
+
+
+_AUTH_HEADERS = ("x-api-key", "authorization")
+
+
+def _check_credentials(client: Any) -> None:
+    """:class:`MissingCredentials` when an ``anthropic`` client has nothing to authenticate with: the SDK
+    checks only when it builds the first request ("Could not resolve authentication method"), after the
+    session has begun a turn. What it accepts: ``api_key``, ``auth_token``, a ``credentials`` provider, or an
+    ``X-Api-Key`` / ``Authorization`` default header."""
+    if type(client).__module__.split(".")[0] != "anthropic":
+        return
+    if getattr(client, "api_key", None) or getattr(client, "auth_token", None):
+        return
+    if getattr(client, "_token_cache", None) is not None:  # a credentials= provider fills it per request
+        return
+    headers = getattr(client, "default_headers", None) or {}
+    if any(k.lower() in _AUTH_HEADERS and isinstance(v, str) and v for k, v in headers.items()):
+        return
+    raise MissingCredentials(
+        "this Anthropic client has no credentials: pass api_key= (or set ANTHROPIC_API_KEY before "
+        "building the client), auth_token=, credentials=, or an X-Api-Key / Authorization default header; "
+        "nothing was sent"
+    )
+
+
 class AnthropicAdapter:
     """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length,
     ``lookback_units`` the vendor's breakpoint lookback (docs/protocols.md §4.4)."""
@@ -414,6 +443,24 @@ class AnthropicAdapter:
             # (Fable 5.x, Opus 5.5; Sonnet/Haiku 5.5 blocks are account-bound too) - docs/protocols.md §4.3
             append_only_models=PRESERVED_THINKING_MODELS,
         )
+
+    def check_call(self, client: Any, model: str, options: Mapping[str, Any], tools: Sequence[Tool]) -> None:
+        """Refuse, before any request, what can never be sent (docs/protocols.md §9): a client with no
+        credentials, a model id of another vendor or misspelling one the installed SDK lists, an option
+        ``messages.create`` does not declare or a value its annotation rules out, a tool whose
+        ``input_schema`` is not an object schema (§4.2)."""
+        _check_credentials(client)
+        check_call(
+            client,
+            sdk="anthropic",
+            resource=self.endpoint.resource,
+            label=SDK_LABEL,
+            vendor=VENDOR,
+            model=model,
+            options=options,
+            family="claude-",
+        )
+        object_parameters(tools, "Anthropic's input_schema", "docs/protocols.md §4.2")
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
@@ -848,6 +895,12 @@ class MessagesRoom(Room):
     """The Messages API (docs/protocols.md §4) as the guard and the commit read it."""
 
     api: ClassVar[str] = API
+
+    def declared_options(self) -> tuple[str, frozenset[str]]:
+        """The options the installed SDK's ``messages.create`` declares (ImportError: no SDK)."""
+        from anthropic.resources.messages import Messages
+
+        return SDK_LABEL, declared(Messages.create, SDK_LABEL).names
 
     def serves(self, path: str) -> bool:
         return path.endswith("/messages")

@@ -72,6 +72,7 @@ from reasonstate.adapters.base import (
     summary_note,
     unit_digest,
 )
+from reasonstate.adapters.declared import elsewhere, refuse_foreign, suggestion
 from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.divergence import (
     View,
@@ -83,7 +84,7 @@ from reasonstate.cache.divergence import (
     without_nulls,
 )
 from reasonstate.cache.rules import CacheRules
-from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
+from reasonstate.errors import InvalidOption, MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
@@ -100,6 +101,7 @@ from reasonstate.state import (
     digest_of,
     freeze,
 )
+from reasonstate.state.frozen import thaw
 
 __all__ = ["GEMINI", "ROOM", "GeminiAdapter", "GeminiAssembler", "GeminiRules", "GenerateContentRoom"]
 
@@ -354,6 +356,56 @@ _GEMINI_CANDIDATE_ORDER = (
 _TEXT_FIELDS = frozenset({"text", "thought", "thoughtSignature"})
 
 
+#: the SDK model the session's options fill (its fields are the generateContent ``config``)
+SDK_LABEL = "google-genai GenerateContentConfig"
+
+
+@functools.cache
+def _config_fields() -> frozenset[str]:
+    """The fields (and their camelCase aliases) the installed SDK's ``GenerateContentConfig`` declares."""
+    from google.genai import types
+
+    fields = types.GenerateContentConfig.model_fields
+    return frozenset(fields) | frozenset(f.alias for f in fields.values() if f.alias)
+
+
+def check_config(options: Mapping[str, Any]) -> None:
+    """:class:`InvalidOption` unless every option is a ``GenerateContentConfig`` field whose value the SDK's
+    own model accepts (it validates as the SDK does when the call is made: pydantic's lax mode, so
+    ``max_output_tokens="4096"`` is the SDK's to coerce). Nothing is checked without the SDK installed."""
+    if not options:
+        return
+    try:
+        import pydantic
+        from google.genai import types
+    except ImportError:
+        return
+    key = repr(sorted(options.items()))
+    if key in _ACCEPTED:
+        return
+    names = _config_fields()
+    for name in options:
+        if name not in names:
+            raise InvalidOption(
+                f"{name}= is not an option of {SDK_LABEL}{suggestion(name, names)}"
+                f"{elsewhere(name, SDK_LABEL)}"
+            )
+    try:
+        types.GenerateContentConfig.model_validate(thaw(dict(options)))
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error.get("loc", ()))
+        raise InvalidOption(f"{where}= is not what {SDK_LABEL} declares: {error['msg']}") from None
+    if len(_ACCEPTED) >= 1024:
+        _ACCEPTED.clear()
+    _ACCEPTED.add(key)
+
+
+#: the option sets :func:`check_config` found valid (their repr): a service builds its sessions with the same
+#: few, and a second check of one is a set lookup
+_ACCEPTED: set[str] = set()
+
+
 class GeminiAdapter:
     """The generateContent codec for ``google.genai.Client`` (sync ``client.models``, async
     ``client.aio.models``). ``min_cacheable`` overrides the implicit-cache minimum prompt length."""
@@ -373,6 +425,14 @@ class GeminiAdapter:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
         self.cache = cache
         self.rules: ProtocolRules = GeminiRules(vendor=VENDOR, api=API)
+
+    def check_call(self, client: Any, model: str, options: Mapping[str, Any], tools: Sequence[Tool]) -> None:
+        """Refuse, before any request, what can never be sent (docs/protocols.md §9): another vendor's model
+        id (google-genai calls Google's API; the SDK ships no list of Gemini ids, so a misspelled one is
+        the vendor's to refuse), an option that is not a ``GenerateContentConfig`` field or a value the
+        SDK's model rejects (:func:`check_config`)."""
+        refuse_foreign(client, model, "gemini", "generateContent")
+        check_config(options)
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
@@ -872,6 +932,11 @@ class GenerateContentRoom(Room):
     """Gemini generateContent (docs/protocols.md §5) as the guard and the commit read it."""
 
     api: ClassVar[str] = API
+
+    def declared_options(self) -> tuple[str, frozenset[str]]:
+        """The config fields the installed SDK declares (ImportError: no SDK)."""
+        return SDK_LABEL, _config_fields()
+
     usage_key: ClassVar[str] = "usageMetadata"
 
     def serves(self, path: str) -> bool:

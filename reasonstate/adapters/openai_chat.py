@@ -58,6 +58,7 @@ from reasonstate.adapters.base import (
     payload_digest,
     summary_note,
 )
+from reasonstate.adapters.declared import check_call, declared, object_parameters
 from reasonstate.cache.divergence import (
     View,
     ViewBuilder,
@@ -75,7 +76,7 @@ from reasonstate.errors import (
     StreamInterrupted,
     VendorError,
 )
-from reasonstate.prefix import Prefix, canonical_json
+from reasonstate.prefix import Prefix, Tool, canonical_json
 from reasonstate.state import (
     Continuation,
     ExecutionRecord,
@@ -395,6 +396,12 @@ def _merged(lists: list[list[Any]]) -> list[Any]:
 _CONCATENATED = frozenset({"text", "summary", "data"})
 
 
+#: the SDK method a chat call goes to, as error messages name it
+SDK_LABEL = "openai chat.completions.create"
+#: the host words of a dialect's own API (its models only): DeepSeek's api.deepseek.com, OpenAI's
+_OWN_HOST = {"openai": "openai.com", "deepseek": "deepseek.com"}
+
+
 class OpenAIChatAdapter:
     """The Chat Completions codec for one dialect; ``vendor`` is the dialect name, ``api`` is ``"chat"``."""
 
@@ -415,6 +422,31 @@ class OpenAIChatAdapter:
             assembler=ChatAssembler,
             stream_options={"include_usage": True},
         )
+
+    def check_call(self, client: Any, model: str, options: Mapping[str, Any], tools: Sequence[Tool]) -> None:
+        """Refuse, before any request, what can never be sent (docs/protocols.md §9): an option
+        ``chat.completions.create`` does not declare (the SDK raises ``TypeError`` for it; a server's own
+        parameter goes in ``extra_body``) or a value its annotation rules out; ``thinking`` is this codec's
+        own for the OpenAI-compatible dialects (§3.1) and not an OpenAI option; another vendor's model id
+        only on a dialect's own host (vLLM and SGLang serve any model); a misspelling of an id the SDK
+        lists (dialect ``openai``); a tool whose ``parameters`` is not an object schema (§2.2)."""
+        own_host = _OWN_HOST.get(self.dialect)
+        check_call(
+            client,
+            sdk="openai",
+            resource=self.endpoint.resource,
+            label=SDK_LABEL,
+            vendor=self.dialect if own_host is not None else None,
+            only_on=own_host,
+            model=model,
+            options=options,
+            own=frozenset() if self.dialect == "openai" else frozenset({"thinking"}),
+            family="gpt-" if self.dialect == "openai" else None,
+            unknown=""
+            if self.dialect == "openai"
+            else f" (a {self.dialect} server's own parameter goes in extra_body={{...}})",
+        )
+        object_parameters(tools, "a function's parameters", "docs/protocols.md §2.2")
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
@@ -748,6 +780,12 @@ class ChatRoom(Room):
     """Chat Completions and its dialects (docs/protocols.md §2, §3) as the guard and the commit read it."""
 
     api: ClassVar[str] = API
+
+    def declared_options(self) -> tuple[str, frozenset[str]]:
+        """The options the installed SDK's ``chat.completions.create`` declares (ImportError: no SDK)."""
+        from openai.resources.chat.completions import Completions
+
+        return SDK_LABEL, declared(Completions.create, SDK_LABEL).names
 
     def serves(self, path: str) -> bool:
         return path.endswith("/chat/completions")

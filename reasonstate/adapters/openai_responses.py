@@ -79,11 +79,12 @@ from reasonstate.adapters.base import (
     summary_note,
     unit_digest,
 )
+from reasonstate.adapters.declared import check_call, declared, object_parameters
 from reasonstate.adapters.transport import status_message
 from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
-from reasonstate.prefix import Prefix
+from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
     ExecutionRecord,
@@ -342,6 +343,10 @@ class ResponsesAssembler(StreamAssembler):
         return {**self._terminal, "output": merged}
 
 
+#: the SDK method a Responses call goes to, as error messages name it
+SDK_LABEL = "openai responses.create"
+
+
 class OpenAIResponsesAdapter:
     """The Responses API codec. ``strict_tools`` (optional) sets ``strict`` on every function tool."""
 
@@ -362,6 +367,25 @@ class OpenAIResponsesAdapter:
         self.rules: ProtocolRules = ResponsesRules(
             vendor=VENDOR, api=API, reasoning_only_steps_keep_reasoning=False
         )
+
+    def check_call(self, client: Any, model: str, options: Mapping[str, Any], tools: Sequence[Tool]) -> None:
+        """Refuse, before any request, what can never be sent (docs/protocols.md §9): an option
+        ``responses.create`` does not declare or a value its annotation rules out, a misspelling of a model
+        id the installed SDK lists, another vendor's model id on OpenAI's own host (any other host may
+        serve any model: a proxy, a compatible server), a tool whose ``parameters`` is not an object
+        schema (§1.3)."""
+        check_call(
+            client,
+            sdk="openai",
+            resource=self.endpoint.resource,
+            label=SDK_LABEL,
+            vendor=VENDOR,
+            only_on="openai.com",
+            model=model,
+            options=options,
+            family="gpt-",
+        )
+        object_parameters(tools, "a function tool's parameters", "docs/protocols.md §1.3")
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
@@ -750,6 +774,12 @@ class ResponsesRoom(Room):
     """The Responses API (docs/protocols.md §1) as the guard and the commit read it."""
 
     api: ClassVar[str] = API
+
+    def declared_options(self) -> tuple[str, frozenset[str]]:
+        """The options the installed SDK's ``responses.create`` declares (ImportError: no SDK)."""
+        from openai.resources.responses import Responses
+
+        return SDK_LABEL, declared(Responses.create, SDK_LABEL).names
 
     def serves(self, path: str) -> bool:
         return path.endswith("/responses")

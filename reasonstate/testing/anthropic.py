@@ -191,6 +191,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from reasonstate._extras import needs
 from reasonstate.testing._server import (
     Fault,
     JSONResponse,
@@ -538,13 +539,15 @@ class AnthropicEmulator(ScriptedEmulator):
     def client(self, **kw: Any) -> anthropic.Anthropic:
         """A real ``anthropic.Anthropic`` pointed at this emulator (``api_key="test-key"``,
         ``max_retries=0`` unless overridden)."""
-        import anthropic
+        with needs("anthropic"):
+            import anthropic
 
         return anthropic.Anthropic(**self._client_kwargs(kw))
 
     def async_client(self, **kw: Any) -> anthropic.AsyncAnthropic:
         """A real ``anthropic.AsyncAnthropic`` pointed at this emulator."""
-        import anthropic
+        with needs("anthropic"):
+            import anthropic
 
         return anthropic.AsyncAnthropic(**self._client_kwargs(kw))
 

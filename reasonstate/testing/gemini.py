@@ -193,6 +193,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from reasonstate._extras import needs
 from reasonstate.testing._server import (
     Fault,
     JSONResponse,
@@ -767,8 +768,9 @@ class GeminiEmulator(ScriptedEmulator):
         """A real ``google.genai.Client`` on this emulator (Developer API, ``api_version`` ``"v1"`` — the
         SDK's default — or ``"v1beta"``; proxies from the environment ignored; no retries). ``kw`` goes to
         ``genai.Client``; ``client(...).aio`` is the async client."""
-        from google import genai
-        from google.genai import types
+        with needs("gemini"):
+            from google import genai
+            from google.genai import types
 
         http_options = types.HttpOptions(
             base_url=self.base_url,

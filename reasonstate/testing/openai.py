@@ -42,6 +42,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from reasonstate._extras import needs
 from reasonstate.testing._server import (
     Fault,
     JSONResponse,
@@ -174,13 +175,15 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
     # -- clients -----------------------------------------------------------------------------------
     def client(self, **kw: Any) -> openai.OpenAI:
         """A real ``openai.OpenAI`` pointed at this emulator (``max_retries=0``; ``kw`` overrides)."""
-        import openai
+        with needs("openai"):
+            import openai
 
         return openai.OpenAI(**self._client_kwargs(kw))
 
     def async_client(self, **kw: Any) -> openai.AsyncOpenAI:
         """A real ``openai.AsyncOpenAI`` pointed at this emulator (``max_retries=0``; ``kw`` overrides)."""
-        import openai
+        with needs("openai"):
+            import openai
 
         return openai.AsyncOpenAI(**self._client_kwargs(kw))
 

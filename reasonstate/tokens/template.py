@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from reasonstate._extras import needs
 from reasonstate.tokens.errors import TemplateRenderError
 
 __all__ = ["ChatTemplate"]
@@ -34,10 +35,11 @@ class ChatTemplate:
         special_tokens: Mapping[str, str] | None = None,
         now: Callable[[], datetime] = datetime.now,
     ) -> None:
-        import jinja2
-        import jinja2.ext
-        import jinja2.meta
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        with needs("tokens"):
+            import jinja2
+            import jinja2.ext
+            import jinja2.meta
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         def raise_exception(message: str) -> None:
             raise jinja2.exceptions.TemplateError(message)
@@ -76,8 +78,17 @@ class ChatTemplate:
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> ChatTemplate:
+        """The template in a UTF-8 text file; a file that is not UTF-8 text (a binary file) is
+        :class:`TemplateRenderError` naming it."""
         p = Path(path)
-        return cls(p.read_text(encoding="utf-8"), name=p.name, **kwargs)
+        try:
+            source = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise TemplateRenderError(
+                f"{p} is not a chat template: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                f"{exc.start})"
+            ) from None
+        return cls(source, name=p.name, **kwargs)
 
     def render(
         self,
