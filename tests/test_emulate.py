@@ -162,7 +162,9 @@ def test_chat_default_responder_in_every_dialect(dialect: str) -> None:
 def test_without_tools_the_default_responder_echoes_with_reasoning() -> None:
     anthropic = pytest.importorskip("anthropic")
     with serving("anthropic") as printed:
-        client = anthropic.Anthropic(base_url=printed["ANTHROPIC_BASE_URL"], api_key="test-key", max_retries=0)
+        client = anthropic.Anthropic(
+            base_url=printed["ANTHROPIC_BASE_URL"], api_key="test-key", max_retries=0
+        )
         message = client.messages.create(
             model="claude-sonnet-4-6",
             max_tokens=4096,
@@ -196,7 +198,9 @@ def test_a_script_runs_first_then_the_default_responder(tmp_path: Path) -> None:
     anthropic = pytest.importorskip("anthropic")
     script = write(tmp_path, [{"reasoning": "scripted", "text": "From the script."}])
     with serving("anthropic", script=script) as printed:
-        client = anthropic.Anthropic(base_url=printed["ANTHROPIC_BASE_URL"], api_key="test-key", max_retries=0)
+        client = anthropic.Anthropic(
+            base_url=printed["ANTHROPIC_BASE_URL"], api_key="test-key", max_retries=0
+        )
         session = rs.Session(client, model="claude-sonnet-4-6", max_tokens=1024)
         assert session.send("one").text == "From the script."
         assert session.send("two").text == "Echo: two"

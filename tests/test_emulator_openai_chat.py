@@ -339,7 +339,9 @@ def test_both_routes_answer(chat: tuple[OpenAIChatEmulator, openai.OpenAI]) -> N
     emu, _ = chat
     emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b")])
     with emu.client(base_url=emu.base_url) as bare:
-        assert bare.chat.completions.create(model="gpt-5.5", messages=[USER]).choices[0].message.content == "a"
+        assert (
+            bare.chat.completions.create(model="gpt-5.5", messages=[USER]).choices[0].message.content == "a"
+        )
     with emu.client() as v1:
         assert v1.chat.completions.create(model="gpt-5.5", messages=[USER]).choices[0].message.content == "b"
     assert [r.path for r in emu.requests] == ["/chat/completions", "/v1/chat/completions"]

@@ -80,8 +80,9 @@ sent), ``top_logprobs`` (0), ``top_p`` (1.0), ``user``, ``prompt_cache_retention
 response, beingglitch/aihub ``src/api.md``). From gpt-5.5 on (:func:`reports_completion_fields`) also
 ``completed_at`` (a completed response's time), ``moderation`` (null: no moderated completion was
 requested), ``prompt_cache_retention`` ``"24h"`` unless sent (the only retention of these models, [SDK]
-``response.py``), and, in the streamed terminal response, ``tool_usage`` with zero counts (no hosted tool
-ran; [SDK] ``ToolUsage``: "tool families with no recorded usage have zero counts").
+``response.py``), and ``tool_usage`` with zero counts (no hosted tool ran; recorded in streamed responses;
+[SDK] ``ToolUsage``: "tool families with no recorded usage have zero counts"), in the JSON body and the
+streamed terminal response alike, so the two stay equal.
 
 **Requests refused before anything runs**: a key other than the accepted ones (401 ``invalid_api_key``);
 a ``model`` outside :data:`~reasonstate.testing.openai.KNOWN_MODELS` (404 ``model_not_found``); a
@@ -631,6 +632,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         if newer:
             fields["completed_at"] = int(time.time()) if completed else None
             fields["moderation"] = None
+            fields["tool_usage"] = copy.deepcopy(_ZERO_TOOL_USAGE)
         return fields
 
     def _remember(self, resp_id: str, output: list[dict[str, Any]]) -> None:
@@ -683,8 +685,6 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         for index, item in enumerate(response["output"]):
             yield from self._item_events(event, index, item)
         terminal = "response.completed" if response.get("status") == "completed" else "response.incomplete"
-        if reports_completion_fields(str(response.get("model", ""))):
-            response = {**response, "tool_usage": copy.deepcopy(_ZERO_TOOL_USAGE)}
         yield event(terminal, response=response)
 
     @staticmethod
