@@ -105,7 +105,7 @@ def serve_turn(store: rs.store.Store, client: Any, session_id: str) -> tuple[int
 def worker(url: str, lease: bool, model: Any, jobs: Any, results: Any) -> None:
     """Take the model's base URL from ``model``, then session ids from ``jobs`` until ``None``; put
     ``(session_id, turn, version, pid, retries)`` on ``results`` for each turn served."""
-    client = anthropic.Anthropic(base_url=model.get(), api_key="example-key", max_retries=0)
+    client = anthropic.Anthropic(base_url=model.get(), api_key="test-key", max_retries=0)
     with open_store(url) as store:  # each process opens its own store
         while (session_id := jobs.get()) is not None:
             retries = 0
@@ -181,7 +181,7 @@ def run(url: str, workers: int, sessions: int, turns: int, *, lease: bool) -> in
         requests = len(emulator.requests)
         # every conversation read back from the store: its turns, in order, each once
         failures = 0
-        client = anthropic.Anthropic(base_url=emulator.base_url, api_key="example-key")
+        client = anthropic.Anthropic(base_url=emulator.base_url, api_key="test-key")
         with open_store(url, migrate=False) as store:
             for session_id in ids:
                 session = rs.Session.load(store, session_id, client, tools=[WEATHER])

@@ -6,6 +6,7 @@
     reasonstate demo [DEMO OPTIONS]           # the scripted agent job (its own --help)
     reasonstate prr --template NAME|FILE [--tokenizer NAME] [--json]
     reasonstate emulate VENDOR [--port N] [--host H] [--script FILE] [--dialect D] [--tokenizer NAME]
+        [--secret TEXT] [--api-key KEY]
     reasonstate inspect FILE|URL#SESSION_ID [--events N]    # the four layers of a snapshot, or a JSONL trace
     reasonstate report FILE|URL#SESSION_ID [--prices FILE] [--model NAME]   # cost and cache per turn
     reasonstate report FILE|URL#SESSION_ID --html OUT    # the same as one HTML page with SVG charts
@@ -102,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer",
         default=None,
         help="completions only: qwen3.6, qwen3.5 or deepseek-v4, to accept and serve text",
+    )
+    emulate.add_argument(
+        "--secret",
+        default=None,
+        help="signing secret (default: a fixed, documented one: a restarted one verifies what it signed)",
+    )
+    emulate.add_argument(
+        "--api-key", default=None, help="the one API key to accept (default: test-key and emulator-key)"
     )
     inspect = commands.add_parser(
         "inspect",
@@ -341,6 +350,8 @@ def _emulate(args: argparse.Namespace) -> int:
             script=args.script,
             dialect=args.dialect,
             tokenizer=args.tokenizer,
+            secret=args.secret,
+            api_key=args.api_key,
         )
     except ScriptFileError as exc:
         print(f"reasonstate emulate: bad script: {exc}", file=sys.stderr)

@@ -176,7 +176,7 @@ def target(name: str) -> Iterator[Target]:
     elif name == "tokens":
         completion = f"{R_ANSWER}\n</think>\n\n{ANSWER}<|im_end|>"
         with VLLMCompletionsEmulator([completion], tokenizer="qwen3.6", eos_token_ids=[IM_END]) as emu:
-            client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="k", max_retries=0)
+            client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="test-key", max_retries=0)
             adapter = TokenAdapter(qwen_renderer())
             s = rs.Session(
                 client, model="qwen3.6", adapter=adapter, system=SYSTEM, tools=[_weather()], max_tokens=512

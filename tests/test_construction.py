@@ -67,15 +67,15 @@ def test_a_client_of_no_known_sdk_is_refused() -> None:
 
 def test_a_sync_session_refuses_an_async_client_and_the_reverse(emulator: AnthropicEmulator) -> None:
     with pytest.raises(rs.InvalidOption, match=r"AsyncAnthropic is an async client: use rs\.AsyncSession"):
-        rs.Session(anthropic.AsyncAnthropic(api_key="k", base_url=emulator.base_url), model="m")
+        rs.Session(anthropic.AsyncAnthropic(api_key="test-key", base_url=emulator.base_url), model="m")
     with pytest.raises(rs.InvalidOption, match=r"Anthropic is a sync client: use rs\.Session"):
         rs.AsyncSession(emulator.client(), model="m")
     with pytest.raises(rs.InvalidOption, match="AsyncOpenAI is an async client"):
-        rs.Session(openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1"), model="m")
+        rs.Session(openai.AsyncOpenAI(api_key="test-key", base_url="http://127.0.0.1:9/v1"), model="m")
 
 
 def test_an_openai_client_for_deepseek_without_a_dialect_is_told_which_to_pass() -> None:
-    client = openai.OpenAI(api_key="k", base_url="https://api.deepseek.com")
+    client = openai.OpenAI(api_key="test-key", base_url="https://api.deepseek.com")
     with pytest.raises(rs.InvalidOption, match="pass dialect='deepseek'"):
         rs.Session(client, model="deepseek-v4-pro")
     rs.Session(client, model="deepseek-v4-pro", dialect="deepseek")  # and with it, it works

@@ -87,7 +87,7 @@ def test_anthropic_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[],
 
     with AnthropicEmulator([*weather_chain(), ModelAction.answer("Rome.")]) as emulator:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         namespace = run_page("quickstart/anthropic.md")
         assert len(emulator.requests) == 3
     assert out() == [
@@ -104,7 +104,7 @@ def test_openai_responses_quickstart(monkeypatch: pytest.MonkeyPatch, out: Calla
 
     with OpenAIResponsesEmulator(weather_chain()) as emulator:
         monkeypatch.setenv("OPENAI_BASE_URL", emulator.base_url + "/v1")
-        monkeypatch.setenv("OPENAI_API_KEY", "docs-key")
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
         run_page("quickstart/openai-responses.md")
         assert len(emulator.requests) == 2
         assert b'"store":false' in emulator.requests[1].body
@@ -121,7 +121,7 @@ def test_chat_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list
         OpenAIChatEmulator(weather_chain(), dialect="deepseek") as deepseek,
         OpenAIChatEmulator(weather_chain("Rome."), dialect="vllm") as vllm,
     ):
-        monkeypatch.setenv("DEEPSEEK_API_KEY", "docs-key")
+        monkeypatch.setenv("DEEPSEEK_API_KEY", "test-key")
         run_page(
             "quickstart/chat.md",
             {
@@ -142,7 +142,7 @@ def test_gemini_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], li
 
     with GeminiEmulator(weather_chain()) as emulator:
         monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("GEMINI_API_KEY", "docs-key")
+        monkeypatch.setenv("GEMINI_API_KEY", "test-key")
         monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
         run_page("quickstart/gemini.md")
         assert len(emulator.requests) == 2
@@ -219,7 +219,7 @@ def test_the_complete_token_adapter_setup(out: Callable[[], list[str]]) -> None:
 
 def anthropic_env(monkeypatch: pytest.MonkeyPatch, base_url: str) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", base_url)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
 
 
 @runs("howto/policies.md")
@@ -336,7 +336,7 @@ def test_switching_concept(monkeypatch: pytest.MonkeyPatch, out: Callable[[], li
     ):
         anthropic_env(monkeypatch, claude.base_url)
         monkeypatch.setenv("OPENAI_BASE_URL", gpt.base_url + "/v1")
-        monkeypatch.setenv("OPENAI_API_KEY", "docs-key")
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
         run_page("concepts/switching.md")
         sent = json.loads(gpt.requests[0].body)
     assert out() == [
@@ -375,7 +375,7 @@ def test_cost_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]
     answers = [ModelAction.answer(f"Answer {i}.", reasoning="Thinking it over. " * 20) for i in range(3)]
     with AnthropicEmulator(answers) as emulator:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         namespace = run_page("howto/cost.md")
     report = namespace["session"].report()
     records = namespace["session"].execution
@@ -399,7 +399,7 @@ def test_streaming_guide(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list
 
     with AnthropicEmulator(weather_chain()) as emulator:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         namespace = run_page("guides/streaming.md")
         assert len(emulator.requests) == 2
     printed = "\n".join(out())
@@ -432,7 +432,7 @@ def test_tools_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str
     ]
     with AnthropicEmulator(actions) as emulator:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         run_page("howto/tools.md")
         sent = [json.loads(r.body)["messages"] for r in emulator.requests]
     # what the model saw, from the bytes the emulator received
@@ -463,7 +463,7 @@ def test_guard_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str
     ]
     with AnthropicEmulator(actions) as emulator:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "docs-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         namespace = run_page("howto/guard.md")
         sent = [json.loads(r.body) for r in emulator.requests]
     records = namespace["guard"].records
@@ -494,7 +494,7 @@ def test_repair_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[st
         ModelAction.answer("Your notes say hello.", reasoning="Read them."),
     ]
     with OpenAIChatEmulator(script, dialect="deepseek") as deepseek:
-        monkeypatch.setenv("DEEPSEEK_API_KEY", "docs-key")
+        monkeypatch.setenv("DEEPSEEK_API_KEY", "test-key")
         run_page("howto/repair.md", {"https://api.deepseek.com": deepseek.base_url})
         assert len(deepseek.requests) == 2
         sent = json.loads(deepseek.requests[1].body)["messages"][-1]["content"]

@@ -149,7 +149,7 @@ def test_chat_default_responder_in_every_dialect(dialect: str) -> None:
     openai = pytest.importorskip("openai")
     with serving("chat", dialect=dialect) as printed:
         client = openai.OpenAI(base_url=printed["OPENAI_BASE_URL"], api_key=printed["OPENAI_API_KEY"])
-        model = "deepseek-chat" if dialect == "deepseek" else "m"
+        model = {"deepseek": "deepseek-chat", "openai": "gpt-5.5"}.get(dialect, "m")
         session = rs.Session(client, model=model, dialect=dialect, tools=[WEATHER])
         reply = session.send("Kyiv")
         assert [(c.name, dict(c.arguments)) for c in reply.tool_calls] == [("get_weather", {"city": "Kyiv"})]
@@ -162,7 +162,9 @@ def test_chat_default_responder_in_every_dialect(dialect: str) -> None:
 def test_without_tools_the_default_responder_echoes_with_reasoning() -> None:
     anthropic = pytest.importorskip("anthropic")
     with serving("anthropic") as printed:
-        client = anthropic.Anthropic(base_url=printed["ANTHROPIC_BASE_URL"], api_key="k", max_retries=0)
+        client = anthropic.Anthropic(
+            base_url=printed["ANTHROPIC_BASE_URL"], api_key="test-key", max_retries=0
+        )
         message = client.messages.create(
             model="claude-sonnet-4-6",
             max_tokens=4096,
@@ -181,7 +183,7 @@ def test_without_tools_the_default_responder_echoes_with_reasoning() -> None:
 def test_completions_default_responder_echoes_the_last_sixteen_prompt_ids() -> None:
     openai = pytest.importorskip("openai")
     with serving("completions") as printed:
-        client = openai.OpenAI(base_url=printed["OPENAI_BASE_URL"], api_key="k", max_retries=0)
+        client = openai.OpenAI(base_url=printed["OPENAI_BASE_URL"], api_key="test-key", max_retries=0)
         prompt = list(range(100, 140))
         raw = client.completions.create(
             model="m", prompt=prompt, max_tokens=64, extra_body={"return_token_ids": True}
@@ -196,7 +198,9 @@ def test_a_script_runs_first_then_the_default_responder(tmp_path: Path) -> None:
     anthropic = pytest.importorskip("anthropic")
     script = write(tmp_path, [{"reasoning": "scripted", "text": "From the script."}])
     with serving("anthropic", script=script) as printed:
-        client = anthropic.Anthropic(base_url=printed["ANTHROPIC_BASE_URL"], api_key="k", max_retries=0)
+        client = anthropic.Anthropic(
+            base_url=printed["ANTHROPIC_BASE_URL"], api_key="test-key", max_retries=0
+        )
         session = rs.Session(client, model="claude-sonnet-4-6", max_tokens=1024)
         assert session.send("one").text == "From the script."
         assert session.send("two").text == "Echo: two"

@@ -76,7 +76,7 @@ def post(
 ) -> httpx2.Response:
     """A plain REST request, as a non-SDK client would send it."""
     url = f"{emu.base_url}/v1beta/models/{model}:{method}{query}"
-    hdrs = {"x-goog-api-key": "emu"} if headers is None else headers
+    hdrs = {"x-goog-api-key": "test-key"} if headers is None else headers
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     with httpx2.Client(trust_env=False) as http:
         return http.post(url, content=body, headers={"content-type": "application/json", **hdrs})
@@ -158,14 +158,14 @@ def test_the_sdk_reaches_both_api_versions_with_its_key_header(api_version: str)
     with GeminiEmulator([ModelAction.answer("Hi.")]) as emu, emu.client(api_version=api_version) as client:
         response = client.models.generate_content(model=MODEL, contents="Hello")
         assert emu.requests[-1].path == f"/{api_version}/models/{MODEL}:generateContent"
-        assert emu.requests[-1].headers["x-goog-api-key"] == "emu"
+        assert emu.requests[-1].headers["x-goog-api-key"] == "test-key"
         assert response.text == "Hi."
         assert (response.model_version, response.response_id) == (MODEL, "emu-resp-001")
 
 
 def test_the_default_sdk_version_is_v1(emu: GeminiEmulator) -> None:
     emu.script.extend([ModelAction.answer("Hi.")])
-    with genai.Client(api_key="k", http_options=gt.HttpOptions(base_url=emu.base_url)) as client:
+    with genai.Client(api_key="test-key", http_options=gt.HttpOptions(base_url=emu.base_url)) as client:
         client.models.generate_content(model=MODEL, contents="Hello")
     assert emu.requests[-1].path.startswith("/v1/models/")
 
@@ -187,7 +187,7 @@ def test_a_request_without_a_key_is_403_permission_denied(emu: GeminiEmulator) -
 
 def test_the_key_may_come_in_the_query(emu: GeminiEmulator) -> None:
     emu.script.extend([ModelAction.answer("Hi.")])
-    response = post(emu, {"contents": [{"parts": [{"text": "Hi"}]}]}, headers={}, query="?key=emu")
+    response = post(emu, {"contents": [{"parts": [{"text": "Hi"}]}]}, headers={}, query="?key=test-key")
     assert response.status_code == 200
     assert response.json()["candidates"][0]["content"] == {"role": "model", "parts": [{"text": "Hi."}]}
 
@@ -447,7 +447,7 @@ def test_a_signature_from_another_emulator_secret_is_corrupted(
 ) -> None:
     contents = chain(emu, client)
     with (
-        GeminiEmulator([ModelAction.answer("x")]) as other,
+        GeminiEmulator([ModelAction.answer("x")], secret=b"another organisation") as other,
         other.client() as other_client,
         pytest.raises(errors.ClientError) as exc,
     ):

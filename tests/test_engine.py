@@ -58,7 +58,7 @@ WEATHER = rs.Tool(
 
 
 def offline_session(**kw: Any) -> rs.Session:
-    client = anthropic.Anthropic(api_key="k", base_url="http://127.0.0.1:9", max_retries=0)
+    client = anthropic.Anthropic(api_key="test-key", base_url="http://127.0.0.1:9", max_retries=0)
     return rs.Session(client, model=MODEL, max_tokens=1024, tools=[WEATHER], **kw)
 
 

@@ -224,7 +224,9 @@ def rig(adapter: str, stream: bool) -> Iterator[Rig]:
         with VLLMCompletionsEmulator(
             tokenizer="qwen3.6", eos_token_ids=[im_end or 0], responder=completion
         ) as emu:
-            client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="k", max_retries=0, timeout=TIMEOUT)
+            client = openai.OpenAI(
+                base_url=emu.base_url + "/v1", api_key="test-key", max_retries=0, timeout=TIMEOUT
+            )
             session = rs.Session(
                 client, model=model, adapter=TokenAdapter(renderer), max_tokens=512, **common
             )

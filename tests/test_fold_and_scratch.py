@@ -584,7 +584,7 @@ def test_a_token_level_session_folds_and_bridges_again_after_the_fold() -> None:
     sampled = [renderer.family.write(ModelTurn(reasoning="Think.", content=a), "open") for a in answers]
     eos = [renderer.tokenizer.special_id("<|im_end|>")]
     with VLLMCompletionsEmulator(sampled, codec=renderer, eos_token_ids=eos) as emu:
-        client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="k", max_retries=0)
+        client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="test-key", max_retries=0)
         session = rs.Session(
             client,
             model="qwen3.6",

@@ -300,7 +300,7 @@ TOOLS = [
         parameters={"type": "object", "properties": {"city": {"type": "string"}}},
     ),
 ]
-_HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01", "authorization": "Bearer k"}
+_HEADERS = {"x-api-key": "test-key", "anthropic-version": "2023-06-01", "authorization": "Bearer test-key"}
 
 Event = tuple[str | None, Any]  # (SSE event name, data: a JSON value, or raw text such as "[DONE]")
 

@@ -275,7 +275,7 @@ def make_rig(name: str) -> Iterator[Rig]:
         import openai
 
         with VLLMCompletionsEmulator(tokenizer="qwen3.6", eos_token_ids=[IM_END]) as emu:
-            client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="k", max_retries=0)
+            client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="test-key", max_retries=0)
             yield Rig(
                 name,
                 emu,

@@ -27,7 +27,7 @@ def test_the_readme_quickstart_runs_against_the_emulator(
     ]
     with AnthropicEmulator(actions) as emulator:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         exec(compile(code.group(1), str(README), "exec"), {})
         assert len(emulator.requests) == 2
     out = capsys.readouterr().out.splitlines()
@@ -48,7 +48,7 @@ def test_the_readme_export_example_runs_against_the_emulator_and_an_otlp_receive
         OTLPReceiver() as receiver,
     ):
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         exec(compile(code.group(1), str(README), "exec"), {})
         names = sorted(s.name for s in receiver.spans())
@@ -76,7 +76,7 @@ def test_the_readme_agent_runtime_example_runs_against_the_emulator(
     ]
     with AnthropicEmulator(actions) as emulator:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         exec(compile(code.group(1), str(README), "exec"), {})
         results = json.loads(emulator.requests[1].body)["messages"][-1]["content"]
     assert capsys.readouterr().out.splitlines() == ["LIMIT is 10; raise it when asked."]
@@ -95,7 +95,7 @@ def test_the_readme_persist_example_runs_against_the_emulator(
     answers = ["Day 1: the Forum.", "Add Ostia Antica.", "A pasta class."]
     with AnthropicEmulator([ModelAction(reasoning="Plan.", text=a) for a in answers]) as emulator:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         namespace: dict[str, object] = {}
         exec(compile(code.group(1), str(README), "exec"), namespace)
         assert len(emulator.requests) == 3  # the stale call was answered, and its append refused

@@ -215,7 +215,8 @@ def test_the_sdk_sends_the_replayed_turn_as_documented() -> None:
 
     http = httpx2.Client(transport=httpx2.MockTransport(handler))
     client = genai.Client(
-        api_key="k", http_options=genai_types.HttpOptions(base_url="http://gemini.test", httpx_client=http)
+        api_key="test-key",
+        http_options=genai_types.HttpOptions(base_url="http://gemini.test", httpx_client=http),
     )
     session = rs.Session(client, model="gemini-3-flash", tools=[WEATHER])
     reply = session.send("Weather in Paris?")
@@ -240,7 +241,9 @@ def test_the_sdk_sends_the_replayed_turn_as_documented() -> None:
 
 
 def test_the_genai_client_picks_the_gemini_adapter_and_serves_sync_and_async() -> None:
-    client = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url="http://gemini.test"))
+    client = genai.Client(
+        api_key="test-key", http_options=genai_types.HttpOptions(base_url="http://gemini.test")
+    )
     assert isinstance(adapter_for(client), GeminiAdapter)
     assert client_is_async(client) is None  # client.models and client.aio.models
     assert client_is_async(client.aio) is True
@@ -262,7 +265,9 @@ def test_the_genai_client_picks_the_gemini_adapter_and_serves_sync_and_async() -
     ],
 )
 def test_options_the_session_owns_are_refused_at_construction(options: dict[str, Any]) -> None:
-    client = genai.Client(api_key="k", http_options=genai_types.HttpOptions(base_url="http://gemini.test"))
+    client = genai.Client(
+        api_key="test-key", http_options=genai_types.HttpOptions(base_url="http://gemini.test")
+    )
     with pytest.raises(rs.InvalidOption):
         rs.Session(client, model="gemini-3-flash", **options)
 

@@ -702,7 +702,7 @@ def test_async_session_runs_a_streamed_deepseek_tool_chain(deepseek: OpenAIChatE
 
 
 def test_adapter_for_routes_dialects_to_the_chat_adapter_with_their_rules() -> None:
-    client = openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1")
+    client = openai.OpenAI(api_key="test-key", base_url="http://127.0.0.1:9/v1")
     deepseek = adapter_for(client, dialect="deepseek")
     assert isinstance(deepseek, OpenAIChatAdapter)
     assert (deepseek.vendor, deepseek.api, deepseek.rules.tool_steps_keep_reasoning) == (

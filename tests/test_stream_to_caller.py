@@ -640,7 +640,7 @@ def test_the_token_adapter_refuses_to_stream_before_sending_anything() -> None:
 
     renderer = ChatTemplateRenderer.from_files(template_path("qwen3.6"), "qwen3.6")
     with VLLMCompletionsEmulator(tokenizer="qwen3.6", eos_token_ids=[0]) as emu:
-        client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="k", max_retries=0)
+        client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="test-key", max_retries=0)
         session = rs.Session(client, model="qwen3.6", adapter=TokenAdapter(renderer), max_tokens=64)
         before = _before(session)
         with pytest.raises(rs.ProtocolViolation, match="does not stream"), session.stream(QUESTION):

@@ -1064,7 +1064,7 @@ def twin_responses() -> Iterator[
 
 def verified_responses(response: dict[str, Any], emulator: OpenAIResponsesEmulator) -> dict[str, Any]:
     """``encrypted_content`` checked against the emulator then masked (a fresh nonce per request), and
-    ``created_at`` masked (the emulator's clock: two requests may straddle a second)."""
+    ``created_at`` and ``completed_at`` masked (the emulator's clock: two requests may straddle a second)."""
     output = []
     for item in response["output"]:
         if "encrypted_content" in item:
@@ -1072,7 +1072,8 @@ def verified_responses(response: dict[str, Any], emulator: OpenAIResponsesEmulat
             assert emulator.verify_encrypted_content(blob, model=response["model"], item_id=item["id"])
             item = {**item, "encrypted_content": "<verified>"}
         output.append(item)
-    return {**response, "created_at": "<clock>", "output": output}
+    clock = {key: "<clock>" for key in ("created_at", "completed_at") if response.get(key) is not None}
+    return {**response, **clock, "output": output}
 
 
 RESPONSES_ACTIONS = {
@@ -1140,7 +1141,7 @@ def chat_round_trip(
     plain, streaming = twin_chat(action, dialect)
     path = CHAT_PATH[dialect] + "/chat/completions"
     body = {
-        "model": "deepseek-v4-pro" if dialect == "deepseek" else "qwen3-32b",
+        "model": {"deepseek": "deepseek-v4-pro", "openai": "gpt-5.5"}.get(dialect, "qwen3-32b"),
         "messages": [{"role": "user", "content": "Paris or Rome?"}],
         "stream_options": {"include_usage": True},  # what the adapter sends when streaming
     }
@@ -1204,7 +1205,7 @@ def test_text_with_unicode_line_separators_needs_feed_bytes(
     text = f"line one{separator}line two"
     plain, streaming = twin_chat(ModelAction(text=text), "openai")
     body = {
-        "model": "qwen3-32b",
+        "model": "gpt-5.5",
         "messages": [{"role": "user", "content": "?"}],
         "stream_options": {"include_usage": True},
     }

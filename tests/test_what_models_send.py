@@ -64,7 +64,8 @@ def test_an_empty_responses_final_reply_leaves_a_session_the_vendor_accepts() ->
 def test_an_empty_chat_final_reply_leaves_a_session_the_vendor_accepts(dialect: str) -> None:
     with OpenAIChatEmulator(dialect=dialect) as emu:
         emu.script.extend([EMPTY, ModelAction.answer("Here.")])
-        session = rs.Session(emu.client(), model="m", dialect=dialect)
+        model = {"openai": "gpt-5.5", "deepseek": "deepseek-v4-pro"}.get(dialect, "m")
+        session = rs.Session(emu.client(), model=model, dialect=dialect)
         session.send("Say nothing.")
         assert session.send("Now say something.").text == "Here."
         sent = bodies(emu)[1]["messages"]

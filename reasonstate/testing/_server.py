@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import select
 import socket
 import threading
@@ -37,6 +36,8 @@ import attrs
 from reasonstate.testing.script import ModelAction, Responder, Script
 
 __all__ = [
+    "API_KEYS",
+    "DEFAULT_SECRET",
     "Emulator",
     "EmulatorServer",
     "Fault",
@@ -49,6 +50,17 @@ __all__ = [
 ]
 
 _E = TypeVar("_E", bound="Emulator")
+
+API_KEYS: tuple[str, ...] = ("test-key", "emulator-key")
+"""The API keys every emulator accepts unless its ``api_key=`` option names others: ``test-key`` (what each
+emulator's ``client()`` sends) and ``emulator-key`` (what ``reasonstate emulate`` prints). Any other key is
+refused as the vendor refuses a key it did not issue (401; Gemini: 400 ``API_KEY_INVALID``)."""
+
+DEFAULT_SECRET = b"reasonstate-emulator-secret-v1"
+"""The signing secret of an emulator built without ``secret=``. It is fixed, as a vendor's key is for an
+organisation: a signature, encrypted item or thought signature issued by one emulator process verifies on
+any later one (a snapshot restored against a restarted ``reasonstate emulate`` continues). Give
+``secret=`` (``--secret``) to stand for another organisation, whose signatures do not verify here."""
 
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 """Applied to every successful response body before it is sent; a streamed response is framed from the
@@ -437,9 +449,11 @@ class ScriptedEmulator(Emulator):
 
     ``script``: a :class:`~reasonstate.testing.script.Script`, an iterable of
     :class:`~reasonstate.testing.script.ModelAction` or a responder ``(request_json) -> ModelAction``.
-    ``secret``: the HMAC key of what the emulator signs (bytes, or text taken as UTF-8; random per emulator
-    when None, so one emulator's signatures do not verify on another, as another organisation's would not;
-    give two emulators the same secret to let them verify each other's). ``transform``: applied to each
+    ``secret``: the HMAC key of what the emulator signs (bytes, or text taken as UTF-8; :data:`DEFAULT_SECRET`
+    when None, so emulators built alike verify each other's signatures across processes and restarts, as
+    one organisation's do; give another secret to stand for another organisation). ``api_key``: the key(s)
+    accepted (:data:`API_KEYS` when None). ``models``: model ids accepted on top of the vendor's table
+    (:meth:`knows_model`). ``transform``: applied to each
     successful response (:data:`Transform`). ``aliases``: the complete alias → model id table
     :meth:`resolve_model` reads (each vendor's emulator merges its defaults with the caller's entries
     before it gets here). Handlers run under ``_lock``, so concurrent requests see one consistent store,
@@ -455,16 +469,32 @@ class ScriptedEmulator(Emulator):
         secret: bytes | str | None = None,
         transform: Transform | None = None,
         aliases: Mapping[str, str] | None = None,
+        api_key: str | Iterable[str] | None = None,
+        known_models: Iterable[str] = (),
+        models: Iterable[str] = (),
     ) -> None:
         super().__init__(routes, name=name)
         self.script = script if isinstance(script, Script) else Script(script)
         if secret is None:
-            secret = secrets.token_bytes(32)
+            secret = DEFAULT_SECRET
         self.secret = secret.encode() if isinstance(secret, str) else bytes(secret)
+        keys = API_KEYS if api_key is None else (api_key,) if isinstance(api_key, str) else tuple(api_key)
+        #: the API keys this emulator accepts (anything else is the vendor's invalid-key error)
+        self.api_keys: frozenset[str] = frozenset(keys)
+        #: the model ids (and aliases) this emulator serves; any other is the vendor's unknown-model error
+        self.models: frozenset[str] = frozenset(known_models) | frozenset(models) | frozenset(aliases or {})
         self.transform = transform
         #: alias → the model id the API answers with, as this emulator resolves them
         self.aliases: dict[str, str] = dict(aliases or {})
         self._lock = threading.RLock()
+
+    def key_accepted(self, key: str) -> bool:
+        """Whether ``key`` is one this emulator issued (:data:`API_KEYS` unless ``api_key=`` said others)."""
+        return key in self.api_keys
+
+    def knows_model(self, model: str) -> bool:
+        """Whether ``model`` is served here: an id of the vendor's table, an alias, or one of ``models=``."""
+        return model in self.models or self.resolve_model(model) in self.models
 
     def resolve_model(self, model: str) -> str:
         """The model id the API answers ``model`` with: the dated id for an alias, else ``model`` itself."""

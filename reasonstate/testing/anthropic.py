@@ -29,8 +29,20 @@ Every response carries a ``request-id: req_emu_...`` header. Errors use Anthropi
 
 Invariants
 ----------
-* Auth: ``x-api-key: <non-empty>`` or ``Authorization: Bearer <non-empty>``; neither → 401
-  ``authentication_error``.
+* Auth: ``x-api-key: <key>`` or ``Authorization: Bearer <key>``; neither → 401 ``authentication_error``
+  ``x-api-key header is required``; a key other than the accepted ones (``test-key``, ``emulator-key``, or
+  the constructor's ``api_key=``) → 401 ``authentication_error`` ``invalid x-api-key`` ([3P]
+  eyaltoledano/claude-task-master#222, abi/screenshot-to-code#272).
+* Model: one outside :data:`KNOWN_MODELS` and the aliases (or the constructor's ``models=``) → 404
+  ``not_found_error`` ``model: <id>`` ([3P] anthropics/claude-code#5349), checked right after the required
+  fields.
+* Tools: a custom tool's ``input_schema`` that is not a JSON Schema of ``type: "object"`` or is not valid
+  JSON Schema → 400 ``tools.N.custom.input_schema: JSON schema is invalid. It must match JSON Schema draft
+  2020-12 (...)`` ([3P] anthropics/claude-code#86664, #63673). ``output_config.effort`` outside
+  :data:`EFFORTS` → 400 ``output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'``
+  (the API's validation wording, [UNCONFIRMED] for this field).
+* Usage carries ``inference_geo: "not_available"`` next to ``service_tier: "standard"`` (recorded real
+  responses).
 * A request answered with an error (validation 400/401 or an injected fault) consumes nothing from the
   script and writes nothing to the prompt cache. Only 200 answers write the cache.
 * Signatures. A ``thinking`` block's ``signature`` is ``base64(0x01 | nonce(12) | HMAC-SHA256(secret,
@@ -202,6 +214,7 @@ from reasonstate.testing._server import (
     Transform,
     sse_event,
 )
+from reasonstate.testing._tool_schema import schema_problem
 from reasonstate.testing.script import ModelAction, Responder, Script, ScriptExhausted, count_tokens
 
 if TYPE_CHECKING:
@@ -213,6 +226,9 @@ __all__ = [
     "DOCS_MODELS_OVERVIEW",
     "DOCS_PRESERVED_THINKING",
     "DOCS_THINKING_TROUBLESHOOTING",
+    "EFFORTS",
+    "INFERENCE_GEO",
+    "KNOWN_MODELS",
     "MODEL_ALIASES",
     "REQUEST_BLOCK_TYPES",
     "AnthropicEmulator",
@@ -244,6 +260,37 @@ MODEL_ALIASES: dict[str, str] = {
     "claude-3-7-sonnet-latest": "claude-3-7-sonnet-20250219",
     "claude-3-5-haiku-latest": "claude-3-5-haiku-20241022",
 }
+
+#: The model ids the emulator serves (``DOCS_MODELS_OVERVIEW``: the current and legacy ids, and the dated
+#: ids the aliases above point to); any other ``model`` is 404 ``not_found_error`` ``model: <id>``, as the
+#: API answers a model it does not serve ([3P] anthropics/claude-code#5349,
+#: mattermost/mattermost-plugin-agents#257).
+KNOWN_MODELS: frozenset[str] = frozenset(
+    {
+        *MODEL_ALIASES.values(),
+        "claude-opus-4-6",
+        "claude-sonnet-4-6",
+        "claude-sonnet-4-6-20260217",
+        "claude-opus-4-7",
+        "claude-opus-4-8",
+        "claude-opus-5",
+        "claude-sonnet-5",
+        "claude-opus-5-5",
+        "claude-sonnet-5-5",
+        "claude-haiku-5-5",
+        "claude-fable-5",
+        "claude-fable-5-1",
+        "claude-mythos-5",
+        "claude-mythos-5-1",
+    }
+)
+
+#: ``output_config.effort`` values ([SDK] anthropic ``output_config_param.py``).
+EFFORTS: tuple[str, ...] = ("low", "medium", "high", "xhigh", "max")
+
+#: The usage field ``inference_geo`` of a request that did not ask for a region ([3P] recorded responses:
+#: ``"inference_geo": "not_available"`` next to ``"service_tier": "standard"``).
+INFERENCE_GEO = "not_available"
 
 #: Content block types accepted in request messages (anthropic 2.14 ``ContentBlockParam``).
 REQUEST_BLOCK_TYPES: tuple[str, ...] = (
@@ -280,6 +327,10 @@ _DIGEST_LEN = 32
 _ERR_ADAPTIVE_ONLY = (
     '"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and '
     '"output_config.effort" to control thinking behavior.'
+)
+_ERR_SCHEMA = (
+    "JSON schema is invalid. It must match JSON Schema draft 2020-12 "
+    "(https://json-schema.org/draft/2020-12). Learn more about tool use at https://platform.claude.com/docs/en/agents-and-tools/tool-use/overview."
 )
 _ERR_FORCED_TOOL = "Thinking may not be enabled when tool_choice forces tool use."
 _ERR_TEMPERATURE = (
@@ -466,8 +517,10 @@ class AnthropicEmulator(ScriptedEmulator):
 
     ``script``: a :class:`Script`, an iterable of :class:`ModelAction`, or a responder
     ``(request_json) -> ModelAction``. ``cache_min_tokens``: the minimum cacheable prefix length.
-    ``secret``: the HMAC key for signatures (random per emulator when None; pass the same secret to two
-    emulators to let their signatures verify on each other). ``lookback_blocks``: how many blocks before a
+    ``secret``: the HMAC key for signatures (:data:`~reasonstate.testing._server.DEFAULT_SECRET` when None,
+    so a restarted emulator verifies what an earlier one signed; another secret stands for another
+    organisation). ``api_key``: the accepted key(s) (``test-key`` and ``emulator-key`` when None).
+    ``models``: model ids served on top of :data:`KNOWN_MODELS`. ``lookback_blocks``: how many blocks before a
     breakpoint a cache read may end. ``transform``: applied to each successful response's message JSON
     (non-stream body, or the message that a stream is framed from). ``aliases``: more alias → dated id
     entries, merged over :data:`MODEL_ALIASES` (see "Model aliases" in the module docstring).
@@ -485,6 +538,8 @@ class AnthropicEmulator(ScriptedEmulator):
         transform: Transform | None = None,
         aliases: Mapping[str, str] | None = None,
         deterministic: bool = False,
+        api_key: str | Iterable[str] | None = None,
+        models: Iterable[str] = (),
     ) -> None:
         if not isinstance(deterministic, bool):
             raise TypeError(f"deterministic= is True or False, got {deterministic!r}")
@@ -498,6 +553,9 @@ class AnthropicEmulator(ScriptedEmulator):
             secret=secret,
             transform=transform,
             aliases={**MODEL_ALIASES, **dict(aliases or {})},
+            api_key=api_key,
+            known_models=KNOWN_MODELS,
+            models=models,
         )
         self.cache_min_tokens = cache_min_tokens
         self.lookback_blocks = lookback_blocks
@@ -672,13 +730,16 @@ class AnthropicEmulator(ScriptedEmulator):
             return JSONResponse(exc.status, _envelope(exc.kind, exc.message, rid), {"request-id": rid})
         return JSONResponse(200, {"input_tokens": sum(b.tokens for b in blocks)}, {"request-id": rid})
 
-    @staticmethod
-    def _parse(request: RecordedRequest) -> dict[str, Any]:
+    def _parse(self, request: RecordedRequest) -> dict[str, Any]:
         api_key = request.headers.get("x-api-key", "").strip()
         auth = request.headers.get("authorization", "").strip()
         bearer = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
         if not api_key and not bearer:
             raise _Reject("x-api-key header is required", status=401, kind="authentication_error")
+        # the key is sent as ``x-api-key`` or (anthropic 2.x) ``Authorization: Bearer``; the recorded refusal
+        # of a key the API did not issue is "invalid x-api-key" (for the bearer form: [UNCONFIRMED])
+        if not self.key_accepted(api_key or bearer):
+            raise _Reject("invalid x-api-key", status=401, kind="authentication_error")
         try:
             body = request.json()
         except ValueError:
@@ -705,6 +766,8 @@ class AnthropicEmulator(ScriptedEmulator):
                 raise _Reject(f"{name}: Field required")
         if not isinstance(body["model"], str) or not body["model"]:
             raise _Reject("model: Input should be a valid string")
+        if not self.knows_model(body["model"]):
+            raise _Reject(f"model: {body['model']}", status=404, kind="not_found_error")
         max_tokens = body["max_tokens"]
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
             raise _Reject("max_tokens: Input should be a valid integer")
@@ -713,6 +776,7 @@ class AnthropicEmulator(ScriptedEmulator):
         model = self.resolve_model(str(body["model"]))
         thinking = _check_thinking(body.get("thinking"), max_tokens, betas)
         _check_thinking_compatibility(body, model, thinking)
+        _check_effort(body.get("output_config"))
         _check_system_and_tools(body)
         messages = _check_messages(body["messages"])
         _check_cache_control_count(body)
@@ -936,6 +1000,7 @@ class AnthropicEmulator(ScriptedEmulator):
                 "output_tokens": output_tokens,
                 "output_tokens_details": {"thinking_tokens": thinking_tokens},
                 "service_tier": "standard",
+                "inference_geo": INFERENCE_GEO,
             },
         }
 
@@ -1080,6 +1145,17 @@ def _check_thinking(value: Any, max_tokens: int, betas: frozenset[str] = frozens
 _PROPERTY_KEY = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 
 
+def _check_effort(output_config: Any) -> None:
+    """``output_config.effort`` is one of :data:`EFFORTS` ([SDK] ``output_config_param.py``; the wording is
+    the API's validation style, [UNCONFIRMED] for this field)."""
+    if not isinstance(output_config, dict) or "effort" not in output_config:
+        return
+    effort = output_config["effort"]
+    if effort is not None and effort not in EFFORTS:
+        allowed = ", ".join(f"'{e}'" for e in EFFORTS[:-1]) + f" or '{EFFORTS[-1]}'"
+        raise _Reject(f"output_config.effort: Input should be {allowed}")
+
+
 def _check_system_and_tools(body: Mapping[str, Any]) -> None:
     system = body.get("system")
     if system is not None and not isinstance(system, str):
@@ -1100,6 +1176,9 @@ def _check_system_and_tools(body: Mapping[str, Any]) -> None:
             if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
                 raise _Reject(f"tools.{i}.name: Field required")
             schema = tool.get("input_schema")
+            # server tools (``type: "web_search_20250305"``, ...) carry no input_schema
+            if tool.get("type", "custom") == "custom" and schema_problem(schema) is not None:
+                raise _Reject(f"tools.{i}.custom.input_schema: {_ERR_SCHEMA}")
             properties = schema.get("properties") if isinstance(schema, dict) else None
             if isinstance(properties, dict) and not all(
                 isinstance(k, str) and _PROPERTY_KEY.fullmatch(k) for k in properties

@@ -11,14 +11,21 @@ Routes and auth (§0)
   (without ``alt=sse``: the chunks as one JSON array, as the REST API does).
 
 google-genai 3.6.1 requests ``/v1/...`` by default; ``HttpOptions(api_version="v1beta")`` gives
-``/v1beta/...``. Both versions behave identically here. The key is ``x-goog-api-key: <key>`` or ``?key=<key>``
-(any non-empty value); neither → **403** ``PERMISSION_DENIED`` ``Method doesn't allow unregistered callers
+``/v1beta/...``. Both versions behave identically here. The key is ``x-goog-api-key: <key>`` or
+``?key=<key>``; neither → **403** ``PERMISSION_DENIED`` ``Method doesn't allow unregistered callers
 (callers without established identity). Please use API Key or other form of API consumer identity to call
-this API.`` ([3P] PublicAffairs/openai-gemini#92). Every error is Google's envelope ``{"error": {"code",
-"message", "status"}}`` (400 ``INVALID_ARGUMENT``, 403 ``PERMISSION_DENIED``, 429 ``RESOURCE_EXHAUSTED``, 500
-``INTERNAL``, 503 ``UNAVAILABLE``); google-genai raises ``errors.ClientError`` (4xx) / ``errors.ServerError``
-(5xx), both ``errors.APIError``. A request answered with an error (a 4xx or an injected :class:`Fault`)
-consumes no script action and feeds no cache.
+this API.`` ([3P] PublicAffairs/openai-gemini#92). A key other than the accepted ones (``test-key``,
+``emulator-key``, or the constructor's ``api_key=``) → **400** ``INVALID_ARGUMENT`` ``API key not valid.
+Please pass a valid API key.`` with an ``ErrorInfo`` detail of reason ``API_KEY_INVALID`` ([3P]
+micr0-dev/lexido#54, continuedev/continue#9330). Then the model: one outside :data:`KNOWN_MODELS` (and the
+aliases) → **404** ``NOT_FOUND`` ``models/X is not found for API version v1beta, or is not supported for
+generateContent. Call ListModels to see the list of available models and their supported methods.`` (the
+request's version; ``StreamGenerateContent`` for the streamed method; [3P] google/adk-python#200,
+ChatGPTNextWeb/NextChat#4699). Every error is Google's envelope ``{"error": {"code",
+"message", "status"}}`` (400 ``INVALID_ARGUMENT``, 403 ``PERMISSION_DENIED``, 404 ``NOT_FOUND``, 429
+``RESOURCE_EXHAUSTED``, 500 ``INTERNAL``, 503 ``UNAVAILABLE``); google-genai raises ``errors.ClientError``
+(4xx) / ``errors.ServerError`` (5xx), both ``errors.APIError``. A request answered with an error (a 4xx
+or an injected :class:`Fault`) consumes no script action and feeds no cache.
 
 Model names and aliases
 -----------------------
@@ -59,9 +66,10 @@ in the wild ([3P] unless marked):
 3. ``generationConfig`` fields are the SDK's (``_GenerateContentConfig_to_mldev``). ``thinkingConfig``:
    ``includeThoughts`` bool, ``thinkingBudget`` int ≥ -1 (else ``The thinking budget (N) is invalid.``,
    RooCodeInc/Roo-Code#4399), ``thinkingLevel`` one of ``THINKING_LEVEL_UNSPECIFIED, MINIMAL, LOW, MEDIUM,
-   HIGH, XHIGH`` ([SDK] ``types.ThinkingLevel``); budget and level together → ``You can only set only one of
-   thinking budget and thinking level.`` (sterlp/eclipse-peon-ai#115). ``cachedContent`` → 400 (explicit
-   caches are not emulated).
+   HIGH, XHIGH`` in any letter case (``"low"`` and ``"high"`` were answered 200 in a recorded exchange; the
+   SDK's ``ThinkingLevel`` is a ``CaseInSensitiveEnum``; [SDK] ``types.ThinkingLevel``); budget and level
+   together → ``You can only set only one of thinking budget and thinking level.``
+   (sterlp/eclipse-peon-ai#115). ``cachedContent`` → 400 (explicit caches are not emulated).
 4. Function turns. A *function call turn* is a content with a ``functionCall`` part, a *function response
    turn* one with a ``functionResponse`` part. A call turn not right after a ``user`` content →
    ``Please ensure that function call turn comes immediately after a user turn or after a function response
@@ -213,6 +221,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DOCS_CACHING",
     "DOCS_THOUGHT_SIGNATURES",
+    "KNOWN_MODELS",
     "MODEL_ALIASES",
     "SENTINEL_SIGNATURES",
     "GeminiEmulator",
@@ -227,6 +236,27 @@ DOCS_CACHING = "https://ai.google.dev/gemini-api/docs/caching"
 #: Alias → the versioned id the API answers with in ``modelVersion`` ([3P] simonw/llm-gemini's recorded test).
 MODEL_ALIASES: dict[str, str] = {"gemini-1.5-flash-latest": "gemini-1.5-flash-002"}
 
+#: The model ids the emulator serves (https://ai.google.dev/gemini-api/docs/models: the current 3.x and
+#: 2.5 models, the ``-latest`` names, and the project's ``gemini-3-flash`` / ``gemini-3-pro``); any other
+#: is 404 ``NOT_FOUND`` (module docstring).
+KNOWN_MODELS: frozenset[str] = frozenset(
+    {
+        *MODEL_ALIASES.values(),
+        "gemini-3-pro",
+        "gemini-3-pro-preview",
+        "gemini-3-flash",
+        "gemini-3-flash-preview",
+        "gemini-3-flash-preview-09-2026",
+        "gemini-2.5-pro",
+        "gemini-2.5-flash",
+        "gemini-2.5-flash-lite",
+        "gemini-2.0-flash",
+        "gemini-flash-latest",
+        "gemini-flash-lite-latest",
+        "gemini-pro-latest",
+    }
+)
+
 #: The dummy signatures the thought-signatures FAQ documents for history no Gemini model produced.
 SENTINEL_SIGNATURES: tuple[str, ...] = (
     "skip_thought_signature_validator",
@@ -236,6 +266,7 @@ SENTINEL_SIGNATURES: tuple[str, ...] = (
 _STATUS = {
     400: "INVALID_ARGUMENT",
     403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
     429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
     503: "UNAVAILABLE",
@@ -354,10 +385,32 @@ class _Reject(Exception):
         return _error(self.status, self.message)
 
 
-def _error(code: int, message: str) -> JSONResponse:
-    return JSONResponse(
-        code, {"error": {"code": code, "message": message, "status": _STATUS.get(code, "UNKNOWN")}}
+def _error(code: int, message: str, details: list[dict[str, Any]] | None = None) -> JSONResponse:
+    error: dict[str, Any] = {"code": code, "message": message, "status": _STATUS.get(code, "UNKNOWN")}
+    if details is not None:
+        error["details"] = details
+    return JSONResponse(code, {"error": error})
+
+
+def _invalid_key() -> JSONResponse:
+    """Google's answer to a key it did not issue (module docstring)."""
+    detail = {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": "API_KEY_INVALID",
+        "domain": "googleapis.com",
+        "metadata": {"service": "generativelanguage.googleapis.com"},
+    }
+    return _error(400, "API key not valid. Please pass a valid API key.", [detail])
+
+
+def _unknown_model(name: str, version: str, method: str) -> JSONResponse:
+    """Google's answer to a model it does not serve (module docstring)."""
+    shown = "generateContent" if method == "generateContent" else "StreamGenerateContent"
+    message = (
+        f"models/{name} is not found for API version {version}, or is not supported for {shown}. "
+        "Call ListModels to see the list of available models and their supported methods."
     )
+    return _error(404, message)
 
 
 # -- models ----------------------------------------------------------------------------------------------
@@ -594,7 +647,7 @@ def _parse_thinking(raw: Any) -> _Thinking:
         if budget < -1:
             raise _Reject(f"The thinking budget ({budget}) is invalid.")
     level = fields.get("thinkingLevel")
-    if level is not None and level not in _THINKING_LEVELS:
+    if level is not None and (not isinstance(level, str) or level.upper() not in _THINKING_LEVELS):
         raise _invalid(
             f"{path}.thinking_level", "type.googleapis.com/google.ai.generativelanguage.ThinkingLevel", level
         )
@@ -692,7 +745,7 @@ class GeminiEmulator(ScriptedEmulator):
     :meth:`client` does this)::
 
         emulator = GeminiEmulator(script).start()
-        client = genai.Client(api_key="emu", http_options=types.HttpOptions(base_url=emulator.base_url))
+        client = genai.Client(api_key="test-key", http_options=types.HttpOptions(base_url=emulator.base_url))
 
     It rejects (Google's error envelope, nothing consumed from the script): a missing key (403); a
     ``functionCall`` part of the current turn without its ``thoughtSignature`` on models that validate
@@ -700,8 +753,10 @@ class GeminiEmulator(ScriptedEmulator):
     function responses that do not answer the calls before them; unknown fields and malformed contents.
 
     ``script``: a :class:`Script`, an iterable of :class:`ModelAction`, or a responder
-    ``(request_json) -> ModelAction``. ``secret``: the HMAC key of the signatures (random per emulator; give
-    two emulators the same secret to let their signatures verify on each other). ``cache_min_tokens``: the
+    ``(request_json) -> ModelAction``. ``secret``: the HMAC key of the signatures (the fixed default secret
+    when None, so a restarted emulator verifies what an earlier one signed; another secret stands for
+    another organisation). ``api_key``: the accepted key(s) (``test-key``, ``emulator-key``). ``models``:
+    ids served on top of :data:`KNOWN_MODELS`. ``cache_min_tokens``: the
     implicit-cache minimum for every model (default: :func:`implicit_cache_min_tokens` per model).
     ``aliases``: more alias → versioned id entries over :data:`MODEL_ALIASES`. ``transform``: rewrites each
     successful response (before it is streamed). ``accept_sentinels``: let :data:`SENTINEL_SIGNATURES` skip
@@ -717,6 +772,8 @@ class GeminiEmulator(ScriptedEmulator):
         aliases: Mapping[str, str] | None = None,
         transform: Transform | None = None,
         accept_sentinels: bool = True,
+        api_key: str | Iterable[str] | None = None,
+        models: Iterable[str] = (),
     ) -> None:
         super().__init__(
             [Route("POST", _ROUTE, self._handle)],
@@ -725,6 +782,9 @@ class GeminiEmulator(ScriptedEmulator):
             secret=secret,
             transform=transform,
             aliases={**MODEL_ALIASES, **dict(aliases or {})},
+            api_key=api_key,
+            known_models=KNOWN_MODELS,
+            models=models,
         )
         self.cache_min_tokens = cache_min_tokens
         self._sentinels: frozenset[bytes] = frozenset()
@@ -764,7 +824,7 @@ class GeminiEmulator(ScriptedEmulator):
         return Fault.http(503, _error(503, "The model is overloaded. Please try again later.").payload)
 
     # -- clients -------------------------------------------------------------------------------------
-    def client(self, *, api_version: str = "v1", api_key: str = "emu", **kw: Any) -> genai.Client:
+    def client(self, *, api_version: str = "v1", api_key: str = "test-key", **kw: Any) -> genai.Client:
         """A real ``google.genai.Client`` on this emulator (Developer API, ``api_version`` ``"v1"`` — the
         SDK's default — or ``"v1beta"``; proxies from the environment ignored; no retries). ``kw`` goes to
         ``genai.Client``; ``client(...).aio`` is the async client."""
@@ -827,6 +887,10 @@ class GeminiEmulator(ScriptedEmulator):
         )
         if not key:
             return _error(403, _ERR_NO_KEY)
+        if not self.key_accepted(key):
+            return _invalid_key()
+        if not self.knows_model(match.group(2).removeprefix("models/")):
+            return _unknown_model(match.group(2), match.group(1), match.group(3))
         model = self.resolve_model(match.group(2))
         try:
             body = request.json()

@@ -51,6 +51,7 @@ from reasonstate.testing._server import (
     ScriptedEmulator,
     Transform,
 )
+from reasonstate.testing._tool_schema import schema_problem
 from reasonstate.testing.script import ModelAction, Responder, Script
 
 if TYPE_CHECKING:
@@ -58,14 +59,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DOCS_GPT5_MODEL",
+    "DOCS_MODELS",
+    "KNOWN_MODELS",
     "MODEL_ALIASES",
+    "REASONING_EFFORTS",
     "OpenAIFamilyEmulator",
     "Transform",
     "canonical_json",
+    "effort_error",
+    "masked_key",
     "openai_cached_tokens",
     "openai_error",
     "shared_item_tokens",
     "shared_tokens",
+    "tool_schema_error",
 ]
 
 DOCS_GPT5_MODEL = "https://platform.openai.com/docs/models/gpt-5"
@@ -76,6 +83,33 @@ MODEL_ALIASES: dict[str, str] = {
     "gpt-5-mini": "gpt-5-mini-2025-08-07",
     "gpt-5-nano": "gpt-5-nano-2025-08-07",
 }
+
+DOCS_MODELS = "https://platform.openai.com/docs/models"
+
+#: The model ids the OpenAI emulators serve (``DOCS_MODELS``: the current GPT-5 family and the reasoning
+#: models still listed, plus the dated ids of :data:`MODEL_ALIASES`). Any other ``model`` is OpenAI's
+#: unknown-model error: 404 ``model_not_found`` "The model `X` does not exist or you do not have access to
+#: it." ([3P] rd-1-2022/ai-openai-helloworld#9, continuedev/continue#10832).
+KNOWN_MODELS: frozenset[str] = frozenset(
+    {
+        *MODEL_ALIASES.values(),
+        "gpt-5.1",
+        "gpt-5.2",
+        "gpt-5.4",
+        "gpt-5.5",
+        "gpt-5.5-pro",
+        "gpt-5.6",
+        "gpt-4.1",
+        "gpt-4o",
+        "o3",
+        "o4-mini",
+    }
+)
+
+#: ``reasoning.effort`` (Responses) and ``reasoning_effort`` (Chat Completions) values ([SDK] openai
+#: ``types/shared/reasoning_effort.py``); another value is 400 ``invalid_value`` "Invalid value: 'X'.
+#: Supported values are: ..." ([3P] stanford-crfm/helm#3501).
+REASONING_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def openai_error(
@@ -90,6 +124,42 @@ def openai_error(
     """OpenAI's error envelope ``{"error": {"message", "type", "param", "code"}}`` (docs/protocols.md §0)."""
     body = {"error": {"message": message, "type": type, "param": param, "code": code}}
     return JSONResponse(status, body, dict(headers or {}))
+
+
+def masked_key(key: str) -> str:
+    """A key as OpenAI's 401 quotes it: whole when short, else its first 8 and last 4 characters around
+    one ``*`` per hidden character ([3P] continuedev/continue#9358 ``kk``, #12778 ``YOUR_OPE***_KEY``)."""
+    if len(key) <= 12:
+        return key
+    return key[:8] + "*" * (len(key) - 12) + key[-4:]
+
+
+def effort_error(value: Any, param: str) -> JSONResponse:
+    """OpenAI's 400 for a reasoning effort outside :data:`REASONING_EFFORTS`."""
+    supported = ", ".join(f"'{e}'" for e in REASONING_EFFORTS[:-1]) + f", and '{REASONING_EFFORTS[-1]}'"
+    message = f"Invalid value: {value!r}. Supported values are: {supported}."
+    return openai_error(400, message, param=param, code="invalid_value")
+
+
+def tool_schema_error(tools: Any, *, nested: bool) -> JSONResponse | None:
+    """OpenAI's 400 ``invalid_function_parameters`` for the first function tool whose ``parameters`` is
+    not a valid object schema (None when all are). ``nested``: Chat Completions' ``{"type": "function",
+    "function": {...}}`` (param ``tools[i].function.parameters``), else the Responses flat form.
+    Source: [3P] github/github-mcp-server#1548, bytedance/trae-agent#173, alibaba/spring-ai-alibaba#4576."""
+    if not isinstance(tools, list):
+        return None
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            continue
+        spec = tool.get("function") if nested else tool
+        if not isinstance(spec, dict) or "parameters" not in spec:
+            continue  # a function without parameters takes none
+        problem = schema_problem(spec["parameters"])
+        if problem is not None:
+            param = f"tools[{i}].function.parameters" if nested else f"tools[{i}].parameters"
+            message = f"Invalid schema for function '{spec.get('name')}': {problem}."
+            return openai_error(400, message, param=param, code="invalid_function_parameters")
+    return None
 
 
 def canonical_json(value: Any) -> str:
@@ -146,8 +216,10 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
 
     Use it as a context manager (or :meth:`start`/:meth:`stop`). ``base_url`` is the server root
     (``http://127.0.0.1:PORT``); :meth:`client` points the SDK at ``root + sdk_path`` (``/v1`` for OpenAI).
-    Every request must carry ``Authorization: Bearer <anything>`` or it is answered 401
-    (docs/protocols.md §0).
+    Every request must carry ``Authorization: Bearer <key>`` with a key of ``api_key`` (``test-key`` or
+    ``emulator-key`` by default): no key is 401 "You didn't provide an API key...", another key 401
+    ``invalid_api_key`` (docs/protocols.md §0). A ``model`` outside the vendor's table is refused
+    (:meth:`_unknown_model`).
     The handler runs under one lock, so concurrent requests see a consistent store and cache.
     ``aliases`` is the complete alias → dated id table this emulator resolves (each subclass merges its
     defaults with the caller's entries before it gets here).
@@ -163,9 +235,20 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
         transform: Transform | None = None,
         name: str = "openai-emulator",
         aliases: Mapping[str, str] | None = None,
+        api_key: str | Iterable[str] | None = None,
+        known_models: Iterable[str] = KNOWN_MODELS,
+        models: Iterable[str] = (),
     ) -> None:
         super().__init__(
-            self._routes(), name=name, script=script, secret=secret, transform=transform, aliases=aliases
+            self._routes(),
+            name=name,
+            script=script,
+            secret=secret,
+            transform=transform,
+            aliases=aliases,
+            api_key=api_key,
+            known_models=known_models,
+            models=models,
         )
 
     # -- subclass hooks ----------------------------------------------------------------------------
@@ -206,23 +289,39 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
         )
 
     # -- request plumbing shared by the handlers ---------------------------------------------------
-    @staticmethod
-    def _unauthorized(request: RecordedRequest) -> JSONResponse | None:
+    def _unauthorized(self, request: RecordedRequest) -> JSONResponse | None:
         auth = request.headers.get("authorization", "")
-        if auth.startswith("Bearer ") and auth[len("Bearer ") :].strip():
+        key = auth[len("Bearer ") :].strip() if auth.startswith("Bearer ") else ""
+        if not key:
+            message = (
+                "You didn't provide an API key. You need to provide your API key in an Authorization header "
+                "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+            )
+            return openai_error(401, message, code=None)
+        if self.key_accepted(key):
             return None
-        message = (
-            "You didn't provide an API key. You need to provide your API key in an Authorization header "
-            "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
-        )
-        return openai_error(401, message, code=None)
+        return self._invalid_key(key)
 
-    @classmethod
-    def _json_body(cls, request: RecordedRequest) -> dict[str, Any] | JSONResponse:
-        """The JSON object of an authorized request that names a model, or what OpenAI answers instead:
-        401 without a bearer key (checked first), 400 for a body that is not a JSON object or has no
-        string ``model``."""
-        denied = cls._unauthorized(request)
+    def _invalid_key(self, key: str) -> JSONResponse:
+        """The vendor's 401 for a key it did not issue ([3P] continuedev/continue#9358)."""
+        message = (
+            f"Incorrect API key provided: {masked_key(key)}. You can find your API key at "
+            "https://platform.openai.com/account/api-keys."
+        )
+        return openai_error(401, message, code="invalid_api_key")
+
+    def _unknown_model(self, model: str) -> JSONResponse | None:
+        """The vendor's answer to a ``model`` it does not serve (None when it does)."""
+        if self.knows_model(model):
+            return None
+        message = f"The model `{model}` does not exist or you do not have access to it."
+        return openai_error(404, message, code="model_not_found")
+
+    def _json_body(self, request: RecordedRequest) -> dict[str, Any] | JSONResponse:
+        """The JSON object of an authorized request that names a served model, or what OpenAI answers
+        instead: 401 without a bearer key or with one it did not issue (checked first), 400 for a body
+        that is not a JSON object or has no string ``model``, then :meth:`_unknown_model`."""
+        denied = self._unauthorized(request)
         if denied is not None:
             return denied
         try:
@@ -233,4 +332,5 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
             return openai_error(400, "We could not parse the JSON body of your request.")
         if not isinstance(body.get("model"), str):
             return openai_error(400, "you must provide a model parameter", param="model")
-        return body
+        unknown = self._unknown_model(body["model"])
+        return unknown if unknown is not None else body

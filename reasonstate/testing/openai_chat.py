@@ -16,9 +16,21 @@ Dialects (what differs is where reasoning lives, which rules are enforced, and h
 **Model aliases** (see :mod:`reasonstate.testing.openai`): in the openai dialect a request for an alias
 in :data:`MODEL_ALIASES` (from https://platform.openai.com/docs/models/gpt-5; ``gpt-5`` →
 ``gpt-5-2025-08-07``, ``gpt-5-mini`` → ``gpt-5-mini-2025-08-07``, …) is answered with the dated id in
-``model`` (the completion and every streamed chunk); a dated id or an unknown name is echoed unchanged. The
+``model`` (the completion and every streamed chunk); a dated id is echoed unchanged. The
 other dialects have no default table. ``aliases=`` adds entries in any dialect. "The model" below (cache
 namespaces, DeepSeek's persisted units) is always the resolved id, so an alias and its dated id share them.
+
+**Keys and models** (checked first, in this order, docs/protocols.md §0): openai and deepseek accept only
+the emulator's keys (``test-key``, ``emulator-key``, or ``api_key=``): another key is 401 —
+``invalid_api_key`` "Incorrect API key provided: ..." (openai), ``authentication_error`` "Authentication
+Fails, Your api key: ****abcd is invalid" (deepseek). A model outside the dialect's table is 404
+``model_not_found`` (openai, :data:`~reasonstate.testing.openai.KNOWN_MODELS`) or 400 "Model Not Exist"
+(deepseek, :data:`DEEPSEEK_MODELS`). vllm and sglang, like those servers started without ``--api-key``,
+check no key and serve any model name, unless ``api_key=`` / ``models=`` are given (then vLLM's 404
+``NotFoundError`` "The model `X` does not exist."). The openai dialect also refuses a ``reasoning_effort``
+outside :data:`~reasonstate.testing.openai.REASONING_EFFORTS` (400 ``invalid_value``) and a function tool
+whose ``parameters`` is not an object JSON Schema (400 ``invalid_function_parameters``, ``param:
+"tools[i].function.parameters"``).
 
 Rules enforced (a rejected request consumes no script action and does not feed the cache):
 
@@ -101,19 +113,38 @@ from typing import Any, Literal
 
 from reasonstate.testing._server import JSONResponse, RecordedRequest, Route, StreamResponse, sse_event
 from reasonstate.testing.openai import (
+    KNOWN_MODELS,
     MODEL_ALIASES,
+    REASONING_EFFORTS,
     OpenAIFamilyEmulator,
     Transform,
     canonical_json,
+    effort_error,
     openai_cached_tokens,
     openai_error,
+    tool_schema_error,
 )
 from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_tokens
 
-__all__ = ["MODEL_ALIASES", "Dialect", "OpenAIChatEmulator"]
+__all__ = ["DEEPSEEK_MODELS", "MODEL_ALIASES", "Dialect", "OpenAIChatEmulator"]
 
 Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
 _DIALECTS: tuple[Dialect, ...] = ("openai", "deepseek", "vllm", "sglang")
+
+#: The model ids DeepSeek serves (https://api-docs.deepseek.com/quick_start/pricing: ``deepseek-v4-pro``,
+#: ``deepseek-v4-flash``, and the legacy ``deepseek-chat`` / ``deepseek-reasoner`` names); another id is 400
+#: "Model Not Exist".
+DEEPSEEK_MODELS: frozenset[str] = frozenset(
+    {"deepseek-v4-pro", "deepseek-v4-flash", "deepseek-chat", "deepseek-reasoner"}
+)
+
+# vLLM/SGLang serve whatever name they were started under: no table (``models=`` gives one)
+_DIALECT_MODELS: dict[Dialect, frozenset[str]] = {
+    "openai": KNOWN_MODELS,
+    "deepseek": DEEPSEEK_MODELS,
+    "vllm": frozenset(),
+    "sglang": frozenset(),
+}
 _CHUNK = 8  # characters per streamed delta
 
 _DEEPSEEK_MISSING = "The reasoning_content in the thinking mode must be passed back to the API."
@@ -195,17 +226,28 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         legacy_reject_reasoning: bool = False,
         verify_replay: bool = True,
         aliases: Mapping[str, str] | None = None,
+        api_key: str | Iterable[str] | None = None,
+        models: Iterable[str] = (),
     ) -> None:
         if dialect not in _DIALECTS:
             raise ValueError(f"unknown dialect {dialect!r}; expected one of {_DIALECTS}")
         defaults = MODEL_ALIASES if dialect == "openai" else {}
+        models = tuple(models)
         super().__init__(
             script,
             secret=secret,
             transform=transform,
             name=f"{dialect}-chat-emulator",
             aliases={**defaults, **dict(aliases or {})},
+            api_key=api_key,
+            known_models=_DIALECT_MODELS[dialect],
+            models=models,
         )
+        # a vLLM/SGLang server started without ``--api-key`` checks no key and serves any model name it
+        # was started under: the emulator does the same unless ``api_key=`` / ``models=`` name some
+        self._open_server = dialect in ("vllm", "sglang")
+        self._checks_key = not self._open_server or api_key is not None
+        self._checks_model = not self._open_server or bool(models)
         self.dialect: Dialect = dialect
         self.sdk_path = "" if dialect == "deepseek" else "/v1"
         self.legacy_reject_reasoning = legacy_reject_reasoning
@@ -230,11 +272,47 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             self._history.clear()
             self._units.clear()
 
+    # -- keys and models per dialect ------------------------------------------------------------------
+    def _unauthorized(self, request: RecordedRequest) -> JSONResponse | None:
+        return super()._unauthorized(request) if self._checks_key else None
+
+    def _invalid_key(self, key: str) -> JSONResponse:
+        if self.dialect != "deepseek":
+            return super()._invalid_key(key)
+        # [3P] continuedev/continue#11820, #10656: the last four characters after four stars
+        message = f"Authentication Fails, Your api key: ****{key[-4:]} is invalid"
+        return openai_error(401, message, type="authentication_error", code="invalid_request_error")
+
+    def _unknown_model(self, model: str) -> JSONResponse | None:
+        if not self._checks_model or self.knows_model(model):
+            return None
+        if self.dialect == "deepseek":  # [3P] ConardLi/easy-dataset#9, langbot-app/LangBot#1643
+            return openai_error(400, "Model Not Exist", code="invalid_request_error")
+        if self._open_server:  # vLLM's OpenAI-compatible server ([3P] vllm-project/vllm serving_engine)
+            return JSONResponse(
+                404,
+                {
+                    "object": "error",
+                    "message": f"The model `{model}` does not exist.",
+                    "type": "NotFoundError",
+                    "param": None,
+                    "code": 404,
+                },
+            )
+        return super()._unknown_model(model)
+
     # -- the handler -------------------------------------------------------------------------------
     def _handle(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
         body = self._json_body(request)
         if isinstance(body, JSONResponse):
             return body
+        if self.dialect == "openai":
+            effort = body.get("reasoning_effort")
+            if effort is not None and effort not in REASONING_EFFORTS:
+                return effort_error(effort, "reasoning_effort")
+            bad_tool = tool_schema_error(body.get("tools"), nested=True)
+            if bad_tool is not None:
+                return bad_tool
         messages = body.get("messages")
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             return self._error("Invalid type for 'messages': expected an array of objects.", param="messages")

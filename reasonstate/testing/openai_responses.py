@@ -73,6 +73,23 @@ then one ``function_call`` per tool call (``arguments`` = ``raw_arguments`` or c
 Σ count_tokens(name + arguments)``. ``stop="max_tokens"`` gives ``status: "incomplete"`` with
 ``incomplete_details: {"reason": "max_output_tokens"}`` and marks the last output item incomplete.
 
+**Response object** (every field a recorded real response carries, docs/protocols.md §1.3): besides the
+above, ``background`` (false), ``max_tool_calls``, ``safety_identifier``, ``temperature`` (1.0 unless
+sent), ``top_logprobs`` (0), ``top_p`` (1.0), ``user``, ``prompt_cache_retention`` and ``service_tier``
+(``"default"`` for ``"auto"`` or absent), echoing the request where it sent them ([3P] a recorded gpt-5
+response, beingglitch/aihub ``src/api.md``). From gpt-5.5 on (:func:`reports_completion_fields`) also
+``completed_at`` (a completed response's time), ``moderation`` (null: no moderated completion was
+requested), ``prompt_cache_retention`` ``"24h"`` unless sent (the only retention of these models, [SDK]
+``response.py``), and ``tool_usage`` with zero counts (no hosted tool ran; recorded in streamed responses;
+[SDK] ``ToolUsage``: "tool families with no recorded usage have zero counts"), in the JSON body and the
+streamed terminal response alike, so the two stay equal.
+
+**Requests refused before anything runs**: a key other than the accepted ones (401 ``invalid_api_key``);
+a ``model`` outside :data:`~reasonstate.testing.openai.KNOWN_MODELS` (404 ``model_not_found``); a
+``reasoning.effort`` outside :data:`~reasonstate.testing.openai.REASONING_EFFORTS` (400 ``invalid_value``,
+``param: "reasoning.effort"``); a function tool whose ``parameters`` is not a valid object JSON Schema
+(400 ``invalid_function_parameters``, ``param: "tools[i].parameters"``).
+
 **Streaming** (§1.6): ``event: <type>`` + ``data`` with a ``sequence_number``; the reasoning item's
 ``response.output_item.added`` carries only the first half of its ``encrypted_content`` ("may be
 incomplete"), the full blob arrives in ``response.output_item.done``; the stream ends with
@@ -100,16 +117,24 @@ import attrs
 from reasonstate.testing._server import JSONResponse, RecordedRequest, Route, StreamResponse, sse_event
 from reasonstate.testing.openai import (
     MODEL_ALIASES,
+    REASONING_EFFORTS,
     OpenAIFamilyEmulator,
     Transform,
     canonical_json,
+    effort_error,
     openai_cached_tokens,
     openai_error,
     shared_item_tokens,
+    tool_schema_error,
 )
 from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_tokens
 
-__all__ = ["ENCRYPTED_CONTENT_INCLUDE", "MODEL_ALIASES", "OpenAIResponsesEmulator"]
+__all__ = [
+    "ENCRYPTED_CONTENT_INCLUDE",
+    "MODEL_ALIASES",
+    "OpenAIResponsesEmulator",
+    "reports_completion_fields",
+]
 
 ENCRYPTED_CONTENT_INCLUDE = "reasoning.encrypted_content"
 _BLOB_PREFIX = "gAAAAAB"  # what real blobs start with (Fernet tokens); purely cosmetic here
@@ -132,6 +157,22 @@ _HOSTED_TYPES = (
     "compaction",
 )
 _CHUNK = 8  # characters per streamed delta
+_ZERO_TOOL_USAGE: dict[str, Any] = {
+    "image_gen": {
+        "input_tokens": 0,
+        "input_tokens_details": {"image_tokens": 0, "text_tokens": 0},
+        "output_tokens": 0,
+        "total_tokens": 0,
+    },
+    "web_search": {"num_requests": 0},
+}
+
+
+def reports_completion_fields(model: str) -> bool:
+    """Whether ``model`` (a resolved id) is gpt-5.5 or later, whose responses carry ``completed_at``,
+    ``moderation`` and a streamed ``tool_usage``."""
+    match = re.match(r"gpt-(\d+)\.(\d+)", model)
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= (5, 5)
 
 
 class _Reject(Exception):
@@ -211,8 +252,10 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
     a reference to an item or ``previous_response_id`` that was not stored (``store: false``, expired);
     a ``function_call_output`` without its ``function_call``; malformed input items.
 
-    ``secret`` keys the ``encrypted_content`` HMAC (random per emulator by default, so a blob from one
-    emulator does not verify on another, like another organisation's). ``transform`` rewrites each
+    ``secret`` keys the ``encrypted_content`` HMAC (the fixed default secret when None, so a restarted
+    emulator verifies what an earlier one sealed; another secret stands for another organisation).
+    ``api_key``: the accepted key(s) (``test-key``, ``emulator-key``). ``models``: ids served on top of
+    :data:`~reasonstate.testing.openai.KNOWN_MODELS`. ``transform`` rewrites each
     successful response body before it is sent (streamed events are derived from the rewritten body).
     ``aliases`` adds alias → dated id entries to (or overrides entries of) :data:`MODEL_ALIASES`.
     """
@@ -224,6 +267,8 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         secret: bytes | str | None = None,
         transform: Transform | None = None,
         aliases: Mapping[str, str] | None = None,
+        api_key: str | Iterable[str] | None = None,
+        models: Iterable[str] = (),
     ) -> None:
         super().__init__(
             script,
@@ -231,6 +276,8 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             transform=transform,
             name="openai-responses-emulator",
             aliases={**MODEL_ALIASES, **dict(aliases or {})},
+            api_key=api_key,
+            models=models,
         )
         self._counters: Counter[str] = Counter()
         self._minted: dict[str, _Minted] = {}
@@ -271,6 +318,9 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         body = self._json_body(request)
         if isinstance(body, JSONResponse):
             return body
+        refused = self._refused_options(body)
+        if refused is not None:
+            return refused
         model = self.resolve_model(body["model"])
         with self._lock:
             try:
@@ -284,6 +334,16 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         if body.get("stream"):
             return StreamResponse(self._events(response))
         return JSONResponse(200, response)
+
+    @staticmethod
+    def _refused_options(body: dict[str, Any]) -> JSONResponse | None:
+        """OpenAI's 400 for a ``reasoning.effort`` it does not know or a function tool whose ``parameters``
+        is not an object JSON Schema (module docstring); None when both are fine."""
+        reasoning = body.get("reasoning")
+        effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+        if effort is not None and effort not in REASONING_EFFORTS:
+            return effort_error(effort, "reasoning.effort")
+        return tool_schema_error(body.get("tools"), nested=False)
 
     # -- input: chain expansion and reference resolution (§1.4 A, B.5) -----------------------------
     def _expand(self, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -540,6 +600,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             "truncation": body.get("truncation", "disabled"),
             "metadata": body.get("metadata") or {},
             "input_transformations": [],
+            **self._recorded_fields(body, model, completed=not incomplete),
             "usage": {
                 "input_tokens": input_tokens,
                 "input_tokens_details": {
@@ -551,6 +612,28 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
                 "total_tokens": input_tokens + output_tokens,
             },
         }
+
+    @staticmethod
+    def _recorded_fields(body: dict[str, Any], model: str, *, completed: bool) -> dict[str, Any]:
+        """The fields a real response object carries that the rules above do not decide (module doc)."""
+        newer = reports_completion_fields(model)
+        tier = body.get("service_tier")
+        fields: dict[str, Any] = {
+            "background": bool(body.get("background", False)),
+            "max_tool_calls": body.get("max_tool_calls"),
+            "safety_identifier": body.get("safety_identifier"),
+            "service_tier": "default" if tier in (None, "auto") else tier,
+            "temperature": body.get("temperature", 1.0),
+            "top_logprobs": body.get("top_logprobs", 0),
+            "top_p": body.get("top_p", 1.0),
+            "user": body.get("user"),
+            "prompt_cache_retention": body.get("prompt_cache_retention", "24h" if newer else None),
+        }
+        if newer:
+            fields["completed_at"] = int(time.time()) if completed else None
+            fields["moderation"] = None
+            fields["tool_usage"] = copy.deepcopy(_ZERO_TOOL_USAGE)
+        return fields
 
     def _remember(self, resp_id: str, output: list[dict[str, Any]]) -> None:
         rs_id: str | None = None
@@ -595,6 +678,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             "output": [],
             "usage": None,
             "incomplete_details": None,
+            **({"completed_at": None} if "completed_at" in response else {}),
         }
         yield event("response.created", response=pending)
         yield event("response.in_progress", response=pending)

@@ -26,7 +26,8 @@ def gemini_emulator() -> Iterator[GeminiEmulator]:
 
 @pytest.fixture
 def gemini_client(gemini_emulator: GeminiEmulator) -> Iterator[genai.Client]:
-    """A real ``google.genai.Client`` on :func:`gemini_emulator` (``api_key="emu"``, ``/v1``, no retries)."""
+    """A real ``google.genai.Client`` on :func:`gemini_emulator` (``api_key="test-key"``, ``/v1``, no
+    retries)."""
     with gemini_emulator.client() as client:
         yield client
 

@@ -1,10 +1,18 @@
 """One emulator as a standalone server: what ``reasonstate emulate VENDOR`` runs.
 
 ``reasonstate emulate {anthropic,responses,chat,gemini,completions} --port N [--script FILE]
-[--host 127.0.0.1] [--dialect openai|deepseek|vllm|sglang] [--tokenizer NAME]`` starts the emulator, prints
-its base URL and the environment variables that point the vendor SDK at it, and serves until SIGINT or
-SIGTERM (then it stops the server and exits 0). ``--port 0`` picks a free port; the printed URL has the
-real one.
+[--host 127.0.0.1] [--dialect openai|deepseek|vllm|sglang] [--tokenizer NAME] [--secret TEXT]
+[--api-key KEY]`` starts the emulator, prints its base URL and the environment variables that point the
+vendor SDK at it, and serves until SIGINT or SIGTERM (then it stops the server and exits 0). ``--port 0``
+picks a free port; the printed URL has the real one.
+
+Keys and signing secret. The emulator accepts the keys ``test-key`` and ``emulator-key``
+(:data:`~reasonstate.testing._server.API_KEYS`; the printout exports ``emulator-key``), or only ``--api-key
+KEY`` when given (then the printout exports that key); any other key gets the vendor's invalid-key error.
+vLLM/SGLang (``chat --dialect vllm|sglang``, ``completions``) check no key unless ``--api-key`` is given,
+like those servers. What it signs (thinking signatures, encrypted reasoning, thought signatures) is keyed by
+:data:`~reasonstate.testing._server.DEFAULT_SECRET` unless ``--secret TEXT`` is given, so a snapshot taken
+against one ``reasonstate emulate`` process continues against a later one started with the same secret.
 
 Script files (JSON)
 -------------------
@@ -53,7 +61,7 @@ from typing import Any, Literal, TextIO
 
 import attrs
 
-from reasonstate.testing._server import Emulator
+from reasonstate.testing._server import API_KEYS, Emulator
 from reasonstate.testing.completions import ScriptedCompletion, VLLMCompletionsEmulator
 from reasonstate.testing.script import ModelAction, Script, ScriptExhausted, ToolCallSpec
 
@@ -74,7 +82,8 @@ Vendor = Literal["anthropic", "responses", "chat", "gemini", "completions"]
 VENDORS: tuple[Vendor, ...] = ("anthropic", "responses", "chat", "gemini", "completions")
 
 DUMMY_API_KEY = "emulator-key"
-"""The API key the printed environment sets: the emulators accept any non-empty key."""
+"""The API key the printed environment sets (one of :data:`~reasonstate.testing._server.API_KEYS`, which the
+emulators accept; any other key is refused unless ``--api-key`` names it)."""
 
 _ACTION_KEYS = frozenset({"reasoning", "text", "tool_calls", "redacted", "stop"})
 _CALL_KEYS = frozenset({"name", "arguments", "raw_arguments"})
@@ -290,8 +299,11 @@ def build_emulator(
     *,
     dialect: str = "openai",
     tokenizer: str | None = None,
+    secret: str | None = None,
+    api_key: str | None = None,
 ) -> Emulator:
-    """The (not yet started) emulator ``reasonstate emulate`` runs, with the script file loaded."""
+    """The (not yet started) emulator ``reasonstate emulate`` runs, with the script file loaded; ``secret``
+    and ``api_key`` as ``--secret`` / ``--api-key`` (None: the documented defaults)."""
     if vendor == "completions":
         completions: list[ScriptedCompletion] = []
         fallback = True
@@ -314,25 +326,27 @@ def build_emulator(
     if vendor == "anthropic":
         from reasonstate.testing.anthropic import AnthropicEmulator
 
-        return AnthropicEmulator(plan)
+        return AnthropicEmulator(plan, secret=secret, api_key=api_key)
     if vendor == "gemini":
         from reasonstate.testing.gemini import GeminiEmulator
 
-        return GeminiEmulator(plan)
+        return GeminiEmulator(plan, secret=secret, api_key=api_key)
     if vendor == "responses":
         from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 
-        return OpenAIResponsesEmulator(plan)
+        return OpenAIResponsesEmulator(plan, secret=secret, api_key=api_key)
     from reasonstate.testing.openai_chat import Dialect, OpenAIChatEmulator
 
     dialects: dict[str, Dialect] = {"openai": "openai", "deepseek": "deepseek", "vllm": "vllm"}
     dialects["sglang"] = "sglang"
     if dialect not in dialects:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(dialects)}")
-    return OpenAIChatEmulator(plan, dialect=dialects[dialect])
+    return OpenAIChatEmulator(plan, dialect=dialects[dialect], secret=secret, api_key=api_key)
 
 
-def environment(vendor: Vendor, base_url: str, *, dialect: str = "openai") -> dict[str, str]:
+def environment(
+    vendor: Vendor, base_url: str, *, dialect: str = "openai", api_key: str = DUMMY_API_KEY
+) -> dict[str, str]:
     """The environment variables that point the vendor's SDK at an emulator whose root is ``base_url``.
 
     anthropic reads ``ANTHROPIC_BASE_URL`` (the root); openai reads ``OPENAI_BASE_URL`` (root + ``/v1``, the
@@ -340,11 +354,11 @@ def environment(vendor: Vendor, base_url: str, *, dialect: str = "openai") -> di
     ``GEMINI_API_KEY`` (``GOOGLE_API_KEY`` wins when both are set, so it must be unset or equal).
     """
     if vendor == "anthropic":
-        return {"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": DUMMY_API_KEY}
+        return {"ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": api_key}
     if vendor == "gemini":
-        return {"GOOGLE_GEMINI_BASE_URL": base_url, "GEMINI_API_KEY": DUMMY_API_KEY}
+        return {"GOOGLE_GEMINI_BASE_URL": base_url, "GEMINI_API_KEY": api_key}
     suffix = "" if vendor == "chat" and dialect == "deepseek" else "/v1"
-    return {"OPENAI_BASE_URL": base_url + suffix, "OPENAI_API_KEY": DUMMY_API_KEY}
+    return {"OPENAI_BASE_URL": base_url + suffix, "OPENAI_API_KEY": api_key}
 
 
 def serve(
@@ -355,17 +369,22 @@ def serve(
     script: str | Path | None = None,
     dialect: str = "openai",
     tokenizer: str | None = None,
+    secret: str | None = None,
+    api_key: str | None = None,
     out: TextIO | None = None,
     stop: threading.Event | None = None,
 ) -> int:
     """Run one emulator until SIGINT/SIGTERM (or ``stop`` is set); 0 after a clean stop.
 
     Prints (and flushes) ``base_url=URL`` first, then one ``export NAME=VALUE`` line per variable of
-    :func:`environment`, then a hint, so a parent process can read the URL from the first line. Signal
+    :func:`environment`, then one ``# reasonstate ...`` comment naming the accepted keys and the signing
+    secret and how to stop it, so a parent process can read the URL from the first line. Signal
     handlers are installed only when called from the main thread.
     """
     stream = out if out is not None else sys.stdout
-    emulator = build_emulator(vendor, script, dialect=dialect, tokenizer=tokenizer)
+    emulator = build_emulator(
+        vendor, script, dialect=dialect, tokenizer=tokenizer, secret=secret, api_key=api_key
+    )
     done = stop if stop is not None else threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -380,9 +399,20 @@ def serve(
         emulator.server.start()  # OSError (port in use, address not available) propagates after cleanup
         label = f"{vendor} ({dialect})" if vendor == "chat" else vendor
         print(f"base_url={emulator.base_url}", file=stream)
-        for name, value in environment(vendor, emulator.base_url, dialect=dialect).items():
+        exported = DUMMY_API_KEY if api_key is None else api_key
+        for name, value in environment(vendor, emulator.base_url, dialect=dialect, api_key=exported).items():
             print(f"export {name}={value}", file=stream)
-        print(f"# reasonstate {label} emulator serving; Ctrl-C (SIGINT) or SIGTERM stops it", file=stream)
+        keys = ", ".join(sorted(API_KEYS)) if api_key is None else api_key
+        if vendor == "completions" or (
+            vendor == "chat" and dialect in ("vllm", "sglang") and api_key is None
+        ):
+            keys = "any (like a vLLM/SGLang server without --api-key)"
+        signing = "the default (reasonstate.testing._server.DEFAULT_SECRET)" if secret is None else "--secret"
+        print(
+            f"# reasonstate {label} emulator serving (accepted API keys: {keys}; signing secret: {signing}); "
+            "Ctrl-C (SIGINT) or SIGTERM stops it",
+            file=stream,
+        )
         stream.flush()
         while not done.wait(0.2):
             pass

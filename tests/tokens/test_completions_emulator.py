@@ -37,7 +37,7 @@ def emulator() -> Iterator[VLLMCompletionsEmulator]:
 
 
 def _client(emu: VLLMCompletionsEmulator) -> Any:
-    return openai.OpenAI(base_url=emu.base_url + "/v1", api_key="k", max_retries=0)
+    return openai.OpenAI(base_url=emu.base_url + "/v1", api_key="test-key", max_retries=0)
 
 
 def test_the_prompt_the_tests_send_is_the_templates_seventeen_tokens() -> None:

@@ -142,7 +142,7 @@ def emulator() -> Iterator[VLLMCompletionsEmulator]:
 def session(
     emu: VLLMCompletionsEmulator, qwen: ChatTemplateRenderer, policy: Policy | None = None, **kw: Any
 ) -> rs.Session:
-    client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="k", max_retries=0)
+    client = openai.OpenAI(base_url=emu.base_url + "/v1", api_key="test-key", max_retries=0)
     return rs.Session(
         client,
         model="qwen3.6",
@@ -505,7 +505,7 @@ def test_the_async_session_bridges_the_same_way(
     emulator.add(*CHAIN[:2])
 
     async def go() -> rs.AsyncSession:
-        client = openai.AsyncOpenAI(base_url=emulator.base_url + "/v1", api_key="k", max_retries=0)
+        client = openai.AsyncOpenAI(base_url=emulator.base_url + "/v1", api_key="test-key", max_retries=0)
         s = rs.AsyncSession(
             client,
             model="qwen3.6",

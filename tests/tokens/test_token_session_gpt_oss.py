@@ -91,7 +91,7 @@ def test_gpt_oss_session_bridges_every_prompt_and_writes_end_for_the_sampled_ret
     emulator: VLLMCompletionsEmulator,
 ) -> None:
     renderer = ChatTemplateRenderer.from_files(template_path("gpt-oss-20b"), TOY)
-    client = openai.OpenAI(base_url=emulator.base_url + "/v1", api_key="k", max_retries=0)
+    client = openai.OpenAI(base_url=emulator.base_url + "/v1", api_key="test-key", max_retries=0)
     s = rs.Session(
         client,
         model="gpt-oss-20b",
