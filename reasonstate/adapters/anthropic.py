@@ -26,7 +26,7 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -47,7 +47,6 @@ from reasonstate.adapters.base import (
     in_wire_order,
     json_object,
     open_turn_encoding,
-    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
@@ -60,7 +59,6 @@ from reasonstate.cache.divergence import (
     listed,
     model_name,
     request_body,
-    walk,
 )
 from reasonstate.cache.rules import CacheRules, divergence
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
@@ -1018,26 +1016,6 @@ class MessagesRoom(Room):
                         f"{replay.shown(json.dumps(other.get(key)))}",
                         functools.partial(other.__setitem__, key, copy.deepcopy(block[key])),
                     )
-
-    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
-        """Thinking signatures and redacted data the answer to a tool call must carry back (§4.3)."""
-        content = listed(response.get("content"))
-        calls = {b.get("id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"}
-        if not calls:
-            return
-        sent = list(walk(body.get("messages")))
-        if not any(isinstance(v, Mapping) and v.get("tool_use_id") in calls for v in sent):
-            return
-        carried = {
-            v.get("signature") or v.get("data")
-            for v in sent
-            if isinstance(v, Mapping) and v.get("type") in _REASONING_KINDS
-        }
-        for b in content:
-            if isinstance(b, Mapping) and b.get("type") in _REASONING_KINDS:
-                payload = b.get("signature") or b.get("data")
-                if payload and payload not in carried:
-                    yield payload_digest(payload)
 
 
 _REASONING = _Reasoning()

@@ -61,7 +61,7 @@ import json
 import operator
 import re
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import attrs
@@ -1141,20 +1141,6 @@ class Room:
         predictions, as a session's request units are (the codec's). ``view.keys`` unless the server
         leaves some field of a unit unread."""
         return view.keys
-
-    def lost_continuation(self, response: Any, body: Any) -> tuple[str, ...]:
-        """Digests of the reasoning payloads ``response`` ended a tool call with that ``body`` (the request
-        answering that call) does not carry back. Empty unless ``body`` answers a call ``response`` made;
-        never an error (odd shapes: nothing to say)."""
-        if not isinstance(response, Mapping) or not isinstance(body, Mapping):
-            return ()
-        try:
-            return tuple(self._lost(response, body))
-        except Exception:
-            return ()
-
-    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
-        return iter(())
 
     #: a byte string every answer with something to carry back contains (the tool-call marker): an answer
     #: without it is not parsed for a :class:`~reasonstate.adapters.replay.Source`

@@ -46,7 +46,7 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -69,7 +69,6 @@ from reasonstate.adapters.base import (
     in_wire_order,
     json_object,
     open_turn_encoding,
-    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
@@ -82,7 +81,6 @@ from reasonstate.cache.divergence import (
     listed,
     model_name,
     request_body,
-    walk,
     without_nulls,
 )
 from reasonstate.cache.rules import CacheRules
@@ -1011,25 +1009,6 @@ class GenerateContentRoom(Room):
                     f"{replay.shown(json.dumps(args))}",
                     functools.partial(part["functionCall"].__setitem__, "args", copy.deepcopy(call["args"])),
                 )
-
-    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
-        """Thought signatures the answer to a function call must carry back (§5.4)."""
-        candidates = listed(response.get("candidates"))
-        first = candidates[0].get("content") if candidates and isinstance(candidates[0], Mapping) else None
-        parts = listed(first.get("parts")) if isinstance(first, Mapping) else []
-        if not any(isinstance(p, Mapping) and "functionCall" in p for p in parts):
-            return
-        contents = listed(body.get("contents"))
-        last = contents[-1] if contents and isinstance(contents[-1], Mapping) else {}
-        if not any(isinstance(p, Mapping) and "functionResponse" in p for p in listed(last.get("parts"))):
-            return
-        sent = list(walk(contents))
-        # the SDK holds signatures as bytes and re-encodes them (URL-safe alphabet): compare the bytes
-        carried = {_b64(v.get("thoughtSignature")) for v in sent if isinstance(v, Mapping)}
-        for p in parts:
-            signature = p.get("thoughtSignature") if isinstance(p, Mapping) else None
-            if signature and _b64(signature) not in carried:
-                yield payload_digest(signature)
 
 
 def _b64(value: Any) -> bytes | None:

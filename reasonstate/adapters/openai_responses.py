@@ -55,7 +55,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -76,7 +76,6 @@ from reasonstate.adapters.base import (
     count,
     json_object,
     open_turn_encoding,
-    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
@@ -884,28 +883,6 @@ class ResponsesRoom(Room):
                     f"encrypted_content {replay.digest(blob)} went back as {replay.digest(sent)}",
                     restore,
                 )
-
-    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
-        """Reasoning items (their encrypted content, else their id) a stateless answer to a tool call must
-        carry back (§1.4); a request chained with ``previous_response_id`` carries them server-side."""
-        output = listed(response.get("output"))
-        calls = {
-            i.get("call_id") for i in output if isinstance(i, Mapping) and i.get("type") == "function_call"
-        }
-        answered = any(
-            isinstance(v, Mapping) and v.get("type") == "function_call_output" and v.get("call_id") in calls
-            for v in listed(body.get("input"))
-        )
-        if not calls or not answered or body.get("previous_response_id") == response.get("id"):
-            return
-        ids = {v.get("id") for v in listed(body.get("input")) if isinstance(v, Mapping)}
-        blobs = {v.get("encrypted_content") for v in listed(body.get("input")) if isinstance(v, Mapping)}
-        for item in output:
-            if not isinstance(item, Mapping) or item.get("type") != "reasoning":
-                continue
-            blob = item.get("encrypted_content")
-            if (blob and blob not in blobs) or (not blob and item.get("id") not in ids):
-                yield payload_digest(blob or item.get("id"))
 
 
 #: the fields of an answer's output items a stateless replay carries back unchanged (§1.4)
