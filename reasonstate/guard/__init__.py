@@ -215,9 +215,12 @@ class Guard:
 
     def _done(self, capture: _Exchange) -> None:
         if self._mend:  # the next request may replay this answer: keep it now
-            from reasonstate.guard._record import keep_answer
+            try:
+                from reasonstate.guard._record import keep_answer
 
-            keep_answer(self, capture)
+                keep_answer(self, capture)
+            except Exception as exc:  # never into the caller's request
+                capture.error = f"keeping the answer: {type(exc).__name__}: {exc}"
         self._pending.append(capture)  # list.append is atomic
         # captures hold whole bodies: when nobody reads the records, they are analysed in batches (bounded
         # memory; the batch's cost falls on one request in _DRAIN, never blocked by a reader)

@@ -134,12 +134,8 @@ def keep_answer(guard: Guard, capture: _Exchange, response: Any = None, model: s
     source = room.replay_source(response)
     if source is None:
         return
-    if model is None:
-        try:
-            model = room.model_from_path(capture.path, json.loads(capture.request))
-        except ValueError:
-            return
-    guard._answers.add(Answer(capture.index, room.api, capture.origin, model, source))
+    request = capture.request if model is None else None  # the model read when a check needs it
+    guard._answers.add(Answer(capture.index, room.api, capture.origin, capture.path, source, model, request))
 
 
 def _replayed(

@@ -32,16 +32,48 @@ ANSWERS = 256
 
 @attrs.define(slots=True, eq=False)
 class Answer:
-    """One kept answer: the capture index of its exchange, its API, server and model, its source, and the
-    findings already reported against it (each lost or altered field is reported once: at the first
-    request where it happens)."""
+    """One kept answer: the capture index of its exchange, its API, server and URL path, its source, its
+    model, and the findings already reported against it (each lost or altered field is reported once: at
+    the first request where it happens).
+
+    The model is read from the request that produced the answer when a check first needs it (mend mode
+    keeps answers in the request path, where a faithful replay needs no model): until then ``request``
+    holds that request's bytes. ``seen``: where each needle was found in the last body that held it (a
+    chain's bodies share their prefix, so the next body is checked there first)."""
 
     index: int
     api: str
     origin: str
-    model: str
+    path: str
     source: Source
+    model: str | None = None
+    request: bytes | None = None
     reported: set[tuple[str, str]] = attrs.field(factory=set)
+    seen: dict[bytes, int] = attrs.field(factory=dict)
+
+    def model_in(self, room: Room) -> str:
+        """The model the answer came from (read once from its request)."""
+        if self.model is None:
+            try:
+                body = json.loads(self.request or b"")
+            except ValueError:
+                body = None
+            self.model, self.request = room.model_from_path(self.path, body), None
+        return self.model
+
+    def carried_in(self, content: bytes) -> bool:
+        """Whether ``content`` holds every payload of the answer verbatim (looked for where it was last)."""
+        for escapings in self.source.needles:
+            for needle in escapings:
+                at = self.seen.get(needle, -1)
+                if at < 0 or not content.startswith(needle, at):
+                    at = content.find(needle)
+                if at >= 0:
+                    self.seen[needle] = at
+                    break
+            else:
+                return False
+        return True
 
 
 class Ledger:
@@ -70,7 +102,7 @@ def check(
 ) -> list[tuple[Answer, ReplayFinding]]:
     """``body`` compared with each of ``answers`` of ``model``; with ``mend``, restored in place where the
     answer is the only one holding its anchors (an ambiguous match is reported, never mended)."""
-    same = [a for a in answers if a.model == model]
+    same = [a for a in answers if a.model_in(room) == model]
     owners: dict[str, set[str]] = {}
     for a in same:
         for anchor in a.source.anchors:
@@ -84,15 +116,13 @@ def check(
 
 
 def needs_parse(answers: Sequence[Answer], content: bytes) -> list[Answer]:
-    """The answers ``content`` may replay unfaithfully: those it holds a mark of, unless it holds every
-    payload of theirs verbatim and where a payload sits does not matter (the fast path: no parse)."""
-    marked = [a for a in answers if any(m in content for m in a.source.marks)]
-    if all(
-        not a.source.positional and all(any(n in content for n in ns) for ns in a.source.needles)
-        for a in marked
-    ):
+    """The answers ``content`` may replay (it holds a mark of theirs) when one of them may be replayed
+    unfaithfully; none when every answer's payloads are there verbatim and where a payload sits does not
+    matter (the fast path: no parse; a chain's body is checked where each payload was last found)."""
+    unsure = [a for a in answers if a.source.positional or not a.carried_in(content)]
+    if not any(m in content for a in unsure for m in a.source.marks):
         return []
-    return marked
+    return [a for a in answers if any(m in content for m in a.source.marks)]
 
 
 #: the JSON encodings the vendor SDKs send with (compact or spaced, ASCII-escaped or not)
