@@ -320,3 +320,20 @@ def test_instrumenting_again_with_the_other_mend_is_refused() -> None:
         assert rs.instrument(client) is guard
         with pytest.raises(rs.InvalidOption, match="mend=False"):
             rs.instrument(client, mend=True)
+
+
+@pytest.mark.parametrize("vendor", sorted(VENDORS))
+def test_mend_restores_what_a_client_left_out_and_the_vendor_accepts_it(vendor: str) -> None:
+    """Pain points: openai/openai-agents-python#1704 (LiteLLM drops Anthropic thinking), #919 (encrypted
+    reasoning left out), langchain-ai/langchain#37713 (``reasoning_content`` not sent back), google/adk-python
+    #3705 (thought signature lost): the chains of ``tests/test_guard.py`` with the payload left out, which a
+    strict vendor refuses without mend (``test_continuation_lost_is_caught_for_each_vendor``)."""
+    make, chain = VENDORS[vendor]
+    with make() as emulator:
+        client = emulator.client()
+        guard = rs.instrument(client, mend=True)
+        chain(client, drop=True)  # no 400: every request accepted
+    records = guard.records
+    assert all(r.status == 200 for r in records)
+    kinds = [k for k, _ in _kinds(records[1])]
+    assert kinds == ["continuation_lost", "mended"]
