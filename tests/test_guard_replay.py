@@ -337,3 +337,18 @@ def test_mend_restores_what_a_client_left_out_and_the_vendor_accepts_it(vendor: 
     assert all(r.status == 200 for r in records)
     kinds = [k for k, _ in _kinds(records[1])]
     assert kinds == ["continuation_lost", "mended"]
+
+
+def test_an_answer_matched_by_a_guess_is_named_but_never_mended() -> None:
+    """Gemini 2.5 gives its calls no id: two conversations asking the same call are two answers the same
+    name and args find. A request leaving the signature out is reported, and sent as it was."""
+    make, chain = VENDORS["gemini"]
+    with make() as emulator:
+        client = emulator.client()
+        guard = rs.instrument(client, mend=True)
+        chain(client)  # a first conversation: get_weather(Paris), signed
+        chain(client, drop=True)  # the same question again, its signature left out
+        sent = json.loads(emulator.requests[4].body)
+    records = guard.records
+    assert "thoughtSignature" not in json.dumps(sent["contents"][1])  # not mended: the match is a guess
+    assert [k for k, _ in _kinds(records[4])] == ["continuation_lost"]

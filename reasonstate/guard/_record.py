@@ -151,13 +151,16 @@ def _replayed(
     found: list[tuple[Answer | None, ReplayFinding]] = [(by_index.get(i), f) for i, f in capture.replay]
     found += _replay.check(room, answers, model, body, mend=False)
     out: list[GuardWarning] = []
+    here: set[tuple[str, str]] = set()  # one finding per field and kind (answers a guess matches share it)
     for answer, finding in found:
+        key = (finding.kind, finding.path)
         if answer is not None and finding.kind in (LOST, ALTERED):
-            key = (finding.kind, finding.path)
             if key in answer.reported:
                 continue
             answer.reported.add(key)
-        out.append(GuardWarning(finding.kind, finding.detail, finding.path))
+        if key not in here:
+            here.add(key)
+            out.append(GuardWarning(finding.kind, finding.detail, finding.path))
     return out
 
 
