@@ -24,14 +24,31 @@ import sys
 import time
 from typing import Any
 
+import attrs
 from _overhead import CpuMeter, _client, _emulators, alternate, compared, environment
 from overhead import ANTHROPIC
 
 import reasonstate as rs
+from reasonstate.testing import ModelAction, ToolCallSpec
 
 TARGET = 1.05
 SIZES = (10, 100)
 REPEATS = {10: 101, 100: 61}
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+#: the tool chain: every answer thinks and calls the tool, every request answers the last call
+CHAIN = attrs.evolve(
+    ANTHROPIC,
+    title="Anthropic Messages, one long tool chain",
+    action=ModelAction(
+        reasoning="Short thought. " * 4, tool_calls=(ToolCallSpec("get_weather", {"city": "Rome"}),)
+    ),
+)
 
 
 def _call(client: Any, messages: list[dict[str, Any]], question: str) -> None:
@@ -40,18 +57,32 @@ def _call(client: Any, messages: list[dict[str, Any]], question: str) -> None:
     messages.append({"role": "assistant", "content": [b.to_dict() for b in response.content]})
 
 
-def measure(root: str, size: int, repeats: int, read: bool) -> dict[str, Any]:
+def _chain_call(client: Any, messages: list[dict[str, Any]], question: str) -> None:
+    """One step of a tool chain: the answer (thinking and a tool call) replayed as the SDK gave it, then
+    the tool's result (a framework that replays faithfully: the mend hook's fast path)."""
+    if not messages:
+        messages.append({"role": "user", "content": question})
+    response = client.messages.create(messages=messages, tools=[WEATHER], **ANTHROPIC.session_options)
+    messages.append({"role": "assistant", "content": [b.to_dict() for b in response.content]})
+    call = next(b for b in response.content if b.type == "tool_use")
+    messages.append(
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "22C"}]}
+    )
+
+
+def measure(root: str, size: int, repeats: int, read: bool, mend: bool = False) -> dict[str, Any]:
     bare_client, guarded_client = _client(ANTHROPIC, root), _client(ANTHROPIC, root)
-    guard = rs.instrument(guarded_client)
+    guard = rs.instrument(guarded_client, mend=mend)
     histories: dict[str, list[dict[str, Any]]] = {"bare": [], "guarded": []}
     clients = {"bare": bare_client, "guarded": guarded_client}
+    call = _chain_call if mend else _call
     for turn in range(size):  # grown for real, in lockstep
         for name in ("bare", "guarded"):
-            _call(clients[name], histories[name], f"History question {turn}?")
+            call(clients[name], histories[name], f"History question {turn}?")
     guard.records  # noqa: B018 - the growth's analysis, outside the timed repeats
 
     def run(name: str, k: int) -> None:
-        _call(clients[name], histories[name], f"Benchmark question {size}-{k}?")
+        call(clients[name], histories[name], f"Benchmark question {size}-{k}?")
         if name == "guarded" and read:
             guard.records  # noqa: B018 - the analysis, timed
 
@@ -77,7 +108,9 @@ def main() -> int:
     print(
         "bare: client.messages.create in a hand-written loop; guarded: the same client after\n"
         "rs.instrument(client); hook: records read once at the end (the request path alone); analysed:\n"
-        "guard.records read after every call (its analysis timed too). Medians; guarded/bare is the median\n"
+        "guard.records read after every call (its analysis timed too); mend: rs.instrument(client,\n"
+        "mend=True) on one long tool chain (every answer thinks and calls a tool; turns = steps).\n"
+        "Medians; guarded/bare is the median\n"
         "of per-repeat ratios (IQR beside it); own: median per-repeat difference (wall, and this process's\n"
         "CPU time); other: cores used by other processes meanwhile.\n"
     )
@@ -86,14 +119,16 @@ def main() -> int:
         f"{'IQR':>11} {'own ms':>7} {'own CPU ms':>10} {'records':>8} {'other':>5}"
     )
     worst = 0.0
-    with _emulators([ANTHROPIC]) as servers:
-        root, pid = servers[0]
-        for size, read in ((size, read) for size in sizes for read in (False, True)):
+    with _emulators([ANTHROPIC, CHAIN]) as servers:
+        modes = [(size, read, False) for size in sizes for read in (False, True)]
+        modes += [(size, False, True) for size in sizes]
+        for size, read, mend in modes:
+            root, pid = servers[1 if mend else 0]
             with CpuMeter([os.getpid(), pid]) as meter:
-                row = measure(root, size, REPEATS.get(size, 61), read)
+                row = measure(root, size, REPEATS.get(size, 61), read, mend)
             other = meter.other_cores
             low, high = row["iqr"]
-            mode = "analysed" if read else "hook"
+            mode = "mend" if mend else "analysed" if read else "hook"
             print(
                 f"{mode:>8} {size:>6} {row['n']:>4} {row['bare'] * 1e3:>8.2f} {row['guarded'] * 1e3:>11.2f} "
                 f"{row['ratio']:>12.3f} {f'{low:.2f}-{high:.2f}':>11} {row['own'] * 1e3:>7.3f} "

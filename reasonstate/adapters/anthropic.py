@@ -22,14 +22,16 @@ Rules encoded here, each from docs/protocols.md §4.3/§4.4:
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
 
+from reasonstate.adapters import replay
 from reasonstate.adapters.base import (
     DecodedStep,
     Encodings,
@@ -45,12 +47,12 @@ from reasonstate.adapters.base import (
     in_wire_order,
     json_object,
     open_turn_encoding,
-    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
 from reasonstate.adapters.declared import check_call, declared, object_parameters
+from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.cache.divergence import (
     Section,
     View,
@@ -58,7 +60,6 @@ from reasonstate.cache.divergence import (
     listed,
     model_name,
     request_body,
-    walk,
 )
 from reasonstate.cache.rules import CacheRules, divergence
 from reasonstate.errors import MalformedResponse, MissingCredentials, StreamInterrupted, VendorError
@@ -94,6 +95,12 @@ ANTHROPIC = CacheRules(
 VENDOR = "anthropic"
 API = "messages"
 _REASONING_KINDS = frozenset({"thinking", "redacted_thinking"})
+#: the fields of an answer's content blocks a replay must carry back unchanged (§4.3)
+_REPLAYED = {
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+    "tool_use": ("type", "id", "name", "input"),
+}
 _UNBOUND_KINDS = frozenset({"text", "tool_use"})
 _EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 _DEFAULT_MAX_TOKENS = 4096
@@ -949,26 +956,126 @@ class MessagesRoom(Room):
     def assembler(self) -> AnthropicAssembler:
         return AnthropicAssembler()
 
-    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
-        """Thinking signatures and redacted data the answer to a tool call must carry back (§4.3)."""
-        content = listed(response.get("content"))
-        calls = {b.get("id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"}
+    replay_marker: ClassVar[bytes] = b"tool_use"
+
+    def _source(self, response: Mapping[str, Any]) -> Source | None:
+        """The answer's thinking and redacted-thinking blocks and its tool-use blocks, in their order (§4.3:
+        the assistant message sent back carries them complete, unmodified and in their original order)."""
+        blocks = tuple(
+            {k: b[k] for k in _REPLAYED[b["type"]] if k in b}
+            for b in listed(response.get("content"))
+            if isinstance(b, Mapping) and b.get("type") in _REPLAYED
+        )
+        calls = frozenset(b["id"] for b in blocks if b["type"] == "tool_use" and isinstance(b.get("id"), str))
         if not calls:
+            return None
+        payloads = [
+            b.get("signature") or b.get("data") or "" for b in blocks if b["type"] in _REASONING_KINDS
+        ]
+        return replay.source(calls, blocks, payloads, positional=False)
+
+    def _check(self, source: Source, body: dict[str, Any], mend: bool, out: list[ReplayFinding]) -> None:
+        """The assistant message replaying the answer (the one holding its tool-use ids) against it: each
+        reasoning block by its place among the message's reasoning blocks (its signature or data, and its
+        thinking text), each tool use by its id (name and input, key order included). A reasoning block
+        left out counts only inside the tool loop (every later user message is tool results: §4.3); a
+        block present but changed counts anywhere (signatures of earlier turns are validated too)."""
+        messages = listed(body.get("messages"))
+        at = next(
+            (
+                i
+                for i, m in enumerate(messages)
+                if isinstance(m, dict)
+                and m.get("role") == "assistant"
+                and any(
+                    isinstance(b, Mapping) and b.get("id") in source.anchors for b in listed(m.get("content"))
+                )
+            ),
+            None,
+        )
+        if at is None:
             return
-        sent = list(walk(body.get("messages")))
-        if not any(isinstance(v, Mapping) and v.get("tool_use_id") in calls for v in sent):
-            return
-        carried = {
-            v.get("signature") or v.get("data")
-            for v in sent
-            if isinstance(v, Mapping) and v.get("type") in _REASONING_KINDS
-        }
-        for b in content:
-            if isinstance(b, Mapping) and b.get("type") in _REASONING_KINDS:
-                payload = b.get("signature") or b.get("data")
-                if payload and payload not in carried:
-                    yield payload_digest(payload)
+        content = messages[at]["content"]
+        in_loop = all(
+            isinstance(m, Mapping)
+            and m.get("role") == "user"
+            and isinstance(m.get("content"), list)
+            and all(isinstance(b, Mapping) and b.get("type") == "tool_result" for b in m["content"])
+            for m in messages[at + 1 :]
+            if not (isinstance(m, Mapping) and m.get("role") == "assistant")
+        )
+        report = replay.Report(out, mend)
+        came = [b for b in source.items if b["type"] in _REASONING_KINDS]
+        sent = [j for j, b in enumerate(content) if isinstance(b, dict) and b.get("type") in _REASONING_KINDS]
+        for k, block in enumerate(came):
+            payload_key = "signature" if block["type"] == "thinking" else "data"
+            payload = block.get(payload_key)
+            path = f"$.messages[{at}].content"
+            if k < len(sent):
+                j = sent[k]
+                other = content[j]
+                for key in (payload_key, "thinking") if block["type"] == "thinking" else (payload_key,):
+                    if other.get(key) != block.get(key):
+                        what = "signature" if key == "signature" else key
+                        was, now = replay.digest(block.get(key)), replay.digest(other.get(key))
+                        report.altered(
+                            f"{path}[{j}].{key}",
+                            f"{what} {was} went back as {now}"
+                            + (
+                                ""
+                                if other.get("type") == block["type"]
+                                else f" (in a {other.get('type')} block)"
+                            ),
+                            functools.partial(_restore_block, content, j, block),
+                        )
+                        break
+            elif in_loop:
+                # put back where it came: before the block that followed it in the answer (its first tool use)
+                nxt = next(
+                    (b for b in source.items[source.items.index(block) + 1 :] if b["type"] == "tool_use"),
+                    None,
+                )
+                j = next(
+                    (
+                        x
+                        for x, b in enumerate(content)
+                        if nxt is not None and isinstance(b, Mapping) and b.get("id") == nxt.get("id")
+                    ),
+                    len(content),
+                )
+                report.lost(
+                    f"{path}[{j}]",
+                    f"{block['type']} block {replay.digest(payload)} left out",
+                    functools.partial(content.insert, j, copy.deepcopy(block)),
+                )
+                if mend:  # the block is in place now: the next one left out goes after it
+                    sent = sorted([x + 1 if x >= j else x for x in sent] + [j])
+        for block in source.items:
+            if block["type"] != "tool_use":
+                continue
+            use = next(
+                ((x, b) for x, b in enumerate(content) if isinstance(b, dict) and b.get("id") == block["id"]),
+                None,
+            )
+            if use is None:
+                continue
+            j, other = use
+            for key in ("name", "input"):
+                if key in block and json.dumps(other.get(key)) != json.dumps(block[key]):
+                    what = "re-serialized" if other.get(key) == block[key] else "changed"
+                    report.altered(
+                        f"$.messages[{at}].content[{j}].{key}",
+                        f"tool_use {key} {what}: {replay.shown(json.dumps(block[key]))} went back as "
+                        f"{replay.shown(json.dumps(other.get(key)))}",
+                        functools.partial(other.__setitem__, key, copy.deepcopy(block[key])),
+                    )
 
 
 _REASONING = _Reasoning()
 ROOM = MessagesRoom()
+
+
+def _restore_block(content: list[Any], j: int, block: Mapping[str, Any]) -> None:
+    """Content block ``j`` as it came (``block``), keeping the keys the caller added (``cache_control``)."""
+    extra = {k: v for k, v in content[j].items() if k == "cache_control"}
+    content[j] = {**copy.deepcopy(dict(block)), **extra}

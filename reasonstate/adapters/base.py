@@ -61,11 +61,12 @@ import json
 import operator
 import re
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import attrs
 
+from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.cache.divergence import View
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import ContinuationMismatch, MalformedResponse, StreamInterrupted, VendorError
@@ -1141,16 +1142,36 @@ class Room:
         leaves some field of a unit unread."""
         return view.keys
 
-    def lost_continuation(self, response: Any, body: Any) -> tuple[str, ...]:
-        """Digests of the reasoning payloads ``response`` ended a tool call with that ``body`` (the request
-        answering that call) does not carry back. Empty unless ``body`` answers a call ``response`` made;
-        never an error (odd shapes: nothing to say)."""
-        if not isinstance(response, Mapping) or not isinstance(body, Mapping):
-            return ()
-        try:
-            return tuple(self._lost(response, body))
-        except Exception:
-            return ()
+    #: a byte string every answer with something to carry back contains (the tool-call marker): an answer
+    #: without it is not parsed for a :class:`~reasonstate.adapters.replay.Source`
+    replay_marker: ClassVar[bytes] = b""
 
-    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
-        return iter(())
+    def replay_source(self, response: Any) -> Source | None:
+        """What ``response`` (the parsed answer) gave that later requests must carry back verbatim: None
+        when it made no tool call (nothing anchors a replay). Never an error."""
+        if not isinstance(response, Mapping):
+            return None
+        try:
+            return self._source(response)
+        except Exception:
+            return None
+
+    def check_replay(self, source: Source, body: Any, *, mend: bool = False) -> list[ReplayFinding]:
+        """``body`` (a parsed request) compared with the answer ``source`` was read from, for the items of
+        that answer the body replays (found by their ids; none found: no finding). ``mend``: restore each
+        lost or altered field in ``body`` itself (the caller's own copy) and add a ``mended`` finding for
+        it. Never an error (odd shapes: nothing to say)."""
+        if not isinstance(body, dict):
+            return []
+        findings: list[ReplayFinding] = []
+        try:
+            self._check(source, body, mend, findings)
+        except Exception:
+            return findings  # what was found before the odd shape stands
+        return findings
+
+    def _source(self, response: Mapping[str, Any]) -> Source | None:
+        return None
+
+    def _check(self, source: Source, body: dict[str, Any], mend: bool, out: list[ReplayFinding]) -> None:
+        return None

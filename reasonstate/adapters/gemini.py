@@ -42,14 +42,16 @@ Cache prediction (§5.3): :data:`GEMINI`.
 from __future__ import annotations
 
 import base64
+import copy
 import functools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
 
+from reasonstate.adapters import replay
 from reasonstate.adapters.base import (
     DecodedStep,
     Encodings,
@@ -67,12 +69,12 @@ from reasonstate.adapters.base import (
     in_wire_order,
     json_object,
     open_turn_encoding,
-    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
 from reasonstate.adapters.declared import elsewhere, refuse_foreign, suggestion
+from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.divergence import (
     View,
@@ -80,7 +82,6 @@ from reasonstate.cache.divergence import (
     listed,
     model_name,
     request_body,
-    walk,
     without_nulls,
 )
 from reasonstate.cache.rules import CacheRules
@@ -974,24 +975,105 @@ class GenerateContentRoom(Room):
     def assembler(self) -> GeminiAssembler:
         return GeminiAssembler()
 
-    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
-        """Thought signatures the answer to a function call must carry back (§5.4)."""
+    replay_marker: ClassVar[bytes] = b"functionCall"
+
+    def _source(self, response: Mapping[str, Any]) -> Source | None:
+        """The answer's function-call parts in order: the call (id where the model gave one, name, args)
+        and the thought signature on its Part, or None (§5.4: parallel calls sign only the first)."""
         candidates = listed(response.get("candidates"))
-        first = candidates[0].get("content") if candidates and isinstance(candidates[0], Mapping) else None
-        parts = listed(first.get("parts")) if isinstance(first, Mapping) else []
-        if not any(isinstance(p, Mapping) and "functionCall" in p for p in parts):
-            return
+        content = candidates[0].get("content") if candidates and isinstance(candidates[0], Mapping) else None
+        parts = listed(content.get("parts")) if isinstance(content, Mapping) else []
+        calls = tuple(
+            {
+                "id": p["functionCall"].get("id"),
+                "name": p["functionCall"].get("name"),
+                "args": p["functionCall"].get("args"),
+                "thoughtSignature": p.get("thoughtSignature"),
+            }
+            for p in parts
+            if isinstance(p, Mapping) and isinstance(p.get("functionCall"), Mapping)
+        )
+        if not calls:
+            return None
+        payloads = [c["thoughtSignature"] for c in calls if isinstance(c["thoughtSignature"], str)]
+        return replay.source(
+            frozenset(_call_key(c) for c in calls),
+            calls,
+            payloads,
+            positional=True,
+            marks=frozenset(str(c["id"] or c["name"]) for c in calls),
+        )
+
+    def _check(self, source: Source, body: dict[str, Any], mend: bool, out: list[ReplayFinding]) -> None:
+        """Each replayed function call (by its id, else by its name and args where one Part alone matches,
+        or one alone carries the signature that came) against its Part as it came: the signature on that
+        very Part (§5.4: not moved, not merged, not replaced, none added), its args (key order included).
+        A signature left out counts in the current turn (the one Gemini validates: §5.4)."""
         contents = listed(body.get("contents"))
-        last = contents[-1] if contents and isinstance(contents[-1], Mapping) else {}
-        if not any(isinstance(p, Mapping) and "functionResponse" in p for p in listed(last.get("parts"))):
-            return
-        sent = list(walk(contents))
-        # the SDK holds signatures as bytes and re-encodes them (URL-safe alphabet): compare the bytes
-        carried = {_b64(v.get("thoughtSignature")) for v in sent if isinstance(v, Mapping)}
-        for p in parts:
-            signature = p.get("thoughtSignature") if isinstance(p, Mapping) else None
-            if signature and _b64(signature) not in carried:
-                yield payload_digest(signature)
+        turn = max(
+            (
+                i
+                for i, c in enumerate(contents)
+                if isinstance(c, Mapping)
+                and c.get("role", "user") == "user"
+                and any(
+                    isinstance(p, Mapping) and "functionResponse" not in p for p in listed(c.get("parts"))
+                )
+            ),
+            default=-1,
+        )
+        report = replay.Report(out, mend)
+        for call in source.items:
+            found = _replayed_call(contents, call)
+            if found is None:
+                continue
+            i, j = found
+            parts = contents[i]["parts"]
+            part = parts[j]
+            path = f"$.contents[{i}].parts[{j}]"
+            came, sent = call["thoughtSignature"], part.get("thoughtSignature")
+            if came is not None and sent is not None and _b64(came) != _b64(sent):
+                report.altered(
+                    f"{path}.thoughtSignature",
+                    f"thoughtSignature {replay.digest(came)} went back as {_shown(sent)}",
+                    functools.partial(part.__setitem__, "thoughtSignature", came),
+                )
+            elif came is None and sent is not None:
+                report.altered(
+                    f"{path}.thoughtSignature",
+                    f"thoughtSignature {_shown(sent)} added where the answer had none",
+                    functools.partial(part.pop, "thoughtSignature"),
+                )
+            elif came is not None and sent is None:
+                moved = next(
+                    (
+                        x
+                        for x, p in enumerate(parts)
+                        if isinstance(p, dict) and _b64(p.get("thoughtSignature")) == _b64(came)
+                    ),
+                    None,
+                )
+                if moved is not None:
+                    report.altered(
+                        f"$.contents[{i}].parts[{moved}].thoughtSignature",
+                        f"thoughtSignature {replay.digest(came)} moved from parts[{j}] to parts[{moved}]",
+                        functools.partial(_move_signature, parts, moved, j),
+                    )
+                elif i > turn:
+                    report.lost(
+                        f"{path}.thoughtSignature",
+                        f"thoughtSignature {replay.digest(came)} left out",
+                        functools.partial(part.__setitem__, "thoughtSignature", came),
+                    )
+            args = part["functionCall"].get("args")
+            if json.dumps(args) != json.dumps(call["args"]):
+                what = "re-serialized" if args == call["args"] else "changed"
+                report.altered(
+                    f"{path}.functionCall.args",
+                    f"args {what}: {replay.shown(json.dumps(call['args']))} went back as "
+                    f"{replay.shown(json.dumps(args))}",
+                    functools.partial(part["functionCall"].__setitem__, "args", copy.deepcopy(call["args"])),
+                )
 
 
 def _b64(value: Any) -> bytes | None:
@@ -1005,3 +1087,52 @@ def _b64(value: Any) -> bytes | None:
 
 _REASONING = _Reasoning()
 ROOM = GenerateContentRoom()
+
+
+def _call_key(call: Mapping[str, Any]) -> str:
+    """How a function call is found again: its id, else its name and its args (as a JSON value)."""
+    if call.get("id"):
+        return f"id:{call['id']}"
+    return f"call:{call.get('name')}:{json.dumps(call.get('args'), sort_keys=True)}"
+
+
+def _replayed_call(contents: list[Any], call: Mapping[str, Any]) -> tuple[int, int] | None:
+    """Where ``call`` sits in a request's model contents: by its id; without one, the Part with its name
+    and args, when exactly one matches or exactly one of those carries its signature (else None: a guess)."""
+    matches = [
+        (i, j)
+        for i, c in enumerate(contents)
+        if isinstance(c, Mapping) and c.get("role") == "model"
+        for j, p in enumerate(listed(c.get("parts")))
+        if isinstance(p, dict)
+        and isinstance(p.get("functionCall"), dict)
+        and (
+            p["functionCall"].get("id") == call["id"]
+            if call.get("id")
+            else (p["functionCall"].get("name"), p["functionCall"].get("args"))
+            == (call["name"], call["args"])
+        )
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    signed = [
+        (i, j)
+        for i, j in matches
+        if call.get("thoughtSignature") is not None
+        and _b64(contents[i]["parts"][j].get("thoughtSignature")) == _b64(call["thoughtSignature"])
+    ]
+    return signed[0] if len(signed) == 1 else None
+
+
+def _move_signature(parts: list[Any], wrong: int, right: int) -> None:
+    parts[right]["thoughtSignature"] = parts[wrong].pop("thoughtSignature")
+
+
+#: the sentinel some frameworks write on a call the model did not sign (docs/protocols.md §5.4)
+_DUMMY = frozenset({"skip_thought_signature_validator", "context_engineering_is_the_way_to_go"})
+
+
+def _shown(signature: Any) -> str:
+    """A signature as a finding shows it: a digest, or the dummy by name (as text or as base64 of it)."""
+    dummy = signature if signature in _DUMMY else (_b64(signature) or b"").decode("ascii", "replace")
+    return f"the dummy {dummy!r}" if dummy in _DUMMY else replay.digest(signature)

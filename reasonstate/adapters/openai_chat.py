@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
+from reasonstate.adapters import replay
 from reasonstate.adapters.base import (
     DecodedStep,
     Encodings,
@@ -59,6 +60,7 @@ from reasonstate.adapters.base import (
     summary_note,
 )
 from reasonstate.adapters.declared import check_call, declared, object_parameters
+from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.cache.divergence import (
     View,
     ViewBuilder,
@@ -829,6 +831,75 @@ class ChatRoom(Room):
             return None
         shown = {k: v for k, v in message.items() if v is not None and k != "reasoning"}
         return self.view({"messages": [shown]}).units[-1].key
+
+    replay_marker: ClassVar[bytes] = b"tool_calls"
+
+    def _source(self, response: Mapping[str, Any]) -> Source | None:
+        """The answer's tool calls (id, name, argument string) and its ``reasoning_content`` (§3.3: an
+        assistant message that made tool calls keeps its original ``reasoning_content`` in every later
+        request)."""
+        choices = listed(response.get("choices"))
+        message = choices[0].get("message") if choices and isinstance(choices[0], Mapping) else None
+        if not isinstance(message, Mapping):
+            return None
+        calls = tuple(
+            {"id": c["id"], "name": c["function"].get("name"), "arguments": c["function"].get("arguments")}
+            for c in listed(message.get("tool_calls"))
+            if isinstance(c, Mapping)
+            and isinstance(c.get("id"), str)
+            and isinstance(c.get("function"), Mapping)
+        )
+        if not calls:
+            return None
+        reasoning = message.get("reasoning_content")
+        items = ({"reasoning_content": reasoning if isinstance(reasoning, str) else None}, *calls)
+        payloads = [c["arguments"] for c in calls if isinstance(c["arguments"], str)]
+        if isinstance(reasoning, str):
+            payloads.append(reasoning)
+        return replay.source(frozenset(c["id"] for c in calls), items, payloads, positional=False)
+
+    def _check(self, source: Source, body: dict[str, Any], mend: bool, out: list[ReplayFinding]) -> None:
+        """Each replayed call (found by its id) against the call that came: its name and argument string
+        byte for byte; the message carrying the first call against the answer's ``reasoning_content``."""
+        report = replay.Report(out, mend)
+        head, *calls = source.items
+        first = calls[0]["id"]
+        for i, message in enumerate(listed(body.get("messages"))):
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            for j, call in enumerate(listed(message.get("tool_calls"))):
+                function = call.get("function") if isinstance(call, dict) else None
+                came = next((c for c in calls if c["id"] == call.get("id")), None) if function else None
+                if came is None or not isinstance(function, dict):
+                    continue
+                at = f"$.messages[{i}].tool_calls[{j}].function"
+                for key in ("name", "arguments"):
+                    if function.get(key) != came[key]:
+                        what = (
+                            "re-serialized"
+                            if key == "arguments" and replay.same_json(function.get(key), came[key])
+                            else "changed"
+                        )
+                        was, now = replay.shown(came[key]), replay.shown(function.get(key))
+                        report.altered(
+                            f"{at}.{key}",
+                            f"{key} {what}: {was} went back as {now}",
+                            functools.partial(function.__setitem__, key, came[key]),
+                        )
+                reasoning = head["reasoning_content"]
+                if call.get("id") != first or not reasoning:
+                    continue
+                sent = message.get("reasoning_content")
+                path = f"$.messages[{i}].reasoning_content"
+                restore = functools.partial(message.__setitem__, "reasoning_content", reasoning)
+                if sent is None:
+                    report.lost(path, f"reasoning_content {replay.digest(reasoning)} left out", restore)
+                elif sent != reasoning:
+                    report.altered(
+                        path,
+                        f"reasoning_content {replay.digest(reasoning)} went back as {replay.digest(sent)}",
+                        restore,
+                    )
 
     def cache_keys(self, view: View, raw_usage: Mapping[str, Any] | None) -> tuple[str, ...]:
         """On DeepSeek, each message keyed as the server renders it (§3.3: ``reasoning_content`` is read on

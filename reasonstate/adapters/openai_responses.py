@@ -52,13 +52,15 @@ Cache prediction (§1.5): :data:`OPENAI_RESPONSES`, scheme ``items``.
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
 
+from reasonstate.adapters import replay
 from reasonstate.adapters.base import (
     DecodedStep,
     Encodings,
@@ -74,12 +76,12 @@ from reasonstate.adapters.base import (
     count,
     json_object,
     open_turn_encoding,
-    payload_digest,
     payload_of,
     summary_note,
     unit_digest,
 )
 from reasonstate.adapters.declared import check_call, declared, object_parameters
+from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.adapters.transport import status_message
 from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
 from reasonstate.cache.rules import CacheRules
@@ -817,28 +819,107 @@ class ResponsesRoom(Room):
     def assembler(self) -> ResponsesAssembler:
         return ResponsesAssembler()
 
-    def _lost(self, response: Mapping[str, Any], body: Mapping[str, Any]) -> Iterator[str]:
-        """Reasoning items (their encrypted content, else their id) a stateless answer to a tool call must
-        carry back (§1.4); a request chained with ``previous_response_id`` carries them server-side."""
-        output = listed(response.get("output"))
-        calls = {
-            i.get("call_id") for i in output if isinstance(i, Mapping) and i.get("type") == "function_call"
-        }
-        answered = any(
-            isinstance(v, Mapping) and v.get("type") == "function_call_output" and v.get("call_id") in calls
-            for v in listed(body.get("input"))
-        )
-        if not calls or not answered or body.get("previous_response_id") == response.get("id"):
-            return
-        ids = {v.get("id") for v in listed(body.get("input")) if isinstance(v, Mapping)}
-        blobs = {v.get("encrypted_content") for v in listed(body.get("input")) if isinstance(v, Mapping)}
-        for item in output:
-            if not isinstance(item, Mapping) or item.get("type") != "reasoning":
-                continue
-            blob = item.get("encrypted_content")
-            if (blob and blob not in blobs) or (not blob and item.get("id") not in ids):
-                yield payload_digest(blob or item.get("id"))
+    replay_marker: ClassVar[bytes] = b"function_call"
 
+    def _source(self, response: Mapping[str, Any]) -> Source | None:
+        """The answer's reasoning items (id, encrypted content, summary) and function calls (id, call id,
+        name, argument string), in output order (§1.4: a stateless chain sends them back as input items)."""
+        items = tuple(
+            {k: i[k] for k in _REPLAYED[i["type"]] if k in i}
+            for i in listed(response.get("output"))
+            if isinstance(i, Mapping) and i.get("type") in _REPLAYED
+        )
+        calls = [i for i in items if i["type"] == "function_call" and isinstance(i.get("call_id"), str)]
+        if not calls:
+            return None
+        payloads = [i.get("encrypted_content") or "" for i in items if i["type"] == "reasoning"]
+        payloads += [c["arguments"] for c in calls if isinstance(c.get("arguments"), str)]
+        return replay.source(frozenset(c["call_id"] for c in calls), items, payloads, positional=False)
+
+    def _check(self, source: Source, body: dict[str, Any], mend: bool, out: list[ReplayFinding]) -> None:
+        """Each replayed function call (by its call id) against the call that came (name, argument string
+        byte for byte, item id); each reasoning item that came before it (by its id, else the reasoning
+        item just before the call) against its id and encrypted content. A request chained with
+        ``previous_response_id`` carries them server-side (§1.4): nothing to compare."""
+        if body.get("previous_response_id"):
+            return
+        items = listed(body.get("input"))
+        report = replay.Report(out, mend)
+        came_calls = [i for i in source.items if i["type"] == "function_call"]
+        at = {
+            i.get("call_id"): x
+            for x, i in enumerate(items)
+            if isinstance(i, dict) and i.get("type") == "function_call"
+        }
+        first = next((at[c["call_id"]] for c in came_calls if c["call_id"] in at), None)
+        if first is None:
+            return
+        for came in came_calls:
+            x = at.get(came["call_id"])
+            if x is None:
+                continue
+            item = items[x]
+            for key in ("name", "arguments", "id"):
+                if key in came and key in item and item[key] != came[key]:
+                    what = (
+                        "re-serialized"
+                        if key == "arguments" and replay.same_json(item[key], came[key])
+                        else "changed"
+                    )
+                    was, now = replay.shown(came[key]), replay.shown(item[key])
+                    report.altered(
+                        f"$.input[{x}].{key}",
+                        f"{key} {what}: {was} went back as {now}",
+                        functools.partial(item.__setitem__, key, came[key]),
+                    )
+        reasoning = [i for i in source.items if i["type"] == "reasoning"]
+        for k, came in enumerate(reasoning):
+            x = next(
+                (
+                    x
+                    for x, i in enumerate(items)
+                    if isinstance(i, dict)
+                    and i.get("type") == "reasoning"
+                    and came.get("id")
+                    and i.get("id") == came["id"]
+                ),
+                None,
+            )
+            if x is None and k == len(reasoning) - 1 and first > 0:
+                before = items[first - 1]
+                if isinstance(before, dict) and before.get("type") == "reasoning" and not before.get("id"):
+                    x = first - 1
+            blob = came.get("encrypted_content")
+            if x is None:
+                if blob or came.get("id"):
+                    report.lost(
+                        f"$.input[{first}]",
+                        f"reasoning item {replay.digest(blob or came.get('id'))} left out",
+                        functools.partial(items.insert, first, copy.deepcopy(came)),
+                    )
+                continue
+            item = items[x]
+            sent = item.get("encrypted_content")
+            restore = functools.partial(item.__setitem__, "encrypted_content", blob)
+            if blob and sent is None:
+                report.lost(
+                    f"$.input[{x}].encrypted_content",
+                    f"encrypted_content {replay.digest(blob)} left out",
+                    restore,
+                )
+            elif blob and sent != blob:
+                report.altered(
+                    f"$.input[{x}].encrypted_content",
+                    f"encrypted_content {replay.digest(blob)} went back as {replay.digest(sent)}",
+                    restore,
+                )
+
+
+#: the fields of an answer's output items a stateless replay carries back unchanged (§1.4)
+_REPLAYED = {
+    "reasoning": ("type", "id", "summary", "encrypted_content"),
+    "function_call": ("type", "id", "call_id", "name", "arguments"),
+}
 
 _REASONING = _Reasoning()
 ROOM = ResponsesRoom()

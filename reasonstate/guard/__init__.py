@@ -27,8 +27,12 @@ from typing import Any
 import attrs
 
 from reasonstate.adapters import room_for_path
+from reasonstate.adapters.replay import ReplayFinding
 from reasonstate.cache.divergence import CAUSES, Cause, Divergence, View
 from reasonstate.cache.rules import CacheRules
+from reasonstate.errors import InvalidOption
+from reasonstate.guard import _replay
+from reasonstate.guard._replay import Ledger
 from reasonstate.state import Records, Usage
 
 __all__ = ["CAUSES", "Cause", "Divergence", "Guard", "GuardRecord", "GuardWarning", "instrument"]
@@ -36,15 +40,22 @@ __all__ = ["CAUSES", "Cause", "Divergence", "Guard", "GuardRecord", "GuardWarnin
 
 @attrs.frozen(slots=True)
 class GuardWarning:
-    """A finding on one request. ``kind``: ``continuation_lost`` (a signature, encrypted item or
-    ``reasoning_content`` of the previous answer is missing from this tool-chain request; ``detail`` lists
-    digests, never the payload), ``unexplained_miss`` (a request that extends the previous one read less
+    """A finding on one request. ``kind``: ``continuation_lost`` (a request replays an earlier answer of
+    its conversation, one of its tool calls found by id, but leaves out a signature, redacted data,
+    encrypted item, ``thoughtSignature`` or ``reasoning_content`` the vendor needs back),
+    ``continuation_altered`` (the field is there but differs from the bytes that came: re-serialized
+    arguments, a replaced, added or moved signature, merged blocks), ``mended`` (mend mode restored it in
+    the outgoing body), ``mend_skipped`` (a mend the body's encoding did not allow) — these four carry
+    ``path``, the JSON path in the request body, and a ``detail`` naming payloads by digest only; a lost
+    or altered field is reported once per answer, at the first request where it happens;
+    ``unexplained_miss`` (a request that extends the previous one read less
     cache than predicted), ``prediction_mismatch`` (it read more), ``request_not_json``,
     ``response_not_json``, ``stream_cut_short``, ``usage_missing``, ``usage_invalid``, ``vendor_error``
     (a non-2xx answer), ``hook_error`` (the guard itself failed; the request went on untouched)."""
 
     kind: str
     detail: str = ""
+    path: str = ""
 
 
 @attrs.frozen(slots=True)
@@ -85,6 +96,11 @@ class _Exchange:
     chunks: list[bytes] = attrs.field(factory=list)
     complete: bool = False
     error: str | None = None
+    origin: str = ""
+    # what mend mode found (and restored) in the request, each with the index of the answer it compared with
+    replay: tuple[tuple[int, ReplayFinding], ...] = ()
+    # whether the answer went into the guard's ledger (mend mode: at once; else when analysed)
+    sourced: bool = False
 
 
 def _api_of(path: str) -> str | None:
@@ -95,13 +111,23 @@ def _api_of(path: str) -> str | None:
 
 #: how many unread captures wait before the hook analyses them itself
 _DRAIN = 128
+#: where the request hook leaves its findings for the response hook (the request's extensions)
+_FINDINGS = "reasonstate.guard.replay"
+
+
+def _origin(url: Any) -> str:
+    """The server a request went to (answers are compared within one server: one vendor)."""
+    return f"{url.scheme}://{url.host}:{url.port or ''}"
 
 
 class Guard:
     """The records of an instrumented client (one per request with a response, in send order)."""
 
-    def __init__(self, cache: CacheRules | None = None) -> None:
+    def __init__(self, cache: CacheRules | None = None, mend: bool = False) -> None:
         self._cache = cache
+        self._mend = mend
+        # the recent answers with a tool call, kept compactly for the requests that replay them
+        self._answers = Ledger()
         self._count = itertools.count()
         self._lock = threading.Lock()
         self._pending: list[_Exchange] = []
@@ -125,7 +151,35 @@ class Guard:
         for capture in pending:
             self._records.append(self._analysed(capture))
 
+    @property
+    def mend(self) -> bool:
+        """Whether the guard restores lost or altered continuation fields in outgoing requests."""
+        return self._mend
+
     # -- the hook side: bytes only -----------------------------------------------------------------------
+    def _on_request(self, request: Any) -> None:
+        """Mend mode: restore, in the outgoing body only, what the request lost or altered of the answers
+        it replays (:func:`reasonstate.guard._replay.mend`). Never raises: a failure sends the request as
+        it was and becomes a finding."""
+        try:
+            if request.method != "POST" or not self._answers:
+                return
+            path = str(request.url.path)
+            room = room_for_path(path)
+            if room is None:
+                return
+            content = bytes(request.content)
+            answers = self._answers.candidates(room.api, _origin(request.url))
+            new, findings = _replay.mend(room, answers, path, content)
+            if findings:
+                request.extensions[_FINDINGS] = findings
+            if new is not None:
+                from reasonstate.guard._capture import replace_body
+
+                replace_body(request, new)
+        except Exception as exc:
+            request.extensions[_FINDINGS] = ((-1, ReplayFinding("hook_error", "", f"mend: {exc!r}")),)
+
     def _on_response(self, response: Any) -> None:
         try:
             request = response.request
@@ -142,6 +196,8 @@ class Guard:
                 int(response.status_code),
                 body,
                 {k.lower(): v for k, v in response.headers.items()},
+                origin=_origin(request.url),
+                replay=request.extensions.get(_FINDINGS, ()),
             )
             content = getattr(response, "_content", None)
             if isinstance(content, bytes):  # someone read it already
@@ -158,6 +214,13 @@ class Guard:
             self._done(capture)
 
     def _done(self, capture: _Exchange) -> None:
+        if self._mend:  # the next request may replay this answer: keep it now
+            try:
+                from reasonstate.guard._record import keep_answer
+
+                keep_answer(self, capture)
+            except Exception as exc:  # never into the caller's request
+                capture.error = f"keeping the answer: {type(exc).__name__}: {exc}"
         self._pending.append(capture)  # list.append is atomic
         # captures hold whole bodies: when nobody reads the records, they are analysed in batches (bounded
         # memory; the batch's cost falls on one request in _DRAIN, never blocked by a reader)
@@ -185,15 +248,20 @@ _GUARDS: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 _INSTALL = threading.Lock()
 
 
-def instrument(client: Any, *, cache: CacheRules | None = None) -> Guard:
+def instrument(client: Any, *, cache: CacheRules | None = None, mend: bool = False) -> Guard:
     """Watch every request ``client`` sends; the one line a caller adds.
 
     ``client``: an ``anthropic``/``openai`` client (sync or async) or a ``google.genai.Client`` (both its
     sync and ``.aio`` sides) or its ``.aio``. ``cache``: the :class:`~reasonstate.cache.CacheRules` to
     predict with, when the API's default is not the vendor's (a vLLM/SGLang server behind the chat API:
     ``reasonstate.adapters.openai_chat.SELF_HOSTED_CHAT``). Instrumenting a client twice returns the same
-    guard.
-    Raises ``TypeError`` for a client without an ``httpx2`` client (nothing to watch).
+    guard. ``mend``: restore, in each outgoing body only, the continuation fields (signatures, encrypted
+    items, ``thoughtSignature`` on its Part, ``reasoning_content``, tool-call ids and argument strings) a
+    framework lost or altered of an answer the guard saw, where the match is unambiguous (same ids, same
+    position, same model, same vendor); each restoration is a ``mended`` finding. The framework's own
+    objects are untouched; a request that replays faithfully is sent byte for byte as it was.
+    Raises ``TypeError`` for a client without an ``httpx2`` client (nothing to watch), and
+    :class:`~reasonstate.InvalidOption` for a client instrumented before with the other ``mend``.
     """
     https = _http_clients(client)
     if not https:
@@ -202,12 +270,14 @@ def instrument(client: Any, *, cache: CacheRules | None = None) -> Guard:
         for http in https:
             existing = _GUARDS.get(http)
             if existing is not None:
+                if existing.mend != mend:
+                    raise InvalidOption(f"this client is instrumented already, with mend={existing.mend}")
                 return existing
-        guard = Guard(cache)
+        guard = Guard(cache, mend)
         from reasonstate.guard._capture import add_hook
 
         for http in https:
-            add_hook(http, guard._on_response)
+            add_hook(http, guard._on_response, guard._on_request if mend else None)
             _GUARDS[http] = guard
     return guard
 

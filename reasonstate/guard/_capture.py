@@ -15,7 +15,7 @@ import httpx2
 if TYPE_CHECKING:
     from reasonstate.guard import _Exchange
 
-__all__ = ["add_hook", "tee"]
+__all__ = ["add_hook", "replace_body", "tee"]
 
 Done = Callable[["_Exchange"], None]
 
@@ -70,9 +70,13 @@ def tee(stream: Any, capture: _Exchange, done: Done) -> Any:
     return _SyncTee(stream, capture, done)
 
 
-def add_hook(http: Any, on_response: Callable[[Any], None]) -> None:
-    """Append a response hook calling ``on_response`` to ``http`` (sync or async), keeping its others."""
+def add_hook(
+    http: Any, on_response: Callable[[Any], None], on_request: Callable[[Any], None] | None = None
+) -> None:
+    """Append a response hook calling ``on_response`` (and a request hook calling ``on_request``, run after
+    the client's own) to ``http`` (sync or async), keeping its others."""
     hook: Any
+    before: Any = on_request
     if isinstance(http, httpx2.Client):
         hook = on_response
     else:
@@ -80,21 +84,36 @@ def add_hook(http: Any, on_response: Callable[[Any], None]) -> None:
         async def hook(response: Any) -> None:
             on_response(response)
 
-    _append(http, hook)
+        if on_request is not None:
+
+            async def before(request: Any) -> None:
+                on_request(request)
+
+    _append(http, hook, before)
     # google-genai's default async client builds one inner client per event loop from its kwargs
     kwargs = getattr(http, "_client_kwargs", None)
     if isinstance(kwargs, dict):
         with getattr(http, "_loop_clients_lock", None) or contextlib.nullcontext():
             existing = kwargs.get("event_hooks") or {}
             kwargs["event_hooks"] = {
-                "request": list(existing.get("request", ())),
+                "request": [*existing.get("request", ()), *([before] if before else [])],
                 "response": [*existing.get("response", ()), hook],
             }
             for inner in list(dict(getattr(http, "_loop_clients", None) or {}).values()):
-                _append(inner, hook)
+                _append(inner, hook, before)
 
 
-def _append(http: Any, hook: Any) -> None:
+def _append(http: Any, hook: Any, before: Any = None) -> None:
     current = http.event_hooks
     # a new mapping, so a request being sent meanwhile iterates the old lists undisturbed
-    http.event_hooks = {"request": list(current["request"]), "response": [*current["response"], hook]}
+    http.event_hooks = {
+        "request": [*current["request"], *([before] if before else [])],
+        "response": [*current["response"], hook],
+    }
+
+
+def replace_body(request: Any, body: bytes) -> None:
+    """Send ``body`` instead of the request's own (mend mode), with its length."""
+    request._content = body
+    request.stream = httpx2.ByteStream(body)
+    request.headers["Content-Length"] = str(len(body))

@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from reasonstate.adapters import Room, room_for_path
+from reasonstate.adapters.replay import ALTERED, LOST, ReplayFinding
 from reasonstate.cache.divergence import View, explain
 from reasonstate.cache.rules import CacheRules, common_prefix_len, predict_request
+from reasonstate.guard import _replay
+from reasonstate.guard._replay import Answer
 from reasonstate.state import ExecutionRecord, Usage
 from reasonstate.state.continuation import digest_of
 
@@ -74,10 +77,8 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
         if divergence is not None and divergence.unit == view.prefix_units and room.starts_conversation(view):
             # a new conversation on the same tools and system prompt: it breaks nothing
             divergence, previous = None, None
-    if previous is not None and view is not None:
-        lost = room.lost_continuation(previous[2], body)
-        if lost:
-            warnings.append(GuardWarning("continuation_lost", ", ".join(lost)))
+    if isinstance(body, dict):
+        warnings.extend(_replayed(guard, room, capture, model, body))
 
     predicted = None
     reported = usage.cache_read if usage is not None else None
@@ -111,19 +112,63 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
     if view is not None and 200 <= capture.status < 300:
         guard._recent.append((record, view, response))
         del guard._recent[:-_RECENT]
+    keep_answer(guard, capture, response, model)
     return record
+
+
+def keep_answer(guard: Guard, capture: _Exchange, response: Any = None, model: str | None = None) -> None:
+    """Put the answer of ``capture`` in the guard's ledger when it made a tool call (once per capture).
+    ``response``/``model``: the parsed answer and the request's model, when the caller has them."""
+    if capture.sourced:
+        return
+    capture.sourced = True
+    room = room_for_path(capture.path)
+    if room is None or not room.replay_marker or not 200 <= capture.status < 300 or capture.request is None:
+        return
+    if response is None:
+        raw = _raw(capture)
+        if room.replay_marker not in raw:  # no tool call: nothing later requests replay
+            return
+        streamed = "event-stream" in capture.headers.get("content-type", "") or room.streamed(capture.path)
+        response = _response(room, capture, streamed, [])
+    source = room.replay_source(response)
+    if source is None:
+        return
+    request = capture.request if model is None else None  # the model read when a check needs it
+    guard._answers.add(Answer(capture.index, room.api, capture.origin, capture.path, source, model, request))
+
+
+def _replayed(
+    guard: Guard, room: Room, capture: _Exchange, model: str, body: dict[str, Any]
+) -> list[GuardWarning]:
+    """The request's replay findings: what mend mode found and restored in the request path, and what
+    the body as sent still loses or alters of the earlier answers (each lost or altered field reported
+    once per answer: at the first request where it happens)."""
+    from reasonstate.guard import GuardWarning
+
+    answers = guard._answers.candidates(room.api, capture.origin, before=capture.index)
+    by_index = {a.index: a for a in answers}
+    found: list[tuple[Answer | None, ReplayFinding]] = [(by_index.get(i), f) for i, f in capture.replay]
+    found += _replay.check(room, answers, model, body, mend=False)
+    out: list[GuardWarning] = []
+    here: set[tuple[str, str]] = set()  # one finding per field and kind (answers a guess matches share it)
+    for answer, finding in found:
+        key = (finding.kind, finding.path)
+        if answer is not None and finding.kind in (LOST, ALTERED):
+            if key in answer.reported:
+                continue
+            answer.reported.add(key)
+        if key not in here:
+            here.add(key)
+            out.append(GuardWarning(finding.kind, finding.detail, finding.path))
+    return out
 
 
 def _response(room: Room, capture: _Exchange, streamed: bool, warnings: list[GuardWarning]) -> Any:
     """The answer as JSON (a stream assembled by the codec's own assembler), or None with a warning."""
     from reasonstate.guard import GuardWarning
 
-    raw = b"".join(capture.chunks)
-    encoding = capture.headers.get("content-encoding")
-    if encoding and encoding != "identity":
-        import httpx2
-
-        raw = httpx2.Response(200, headers={"content-encoding": encoding}, content=raw).read()
+    raw = _raw(capture)
     if not 200 <= capture.status < 300:
         warnings.append(GuardWarning("vendor_error", f"HTTP {capture.status}"))
         return None
@@ -142,6 +187,17 @@ def _response(room: Room, capture: _Exchange, streamed: bool, warnings: list[Gua
     except ValueError:
         warnings.append(GuardWarning("response_not_json", f"{len(raw)} bytes"))
         return None
+
+
+def _raw(capture: _Exchange) -> bytes:
+    """The answer's bytes as the SDK decoded them."""
+    raw = b"".join(capture.chunks)
+    encoding = capture.headers.get("content-encoding")
+    if encoding and encoding != "identity":
+        import httpx2
+
+        raw = httpx2.Response(200, headers={"content-encoding": encoding}, content=raw).read()
+    return raw
 
 
 def _usage(
