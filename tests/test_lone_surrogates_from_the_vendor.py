@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 from urllib.request import Request, urlopen
@@ -21,6 +22,7 @@ from urllib.request import Request, urlopen
 import pytest
 
 import reasonstate as rs
+from reasonstate.store import SQLiteStore
 from reasonstate.testing import Fault, ModelAction
 from tests.test_switching import FAMILIES, Vendor
 
@@ -138,3 +140,31 @@ def test_a_lone_surrogate_in_reply_metadata_is_malformed_and_the_session_still_s
         assert session.history == before and session.state is rs.TurnState.IDLE
         _snapshot_round_trip(session, v)
         assert session.send("once more").text == "Done."
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_what_commits_around_surrogates_is_stored_and_loads_byte_identically(
+    family: str, tmp_path: Path
+) -> None:
+    """The journal's deltas too: a split emoji committed, then an answer with a lone half refused; the
+    store holds exactly what the session holds."""
+    with ExitStack() as stack:
+        v = Vendor(family, stack)
+        store = SQLiteStore(tmp_path / "s.db")
+        session = rs.Session(v.client, model=v.model, stream=True, store=store, session_id="s", **v.options)
+        _serve_edited(
+            v, session, SPLIT_TEXT[family], lambda b: _chars(b, section="\\ud83d", pilcrow="\\ude00")
+        )
+        assert EMOJI in session.send("again").text
+        v.emulator.script.extend([ModelAction(text="§")])
+        session.send("a third")
+        body, content_type = _raw_answer(v)
+        v.emulator.inject(Fault.raw(200, _chars(body, section="\\udfff"), content_type))
+        with pytest.raises(rs.MalformedResponse):
+            session.send("a fourth")
+        loaded = rs.Session.load(SQLiteStore(tmp_path / "s.db"), "s", v.client)
+        assert loaded.history == session.history and loaded.execution == session.execution
+        kept = {"trace", "digest"}
+        assert loaded.snapshot().model_dump_json(exclude=kept) == session.snapshot().model_dump_json(
+            exclude=kept
+        )
