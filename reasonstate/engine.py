@@ -91,6 +91,7 @@ from reasonstate.state import (
     Usage,
     ids_seal,
 )
+from reasonstate.state.continuation import unicode_reply
 from reasonstate.state.frozen import FrozenDict, FrozenList
 from reasonstate.state.history import frozen_arguments
 
@@ -354,7 +355,10 @@ class Engine:
     def _finish(self, call: InFlight, result: CallResult) -> Reply:
         """Decode the answer and commit every layer at once; any failure is :meth:`_fail`."""
         try:
-            decoded = self._adapter.decode(result.response, call.request)
+            # text that is not valid Unicode is refused whole, a pair cut across deltas joined
+            # (docs/protocols.md §0.3): what commits can always be encoded, snapshotted and sent back
+            response = unicode_reply(result.response, f"the {self._adapter.endpoint.label} answer")
+            decoded = self._adapter.decode(response, call.request)
             if result.events:
                 decoded = attrs.evolve(decoded, events=(*decoded.events, *result.events))
             layers, step = commit(

@@ -274,6 +274,8 @@ class StreamAssembler:
         self._out: list[StreamEvent] = []
         #: (events, bytes) of what came after the answer was complete and was no JSON object: ignored
         self._trailing = (0, 0)
+        #: per (kind, index): a high surrogate that ended the last delta, held for the next one
+        self._held: dict[tuple[str, int | None], str] = {}
 
     def events(self) -> list[StreamEvent]:
         """The :class:`StreamEvent` values recorded since the last call, in order (and forgets them)."""
@@ -289,6 +291,14 @@ class StreamAssembler:
         name: str | None = None,
         index: int | None = None,
     ) -> None:
+        # a delta ending in the first half of a UTF-16 pair keeps that half for the next delta of its kind,
+        # so an emoji cut across two events reaches the caller whole (docs/protocols.md §0.3); a half that
+        # never finds its pair is never shown: the answer is refused when it is committed
+        held = self._held.pop((kind, index), "") if self._held else ""
+        if held:  # the pair joined into its one character (a lone half stays as it is)
+            delta = (held + delta).encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        if delta and "\ud800" <= delta[-1] <= "\udbff":
+            self._held[(kind, index)], delta = delta[-1], delta[:-1]
         if delta or kind == "tool_call":
             self._out.append(StreamEvent(kind, delta, call_id, name, index))
 

@@ -528,6 +528,11 @@ class OpenAIChatAdapter:
         replayed: list[Continuation] = []
         withheld: list[Continuation] = []
         for i, step in enumerate(turn.steps):
+            if self._empty_on_deepseek(turn, i, step):
+                # DeepSeek refuses an assistant message with neither content nor tool_calls
+                # (docs/protocols.md §3.3): the empty answer stays committed, no message is sent for it
+                withheld.extend(step.continuation)
+                continue
             messages.append(self._assistant(turn, i, step, model, replayed, withheld))
             if self._flattens(step):
                 messages.append({"role": "user", "content": _results_as_text(step)})
@@ -591,6 +596,13 @@ class OpenAIChatAdapter:
         if empty:
             message["content"] = ""
         return _with_summary(message, summary)
+
+    def _empty_on_deepseek(self, turn: Turn, index: int, step: Step) -> bool:
+        """Invariant: on DeepSeek an empty answer (no text, no tool calls, no fold summary to carry) is in
+        the history and the trace, and in no request."""
+        if self.dialect != "deepseek" or step.tool_calls or step.text:
+            return False
+        return turn.view is None or turn.view.summary is None or index != len(turn.steps) - 1
 
     def _flattens(self, step: Step) -> bool:
         """DeepSeek requires the original ``reasoning_content`` on every assistant message with

@@ -17,10 +17,10 @@ from typing import Any
 
 import attrs
 
-from reasonstate.errors import ContinuationMismatch
+from reasonstate.errors import ContinuationMismatch, MalformedResponse
 from reasonstate.state.frozen import freeze
 
-__all__ = ["Continuation", "compact", "digest_of"]
+__all__ = ["Continuation", "compact", "digest_of", "unicode_reply"]
 
 #: a payload whose JSON value was not parsed (a codec that replays the bytes, or bytes that are not JSON)
 _UNPARSED: Any = object()
@@ -34,6 +34,62 @@ def compact(value: Any) -> bytes:
     """Compact JSON, keys in their given order, non-ASCII kept as it is (never escaped): how payloads are
     captured and sent, and what prefix units are digests of."""
     return _DUMPS(value).encode()
+
+
+def unicode_reply(value: Any, what: str) -> Any:
+    """A vendor's decoded JSON answer as text the session can keep: ``value`` itself when every string in
+    it is valid Unicode, else a copy with each UTF-16 surrogate *pair* joined into its character; a lone
+    surrogate anywhere (text, arguments, ids, keys) is :class:`MalformedResponse` naming where.
+
+    The rule (docs/protocols.md §0.3): a lone surrogate (``"\\ud800"``, a valid JSON escape) has no UTF-8
+    form, and the vendors' own parsers refuse it coming back (Anthropic: 400 "no low surrogate in
+    string"), so such an answer can be neither captured as payload bytes nor replayed as it came: it is
+    refused whole, before anything is committed. A pair cut across two stream deltas (``"\\ud83d"`` then
+    ``"\\ude00"``) is one character once the deltas are joined, as ``json.loads`` reads the two escapes
+    in one string; so the joined text commits as that character.
+
+    Invariant: ``compact(unicode_reply(v, w))`` never raises :class:`UnicodeEncodeError`, and equals
+    ``compact(v)`` whenever that does not raise.
+    """
+    try:
+        compact(value)  # one C-speed pass: almost every answer is plain valid text
+    except UnicodeEncodeError:
+        return _joined(value, what)
+    except (TypeError, ValueError):
+        pass  # not JSON at all: the codec says what is wrong with it
+    return value
+
+
+def _joined(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            try:  # UTF-16 round trip: joins each pair, fails at the first lone surrogate
+                return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+            except UnicodeDecodeError:
+                bad = next(i for i in range(len(value)) if _lone(value, i))
+                raise MalformedResponse(
+                    f"{where} holds {value[bad]!r} at index {bad}: half of a UTF-16 surrogate pair, not "
+                    "valid Unicode (no UTF-8 form; the vendor would refuse it back); nothing was committed "
+                    "(docs/protocols.md §0.3)"
+                ) from None
+        return value
+    if isinstance(value, dict):
+        return {_joined(k, f"{where} key {k!r}"): _joined(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_joined(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _lone(text: str, i: int) -> bool:
+    """True when ``text[i]`` is a surrogate that is not one half of a high-low pair."""
+    c = text[i]
+    if "\ud800" <= c <= "\udbff":
+        return not (i + 1 < len(text) and "\udc00" <= text[i + 1] <= "\udfff")
+    if "\udc00" <= c <= "\udfff":
+        return not (i > 0 and "\ud800" <= text[i - 1] <= "\udbff")
+    return False
 
 
 def digest_of(data: bytes) -> str:

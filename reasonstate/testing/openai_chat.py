@@ -50,6 +50,9 @@ Rules enforced (a rejected request consumes no script action and does not feed t
   e.g. JohnnyZ93/oai-compatible-copilot#215; the earlier V3.2 text was "Missing `reasoning_content`
   field in the assistant message at message index N."). An empty string satisfies the check (§7: the
   real behaviour is unconfirmed).
+* **DeepSeek empty assistant message** (§3.3): an assistant message whose ``content`` is ``""``, null or
+  absent and that has no ``tool_calls`` → 400 ``Invalid assistant message: content or tool_calls must be
+  set`` (carlrobertoh/ProxyAI#830, #834).
 * **Byte-exact replay** (emulator strictness, not a documented vendor rule; ``verify_replay=True``, the
   default): the emulator remembers the reasoning it issued with each tool call id; an assistant message
   that replays one of those ids with a *different* ``reasoning_content`` → 400, ``code:
@@ -148,6 +151,8 @@ _DIALECT_MODELS: dict[Dialect, frozenset[str]] = {
 _CHUNK = 8  # characters per streamed delta
 
 _DEEPSEEK_MISSING = "The reasoning_content in the thinking mode must be passed back to the API."
+#: an assistant message with content "" (or none) and no tool_calls (carlrobertoh/ProxyAI#830, #834)
+_DEEPSEEK_EMPTY = "Invalid assistant message: content or tool_calls must be set"
 _DEEPSEEK_LEGACY = (
     "The reasoning_content is an intermediate result for display purposes only and will not be included "
     "in the context for inference. Please remove the reasoning_content from your message to reduce network "
@@ -348,7 +353,11 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             self._check_tool_pairing(messages)
         thinking = self._thinking(body)
         for message in messages:
-            if message.get("role") != "assistant" or not message.get("tool_calls"):
+            if message.get("role") != "assistant":
+                continue
+            if self.dialect == "deepseek" and not message.get("content") and not message.get("tool_calls"):
+                raise _Reject(self._error(_DEEPSEEK_EMPTY))
+            if not message.get("tool_calls"):
                 continue
             reasoning = message.get("reasoning_content")
             if thinking and reasoning is None:
