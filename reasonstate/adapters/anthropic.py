@@ -447,7 +447,8 @@ class AnthropicAdapter:
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
-        starts: list[int] = []  # unit index of each message's first block (a bisect finds a unit's block)
+        # unit index of each message's first block (a bisect finds a unit's block); an array, as the run's
+        starts: array.array[int] = array.array("I")
         for role, blocks, digests in few:
             _append(messages, starts, units, role, blocks, digests)
         prefix_units = len(units)
