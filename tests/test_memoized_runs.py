@@ -9,13 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 
 import reasonstate as rs
+from reasonstate.adapters.base import Encodings, compact
+from reasonstate.state import History, Turn, TurnView
 from reasonstate.testing import ModelAction
+from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
-from tests.conftest import CLOCK, WEATHER, assert_memoized_runs_encode_as_fresh
+from tests.conftest import CLOCK, THINKING, WEATHER, assert_memoized_runs_encode_as_fresh
 from tests.test_session_openai_chat import MODELS, chain, follow_up, run_chain
 from tests.test_session_openai_responses import answer
 from tests.test_session_openai_responses import chain as responses_chain
@@ -60,3 +64,44 @@ def test_a_payload_edited_in_memory_in_a_memoized_closed_turn_is_refused(
     edit(payload, "payload", payload.payload.replace(b"encrypted_content", b"encrypted_kontent"))
     with pytest.raises(rs.ContinuationMismatch):
         session.next_request("Edited?")
+
+
+def _anthropic_with_merges() -> rs.Session:
+    """Thinking turns with two empty answers inside (each sends no assistant message, so the next turn's
+    user message is merged into its own: docs/protocols.md §4.2), on the strict Messages emulator."""
+    empty = ModelAction()  # content []
+    actions = [ModelAction.answer(f"A{i}.", reasoning=f"Thought {i}.") for i in range(7)]
+    actions[2:2] = [empty]
+    actions[5:5] = [empty]
+    with AnthropicEmulator(actions) as emu:
+        session = rs.Session(
+            emu.client(max_retries=0), model="claude-sonnet-4-6", max_tokens=4096, thinking=THINKING
+        )
+        for i in range(len(actions)):
+            session.send(f"Q{i}?")
+    return session
+
+
+def test_the_anthropic_closed_history_with_merged_messages_encodes_as_a_fresh_one_in_any_order() -> None:
+    """The memo keeps only the newest run and cuts it where a history stops sharing its turns; a cut right
+    after an empty answer would keep the user message merged with the next turn's, so the cut falls
+    earlier (docs/protocols.md §4.2). Every request equals the one a fresh encoding gives."""
+    assert_memoized_runs_encode_as_fresh(_anthropic_with_merges())
+
+
+def test_a_history_rewritten_right_after_an_empty_answer_cuts_the_run_before_the_merge() -> None:
+    session = _anthropic_with_merges()
+    turns, memo = session.history.turns, session._encodings
+    adapter, prefix, options = session._adapter, session.prefix, dict(session._options)
+
+    def body(history: tuple[Turn, ...], encodings: Encodings) -> bytes:
+        full = History((*history, Turn(index=len(history), user="Next?")))
+        return compact(adapter.encode(prefix, full, session.model, options, [], encodings=encodings).kwargs)
+
+    empty = next(i for i, t in enumerate(turns) if not t.steps[0].parts)
+    body(turns, memo)  # the newest run: every turn
+    for j in (empty + 1, empty, empty + 2):  # the turn merged into the empty one's message, and around it
+        dropped = attrs.evolve(turns[j], view=TurnView((False,), policy="drop"))
+        rewritten = (*turns[:j], dropped, *turns[j + 1 :])
+        assert body(rewritten, memo) == body(tuple(attrs.evolve(t) for t in rewritten), Encodings())
+        assert body(turns, memo) == body(tuple(attrs.evolve(t) for t in turns), Encodings())

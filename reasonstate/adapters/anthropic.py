@@ -21,12 +21,14 @@ Rules encoded here, each from docs/protocols.md §4.3/§4.4:
 
 from __future__ import annotations
 
+import array
 import bisect
 import copy
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -499,7 +501,8 @@ class AnthropicAdapter:
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
-        starts: list[int] = []  # unit index of each message's first block (a bisect finds a unit's block)
+        # unit index of each message's first block (a bisect finds a unit's block); an array, as the run's
+        starts: array.array[int] = array.array("I")
         for role, blocks, digests in few:
             _append(messages, starts, units, role, blocks, digests)
         prefix_units = len(units)
@@ -669,7 +672,7 @@ def _head(prefix: Prefix) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, A
 
 def _append(
     messages: list[dict[str, Any]],
-    starts: list[int],
+    starts: MutableSequence[int],
     units: list[str],
     role: str,
     blocks: list[Any],
@@ -686,6 +689,10 @@ def _append(
     units.extend(digests)
 
 
+def _cuts() -> array.array[int]:
+    return array.array("I")
+
+
 @attrs.frozen(slots=True)
 class _Run:
     """The encoding of a run of closed turns (the whole closed history), shared between requests; its
@@ -693,16 +700,19 @@ class _Run:
 
     Built incrementally (:func:`~reasonstate.adapters.base.closed_run`): the run of turns ``0..k`` extends
     the run of ``0..k-1``, so each request pays one turn's work to extend it and identity checks of its
-    payloads to verify it. Its first unit is unit ``offset`` of the request.
+    payloads to verify it. Its first unit is unit ``offset`` of the request. ``starts`` holds each
+    message's first unit (relative to ``offset``); ``cuts`` per turn where the run of the turns up to it
+    ends (messages, units, withheld, seals), so a :meth:`prefix` is slices.
     """
 
     offset: int
     turns: tuple[Turn, ...] = ()
     messages: tuple[dict[str, Any], ...] = ()
-    starts: tuple[int, ...] = ()
+    starts: array.array[int] = attrs.field(factory=_cuts)
     units: tuple[str, ...] = ()
     withheld: tuple[Continuation, ...] = ()
     seals: Seals = attrs.field(factory=Seals)
+    cuts: array.array[int] = attrs.field(factory=_cuts)
 
     def check(self) -> None:
         self.seals.check()
@@ -710,30 +720,55 @@ class _Run:
     def extended(self, turns: Sequence[Turn], encodings: Sequence[_TurnEncoding]) -> _Run:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
         offset = self.offset
-        messages, starts = list(self.messages), list(self.starts)
+        messages, starts = list(self.messages), array.array("I", self.starts)
         units = [*([""] * offset), *self.units]
         withheld = list(self.withheld)
+        cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
         for encoded in encodings:
             for role, blocks, block_digests in encoded.messages:
                 _append(messages, starts, units, role, blocks, block_digests)
             withheld.extend(encoded.withheld)
+            sealed += len(encoded.seal.entries)
+            cuts.extend((len(messages), len(units) - offset, len(withheld), sealed))
         return _Run(
             offset,
             (*self.turns, *turns),
             tuple(messages),
-            tuple(starts),
+            starts,
             tuple(units[offset:]),
             tuple(withheld),
             self.seals.extended([e.seal for e in encodings]),
+            cuts,
         )
+
+    def prefix(self, k: int) -> tuple[_Run, int]:
+        """The run of the first ``j <= k`` turns, the latest cut after an assistant message: every turn
+        opens with a user message, merged (§4.2) into a user message that ends the turn before it, so the
+        message at such a cut is not kept as it was before the merge."""
+        j, messages, cuts = k, self.messages, self.cuts
+        while 0 < j < len(self.turns) and messages[cuts[4 * j - 4] - 1]["role"] != "assistant":
+            j -= 1
+        if j == 0:
+            return _Run(self.offset), 0
+        m, u, w, s = self.cuts[4 * j - 4 : 4 * j]
+        run = _Run(
+            self.offset,
+            self.turns[:j],
+            self.messages[:m],
+            self.starts[:m],
+            self.units[:u],
+            self.withheld[:w],
+            self.seals.prefix(s),
+            self.cuts[: 4 * j],
+        )
+        return run, j
 
 
 def _closed_run(turns: tuple[Turn, ...], model: str, offset: int, encodings: Encodings) -> _Run:
     """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``."""
 
-    def encode(turn: Turn) -> _TurnEncoding:
-        build = functools.partial(_encode_turn, turn, model=model, memo=encodings)
-        return encodings.encoded(turn, (API, model), build)
+    def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
+        return _encode_turn(turn, model=model, memo=encodings)
 
     return closed_run(turns, (API, "run", model, offset), encode, _Run(offset), encodings)
 
@@ -779,7 +814,7 @@ def _assistant_content(
             replayed.append(payload)
             # a plain value parsed from the digest-verified bytes: the bytes captured are the bytes sent,
             # and the SDK's exact-type fast path applies (it walks frozen subclasses through slow ABC checks)
-            value = payload.checked()
+            value = _sharing_strings(payload.checked(), part)
             if payload.kind == "tool_use" and isinstance(value.get("input"), str):
                 # broken streamed arguments: the vendor takes only an object here (§4.2), so the call goes
                 # back with an empty one; its result tells the model the arguments were invalid
@@ -795,6 +830,26 @@ def _assistant_content(
             blocks.append(block)
             digests.append(unit_digest(block))
     return blocks, digests
+
+
+def _sharing_strings(value: Any, part: Part) -> Any:
+    """``value`` (a block parsed from its payload, kept in the memoized run for the session's life) holding
+    the history's own strings where it can: its keys and type interned, its text or thinking the very string
+    of ``part`` (equal by value, so the bytes sent are the same; issue 21: one copy in memory, not two)."""
+    if type(value) is not dict:
+        return value
+    text = part.text if isinstance(part, (TextPart, ReasoningPart)) else None
+    shared: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "type" and type(item) is str:
+            item = sys.intern(item)
+        elif text is not None and item == text and key in _TEXT_FIELDS:
+            item = text
+        shared[sys.intern(key)] = item
+    return shared
+
+
+_TEXT_FIELDS = frozenset({"text", "thinking"})
 
 
 def _canonical_block(part: Part) -> dict[str, Any] | None:

@@ -56,13 +56,15 @@ cuts one ``data`` line in two; ``feed_bytes`` splits at CR/LF only and is safe f
 
 from __future__ import annotations
 
+import array
 import functools
+import itertools
 import json
 import operator
 import re
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import attrs
 
@@ -98,7 +100,6 @@ __all__ = [
     "ProtocolRules",
     "Room",
     "Run",
-    "RunNode",
     "SSEEvent",
     "SSEParser",
     "Seal",
@@ -548,10 +549,11 @@ class Seal:
 
 @attrs.frozen(slots=True)
 class Seals:
-    """The seals of a run of turns, their entries also side by side (continuation, payload, digest), so
-    that :meth:`check` is identity comparisons at C speed; on a mismatch the seals say which and raise."""
+    """The seals of a run of turns, flat: their entries side by side (continuation, payload, digest), so
+    that :meth:`check` is identity comparisons at C speed; on a mismatch the entry that changed is found and
+    refused as :meth:`Seal.check` refuses it. Flat, not one :class:`Seal` per turn: a closed turn costs the
+    run three references, nothing more (issue 21: state in memory)."""
 
-    seals: tuple[Seal, ...] = ()
     sealed: tuple[Continuation, ...] = ()
     payloads: tuple[bytes, ...] = ()
     digests: tuple[str, ...] = ()
@@ -559,23 +561,21 @@ class Seals:
     def extended(self, seals: Sequence[Seal]) -> Seals:
         entries = [entry for seal in seals for entry in seal.entries]
         if not entries:
-            return Seals((*self.seals, *seals), self.sealed, self.payloads, self.digests)
+            return self
         sealed, payloads, digests = zip(*entries, strict=True)
-        return Seals(
-            (*self.seals, *seals),
-            self.sealed + sealed,
-            self.payloads + payloads,
-            self.digests + digests,
-        )
+        return Seals(self.sealed + sealed, self.payloads + payloads, self.digests + digests)
+
+    def prefix(self, n: int) -> Seals:
+        """The seals of the first ``n`` entries."""
+        return Seals(self.sealed[:n], self.payloads[:n], self.digests[:n])
 
     def check(self) -> None:
-        """``Seal.check`` of every seal, without a Python-level loop while nothing changed."""
+        """``Seal.check`` of every entry, without a Python-level loop while nothing changed."""
         if all(map(operator.is_, map(_PAYLOAD, self.sealed), self.payloads)) and all(
             map(operator.is_, map(_DIGEST, self.sealed), self.digests)
         ):
             return
-        for seal in self.seals:
-            seal.check()
+        Seal(tuple(zip(self.sealed, self.payloads, self.digests, strict=True))).check()
 
 
 _MISSING: Any = object()
@@ -611,7 +611,12 @@ def open_turn_encoding(turn: Turn, build: Callable[[Turn], _E], model: str, rule
 
 
 class Run(Protocol):
-    """A codec's encoding of a run of closed turns (the whole closed history), shared between requests."""
+    """A codec's encoding of a run of closed turns (the whole closed history), shared between requests.
+
+    Invariants: ``r.extended(ts, [encode(t) for t in ts])`` is the run of ``(*r.turns, *ts)``; and for
+    ``(p, j) = r.prefix(k)``: ``j <= k`` and ``p`` is the run of ``r.turns[:j]``, equal to the one built by
+    extending the empty run turn by turn (``j < k`` only where a turn's first message was merged into the
+    one before it: the message at that cut is not kept unmerged)."""
 
     @property
     def turns(self) -> tuple[Turn, ...]: ...
@@ -620,49 +625,18 @@ class Run(Protocol):
         """This run followed by ``turns`` (encoded as ``encodings``): a run of the same type."""
         ...
 
+    def prefix(self, k: int) -> tuple[Any, int]:
+        """The run of the first ``j <= k`` of its turns (the latest cut it can make there) and ``j``."""
+        ...
+
 
 _R = TypeVar("_R", bound=Run)
 
 
-@attrs.frozen(slots=True, eq=False)
-class RunNode(Generic[_R]):
-    """A closed turn's place at the end of the run of turns up to it (memoized in :class:`Encodings`).
-
-    A node is O(1) in size: only the newest run of a key is kept (by the memo, next to its node), so memory
-    stays linear in the history; an older node's run is rebuilt in one pass when needed (a policy that
-    rewrote a later turn's view). A node holds its turn weakly: the memo entry of a turn must not keep the
-    turn alive.
-    """
-
-    previous: RunNode[_R] | None
-    turn: weakref.ref[Turn]
-    encoded: Any
-    depth: int  # how many turns the run up to this node holds
-
-    def matches(self, turns: tuple[Turn, ...]) -> bool:
-        """Whether the run up to this node is the first ``depth`` of ``turns``, turn for turn (identity)."""
-        node: RunNode[_R] | None = self
-        for turn in reversed(turns[: self.depth]):
-            if node is None or node.turn() is not turn:
-                return False
-            node = node.previous
-        return node is None
-
-    def materialized(self, turns: tuple[Turn, ...], empty: _R) -> _R:
-        """The run up to this node (whose turns are the first ``depth`` of ``turns``), from ``empty``."""
-        pending: list[RunNode[_R]] = []
-        node: RunNode[_R] | None = self
-        while node is not None:
-            pending.append(node)
-            node = node.previous
-        pending.reverse()
-        return cast(_R, empty.extended(turns[: self.depth], [n.encoded for n in pending]))
-
-
 class _Entries(weakref.ref[Any]):
     """A turn's (or prefix's) memo entries, and the weak reference to it they are found by: one object per
-    memoized turn (a :class:`RunNode` holds it as its reference to its turn). ``key`` is the ``id`` it is
-    filed under; when the object dies its entries are cleared and unfiled (the callback)."""
+    memoized turn. ``key`` is the ``id`` it is filed under; when the object dies its entries are cleared
+    and unfiled (the callback)."""
 
     __slots__ = ("key", "values")
 
@@ -677,9 +651,9 @@ class _Entries(weakref.ref[Any]):
 
 class Encodings:
     """Encoding memos: what codecs derived from turn and prefix values, by (turn or prefix, key), and the
-    newest run of closed turns per run key. One belongs to a session (handed to ``Adapter.encode`` and the
-    history views) and is replaced when the session moves to another adapter; a caller that hands none
-    gets a fresh one per call.
+    newest run of closed turns per run key (:func:`closed_run`). One belongs to a session (handed to
+    ``Adapter.encode`` and the history views) and is replaced when the session moves to another adapter; a
+    caller that hands none gets a fresh one per call.
 
     Keyed so that a stale entry cannot be read: an entry is found by the very turn (or prefix) object it
     was built from (checked through a weak reference, so a reused ``id`` never matches) and goes with that
@@ -687,16 +661,17 @@ class Encodings:
     entry is true for as long as it can be read. The values themselves hold no memo: this object is where
     memos live.
 
-    Size: one :class:`_Entries` per memoized turn (its weak reference, shared with the turn's run node),
-    and :meth:`call` keeps only what the current and the previous request used (:meth:`next_request`), so
-    the per-text entries of turns that are closed (their encodings hold what they need) do not pile up.
+    Size: a closed turn is kept once, in its place in the newest run of each run key (a run holds the
+    request values themselves, and per turn a few offsets where it may be cut): no per-turn encoding, node
+    or entry (issue 21: state in memory). :meth:`call` keeps only what the current and the previous
+    request used (:meth:`next_request`), so the per-text entries of closed turns do not pile up.
     """
 
     __slots__ = ("_calls", "_forget", "_older", "_runs", "_turns")
 
     def __init__(self) -> None:
         self._turns: dict[int, _Entries] = {}
-        self._runs: dict[Hashable, tuple[RunNode[Any], Any]] = {}
+        self._runs: dict[Hashable, Any] = {}
         self._calls: dict[tuple[Hashable, ...], Any] = {}
         self._older: dict[tuple[Hashable, ...], Any] = {}
         self._forget = functools.partial(_forget, self._turns)
@@ -772,16 +747,16 @@ class Encodings:
         entries = self._turns[key] = _Entries(turn, self._forget, key)
         return entries
 
-    def newest(self, key: Hashable) -> tuple[RunNode[Any] | None, Any]:
-        """The newest run memoized under ``key`` and the node it ends at (None, None: none yet)."""
-        return self._runs.get(key, (None, None))
+    def newest(self, key: Hashable) -> Any:
+        """The newest run memoized under ``key`` (None: none yet)."""
+        return self._runs.get(key)
 
-    def keep_newest(self, key: Hashable, node: RunNode[Any], run: Any) -> None:
-        self._runs[key] = (node, run)
+    def keep_newest(self, key: Hashable, run: Any) -> None:
+        self._runs[key] = run
 
 
 def _forget(entries: dict[int, _Entries], ref: _Entries) -> None:
-    ref.values.clear()  # its run node holds this reference: no cycle outlives the turn
+    ref.values.clear()  # a value may refer back to its turn: no cycle outlives the turn
     if entries.get(ref.key) is ref:
         del entries[ref.key]
 
@@ -789,41 +764,31 @@ def _forget(entries: dict[int, _Entries], ref: _Entries) -> None:
 def closed_run(
     turns: tuple[Turn, ...], key: Hashable, encode: Callable[[Turn], Any], empty: _R, encodings: Encodings
 ) -> _R:
-    """The run of ``turns`` (all closed) memoized under ``key`` in ``encodings``: the newest memoized node
-    that still ends a prefix of ``turns`` (checked by identity), its run extended by the turns after it
-    (each encoded with ``encode``). ``empty`` is the run of no turns; ``key`` must tell apart runs that
-    ``empty`` does."""
-    newest_node, newest_run = encodings.newest(key)
-    k, node = len(turns), None
-    while k > 0:
-        cached = encodings.get(turns[k - 1], key)
-        if isinstance(cached, RunNode) and cached.depth == k:
-            if cached is newest_node:  # its run's turns, compared at C speed
-                matched = all(map(operator.is_, newest_run.turns, turns))
-            else:
-                matched = cached.matches(turns)
-            if matched:
-                node = cached
-                break
-        k -= 1
-    if node is not None and node is newest_node and k == len(turns):
-        return cast(
-            _R, newest_run
-        )  # the common case: the closed history did not change since the last request
-    run: _R = empty
-    if node is not None:
-        run = cast(_R, newest_run) if node is newest_node else node.materialized(turns, empty)
-    newest = node
-    if k < len(turns):
-        encodings_: list[Any] = []
-        for turn in turns[k:]:
-            encoded = encode(turn)
-            encodings_.append(encoded)
-            newest = RunNode(newest, encodings.ref(turn), encoded, k + len(encodings_))
-            encodings.remember(turn, key, newest)
-        run = cast(_R, run.extended(turns[k:], encodings_))
+    """The run of ``turns`` (all closed) memoized under ``key`` in ``encodings``: the newest run memoized
+    there cut after the turns it shares with ``turns`` (checked by identity, at C speed), extended by the
+    turns after them (each encoded with ``encode``). ``empty`` is the run of no turns; ``key`` must tell
+    apart runs that ``empty`` does.
+
+    Only the newest run of a key is kept, and nothing per turn outside it: a request on the history the
+    last one ended with pays the turns closed since (one each) and identity checks; a history with an
+    earlier turn rewritten (a policy's new view) pays a C-speed cut of the run and the turns from the
+    rewritten one on."""
+    newest: _R | None = encodings.newest(key)
+    run, k = empty, 0
     if newest is not None:
-        encodings.keep_newest(key, newest, run)
+        done = newest.turns
+        shared = min(len(done), len(turns))
+        # the first turn that differs (``shared`` when none does), found at C speed
+        k = next(itertools.compress(itertools.count(), map(operator.is_not, done, turns)), shared)
+        if k == len(done):
+            if k == len(turns):
+                return newest  # the common case: the closed history did not change since the last request
+            run = newest
+        else:
+            run, k = newest.prefix(k)
+    if k < len(turns):
+        run = cast(_R, run.extended(turns[k:], [encode(turn) for turn in turns[k:]]))
+    encodings.keep_newest(key, run)
     return run
 
 
@@ -843,6 +808,10 @@ class ListEncoding(Protocol):
     def seal(self) -> Seal: ...
 
 
+def _cuts() -> array.array[int]:
+    return array.array("I")
+
+
 @attrs.frozen(slots=True)
 class ListRun:
     """The run of closed turns of a codec whose request is a flat list in which nothing merges across turns
@@ -852,6 +821,8 @@ class ListRun:
     Built incrementally (:func:`closed_run`), as the Anthropic and Gemini runs are: the run of turns
     ``0..k`` extends the run of ``0..k-1``, so a request pays one turn's work to extend it and identity
     checks of its payloads to verify it, not a Python pass over every turn. Never changed once built.
+    ``cuts`` holds, per turn, where the run of the turns up to it ends (values, units, withheld, seals):
+    :meth:`prefix` is slices.
     """
 
     turns: tuple[Turn, ...] = ()
@@ -859,6 +830,7 @@ class ListRun:
     units: tuple[str, ...] = ()
     withheld: tuple[Continuation, ...] = ()
     seals: Seals = attrs.field(factory=Seals)
+    cuts: array.array[int] = attrs.field(factory=_cuts)
 
     def check(self) -> None:
         self.seals.check()
@@ -866,17 +838,36 @@ class ListRun:
     def extended(self, turns: Sequence[Turn], encodings: Sequence[ListEncoding]) -> ListRun:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
         values, units, withheld = list(self.values), list(self.units), list(self.withheld)
+        cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
         for encoded in encodings:
             values.extend(encoded.values)
             units.extend(encoded.units)
             withheld.extend(encoded.withheld)
+            sealed += len(encoded.seal.entries)
+            cuts.extend((len(values), len(units), len(withheld), sealed))
         return ListRun(
             (*self.turns, *turns),
             tuple(values),
             tuple(units),
             tuple(withheld),
             self.seals.extended([e.seal for e in encodings]),
+            cuts,
         )
+
+    def prefix(self, k: int) -> tuple[ListRun, int]:
+        """The run of the first ``k`` turns (nothing merges across turns: every cut is exact)."""
+        if k == 0:
+            return ListRun(), 0
+        v, u, w, s = self.cuts[4 * k - 4 : 4 * k]
+        run = ListRun(
+            self.turns[:k],
+            self.values[:v],
+            self.units[:u],
+            self.withheld[:w],
+            self.seals.prefix(s),
+            self.cuts[: 4 * k],
+        )
+        return run, k
 
 
 def payload_of(step: Step, part: Part) -> Continuation | None:

@@ -41,6 +41,7 @@ Cache prediction (§5.3): :data:`GEMINI`.
 
 from __future__ import annotations
 
+import array
 import base64
 import copy
 import functools
@@ -594,6 +595,10 @@ def _add(
     return role, tuple(parts), tuple(digests)
 
 
+def _cuts() -> array.array[int]:
+    return array.array("I")
+
+
 @attrs.frozen(slots=True)
 class _Run:
     """The contents of a run of closed turns (the whole closed history), shared between requests.
@@ -601,7 +606,8 @@ class _Run:
     Built incrementally (:func:`~reasonstate.adapters.base.closed_run`), as the Anthropic codec's: the run
     of turns ``0..k`` extends the run of ``0..k-1``, so a request pays one turn's work to extend it and
     identity checks of its payloads to verify it. Its dicts and lists are never changed once built (a
-    merge with the open turn replaces the last content).
+    merge with the open turn replaces the last content). ``cuts`` holds, per turn, where the run of the
+    turns up to it ends (contents, withheld, seals), so a :meth:`prefix` is slices.
     """
 
     turns: tuple[Turn, ...] = ()
@@ -610,6 +616,7 @@ class _Run:
     last: _Last | None = None
     withheld: tuple[Continuation, ...] = ()
     seals: Seals = attrs.field(factory=Seals)
+    cuts: array.array[int] = attrs.field(factory=_cuts)
 
     def check(self) -> None:
         self.seals.check()
@@ -618,10 +625,13 @@ class _Run:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
         contents, units, last = list(self.contents), list(self.units), self.last
         withheld = list(self.withheld)
+        cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
         for encoded in encodings:
             for role, parts, part_digests, unit in encoded.contents:
                 last = _add(contents, units, last, role, parts, part_digests, unit)
             withheld.extend(encoded.withheld)
+            sealed += len(encoded.seal.entries)
+            cuts.extend((len(contents), len(withheld), sealed))
         return _Run(
             (*self.turns, *turns),
             tuple(contents),
@@ -629,7 +639,31 @@ class _Run:
             last,
             tuple(withheld),
             self.seals.extended([e.seal for e in encodings]),
+            cuts,
         )
+
+    def prefix(self, k: int) -> tuple[_Run, int]:
+        """The run of the first ``j <= k`` turns, the latest cut after a model content. Every turn opens
+        with the user's content, merged into a user content that ends the turn before it, so the content at
+        such a cut is not kept as it was before the merge; and a model content is never merged into by
+        what follows (a turn's first content, the open turn's included), so the cut run's ``last`` (read
+        only to merge) is None."""
+        j = k
+        while 0 < j < len(self.turns) and self.contents[self.cuts[3 * j - 3] - 1]["role"] != "model":
+            j -= 1
+        if j == 0:
+            return _EMPTY_RUN, 0
+        c, w, s = self.cuts[3 * j - 3 : 3 * j]
+        run = _Run(
+            self.turns[:j],
+            self.contents[:c],
+            self.units[:c],
+            None if j < len(self.turns) else self.last,
+            self.withheld[:w],
+            self.seals.prefix(s),
+            self.cuts[: 3 * j],
+        )
+        return run, j
 
 
 _EMPTY_RUN = _Run()
@@ -639,9 +673,8 @@ def _closed_run(turns: tuple[Turn, ...], model: str, encodings: Encodings) -> _R
     """The run of ``turns`` (all closed). A content's unit depends on that content only, so a run does not
     depend on what precedes it (the prefix head, few-shots)."""
 
-    def encode(turn: Turn) -> _TurnEncoding:
-        build = functools.partial(_encode_turn, turn, model=model, memo=encodings)
-        return encodings.encoded(turn, (API, model), build)
+    def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
+        return _encode_turn(turn, model=model, memo=encodings)
 
     return closed_run(turns, (API, "run", model), encode, _EMPTY_RUN, encodings)
 

@@ -517,9 +517,8 @@ class OpenAIChatAdapter:
         """The run of ``turns`` (all closed) for ``model`` (a :class:`ListRun`: messages never merge across
         turns here)."""
 
-        def encode(turn: Turn) -> _TurnEncoding:
-            build = functools.partial(self._encode_turn, turn, model=model)
-            return encodings.encoded(turn, (API, self.dialect, model), build)
+        def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
+            return self._encode_turn(turn, model=model)
 
         return closed_run(turns, (API, "run", self.dialect, model), encode, _EMPTY_RUN, encodings)
 

@@ -235,9 +235,8 @@ _EMPTY_RUN = ListRun()
 def _closed_run(turns: tuple[Turn, ...], model: str, store: bool, encodings: Encodings) -> ListRun:
     """The run of ``turns`` (all closed); a turn's items depend on the model and on ``store`` only."""
 
-    def encode(turn: Turn) -> _TurnEncoding:
-        build = functools.partial(_encode_turn, turn, model=model, by_reference=store)
-        return encodings.encoded(turn, (API, model, store), build)
+    def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
+        return _encode_turn(turn, model=model, by_reference=store)
 
     return closed_run(turns, (API, "run", model, store), encode, _EMPTY_RUN, encodings)
 
