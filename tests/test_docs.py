@@ -607,3 +607,42 @@ def test_the_block_runs_verbatim_against_reasonstate_emulate(page: str, index: i
     if how.cache:
         reads = [float(share) for share in _CACHE_READS.findall(run.stdout)]
         assert reads and all(share > 0 for share in reads), run.stdout
+
+
+# -- the site: an API reference entry per public name, and it works opened as files (issue 24 item 6) -------
+def test_every_name_in_reasonstate_all_has_an_api_reference_entry() -> None:
+    """A name is documented by its own ``::: reasonstate.NAME`` entry, a heading naming it, or the entry of
+    the module that defines and exports it (``::: reasonstate.errors`` renders every exception). Issue 24:
+    ``rs.Pricing``, ``rs.KVConfig``, ``rs.Cost``, ``rs.Metrics``, ``rs.Price``, ``rs.Stream``,
+    ``rs.AsyncStream`` and ``rs.StreamEvent`` had none (the README uses three of them)."""
+    import importlib
+
+    import reasonstate
+
+    text = "\n".join(p.read_text() for p in sorted((DOCS / "api").glob("*.md")))
+    entries = set(re.findall(r"^::: ([\w.]+)\s*$", text, re.M))
+    headings = "\n".join(re.findall(r"^#+ .*$", text, re.M))
+
+    def documented(name: str) -> bool:
+        if f"reasonstate.{name}" in entries or f"reasonstate.{name}`" in headings:
+            return True
+        module = getattr(getattr(reasonstate, name), "__module__", None)
+        return module in entries and name in getattr(importlib.import_module(str(module)), "__all__", ())
+
+    missing = [name for name in reasonstate.__all__ if not documented(name)]
+    assert not missing, f"add `::: reasonstate.X` entries to docs/api/reasonstate.md for {missing}"
+
+
+def test_the_site_is_built_to_be_opened_as_files() -> None:
+    """Opened from ``site/`` as files, every navigation link opened a directory listing and search did not
+    work (issue 24): pages are built as ``name.html`` and mkdocs-material's offline plugin inlines the
+    search index."""
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert re.search(r"^use_directory_urls: false$", config, re.M)
+    plugins = config.split("\nplugins:\n", 1)[1].split("\n\n", 1)[0]
+    assert re.search(r"^  - offline$", plugins, re.M) and re.search(r"^  - search$", plugins, re.M)
+    from material.plugins.offline.plugin import OfflinePlugin  # the installed theme has the plugin
+
+    assert OfflinePlugin
+    css = (DOCS / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"\.md-typeset pre > code \{[^}]*white-space: pre-wrap", css)
