@@ -6,13 +6,25 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean fuzz docs dist-check screenshots
 
+# make test, lint, docs, ...: the whole dev set (linters, docs, every extra), once per change of pyproject.toml
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# make demo: only what the demo drives (the `demo` extra: the vendor SDKs and the tokenizers), with pip's
+# progress shown; in its own stamp, so a later make test still installs the dev set. A venv that already
+# has the dev set has the demo's too.
+DEMO_STAMP := $(VENV)/.installed-demo
+$(DEMO_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then touch $@; exit 0; fi; \
+	set -e; test -x $(BIN)/python || $(PY) -m venv $(VENV); \
+	echo "make demo: installing reasonstate[demo] into $(VENV) (the vendor SDKs and tokenizers, no dev tools)"; \
+	$(BIN)/pip install --progress-bar on -e '.[demo]'; \
+	touch $@
+
+demo: $(DEMO_STAMP)
 	$(BIN)/reasonstate demo
 
 lint: $(STAMP)

@@ -82,8 +82,9 @@ def test_the_opening_prints_the_vendor_messages_and_the_cached_tokens_as_plain_t
 ) -> None:
     result, text = opening
     assert "\x1b[" not in text  # no terminal codes when the output is not a TTY
+    flowing = " ".join(text.split())  # plain text wraps at 100 columns
     for r in result.rejections:
-        assert f"{r.vendor} 400: {r.message}" in text
+        assert " ".join(f"{r.vendor} 400: {r.message}".split()) in flowing
     assert "1. Without reasonstate" in text
     table = text.split("Prefix cache with the current time")[1]
     total = next(line for line in table.splitlines() if line.startswith("total"))
@@ -222,7 +223,8 @@ def test_the_agent_table_names_its_units_and_reads_in_one_line(
     assert len(table.reading) == 1
     assert len(table.rows) == 8  # blocks of 4 turns
     assert table.rows[-1][4] == f"{100 * run.hit_ratio:.1f}"  # the last cumulative ratio is the whole run's
-    assert "5. A cache-first coding agent" in text and table.reading[0] in text
+    assert "5. A cache-first coding agent" in text
+    assert " ".join(table.reading[0].split()) in " ".join(text.split())  # plain text wraps at 100 columns
     assert "\x1b[" not in text
 
 
@@ -253,3 +255,70 @@ def test_the_persist_part_runs_the_job_through_the_embedded_store() -> None:
     assert run.conflict_refused and run.paid_reply_kept and run.next_request_equal
     assert run.stored_bytes <= 1.5 * run.received_bytes
     assert "refused with SessionConflict" in persist_table(run).reading[0]
+
+
+# -- plain text fits 100 columns, and says what its terms mean (issue 24 item 4) --------------------------
+def test_a_plain_table_wraps_its_headers_then_its_text_cells_to_fit_the_width() -> None:
+    table = Table(
+        "t",
+        (
+            "vendor",
+            "what the plain loop does",
+            "plain: refused request (#, from 0)",
+            "rs.Session: requests (count)",
+        ),
+        (
+            (
+                "Anthropic",
+                "reply stored as text + tool calls, rendered back: thinking blocks dropped",
+                "1",
+                "8",
+            ),
+        ),
+        ("a reading long enough to wrap: " + "word " * 30,),
+        labels=2,
+    )
+    lines = table.plain(width=60).splitlines()
+    assert lines == [
+        "t",
+        "                                         plain:",
+        "                                        refused",
+        "                                        request  rs.Session:",
+        "                                            (#,     requests",
+        "vendor     what the plain loop does     from 0)      (count)",
+        "---------  ---------------------------  -------  -----------",
+        "Anthropic  reply stored as text + tool        1            8",
+        "           calls, rendered back:",
+        "           thinking blocks dropped",
+        "> a reading long enough to wrap: word word word word word",
+        "  word word word word word word word word word word word",
+        "  word word word word word word word word word word word",
+        "  word word word",
+    ]
+
+
+def test_the_whole_demo_piped_fits_100_columns_and_explains_its_terms() -> None:
+    """Issue 24 item 4: piped, 99 lines of make demo were wider than 120 columns (up to 479), and "PRR",
+    "declared breaks" and "storm breaks" appeared without a word on what they are."""
+    out = subprocess.run(
+        [sys.executable, "-m", "reasonstate.cli", "demo"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,  # piped: plain text
+        text=True,
+        timeout=1200,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) > 200 and "6. Sessions that outlive a process" in out.stdout
+    wide = [(n, len(line)) for n, line in enumerate(lines) if len(line) > 100]
+    assert not wide, wide
+    # where each term first appears, it is explained
+    for term, explained in [
+        ("PRR", "PRR (Parse-Render Roundtrip):"),
+        ("declared break", "declared break: a cache break"),
+        ("storm break", "storm break: the storm breaker suppressed"),
+        ("n/a", "n/a: the prefix diverged"),
+    ]:
+        first = next(i for i, line in enumerate(lines) if term in line.lower() or term in line)
+        assert explained.lower() in " ".join(lines[first : first + 3]).lower(), (term, lines[first])

@@ -3,15 +3,22 @@
 Each page's ``python`` blocks are joined in order and executed as one program, with the real vendor SDK
 clients pointed at a local emulator: through the SDKs' own environment variables (``ANTHROPIC_BASE_URL``,
 ``OPENAI_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``) or, where a page writes a server address into the code
-(DeepSeek's base URL, a self-hosted ``localhost:8000``), by replacing exactly that address with the
-emulator's. Fragments that are not meant to run use the ``py`` fence. A page with ``python`` blocks that no
+(a self-hosted ``localhost:8000``), by replacing exactly that address with the emulator's. The README's and
+the quickstarts' blocks also run verbatim in a subprocess against ``reasonstate emulate`` (the end of this
+module). Fragments that are not meant to run use the ``py`` fence. A page with ``python`` blocks that no
 test here runs fails :func:`test_every_page_with_python_blocks_is_executed`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import os
 import re
+import subprocess
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -90,12 +97,11 @@ def test_anthropic_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[],
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         namespace = run_page("quickstart/anthropic.md")
         assert len(emulator.requests) == 3
-    assert out() == [
-        "Rome is warmer.",
-        str(namespace["session"].report()),
-        "Rome.",
-    ]
+    lines = out()
+    assert lines[:3] == ["Rome is warmer.", str(namespace["session"].report()), "Rome."]
+    assert lines[3].startswith("1 requests") and len(lines) == 4  # the async twin's report
     assert namespace["session"].report().requests == 2
+    assert namespace["session"].execution[1].usage.cache_read > 0  # the long system prompt, cached
 
 
 @runs("quickstart/openai-responses.md")
@@ -117,23 +123,24 @@ def test_openai_responses_quickstart(monkeypatch: pytest.MonkeyPatch, out: Calla
 def test_chat_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
     from reasonstate.testing.openai_chat import OpenAIChatEmulator
 
-    with (
-        OpenAIChatEmulator(weather_chain(), dialect="deepseek") as deepseek,
-        OpenAIChatEmulator(weather_chain("Rome."), dialect="vllm") as vllm,
-    ):
-        monkeypatch.setenv("DEEPSEEK_API_KEY", "test-key")
-        run_page(
-            "quickstart/chat.md",
-            {
-                "https://api.deepseek.com": deepseek.base_url,
-                "http://localhost:8000/v1": vllm.base_url + "/v1",
-            },
-        )
-        assert (len(deepseek.requests), len(vllm.requests)) == (2, 2)
+    # each block names no server: the openai SDK reads OPENAI_BASE_URL (DeepSeek's root, vLLM's /v1)
+    deepseek_block, vllm_block = _BLOCK.findall((DOCS / "quickstart/chat.md").read_text())
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with OpenAIChatEmulator(weather_chain(), dialect="deepseek") as deepseek:
+        monkeypatch.setenv("OPENAI_BASE_URL", deepseek.base_url)
+        exec(compile(deepseek_block, "chat.md", "exec"), {})
+        assert len(deepseek.requests) == 2
+    replies = [ModelAction.answer("Rome.", reasoning="Compare."), ModelAction.answer("Oslo is colder.")]
+    with OpenAIChatEmulator(replies, dialect="vllm") as vllm:
+        monkeypatch.setenv("OPENAI_BASE_URL", vllm.base_url + "/v1")
+        exec(compile(vllm_block, "chat.md", "exec"), {})
+        assert len(vllm.requests) == 2
     lines = out()
     assert lines[0] == "Rome is warmer."
-    assert "tool-calling steps keep their reasoning (deepseek rule)" in lines[1]
-    assert lines[-1] == "Rome."
+    assert lines[1].startswith("2 requests") and "(0.0% cache reads" not in lines[1]
+    assert "tool-calling steps keep their reasoning (deepseek rule)" in lines[2]
+    assert lines[3:5] == ["Rome.", "Oslo is colder."]
+    assert lines[5].startswith("2 requests") and "(0.0% cache reads" not in lines[5]
 
 
 @runs("quickstart/gemini.md")
@@ -168,13 +175,15 @@ def qwen_script(*cities: str) -> tuple[Any, list[str]]:
 
 
 @runs("quickstart/tokens.md")
-def test_token_level_quickstart(out: Callable[[], list[str]]) -> None:
+def test_token_level_quickstart(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[str]]) -> None:
     from reasonstate.testing.completions import VLLMCompletionsEmulator
 
     renderer, script = qwen_script("Oslo")
     eos = [renderer.tokenizer.special_id("<|im_end|>")]
     with VLLMCompletionsEmulator(script, codec=renderer, eos_token_ids=eos) as emulator:
-        namespace = run_page("quickstart/tokens.md", {"http://localhost:8000/v1": emulator.base_url + "/v1"})
+        monkeypatch.setenv("OPENAI_BASE_URL", emulator.base_url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
+        namespace = run_page("quickstart/tokens.md")
         served = emulator.served
     assert len(served) == 2
     first, second = served
@@ -185,9 +194,10 @@ def test_token_level_quickstart(out: Callable[[], list[str]]) -> None:
     lines = out()
     assert lines[0] == "Yes: Oslo is cold."
     records = namespace["session"].execution
-    assert lines[1:] == [
+    assert lines[1:-1] == [
         f"{r.index} {r.usage.prompt_tokens} {r.usage.cache_read} {r.predicted_cache_read}" for r in records
     ]
+    assert lines[-1] == str(namespace["session"].report())
     assert all(r.usage.cache_read == r.predicted_cache_read for r in records)
 
 
@@ -500,3 +510,139 @@ def test_repair_howto(monkeypatch: pytest.MonkeyPatch, out: Callable[[], list[st
         sent = json.loads(deepseek.requests[1].body)["messages"][-1]["content"]
     assert "first 3 lines of notes.md: hello" in sent
     assert out() == ["Your notes say hello.", "scavenge read_file reasoning"]
+
+
+# -- verbatim: every block of README.md and docs/quickstart/ as a newcomer runs it ------------------------
+# ``reasonstate emulate ...`` in a subprocess; the block in another, in an empty folder, with an environment
+# of nothing but the variables the emulator printed (and PATH, PYTHONPATH to find this tree): no replaced
+# address, no key of the test's own. Issue 24 item 3: the DeepSeek quickstart ignored the printed variables,
+# the token-level one printed an empty line, and every quickstart showed "0.0% cache reads".
+ROOT = DOCS.parent
+_CACHE_READS = re.compile(r"\(([\d.]+)% cache reads")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verbatim:
+    """How one python block runs: the emulate arguments, the earlier blocks of its page it continues, the
+    json block of its page saved under ``script`` first, and whether it must show cache reads."""
+
+    emulate: tuple[str, ...]
+    after: tuple[int, ...] = ()
+    script: str | None = None
+    cache: bool = True
+
+
+VERBATIM: dict[tuple[str, int], Verbatim] = {
+    ("README.md", 0): Verbatim(("anthropic",)),  # Quickstart
+    ("README.md", 1): Verbatim(("anthropic",), cache=False),  # Streaming: one request
+    ("README.md", 2): Verbatim(("anthropic",), cache=False),  # Agent runtime
+    ("README.md", 3): Verbatim(("anthropic",), cache=False),  # Persist sessions
+    ("README.md", 4): Verbatim(("anthropic",), cache=False),  # Export (no OTLP receiver: logged, not felt)
+    ("docs/quickstart/anthropic.md", 0): Verbatim(("anthropic",)),
+    ("docs/quickstart/anthropic.md", 1): Verbatim(("anthropic",), after=(0,)),
+    ("docs/quickstart/openai-responses.md", 0): Verbatim(("responses",)),
+    ("docs/quickstart/chat.md", 0): Verbatim(("chat", "--dialect", "deepseek")),
+    ("docs/quickstart/chat.md", 1): Verbatim(("chat", "--dialect", "vllm")),
+    ("docs/quickstart/gemini.md", 0): Verbatim(("gemini",)),
+    ("docs/quickstart/tokens.md", 0): Verbatim(
+        ("completions", "--tokenizer", "qwen3.6", "--script", "oslo.json"), script="oslo.json"
+    ),
+}
+
+
+def _blocks(page: str, fence: str = "python") -> list[str]:
+    return re.findall(rf"^```{fence}\n(.*?)^```", (ROOT / page).read_text(), re.S | re.M)
+
+
+def test_every_block_of_the_readme_and_the_quickstarts_runs_verbatim() -> None:
+    pages = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (DOCS / "quickstart").glob("*.md"))]
+    blocks = {(page, i) for page in pages for i in range(len(_blocks(page)))}
+    assert blocks == set(VERBATIM), "a python block was added or removed: say how it runs in VERBATIM"
+
+
+@contextlib.contextmanager
+def emulate(args: tuple[str, ...], cwd: Path) -> Iterator[dict[str, str]]:
+    """``reasonstate emulate ARGS --port 0`` in ``cwd``; yields the variables it printed (its exports)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reasonstate.cli", "emulate", *args, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    watchdog = threading.Timer(60, proc.kill)  # never hang the suite on a server that does not start
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        printed: dict[str, str] = {}
+        while (line := proc.stdout.readline()).startswith(("base_url=", "export ")):
+            if line.startswith("export "):
+                name, value = line[len("export ") :].strip().split("=", 1)
+                printed[name] = value
+        assert line.startswith("# reasonstate "), (line, proc.stderr and proc.stderr.read())
+        yield printed
+    finally:
+        watchdog.cancel()
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize(("page", "index"), sorted(VERBATIM), ids=[f"{p}#{i}" for p, i in sorted(VERBATIM)])
+def test_the_block_runs_verbatim_against_reasonstate_emulate(page: str, index: int, tmp_path: Path) -> None:
+    how = VERBATIM[(page, index)]
+    blocks = _blocks(page)
+    code = "\n".join(blocks[i] for i in (*how.after, index))
+    if how.script:
+        (script,) = _blocks(page, "json")
+        (tmp_path / how.script).write_text(script)
+    with emulate(how.emulate, tmp_path) as printed:
+        assert printed and all(name.endswith(("_BASE_URL", "_API_KEY")) for name in printed)
+        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), **printed}
+        run = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+        )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() and "Traceback" not in run.stderr
+    if how.cache:
+        reads = [float(share) for share in _CACHE_READS.findall(run.stdout)]
+        assert reads and all(share > 0 for share in reads), run.stdout
+
+
+# -- the site: an API reference entry per public name, and it works opened as files (issue 24 item 6) -------
+def test_every_name_in_reasonstate_all_has_an_api_reference_entry() -> None:
+    """A name is documented by its own ``::: reasonstate.NAME`` entry, a heading naming it, or the entry of
+    the module that defines and exports it (``::: reasonstate.errors`` renders every exception). Issue 24:
+    ``rs.Pricing``, ``rs.KVConfig``, ``rs.Cost``, ``rs.Metrics``, ``rs.Price``, ``rs.Stream``,
+    ``rs.AsyncStream`` and ``rs.StreamEvent`` had none (the README uses three of them)."""
+    import importlib
+
+    import reasonstate
+
+    text = "\n".join(p.read_text() for p in sorted((DOCS / "api").glob("*.md")))
+    entries = set(re.findall(r"^::: ([\w.]+)\s*$", text, re.M))
+    headings = "\n".join(re.findall(r"^#+ .*$", text, re.M))
+
+    def documented(name: str) -> bool:
+        if f"reasonstate.{name}" in entries or f"reasonstate.{name}`" in headings:
+            return True
+        module = getattr(getattr(reasonstate, name), "__module__", None)
+        return module in entries and name in getattr(importlib.import_module(str(module)), "__all__", ())
+
+    missing = [name for name in reasonstate.__all__ if not documented(name)]
+    assert not missing, f"add `::: reasonstate.X` entries to docs/api/reasonstate.md for {missing}"
+
+
+def test_the_site_is_built_to_be_opened_as_files() -> None:
+    """Opened from ``site/`` as files, every navigation link opened a directory listing and search did not
+    work (issue 24): pages are built as ``name.html`` and mkdocs-material's offline plugin inlines the
+    search index."""
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert re.search(r"^use_directory_urls: false$", config, re.M)
+    plugins = config.split("\nplugins:\n", 1)[1].split("\n\n", 1)[0]
+    assert re.search(r"^  - offline$", plugins, re.M) and re.search(r"^  - search$", plugins, re.M)
+    from material.plugins.offline.plugin import OfflinePlugin  # the installed theme has the plugin
+
+    assert OfflinePlugin
+    css = (DOCS / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"\.md-typeset pre > code \{[^}]*white-space: pre-wrap", css)

@@ -17,7 +17,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def test_the_readme_quickstart_runs_against_the_emulator(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = re.search(r"## Quickstart\n\n```python\n(.*?)```", README.read_text(), re.S)
+    code = re.search(r"## Quickstart\n.*?```python\n(.*?)```", README.read_text(), re.S)
     assert code is not None
     actions = [
         ModelAction(

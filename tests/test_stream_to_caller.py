@@ -673,7 +673,7 @@ def test_the_readme_streaming_example_runs_against_the_emulator(
     assert code is not None
     with AnthropicEmulator([ModelAction(reasoning="Compare. ", text="Rome is warmer.")]) as emu:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", emu.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "readme-key")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         exec(compile(code.group(1), "README.md", "exec"), {})
         assert json.loads(emu.requests[0].body)["stream"] is True
     assert capsys.readouterr().out.splitlines() == ["Compare. Rome is warmer.", "Rome is warmer."]

@@ -112,6 +112,15 @@ def policies(out: Output, *, live: bool) -> None:
     """Part 2: the full job under each between-turn policy, per vendor."""
     where = "on each real API whose key is set" if live else "on the emulators"
     out.heading(f"2. With reasonstate: the full job under each between-turn policy, {where}")
+    out.text(
+        "Keep, Drop, KeepLast(1): what each closed turn's reasoning becomes in later requests (all of it "
+        "replayed, none, the last turn's only). cache reads, vendor: what the server reported; SDK "
+        "predicted: what reasonstate expected before sending; exact: requests where the two agree, out "
+        "of those it could predict (n/a: the prefix diverged inside an item, so the token count is not "
+        "knowable). sent: request bytes on the wire; active context: the tokens of the last request's "
+        "prompt. Protocol errors must be 0.",
+        "",
+    )
     for vendor in job.VENDORS:
         if live and not os.environ.get(vendor.key_env):
             out.text(f"{vendor.title}: skipped (--live needs {vendor.key_env})", "")
@@ -119,14 +128,6 @@ def policies(out: Output, *, live: bool) -> None:
         with out.status(f"{vendor.title}: running the job under Keep, Drop, KeepLast(1)…"):
             table, _ = job.vendor_table(vendor, live)
         out.table(table)
-    out.text(
-        "cache reads, vendor: what the server reported; SDK predicted: what reasonstate expected before "
-        "sending; exact: requests where the",
-        "two agree, out of those it could predict (n/a: the prefix diverged inside an item, so the token "
-        "count is not knowable).",
-        "sent: request bytes on the wire; active context: the tokens of the last request's prompt. Protocol "
-        "errors must be 0.",
-    )
 
 
 def switching(out: Output) -> None:
@@ -140,6 +141,15 @@ def switching(out: Output) -> None:
 def tokens(out: Output) -> None:
     """Part 4: the token-level PRR matrix and a token-in/token-out session (needs the ``tokens`` extra)."""
     out.heading("4. Self-hosted models: token-level prefix reuse")
+    out.text(
+        "PRR (Parse-Render Roundtrip): a chat client parses each sampled reply into a message and renders "
+        "the whole conversation again with the model's chat template for the next prompt. Where the "
+        "re-rendered tokens differ from the ones the model sampled, the prompt prefix breaks there, and the "
+        "server's KV cache with it (break@N: the first differing character or token).",
+        "The token bridge never re-renders: the next prompt is the previous prompt's token ids, the sampled "
+        "ids, then only the new messages' tokens.",
+        "",
+    )
     try:
         from reasonstate.demo.token_session import token_demo_rows
         from reasonstate.tokens.matrix import run_matrix
@@ -207,6 +217,10 @@ def agent(out: Output) -> agent_job.AgentRun:
         "reads the same file three times).",
         "maximum: the tokens a request shares with the previous request plus its output as generated "
         "(docs/protocols.md §3.4), computed from the request and response bodies on the wire.",
+        "fold: the session replaces the oldest turns with a summary, once, at a user turn. Declared break: "
+        "a cache break the session announced in its trace before sending (here: each fold); the maximum "
+        "is not applied to it. Storm break: the storm breaker suppressed a repeated tool call (the same "
+        "call a 3rd time within 6 calls of a turn; trace event tool.suppressed) and told the model why.",
         "",
     )
     with out.status("Running the coding agent on the DeepSeek emulator…"):
