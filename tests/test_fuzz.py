@@ -383,7 +383,10 @@ def captured() -> dict[str, Any]:
             out[f"{dialect}-sse"] = _run(
                 emu,
                 lambda c, d=dialect: rs.Session(
-                    c, model="gpt-5" if d == "openai" else "m", tools=TOOLS, dialect=d
+                    c,
+                    model={"openai": "gpt-5", "deepseek": "deepseek-v4-pro"}.get(d, "m"),
+                    tools=TOOLS,
+                    dialect=d,
                 ),
                 {"stream_options": {"include_usage": True}},
             )

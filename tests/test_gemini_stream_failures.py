@@ -48,11 +48,10 @@ def test_a_streamed_chunk_the_sdk_cannot_read_is_malformed_not_refused(case: str
         assert session.send("hello").text == "Hi."  # the session goes on as it was
 
 
-def test_a_request_the_sdk_refuses_before_sending_is_still_a_protocol_violation() -> None:
+def test_a_request_the_sdk_would_refuse_is_refused_when_the_session_is_built() -> None:
+    """What google-genai refuses before sending (an option of the wrong type) is an ``InvalidOption`` when the
+    session is built (issue 24: options are checked against what the SDK declares), not at the first send."""
     with GeminiEmulator([ModelAction(text="Hi.")]) as emu:
-        session = rs.Session(
-            emu.client(), model=MODEL, stream=True, thinking_config={"include_thoughts": {"x": 1}}
-        )
-        with pytest.raises(rs.ProtocolViolation):
-            session.send("hello")
+        with pytest.raises(rs.InvalidOption, match="include_thoughts"):
+            rs.Session(emu.client(), model=MODEL, stream=True, thinking_config={"include_thoughts": {"x": 1}})
         assert emu.requests == []

@@ -452,7 +452,7 @@ def test_a_request_body_that_is_not_json_is_a_finding(claude: AnthropicEmulator)
     client = claude.client()
     guard = rs.instrument(client)
     answer = client._client.post(
-        f"{claude.base_url}/v1/messages", content=b"not json {", headers={"x-api-key": "k"}
+        f"{claude.base_url}/v1/messages", content=b"not json {", headers={"x-api-key": "test-key"}
     )
     assert answer.status_code == 400  # the emulator's own answer reached the caller untouched
     (record,) = guard.records

@@ -340,9 +340,10 @@ def test_store_and_session_id_are_checked_before_anything_is_written(db: Path) -
         with pytest.raises(InvalidOption, match="async store"):
             asyncio.run(rs.AsyncSession.load(store, "x", aclient))  # type: ignore[arg-type]
         assert store.sessions() == [] and emu.requests == []
-        # store=True/False stays the OpenAI Responses request option, not a session store
-        plain = rs.Session(client, model=anthropic_case.MODEL, store=False, **OPTIONS)
-        assert plain.session_id is None and plain.version == 0
+        # store=True/False stays the OpenAI Responses request option, not a session store: on an Anthropic
+        # client it is an option the SDK does not declare
+        with pytest.raises(InvalidOption, match="openai responses"):
+            rs.Session(client, model=anthropic_case.MODEL, store=False, **OPTIONS)
         # the default id: a fresh random one, taken at construction
         auto = rs.Session(client, model=anthropic_case.MODEL, store=store, **OPTIONS)
         assert auto.session_id and auto.version == 1
