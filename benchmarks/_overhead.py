@@ -165,7 +165,7 @@ def _client(case: Case, root: str, **http_options: Any) -> Any:
     client_class = sdk.Anthropic if case.sdk == "anthropic" else sdk.OpenAI
     base_url = root + case.base_path
     http_client = sdk.DefaultHttpxClient(base_url=base_url, **http_options)
-    return client_class(base_url=base_url, api_key="bench", max_retries=0, http_client=http_client)
+    return client_class(base_url=base_url, api_key="test-key", max_retries=0, http_client=http_client)
 
 
 def _new_session(case: Case, client: Any) -> rs.Session:

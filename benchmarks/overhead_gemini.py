@@ -44,7 +44,7 @@ def _make_client(base_url: str, **http_options: Any) -> Any:
     from google.genai import types
 
     options = types.HttpOptions(base_url=base_url, client_args={"trust_env": False, **http_options})
-    return genai.Client(api_key="bench", vertexai=False, http_options=options)
+    return genai.Client(api_key="test-key", vertexai=False, http_options=options)
 
 
 def _make_bare() -> Any:
