@@ -233,6 +233,7 @@ ANTHROPIC_BAD_SCHEMA = (
 )
 NOT_AN_OBJECT = {"type": "string"}
 NOT_JSON_SCHEMA = {"type": "object", "properties": {"city": {"type": "strng"}}}
+EMPTY_OBJECT = {"type": "object", "properties": {}}
 
 
 @pytest.mark.parametrize("schema", [NOT_AN_OBJECT, NOT_JSON_SCHEMA], ids=["not-object", "not-json-schema"])
@@ -282,6 +283,45 @@ def test_openai_chat_refuses_parameters_that_are_not_json_schema() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("parameters", "shown"),
+    [({}, "null"), ({"type": "string"}, '"string"')],
+    ids=["empty", "string"],
+)
+def test_deepseek_refuses_a_function_whose_parameters_are_not_an_object_schema(
+    parameters: dict[str, Any], shown: str
+) -> None:
+    """end-4/dots-hyprland#3640 (POSTed to api.deepseek.com): ``"parameters": {}`` is ``400 Invalid schema
+    for function 'get_shell_config': schema must be a JSON Schema of 'type: "object"', got 'type: null'.``
+    and ``{"type": "object", "properties": {}}`` is 200. DeepSeek's envelope: param null, code repeating
+    the type."""
+    tool = {"type": "function", "function": {"name": "get_shell_config", "parameters": parameters}}
+    fine = {"type": "function", "function": {"name": "get_shell_config", "parameters": EMPTY_OBJECT}}
+    with OpenAIChatEmulator([DONE], dialect="deepseek") as emu, emu.client() as client:
+        with pytest.raises(openai.BadRequestError) as exc:
+            client.chat.completions.create(model="deepseek-v4-pro", messages=USER, tools=[tool])  # type: ignore[list-item]
+        assert len(emu.script) == 1  # a refused request consumes nothing
+        client.chat.completions.create(model="deepseek-v4-pro", messages=USER, tools=[fine])  # type: ignore[list-item]
+    assert openai_error(exc) == {
+        "message": "Invalid schema for function 'get_shell_config': schema must be a JSON Schema of "
+        f"'type: \"object\"', got 'type: {shown}'.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_request_error",
+    }
+
+
+def test_deepseek_takes_a_function_without_parameters_and_faults_below_the_top() -> None:
+    """Unconfirmed for DeepSeek, so accepted (docs/protocols.md §0.2): no ``parameters`` at all, and an
+    object schema with a bad type inside."""
+    bare = {"type": "function", "function": {"name": "now"}}
+    inner = {"type": "function", "function": {"name": "get_weather", "parameters": NOT_JSON_SCHEMA}}
+    with OpenAIChatEmulator([DONE, DONE], dialect="deepseek") as emu, emu.client() as client:
+        client.chat.completions.create(model="deepseek-v4-pro", messages=USER, tools=[bare])  # type: ignore[list-item]
+        client.chat.completions.create(model="deepseek-v4-pro", messages=USER, tools=[inner])  # type: ignore[list-item]
+        assert len(emu.script) == 0
+
+
 # -- reasoning efforts -------------------------------------------------------------------------------------
 def test_responses_refuses_an_unknown_reasoning_effort() -> None:
     """stanford-crfm/helm#3501: ``Invalid value: 'self.reasoning_effort'. Supported values are: 'low',
@@ -308,6 +348,45 @@ def test_chat_refuses_an_unknown_reasoning_effort() -> None:
         client.chat.completions.create(model="gpt-5.5", messages=USER, reasoning_effort="hihg")  # type: ignore[arg-type]
     assert openai_error(exc)["param"] == "reasoning_effort"
     assert openai_error(exc)["code"] == "invalid_value"
+
+
+@pytest.mark.parametrize("effort", ["none", "hihg"])
+def test_deepseek_refuses_an_unknown_reasoning_effort_in_its_deserializers_words(effort: str) -> None:
+    """nextai-translator/nextai-translator#1879: ``Failed to deserialize the JSON body into the target type:
+    reasoning_effort: unknown variant `none`, expected one of `high`, `low`, `medium`, `max`, `xhigh` at
+    line 1 column 68`` (``none`` is the Responses format's way to switch thinking off, not this one's). The
+    column is where the value ends in the body as sent: found here by hand in the recorded body."""
+    with OpenAIChatEmulator([DONE], dialect="deepseek") as emu, emu.client() as client:
+        with pytest.raises(openai.BadRequestError) as exc:
+            client.chat.completions.create(
+                model="deepseek-v4-pro",
+                messages=USER,
+                reasoning_effort=effort,  # type: ignore[arg-type]
+            )
+        sent = emu.requests[-1].body
+    assert b"\n" not in sent
+    column = sent.index(b'"reasoning_effort"') + len(f'"reasoning_effort":"{effort}"')
+    assert openai_error(exc) == {
+        "message": "Failed to deserialize the JSON body into the target type: reasoning_effort: unknown "
+        f"variant `{effort}`, expected one of `high`, `low`, `medium`, `max`, `xhigh`, `minimal`, `ultra` "
+        f"at line 1 column {column}",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_request_error",
+    }
+
+
+@pytest.mark.parametrize("effort", ["minimal", "low", "medium", "high", "xhigh", "max", "ultra"])
+def test_deepseek_takes_every_effort_its_mapping_table_lists(effort: str) -> None:
+    """https://api-docs.deepseek.com/guides/thinking_mode: minimal, low → low; medium, high, xhigh → high;
+    max, ultra → max."""
+    with OpenAIChatEmulator([DONE], dialect="deepseek") as emu, emu.client() as client:
+        reply = client.chat.completions.create(
+            model="deepseek-v4-pro",
+            messages=USER,
+            reasoning_effort=effort,  # type: ignore[arg-type]
+        )
+    assert reply.choices[0].message.content == "18C in Paris."
 
 
 def test_anthropic_refuses_an_unknown_effort() -> None:

@@ -30,7 +30,11 @@ check no key and serve any model name, unless ``api_key=`` / ``models=`` are giv
 ``NotFoundError`` "The model `X` does not exist."). The openai dialect also refuses a ``reasoning_effort``
 outside :data:`~reasonstate.testing.openai.REASONING_EFFORTS` (400 ``invalid_value``) and a function tool
 whose ``parameters`` is not an object JSON Schema (400 ``invalid_function_parameters``, ``param:
-"tools[i].function.parameters"``).
+"tools[i].function.parameters"``). The deepseek dialect refuses a ``reasoning_effort`` outside
+:data:`DEEPSEEK_EFFORTS` in its JSON deserializer's words (400 "Failed to deserialize the JSON body into the
+target type: reasoning_effort: unknown variant `X`, expected one of ... at line L column C") and a function
+whose ``parameters`` is not an object schema at the top (400 "Invalid schema for function 'NAME': schema must
+be a JSON Schema of 'type: "object"', got 'type: null'."), both in DeepSeek's envelope.
 
 Rules enforced (a rejected request consumes no script action and does not feed the cache):
 
@@ -110,6 +114,7 @@ usage (earlier chunks then carry ``usage: null``).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
@@ -129,7 +134,7 @@ from reasonstate.testing.openai import (
 )
 from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_tokens
 
-__all__ = ["DEEPSEEK_MODELS", "MODEL_ALIASES", "Dialect", "OpenAIChatEmulator"]
+__all__ = ["DEEPSEEK_EFFORTS", "DEEPSEEK_MODELS", "MODEL_ALIASES", "Dialect", "OpenAIChatEmulator"]
 
 Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
 _DIALECTS: tuple[Dialect, ...] = ("openai", "deepseek", "vllm", "sglang")
@@ -172,6 +177,37 @@ class _Reject(Exception):
     def __init__(self, response: JSONResponse) -> None:
         super().__init__(response.payload)
         self.response = response
+
+
+#: the ``reasoning_effort`` values DeepSeek takes (https://api-docs.deepseek.com/guides/thinking_mode: the
+#: mapping table): the five its 400 listed ([3P] nextai-translator/nextai-translator#1879), then the two the
+#: newer page adds
+DEEPSEEK_EFFORTS: tuple[str, ...] = ("high", "low", "medium", "max", "xhigh", "minimal", "ultra")
+_EFFORT_VALUE = re.compile(rb'(?<!\\)"reasoning_effort"\s*:\s*"')
+
+
+def _deepseek_effort_error(raw: bytes, effort: Any) -> JSONResponse | None:
+    """DeepSeek's 400 for a ``reasoning_effort`` it does not know: its JSON deserializer's words ([3P]
+    nextai-translator/nextai-translator#1879: ``Failed to deserialize the JSON body into the target type:
+    reasoning_effort: unknown variant `none`, expected one of `high`, `low`, `medium`, `max`, `xhigh` at
+    line 1 column 68``), the position being where the value's closing quote is in the body as sent
+    (line and 1-based byte column, as serde counts them)."""
+    if not isinstance(effort, str) or effort in DEEPSEEK_EFFORTS:
+        return None
+    line, column = 1, 0
+    found = _EFFORT_VALUE.search(raw)
+    if found is not None:
+        text = raw[found.end() :].decode("utf-8", "replace")
+        _, end = json.decoder.scanstring(text, 0)  # type: ignore[attr-defined]
+        upto = raw[: found.end()] + text[:end].encode()
+        line = upto.count(b"\n") + 1
+        column = len(upto) - (upto.rfind(b"\n") + 1)
+    expected = ", ".join(f"`{e}`" for e in DEEPSEEK_EFFORTS)
+    message = (
+        "Failed to deserialize the JSON body into the target type: reasoning_effort: unknown variant "
+        f"`{effort}`, expected one of {expected} at line {line} column {column}"
+    )
+    return openai_error(400, message, param=None, code="invalid_request_error")
 
 
 def _arguments(call: ToolCallSpec) -> str:
@@ -318,6 +354,12 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             bad_tool = tool_schema_error(body.get("tools"), nested=True)
             if bad_tool is not None:
                 return bad_tool
+        elif self.dialect == "deepseek":
+            refused = _deepseek_effort_error(request.body, body.get("reasoning_effort"))
+            if refused is None:
+                refused = self._deepseek_schema_error(body.get("tools"))
+            if refused is not None:
+                return refused
         messages = body.get("messages")
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             return self._error("Invalid type for 'messages': expected an array of objects.", param="messages")
@@ -333,6 +375,28 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamResponse(self._chunks(completion, include_usage=include_usage))
         return JSONResponse(200, completion)
+
+    def _deepseek_schema_error(self, tools: Any) -> JSONResponse | None:
+        """DeepSeek's 400 for the first function whose ``parameters`` is not an object schema at the top
+        ([3P] end-4/dots-hyprland#3640: ``{}`` is refused, ``{"type": "object", "properties": {}}`` is
+        not; farion1231/cc-switch#5490). The type is quoted as JSON (``'type: null'``, where OpenAI says
+        ``"None"``). Missing ``parameters`` and faults below the top are accepted: unconfirmed
+        (docs/protocols.md §0.2)."""
+        if not isinstance(tools, list):
+            return None
+        for tool in tools:
+            spec = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(spec, dict) or "parameters" not in spec:
+                continue
+            schema = spec["parameters"]
+            kind = schema.get("type") if isinstance(schema, dict) else None
+            if kind != "object":
+                shown = json.dumps(kind, ensure_ascii=False)
+                return self._error(
+                    f"Invalid schema for function '{spec.get('name')}': schema must be a JSON Schema of "
+                    f"'type: \"object\"', got 'type: {shown}'."
+                )
+        return None
 
     def _error(self, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
         if self.dialect == "deepseek":  # DeepSeek's envelope: param null, code repeats the type
