@@ -322,6 +322,125 @@ def test_deepseek_takes_a_function_without_parameters_and_faults_below_the_top()
         assert len(emu.script) == 0
 
 
+def gemini_tools(declaration: dict[str, Any]) -> dict[str, Any]:
+    """A REST generateContent body offering one function declaration."""
+    return {"contents": [{"parts": [{"text": "Hi"}]}], "tools": [{"functionDeclarations": [declaration]}]}
+
+
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        (
+            {**WEATHER_SCHEMA, "additionalProperties": False},
+            'Invalid JSON payload received. Unknown name "additionalProperties" at '
+            "'tools[0].function_declarations[0].parameters': Cannot find field.",
+        ),
+        (
+            {"type": "object", "properties": {"unit": {"type": "string", "const": "C"}}},
+            'Invalid JSON payload received. Unknown name "const" at '
+            "'tools[0].function_declarations[0].parameters.properties[0].value': Cannot find field.",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "unit": {"type": ["string", "null"]}},
+            },
+            'Invalid JSON payload received. Unknown name "type" at '
+            "'tools[0].function_declarations[0].parameters.properties[1].value': Proto field is not "
+            "repeating, cannot start list.",
+        ),
+        (
+            {"type": "object", "properties": {"days": {"type": "integer", "enum": [1, 2]}}},
+            "Invalid value at 'tools[0].function_declarations[0].parameters.properties[0].value.enum[0]' "
+            "(TYPE_STRING), 1",
+        ),
+        (
+            {"type": "object", "properties": {"city": {"description": "a city"}}},
+            "* GenerateContentRequest.tools[0].function_declarations[0].parameters.properties[city].type: "
+            "must be specified when not using one_of, any_of or all_of fields\n",
+        ),
+    ],
+    ids=["unknown-keyword", "unknown-nested-keyword", "type-list", "enum-not-string", "no-type"],
+)
+def test_gemini_refuses_parameters_outside_its_openapi_subset(parameters: Any, message: str) -> None:
+    """``parameters`` is the API's ``Schema`` (an OpenAPI 3.0 subset read as proto JSON), not JSON Schema.
+    The texts: thClaws/thClaws#172 and openswarm-ai/openswarm#24 (unknown names, enum members),
+    zed-industries/zed#44875 (``const`` in a property), brightwave-inc/tidebreak#1516 (a type list),
+    danny-avila/LibreChat#6971 (a property without a type)."""
+    from tests.test_emulator_gemini import post
+
+    with GeminiEmulator([DONE]) as emu:
+        response = post(emu, gemini_tools({"name": "get_weather", "parameters": parameters}))
+        assert len(emu.script) == 1
+    assert response.status_code == 400
+    assert response.json() == {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
+
+
+def test_gemini_refuses_a_type_it_has_no_name_for_through_the_sdk() -> None:
+    """google-genai sends a type it does not know as it was given (with a warning); the API answers
+    ``Invalid value at '...type' (type.googleapis.com/google.ai.generativelanguage.v1beta.Type), "enum"``
+    (google-gemini/deprecated-generative-ai-js#320, zereight/gitlab-mcp#166)."""
+    from google.genai import errors, types
+
+    with pytest.warns(UserWarning, match="strin is not a valid Type"):
+        declaration = types.FunctionDeclaration(
+            name="get_weather",
+            parameters={"type": "OBJECT", "properties": {"city": {"type": "strin"}}},  # type: ignore[arg-type]
+        )
+    config = types.GenerateContentConfig(tools=[types.Tool(function_declarations=[declaration])])
+    with (
+        GeminiEmulator([DONE]) as emu,
+        emu.client(api_version="v1beta") as client,
+        pytest.raises(errors.ClientError) as exc,
+    ):
+        client.models.generate_content(model="gemini-3-flash", contents="Hi", config=config)
+    assert exc.value.code == 400 and exc.value.status == "INVALID_ARGUMENT"
+    assert exc.value.message == (
+        "Invalid value at 'tools[0].function_declarations[0].parameters.properties[0].value.type' "
+        '(type.googleapis.com/google.ai.generativelanguage.v1beta.Type), "strin"'
+    )
+
+
+def test_gemini_takes_its_subset_in_any_letter_case_and_json_schema_in_parameters_json_schema() -> None:
+    """The docs' REST examples write ``"type": "object"``; the SDK sends ``"OBJECT"``. JSON Schema
+    keywords the subset lacks are fine in ``parametersJsonSchema`` (what reasonstate sends)."""
+    from tests.test_emulator_gemini import post
+
+    lower = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris"]}}}
+    upper = {"type": "OBJECT", "properties": {"city": {"anyOf": [{"type": "STRING"}, {"type": "NULL"}]}}}
+    json_schema = {**WEATHER_SCHEMA, "additionalProperties": False, "$defs": {}}
+    with GeminiEmulator([DONE, DONE, DONE]) as emu:
+        answers = [
+            post(emu, gemini_tools({"name": "get_weather", "parameters": lower})),
+            post(emu, gemini_tools({"name": "get_weather", "parameters": upper})),
+            post(emu, gemini_tools({"name": "get_weather", "parametersJsonSchema": json_schema})),
+        ]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+
+
+@pytest.mark.parametrize(
+    "declaration",
+    [
+        {"name": "echo", "parametersJsonSchema": {"type": "string"}},
+        {"name": "echo", "parametersJsonSchema": WEATHER_SCHEMA, "parameters": WEATHER_SCHEMA},
+    ],
+    ids=["not-an-object", "both-fields"],
+)
+def test_gemini_refuses_a_json_schema_that_does_not_describe_an_object(declaration: dict[str, Any]) -> None:
+    """https://ai.google.dev/api/caching#FunctionDeclaration: the schema "must describe an object" and is
+    "mutually exclusive with parameters". The vendor's wording is unconfirmed: only the status is
+    asserted."""
+    from tests.test_emulator_gemini import post
+
+    with GeminiEmulator([DONE]) as emu:
+        response = post(emu, gemini_tools(declaration))
+    assert response.status_code == 400 and response.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert "function_declarations[0]" in response.json()["error"]["message"]
+
+
 # -- reasoning efforts -------------------------------------------------------------------------------------
 def test_responses_refuses_an_unknown_reasoning_effort() -> None:
     """stanford-crfm/helm#3501: ``Invalid value: 'self.reasoning_effort'. Supported values are: 'low',

@@ -308,6 +308,51 @@ def test_a_gemini_option_that_is_no_config_field_is_refused(
     refused(gemini, lambda: rs.Session(gemini.client(), model="gemini-2.5-flash", **options), *names)
 
 
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({"max_output_tokens": "4096"}, ("max_output_tokens=", "valid integer")),
+        ({"candidate_count": True}, ("candidate_count=", "valid integer")),
+        ({"temperature": "0.5"}, ("temperature=", "valid number")),
+        ({"thinking_config": {"include_thoughts": "yes"}}, ("thinking_config.include_thoughts=",)),
+    ],
+    ids=["max-output-tokens-str", "candidate-count-bool", "temperature-str", "include-thoughts-str"],
+)
+def test_a_gemini_option_of_the_wrong_type_is_refused_not_coerced(
+    gemini: GeminiEmulator, options: dict[str, Any], names: tuple[str, ...]
+) -> None:
+    """Issue 24: google-genai coerces its config in pydantic's lax mode, so ``max_output_tokens="4096"``
+    was accepted where ``max_tokens="4096"`` is refused on the other vendors' clients."""
+    refused(gemini, lambda: rs.Session(gemini.client(), model="gemini-2.5-flash", **options), *names)
+
+
+def test_gemini_options_of_the_declared_types_are_accepted(gemini: GeminiEmulator) -> None:
+    """An enum spelled as its string in any letter case (the SDK's enums are case-insensitive), an int
+    where a float is declared, and SDK objects are accepted."""
+    from google.genai import types
+
+    rs.Session(
+        gemini.client(),
+        model="gemini-3-flash",
+        max_output_tokens=4096,
+        temperature=1,
+        thinking_config={"thinking_level": "low", "include_thoughts": True},
+        safety_settings=[{"category": "HARM_CATEGORY_HATE_SPEECH", "threshold": "BLOCK_NONE"}],
+        stop_sequences=["END"],
+    )
+    rs.Session(
+        gemini.client(), model="gemini-3-flash", thinking_config=types.ThinkingConfig(thinking_budget=64)
+    )
+
+
+def test_a_gemini_tool_whose_parameters_are_not_an_object_is_refused(gemini: GeminiEmulator) -> None:
+    """Gemini's ``parametersJsonSchema`` "must describe an object" (docs/protocols.md §0.2); the emulator
+    refuses it too (tests/test_emulator_strictness.py)."""
+    scalar = rs.Tool(name="echo", parameters={"type": "string"})
+    refused(gemini, lambda: rs.Session(gemini.client(), model="gemini-2.5-flash", tools=[scalar]), "'echo'")
+    rs.Session(gemini.client(), model="gemini-2.5-flash", tools=[WEATHER])
+
+
 def test_a_model_of_another_vendor_is_refused_on_a_gemini_client(gemini: GeminiEmulator) -> None:
     refused(gemini, lambda: rs.Session(gemini.client(), model=SONNET), "Anthropic")
     rs.Session(gemini.client(), model="gemini-2.5-flash", thinking_config={"include_thoughts": True})

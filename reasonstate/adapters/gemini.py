@@ -74,7 +74,7 @@ from reasonstate.adapters.base import (
     summary_note,
     unit_digest,
 )
-from reasonstate.adapters.declared import elsewhere, refuse_foreign, suggestion
+from reasonstate.adapters.declared import elsewhere, object_parameters, refuse_foreign, suggestion
 from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.cache import rules as cache_rules
 from reasonstate.cache.divergence import (
@@ -372,9 +372,13 @@ def _config_fields() -> frozenset[str]:
 
 
 def check_config(options: Mapping[str, Any]) -> None:
-    """:class:`InvalidOption` unless every option is a ``GenerateContentConfig`` field whose value the SDK's
-    own model accepts (it validates as the SDK does when the call is made: pydantic's lax mode, so
-    ``max_output_tokens="4096"`` is the SDK's to coerce). Nothing is checked without the SDK installed."""
+    """:class:`InvalidOption` unless every option is a ``GenerateContentConfig`` field whose value fits the
+    field's declared type strictly, as the other rooms check theirs (docs/protocols.md §9): the SDK's own
+    model coerces in pydantic's lax mode (``max_output_tokens="4096"`` → 4096, ``candidate_count=True`` →
+    1), which would hide a mistake another vendor's session refuses. Each option given as plain JSON values
+    is validated in strict JSON mode, so an enum may still be spelled as its string (``"LOW"``, ``"low"``:
+    the SDK's enums are case-insensitive) and a float field takes an int; an option holding SDK objects is
+    validated as the SDK does. Nothing is checked without the SDK installed."""
     if not options:
         return
     try:
@@ -392,8 +396,15 @@ def check_config(options: Mapping[str, Any]) -> None:
                 f"{name}= is not an option of {SDK_LABEL}{suggestion(name, names)}"
                 f"{elsewhere(name, SDK_LABEL)}"
             )
+    plain = thaw(dict(options))
     try:
-        types.GenerateContentConfig.model_validate(thaw(dict(options)))
+        types.GenerateContentConfig.model_validate(plain)
+        for name, value in plain.items():
+            try:
+                as_json = json.dumps({name: value}, allow_nan=False)
+            except (TypeError, ValueError):  # SDK objects, callables: the SDK's own (lax) check above
+                continue
+            types.GenerateContentConfig.model_validate_json(as_json, strict=True)
     except pydantic.ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error.get("loc", ()))
@@ -432,9 +443,11 @@ class GeminiAdapter:
         """Refuse, before any request, what can never be sent (docs/protocols.md §9): another vendor's model
         id (google-genai calls Google's API; the SDK ships no list of Gemini ids, so a misspelled one is
         the vendor's to refuse), an option that is not a ``GenerateContentConfig`` field or a value the
-        SDK's model rejects (:func:`check_config`)."""
+        SDK's model rejects (:func:`check_config`), a tool whose parameters are not an object schema (its
+        ``parametersJsonSchema`` "must describe an object", docs/protocols.md §0.2)."""
         refuse_foreign(client, model, "gemini", "generateContent")
         check_config(options)
+        object_parameters(tools, "Gemini's parametersJsonSchema", "docs/protocols.md §0.2")
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(

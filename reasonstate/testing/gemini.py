@@ -70,7 +70,28 @@ in the wild ([3P] unless marked):
    SDK's ``ThinkingLevel`` is a ``CaseInSensitiveEnum``; [SDK] ``types.ThinkingLevel``); budget and level
    together → ``You can only set only one of thinking budget and thinking level.``
    (sterlp/eclipse-peon-ai#115). ``cachedContent`` → 400 (explicit caches are not emulated).
-4. Function turns. A *function call turn* is a content with a ``functionCall`` part, a *function response
+4. Function declarations (``tools[i].functionDeclarations[j]``, docs/protocols.md §0.2). A declaration's
+   fields are ``name``, ``description``, ``behavior``, ``parameters``, ``parametersJsonSchema``,
+   ``response``, ``responseJsonSchema``. ``parameters`` is the API's ``Schema``, a subset of OpenAPI 3.0, not
+   JSON Schema, and is read as proto JSON: a keyword it has no field for (``$schema``,
+   ``additionalProperties``, ``const``, ``uniqueItems``, ...) → ``Invalid JSON payload received. Unknown
+   name "additionalProperties" at 'tools[0].function_declarations[0].parameters': Cannot find field.``
+   (thClaws/thClaws#172, openswarm-ai/openswarm#24); a ``type`` list → ``Invalid JSON payload received.
+   Unknown name "type" at '...parameters.properties[0].value': Proto field is not repeating, cannot start
+   list.`` (brightwave-inc/tidebreak#1516); a ``type`` that names no ``Type`` (any letter case: the docs'
+   REST examples write ``"object"``) → ``Invalid value at '...parameters.type'
+   (type.googleapis.com/google.ai.generativelanguage.v1beta.Type), "strin"`` (the request's version;
+   zereight/gitlab-mcp#166, google-gemini/deprecated-generative-ai-js#320); an ``enum`` member that is not
+   a string → ``Invalid value at '...enum[0]' (TYPE_STRING), 0`` (thClaws/thClaws#172). A map entry is
+   named by its position (``properties[1].value``), as proto JSON names it. Then, over the whole request,
+   a property with neither ``type`` nor ``anyOf`` → ``* GenerateContentRequest.tools[0].
+   function_declarations[0].parameters.properties[city].type: must be specified when not using one_of,
+   any_of or all_of fields\n`` (danny-avila/LibreChat#6971; here the property is named).
+   ``parametersJsonSchema`` is JSON Schema, which "must describe an object" and is "mutually exclusive
+   with parameters" ([DOC] https://ai.google.dev/api/caching#FunctionDeclaration): a root that is not an
+   object schema, or both fields → 400 ``INVALID_ARGUMENT`` in words of ours (the vendor's are
+   [UNCONFIRMED]); what it refuses below the root is not known, so nothing is.
+5. Function turns. A *function call turn* is a content with a ``functionCall`` part, a *function response
    turn* one with a ``functionResponse`` part. A call turn not right after a ``user`` content →
    ``Please ensure that function call turn comes immediately after a user turn or after a function response
    turn.`` (google-gemini/gemini-cli#11814); a response turn not right after a call turn → ``Please ensure
@@ -80,7 +101,7 @@ in the wild ([3P] unless marked):
    number of function call parts of the function call turn.`` (google-gemini/gemini-cli#16415). Response
    names and ids are not matched against the calls. So "FC1+sig, FR1, FC2, FR2" for a parallel response is
    refused, as the thought-signatures FAQ says.
-5. Thought signatures (gemini-3 and later only), [DOC] https://ai.google.dev/gemini-api/docs/thought-signatures.
+6. Thought signatures (gemini-3 and later only), [DOC] https://ai.google.dev/gemini-api/docs/thought-signatures.
    The *current turn* starts at the last ``user`` content holding a part that is not a ``functionResponse``
    (e.g. ``text``; a functionResponse-only message never starts a turn) — or at ``contents[0]`` if there is
    none — and runs to the end. Earlier turns are never checked. In the current turn, for each ``model``
@@ -363,6 +384,50 @@ _GENERATION_FIELDS = frozenset(
 )
 _THINKING_FIELDS = frozenset(("includeThoughts", "thinkingBudget", "thinkingLevel"))
 _THINKING_LEVELS = ("THINKING_LEVEL_UNSPECIFIED", "MINIMAL", "LOW", "MEDIUM", "HIGH", "XHIGH")
+#: [DOC] https://ai.google.dev/api/caching#FunctionDeclaration (and the SDK's ``FunctionDeclaration``)
+_DECLARATION_FIELDS = frozenset(
+    (
+        "name",
+        "description",
+        "behavior",
+        "parameters",
+        "parametersJsonSchema",
+        "response",
+        "responseJsonSchema",
+    )
+)
+#: the fields of the Gemini API's ``Schema`` (v1beta REST reference): an OpenAPI 3.0 subset. The SDK's
+#: ``Schema`` also has ``additional_properties``, ``defs`` and ``ref``, which Vertex AI reads; the Gemini API
+#: refuses ``additionalProperties`` ([3P] openswarm-ai/openswarm#24, 2026)
+_SCHEMA_FIELDS = frozenset(
+    (
+        "type",
+        "format",
+        "title",
+        "description",
+        "nullable",
+        "enum",
+        "maxItems",
+        "minItems",
+        "properties",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "example",
+        "anyOf",
+        "propertyOrdering",
+        "default",
+        "items",
+        "minimum",
+        "maximum",
+    )
+)
+_SCHEMA_TYPES = frozenset(
+    ("TYPE_UNSPECIFIED", "STRING", "NUMBER", "INTEGER", "BOOLEAN", "ARRAY", "OBJECT", "NULL")
+)
 _CALL_FIELDS = frozenset(("id", "name", "args"))
 _RESPONSE_FIELDS = frozenset(("id", "name", "response", "willContinue", "scheduling", "parts"))
 
@@ -656,6 +721,107 @@ def _parse_thinking(raw: Any) -> _Thinking:
     return _Thinking(include=include, budget=budget)
 
 
+def _check_declarations(tools: Sequence[Mapping[str, Any]], version: str) -> None:
+    """Rule 4 of the module doc: each function declaration's fields and schemas, proto JSON first (for every
+    declaration), then the ``Schema`` semantics."""
+    parameters: list[tuple[str, dict[str, Any]]] = []
+    for i, tool in enumerate(tools):
+        declarations = tool.get("functionDeclarations", tool.get("function_declarations"))
+        if declarations is None:
+            continue
+        path = f"tools[{i}].function_declarations"
+        if not isinstance(declarations, list):
+            raise _invalid(
+                path, "type.googleapis.com/google.ai.generativelanguage.FunctionDeclaration", declarations
+            )
+        for j, raw in enumerate(declarations):
+            where = f"{path}[{j}]"
+            fields = _fields(raw, _DECLARATION_FIELDS, where)
+            if "parameters" in fields:
+                parameters.append(
+                    (
+                        f"{where}.parameters",
+                        _parse_schema(fields["parameters"], f"{where}.parameters", version),
+                    )
+                )
+                if "parametersJsonSchema" in fields:
+                    raise _Reject(
+                        f"* GenerateContentRequest.{where}: parameters and parameters_json_schema are "
+                        "mutually exclusive (reasonstate emulator wording)\n"
+                    )
+            if "parametersJsonSchema" in fields:
+                problem = _json_schema_root_problem(fields["parametersJsonSchema"])
+                if problem is not None:
+                    raise _Reject(
+                        f"* GenerateContentRequest.{where}.parameters_json_schema: the schema must "
+                        f"describe an object, {problem} (reasonstate emulator wording)\n"
+                    )
+    for path, schema in parameters:
+        _check_schema_types(schema, path)
+
+
+def _parse_schema(raw: Any, path: str, version: str) -> dict[str, Any]:
+    """A ``Schema`` read as proto JSON (camelCase keys, nulls dropped), or the parser's 400."""
+    if isinstance(raw, dict) and isinstance(raw.get("type"), list):
+        raise _Reject(
+            f"Invalid JSON payload received. Unknown name \"type\" at '{path}': Proto field is not "
+            "repeating, cannot start list."
+        )
+    fields = _fields(raw, _SCHEMA_FIELDS, path)
+    kind = fields.get("type")
+    if kind is not None and (not isinstance(kind, str) or kind.upper() not in _SCHEMA_TYPES):
+        raise _invalid(
+            f"{path}.type", f"type.googleapis.com/google.ai.generativelanguage.{version}.Type", kind
+        )
+    members = fields.get("enum")
+    for k, member in enumerate(members if isinstance(members, list) else ()):
+        if not isinstance(member, str):
+            raise _invalid(f"{path}.enum[{k}]", "TYPE_STRING", member)
+    properties = fields.get("properties")
+    if properties is not None:
+        if not isinstance(properties, dict):
+            raise _invalid(f"{path}.properties", "type.googleapis.com/google.protobuf.Struct", properties)
+        fields["properties"] = {
+            name: _parse_schema(sub, f"{path}.properties[{k}].value", version)
+            for k, (name, sub) in enumerate(properties.items())
+        }
+    if "items" in fields:
+        fields["items"] = _parse_schema(fields["items"], f"{path}.items", version)
+    if isinstance(fields.get("anyOf"), list):
+        fields["anyOf"] = [
+            _parse_schema(sub, f"{path}.any_of[{k}]", version) for k, sub in enumerate(fields["anyOf"])
+        ]
+    return fields
+
+
+def _check_schema_types(schema: Mapping[str, Any], path: str) -> None:
+    """A property with neither ``type`` nor ``anyOf`` is refused (LibreChat#6971), at any depth."""
+    for name, sub in (schema.get("properties") or {}).items():
+        where = f"{path}.properties[{name}]"
+        if "type" not in sub and "anyOf" not in sub:
+            raise _Reject(
+                f"* GenerateContentRequest.{where}.type: must be specified when not using one_of, any_of or "
+                "all_of fields\n"
+            )
+        _check_schema_types(sub, where)
+    if isinstance(schema.get("items"), Mapping):
+        _check_schema_types(schema["items"], f"{path}.items")
+    for k, sub in enumerate(schema.get("anyOf") or ()):
+        _check_schema_types(sub, f"{path}.any_of[{k}]")
+
+
+def _json_schema_root_problem(schema: Any) -> str | None:
+    """Why a ``parametersJsonSchema`` does not describe an object (None when it does or may: a root
+    ``$ref`` or union is not followed)."""
+    if not isinstance(schema, dict):
+        return f"got {_compact(schema)}"
+    if any(key in schema for key in ("$ref", "anyOf", "oneOf", "allOf")):
+        return None
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    return None if "object" in kinds else f"got type {_compact(kind)}"
+
+
 def _check_function_turns(contents: Sequence[_Content]) -> None:
     for i, content in enumerate(contents):
         previous = contents[i - 1] if i > 0 else None
@@ -899,6 +1065,7 @@ class GeminiEmulator(ScriptedEmulator):
         with self._lock:
             try:
                 parsed = _parse_request(body)
+                _check_declarations(parsed.tools, match.group(1))
                 _check_function_turns(parsed.contents)
                 self._check_signatures(model, parsed.contents)
             except _Reject as rejected:
