@@ -6,8 +6,9 @@ a run). Small runs keep it quick (the two run at once: about 25 s on two busy co
 * ``docs/images/agent-cache.svg``: cache hits per request, ``rs.Session`` next to the naive loop, from
   ``benchmarks/agent_cache.py --turns 10 --json`` (the server's ``prompt_cache_hit_tokens`` over its
   ``prompt_tokens``, per request; a marker on each declared break, the fold);
-* ``docs/images/fresh-session.svg``: a fresh session and its first send next to the raw SDK call, per
-  vendor, from ``benchmarks/fresh_session.py --repeats 5 --json`` (medians, ms).
+* ``docs/images/fresh-session.svg``: a fresh session and its first send next to the raw SDK call and to
+  the peers' fresh agents (pydantic-ai, the OpenAI Agents SDK, where installed), per vendor, from
+  ``benchmarks/fresh_session.py --repeats 5 --json`` (medians of this process's CPU time, ms).
 
 The figures are read from the JSON the benchmarks write (``--json OUT``), never parsed from their text;
 the bars are drawn by :func:`reasonstate.export.html.bar_chart`, the HTML report's own chart. A benchmark
@@ -84,22 +85,37 @@ def agent_cache_chart(figures: dict[str, Any]) -> str:
     )
 
 
+#: the peers ``fresh_session.py --json`` may report, in the order drawn
+PEERS = ("pydantic-ai", "OpenAI Agents SDK")
+
+
 def fresh_session_chart(figures: dict[str, Any]) -> str:
-    """Median ms of the raw SDK call and of a fresh ``rs.Session`` + one send, per vendor."""
+    """Median CPU ms of the raw SDK call, a fresh ``rs.Session`` + one send, and each installed peer's fresh
+    agent + first run, per vendor (CPU time: wall time on a shared machine measures the neighbours too). A
+    peer that does not speak a vendor's API has no bar there."""
     vendors = figures["vendors"]
     labels = [str(v["vendor"]).split(" (")[0].replace("generateContent", "").strip() for v in vendors]
+    series = [
+        ("raw SDK call", [1e3 * v["sdk_cpu"] for v in vendors]),
+        ("rs.Session + send", [1e3 * v["ours_cpu"] for v in vendors]),
+    ]
+    for peer in PEERS:
+        if any(peer in v.get("peers", {}) for v in vendors):
+            values = [1e3 * v["peers"][peer]["cpu"] if peer in v.get("peers", {}) else 0.0 for v in vendors]
+            series.append((f"{peer} agent + run", values))
     return bar_chart(
         labels,
-        [
-            ("raw SDK call", [1e3 * v["sdk"] for v in vendors]),
-            ("rs.Session + send", [1e3 * v["ours"] for v in vendors]),
-        ],
-        title=f"a fresh session and its first send vs the raw SDK call (medians of {figures['repeats']})",
-        unit="ms",
+        series,
+        title=(
+            "a fresh session or agent and its first request vs the raw SDK call, "
+            f"CPU ms (medians of {figures['repeats']})"
+        ),
+        unit="CPU ms",
         stacked=False,
-        width=620,
-        height=260,
+        width=760,
+        height=280,
         decimals=1,
+        colors=(PALETTE[0], PALETTE[1], PALETTE[3], PALETTE[4]),
     )
 
 

@@ -28,9 +28,17 @@ per-repeat ratios, with their interquartile range; ``own``, the median per-repea
 in this process's CPU time. Exits 1 when any vendor's ``ours/SDK`` exceeds :data:`TARGET` (issue 21:
 "a fresh session + one send <= 1.05 x the raw SDK call on an in-process transport, every vendor").
 
+Peers (``benchmarks/_peers.py``, where installed; ``--no-peers`` leaves them out): a fresh pydantic-ai
+agent and a fresh OpenAI Agents SDK agent with their first run, on the same transport and fixed answers,
+timed in the same repeats (the sides' order rotating); reported as medians and as the median per-repeat
+ratio to the raw SDK call. They go through the SDK's async client and an event loop, as those libraries
+do; their bodies are their own, so they are not compared with ours. The target applies to reasonstate
+only.
+
 Run: ``make bench`` (or ``.venv/bin/python benchmarks/fresh_session.py``; ``--repeats N``; ``--profile``
 prints cProfile of the session's construction and first send per vendor instead; ``--json OUT`` also
-writes the medians per vendor, which ``benchmarks/charts.py`` draws).
+writes the medians per vendor, wall and this process's CPU time, the peers' included, which
+``benchmarks/charts.py`` draws).
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from typing import Any
 
 import httpx2
 from _overhead import NO_FULL_COLLECTION, Case, _client, _new_session, environment
+from _peers import peers
 from overhead import ANTHROPIC
 from overhead_gemini import GEMINI
 from overhead_openai import DEEPSEEK, RESPONSES
@@ -67,13 +76,24 @@ _HOP = frozenset({"content-length", "transfer-encoding", "connection", "date", "
 
 
 class FixedTransport:
-    """An ``httpx2.MockTransport`` handler: records every request body, answers with one fixed response.
+    """An ``httpx2.MockTransport`` handler: records every request body, answers each kind of request (its
+    path and query, streamed or not) with one fixed response.
 
-    :meth:`record` fills the response once from a real emulator (over a socket, untimed)."""
+    While ``upstream`` is set, a request of a kind not seen yet is relayed to that real emulator (over a
+    socket, untimed) and its answer becomes the fixed one; afterwards nothing leaves the process."""
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
-        self.fixed: tuple[int, list[tuple[str, str]], bytes] | None = None
+        self.fixed: dict[tuple[str, bool], tuple[int, list[tuple[str, str]], bytes]] = {}
+        self.upstream: str | None = None
+
+    @staticmethod
+    def _kind(request: httpx2.Request) -> tuple[str, bool]:
+        try:
+            streamed = bool(json.loads(request.content or b"{}").get("stream"))
+        except (ValueError, AttributeError):
+            streamed = False
+        return request.url.raw_path.decode(), streamed
 
     def record(self, upstream: str, request: httpx2.Request) -> None:
         url = upstream + request.url.raw_path.decode()
@@ -83,12 +103,15 @@ class FixedTransport:
         if answer.status_code != 200:
             raise RuntimeError(f"the emulator answered {answer.status_code}: {answer.text[:300]}")
         kept = [(k, v) for k, v in answer.headers.items() if k.lower() not in _HOP]
-        self.fixed = (answer.status_code, kept, answer.content)
+        self.fixed[self._kind(request)] = (answer.status_code, kept, answer.content)
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.bodies.append(request.content)
-        assert self.fixed is not None, "record() first"
-        status, headers, content = self.fixed
+        kind = self._kind(request)
+        if kind not in self.fixed:
+            assert self.upstream is not None, f"no fixed answer for {kind}: record() first"
+            self.record(self.upstream, request)
+        status, headers, content = self.fixed[kind]
         return httpx2.Response(status, headers=headers, content=content)
 
 
@@ -113,34 +136,39 @@ def _warm_sdk(case: Case, client: Any, kwargs: dict[str, Any]) -> None:
         resource.with_raw_response.create(**copy.deepcopy(kwargs)).http_response.read()
 
 
-def _setup(case: Case) -> tuple[Any, FixedTransport]:
-    """The in-process client of ``case``, its transport filled from the real emulator."""
+def _setup(case: Case, *, with_peers: bool) -> tuple[Any, FixedTransport, dict[str, Any]]:
+    """The in-process client of ``case`` and its peers, the transport's answers filled from the real
+    emulator: the first request of a fresh session, then each peer's (they may stream)."""
     handler = FixedTransport()
-    client = _client(case, ROOT, transport=httpx2.MockTransport(handler))
+    transport = httpx2.MockTransport(handler)
+    client = _client(case, ROOT, transport=transport)
+    runs = peers(case.title, ROOT + case.base_path, transport) if with_peers else {}
     emulator = case.emulator(lambda _request: case.action)
     with emulator:
-
-        def relay(request: httpx2.Request) -> httpx2.Response:
-            handler.record(emulator.base_url, request)
-            return handler(request)
-
+        handler.upstream = emulator.base_url
         # one first request as a fresh session makes it, relayed to the emulator: its answer is the fixed one
-        _session(case, _client(case, ROOT, transport=httpx2.MockTransport(relay))).send("Warm-up question?")
+        _session(case, client).send("Warm-up question?")
+        for run in runs.values():
+            run("Warm-up question?")  # the peer's kind of request; its imports and cold start, untimed
+        handler.upstream = None
     kwargs = _raw_kwargs(case, client, "Warm-up question?")
     _warm_sdk(case, client, kwargs)
     _session(case, client).send("Warm-up question?")
     handler.bodies.clear()
-    return client, handler
+    return client, handler, runs
 
 
-def measure(case: Case, repeats: int) -> dict[str, Any]:
-    client, handler = _setup(case)
-    wall: dict[str, list[float]] = {"sdk": [], "ours": []}
-    cpu: dict[str, list[float]] = {"sdk": [], "ours": []}
+def measure(case: Case, repeats: int, *, with_peers: bool = True) -> dict[str, Any]:
+    client, handler, runs = _setup(case, with_peers=with_peers)
+    names = ["sdk", "ours", *runs]
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     sides: dict[str, Callable[[str, dict[str, Any]], None]] = {
         "sdk": lambda _q, kwargs: case.raw_call(client, kwargs),
         "ours": lambda q, _kwargs: _session(case, client).send(q),
     }
+    for name, run in runs.items():
+        sides[name] = lambda q, _kwargs, run=run: run(q)  # type: ignore[misc]
     for k in range(repeats):
         question = f"Fresh question {k}?"
         kwargs = _raw_kwargs(case, client, question)
@@ -149,18 +177,27 @@ def measure(case: Case, repeats: int) -> dict[str, Any]:
         handler.bodies.clear()
         thresholds = gc.get_threshold()
         gc.set_threshold(thresholds[0], thresholds[1], NO_FULL_COLLECTION)
+        sent: dict[str, list[bytes]] = {}
+        # each side first equally often: with two sides, they alternate
+        order = names[k % len(names) :] + names[: k % len(names)]
         try:
-            for side in ("sdk", "ours") if k % 2 else ("ours", "sdk"):
+            for side in order:
+                start = len(handler.bodies)
                 c0, t0 = time.process_time(), time.perf_counter()
                 sides[side](question, kwargs)
                 wall[side].append(time.perf_counter() - t0)
                 cpu[side].append(time.process_time() - c0)
+                sent[side] = handler.bodies[start:]
         finally:
             gc.set_threshold(*thresholds)
-        if len(handler.bodies) != 2 or handler.bodies[0] != handler.bodies[1]:
+        if len(sent["sdk"]) != 1 or sent["sdk"] != sent["ours"]:
             raise AssertionError(f"{case.title}: the SDK call and session.send sent different bodies")
     client.close()
-    ratios = sorted(o / s for o, s in zip(wall["ours"], wall["sdk"], strict=True))
+
+    def ratio(side: str) -> list[float]:
+        return sorted(o / s for o, s in zip(wall[side], wall["sdk"], strict=True))
+
+    ratios = ratio("ours")
     q = statistics.quantiles(ratios, n=4)
     return {
         "sdk": statistics.median(wall["sdk"]),
@@ -169,12 +206,22 @@ def measure(case: Case, repeats: int) -> dict[str, Any]:
         "iqr": (q[0], q[2]),
         "own": statistics.median(o - s for o, s in zip(wall["ours"], wall["sdk"], strict=True)),
         "own_cpu": statistics.median(o - s for o, s in zip(cpu["ours"], cpu["sdk"], strict=True)),
+        "sdk_cpu": statistics.median(cpu["sdk"]),
+        "ours_cpu": statistics.median(cpu["ours"]),
+        "peers": {
+            name: {
+                "median": statistics.median(wall[name]),
+                "ratio": statistics.median(ratio(name)),
+                "cpu": statistics.median(cpu[name]),
+            }
+            for name in runs
+        },
     }
 
 
 def profile(case: Case, sends: int = 200, limit: int = 30) -> None:
     """cProfile of ``sends`` fresh sessions, each built and sent once; reasonstate's own functions only."""
-    client, _handler = _setup(case)
+    client, _handler, _runs = _setup(case, with_peers=False)
     profiler = cProfile.Profile()
     for k in range(sends):
         question = f"Profiled question {k}?"
@@ -204,6 +251,7 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile construction + first send")
     parser.add_argument("--vendors", default="", help="comma-separated title prefixes, e.g. Anthropic")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the medians per vendor to OUT")
+    parser.add_argument("--no-peers", action="store_true", help="leave out pydantic-ai and the Agents SDK")
     args = parser.parse_args()
     wanted = [v for v in args.vendors.split(",") if v]
     cases = [c for c in CASES if not wanted or any(c.title.startswith(v) for v in wanted)]
@@ -224,7 +272,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     for case in cases:
-        r = measure(case, args.repeats)
+        r = measure(case, args.repeats, with_peers=not args.no_peers)
         rows.append(
             {"vendor": case.title, **{k: v for k, v in r.items() if k != "iqr"}, "iqr": list(r["iqr"])}
         )
@@ -234,6 +282,11 @@ def main() -> int:
             f"{f'{low:.2f}-{high:.2f}':>11} {r['own'] * 1e3:>7.3f} {r['own_cpu'] * 1e3:>8.3f}",
             flush=True,
         )
+        for name, peer in r["peers"].items():
+            print(
+                f"{'  peer: ' + name:<40} {'':>7} {peer['median'] * 1e3:>8.3f} {peer['ratio']:>8.3f}",
+                flush=True,
+            )
         worst.append((r["ratio"], case.title))
     if args.json:
         doc = {"benchmark": "fresh_session", "repeats": args.repeats, "unit": "s", "vendors": rows}
