@@ -278,6 +278,24 @@ def test_thinking_is_a_deepseek_option_and_not_an_openai_one(chat: OpenAIChatEmu
     )
 
 
+@pytest.mark.parametrize("effort", ["none", "hihg"])
+def test_a_reasoning_effort_deepseek_does_not_take_is_refused_at_construction(
+    chat: OpenAIChatEmulator, effort: str
+) -> None:
+    """DeepSeek answers ``reasoning_effort: "none"`` with its deserializer's 400 (nextai-translator#1879);
+    ``none`` is an OpenAI effort, so the SDK's annotation alone lets it through."""
+    refused(
+        chat,
+        lambda: rs.Session(
+            chat.client(), model="deepseek-v4-pro", dialect="deepseek", reasoning_effort=effort
+        ),
+        "reasoning_effort=",
+        "high",
+    )
+    rs.Session(chat.client(), model="deepseek-v4-pro", dialect="deepseek", reasoning_effort="max")
+    rs.Session(chat.client(), model="gpt-5.5", dialect="openai", reasoning_effort="none")  # OpenAI takes it
+
+
 def test_a_servers_own_parameter_is_refused_with_extra_body_advice(chat: OpenAIChatEmulator) -> None:
     """openai's ``chat.completions.create`` raises ``TypeError`` for ``top_k``; vLLM reads it in the body."""
     refused(

@@ -402,6 +402,11 @@ _CONCATENATED = frozenset({"text", "summary", "data"})
 SDK_LABEL = "openai chat.completions.create"
 #: the host words of a dialect's own API (its models only): DeepSeek's api.deepseek.com, OpenAI's
 _OWN_HOST = {"openai": "openai.com", "deepseek": "deepseek.com"}
+#: the ``reasoning_effort`` values DeepSeek takes in the OpenAI format (its mapping table,
+#: https://api-docs.deepseek.com/guides/thinking_mode); any other is its 400 (docs/protocols.md §0.2).
+#: ``none`` is the Responses format's way to turn thinking off; here that is ``thinking={"type":
+#: "disabled"}``
+_DEEPSEEK_EFFORTS = ("minimal", "low", "medium", "high", "xhigh", "max", "ultra")
 
 
 class OpenAIChatAdapter:
@@ -449,6 +454,12 @@ class OpenAIChatAdapter:
             else f" (a {self.dialect} server's own parameter goes in extra_body={{...}})",
         )
         object_parameters(tools, "a function's parameters", "docs/protocols.md §2.2")
+        effort = options.get("reasoning_effort")
+        if self.dialect == "deepseek" and effort is not None and effort not in _DEEPSEEK_EFFORTS:
+            raise InvalidOption(
+                f"reasoning_effort={effort!r} is not one DeepSeek takes ({', '.join(_DEEPSEEK_EFFORTS)}; "
+                'thinking={"type": "disabled"} turns thinking off), docs/protocols.md §0.2'
+            )
 
     # -- encode ------------------------------------------------------------------------------------------
     def encode(
