@@ -30,8 +30,9 @@ in this process's CPU time. Exits 1 when any vendor's ``ours/SDK`` exceeds :data
 
 Peers (``benchmarks/_peers.py``, where installed; ``--no-peers`` leaves them out): a fresh pydantic-ai
 agent and a fresh OpenAI Agents SDK agent with their first run, on the same transport and fixed answers,
-timed in the same repeats (the sides' order rotating); reported as medians and as the median per-repeat
-ratio to the raw SDK call. They go through the SDK's async client and an event loop, as those libraries
+each timed against the raw SDK call in a run of repeats of its own, after reasonstate's (whose pair is
+timed exactly as without peers); reported as medians and as the median per-repeat ratio to the raw SDK
+call. They go through the SDK's async client and an event loop, as those libraries
 do; their bodies are their own, so they are not compared with ours. The target applies to reasonstate
 only.
 
@@ -159,45 +160,27 @@ def _setup(case: Case, *, with_peers: bool) -> tuple[Any, FixedTransport, dict[s
 
 
 def measure(case: Case, repeats: int, *, with_peers: bool = True) -> dict[str, Any]:
+    """reasonstate against the SDK call, then each peer against the SDK call in its own run of
+    ``repeats``: the pair that the target is checked on is timed exactly as without peers."""
     client, handler, runs = _setup(case, with_peers=with_peers)
-    names = ["sdk", "ours", *runs]
-    wall: dict[str, list[float]] = {name: [] for name in names}
-    cpu: dict[str, list[float]] = {name: [] for name in names}
     sides: dict[str, Callable[[str, dict[str, Any]], None]] = {
         "sdk": lambda _q, kwargs: case.raw_call(client, kwargs),
         "ours": lambda q, _kwargs: _session(case, client).send(q),
     }
     for name, run in runs.items():
         sides[name] = lambda q, _kwargs, run=run: run(q)  # type: ignore[misc]
-    for k in range(repeats):
-        question = f"Fresh question {k}?"
-        kwargs = _raw_kwargs(case, client, question)
-        gc.collect()  # untimed; no full collection inside the repeat
-        _warm_sdk(case, client, kwargs)
-        handler.bodies.clear()
-        thresholds = gc.get_threshold()
-        gc.set_threshold(thresholds[0], thresholds[1], NO_FULL_COLLECTION)
-        sent: dict[str, list[bytes]] = {}
-        # each side first equally often: with two sides, they alternate
-        order = names[k % len(names) :] + names[: k % len(names)]
-        try:
-            for side in order:
-                start = len(handler.bodies)
-                c0, t0 = time.process_time(), time.perf_counter()
-                sides[side](question, kwargs)
-                wall[side].append(time.perf_counter() - t0)
-                cpu[side].append(time.process_time() - c0)
-                sent[side] = handler.bodies[start:]
-        finally:
-            gc.set_threshold(*thresholds)
-        if len(sent["sdk"]) != 1 or sent["sdk"] != sent["ours"]:
-            raise AssertionError(f"{case.title}: the SDK call and session.send sent different bodies")
+    wall, cpu = _pairs(case, client, handler, sides, "ours", repeats)
+    peer_figures: dict[str, dict[str, float]] = {}
+    for name in runs:
+        peer_wall, peer_cpu = _pairs(case, client, handler, sides, name, repeats)
+        peer_figures[name] = {
+            "median": statistics.median(peer_wall[name]),
+            "ratio": statistics.median(o / s for o, s in zip(peer_wall[name], peer_wall["sdk"], strict=True)),
+            "cpu": statistics.median(peer_cpu[name]),
+            "sdk_cpu": statistics.median(peer_cpu["sdk"]),
+        }
     client.close()
-
-    def ratio(side: str) -> list[float]:
-        return sorted(o / s for o, s in zip(wall[side], wall["sdk"], strict=True))
-
-    ratios = ratio("ours")
+    ratios = sorted(o / s for o, s in zip(wall["ours"], wall["sdk"], strict=True))
     q = statistics.quantiles(ratios, n=4)
     return {
         "sdk": statistics.median(wall["sdk"]),
@@ -208,15 +191,44 @@ def measure(case: Case, repeats: int, *, with_peers: bool = True) -> dict[str, A
         "own_cpu": statistics.median(o - s for o, s in zip(cpu["ours"], cpu["sdk"], strict=True)),
         "sdk_cpu": statistics.median(cpu["sdk"]),
         "ours_cpu": statistics.median(cpu["ours"]),
-        "peers": {
-            name: {
-                "median": statistics.median(wall[name]),
-                "ratio": statistics.median(ratio(name)),
-                "cpu": statistics.median(cpu[name]),
-            }
-            for name in runs
-        },
+        "peers": peer_figures,
     }
+
+
+def _pairs(
+    case: Case,
+    client: Any,
+    handler: FixedTransport,
+    sides: dict[str, Callable[[str, dict[str, Any]], None]],
+    other: str,
+    repeats: int,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``repeats`` repeats of the SDK call and ``other`` back to back, each first every other repeat: the
+    wall and CPU seconds of each. With ``other == "ours"`` both must send the same bytes."""
+    wall: dict[str, list[float]] = {"sdk": [], other: []}
+    cpu: dict[str, list[float]] = {"sdk": [], other: []}
+    for k in range(repeats):
+        question = f"Fresh question {k}?"
+        kwargs = _raw_kwargs(case, client, question)
+        gc.collect()  # untimed; no full collection inside the repeat
+        _warm_sdk(case, client, kwargs)
+        handler.bodies.clear()
+        thresholds = gc.get_threshold()
+        gc.set_threshold(thresholds[0], thresholds[1], NO_FULL_COLLECTION)
+        sent: dict[str, list[bytes]] = {}
+        try:
+            for side in ("sdk", other) if k % 2 else (other, "sdk"):
+                start = len(handler.bodies)
+                c0, t0 = time.process_time(), time.perf_counter()
+                sides[side](question, kwargs)
+                wall[side].append(time.perf_counter() - t0)
+                cpu[side].append(time.process_time() - c0)
+                sent[side] = handler.bodies[start:]
+        finally:
+            gc.set_threshold(*thresholds)
+        if other == "ours" and (len(sent["sdk"]) != 1 or sent["sdk"] != sent["ours"]):
+            raise AssertionError(f"{case.title}: the SDK call and session.send sent different bodies")
+    return wall, cpu
 
 
 def profile(case: Case, sends: int = 200, limit: int = 30) -> None:
