@@ -92,7 +92,10 @@ ANTHROPIC = CacheRules(
     min_tokens_by_model=((("opus-4-5", "opus-4-6", "haiku-4-5"), 4096), (("haiku-3",), 2048)),
     max_breakpoints=4,
     lookback_units=20,
+    lifetime=(300, 300),
 )
+#: an entry's lifetime per ``cache_control.ttl``, refreshed by each read (docs/protocols.md §4.4)
+_TTL_SECONDS = {"5m": 300, "1h": 3600}
 
 VENDOR = "anthropic"
 API = "messages"
@@ -1008,6 +1011,13 @@ class MessagesRoom(Room):
     def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
         return ANTHROPIC
 
+    def cache_lifetime(
+        self, rules: CacheRules, body: Mapping[str, Any], response: Any
+    ) -> tuple[int, int] | None:
+        """The ttls of the request's breakpoints (§4.4: ``5m`` unless ``1h``): the shortest and longest."""
+        seconds = {_TTL_SECONDS.get(str(c.get("ttl", "5m")), 300) for c in _cache_controls(body)}
+        return (min(seconds), max(seconds)) if seconds else rules.lifetime
+
     def assembler(self) -> AnthropicAssembler:
         return AnthropicAssembler()
 
@@ -1134,3 +1144,17 @@ def _restore_block(content: list[Any], j: int, block: Mapping[str, Any]) -> None
     """Content block ``j`` as it came (``block``), keeping the keys the caller added (``cache_control``)."""
     extra = {k: v for k, v in content[j].items() if k == "cache_control"}
     content[j] = {**copy.deepcopy(dict(block)), **extra}
+
+
+def _cache_controls(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every ``cache_control`` object of a request body: on tools, system blocks, message content blocks
+    and the request itself (§4.4)."""
+    holders: list[Any] = [body, *listed(body.get("tools")), *listed(body.get("system"))]
+    for message in listed(body.get("messages")):
+        if isinstance(message, Mapping):
+            holders.extend(listed(message.get("content")))
+    return [
+        h["cache_control"]
+        for h in holders
+        if isinstance(h, Mapping) and isinstance(h.get("cache_control"), Mapping)
+    ]

@@ -120,7 +120,13 @@ __all__ = [
 ]
 
 #: this API's prefix cache, as data (docs/protocols.md; the schemes are :mod:`reasonstate.cache.rules`)
-OPENAI_RESPONSES = CacheRules(scheme="items", source="docs/protocols.md §1.5", min_tokens=1024, step=128)
+OPENAI_RESPONSES = CacheRules(
+    scheme="items",
+    source="docs/protocols.md §1.5",
+    min_tokens=1024,
+    step=128,
+    lifetime=(300, 3600),  # §1.5: 5 to 10 minutes unused, at most an hour
+)
 
 VENDOR = "openai"
 #: the output items that are visible history any model may read (the canonical parts say all they hold);
@@ -814,6 +820,15 @@ class ResponsesRoom(Room):
 
     def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
         return OPENAI_RESPONSES
+
+    # docs/protocols.md §1.5: an unused prefix lives 5 to 10 minutes, at most an hour; with the extended
+    # retention (``prompt_cache_retention: "24h"``, the only one of gpt-5.5 on, echoed in the answer) up
+    # to 24 hours
+    retention_key: ClassVar[str] = "prompt_cache_retention"
+    retention_lifetimes: ClassVar[Mapping[str, tuple[int, int]]] = {
+        "in_memory": (300, 3600),
+        "24h": (300, 86400),
+    }
 
     def assembler(self) -> ResponsesAssembler:
         return ResponsesAssembler()
