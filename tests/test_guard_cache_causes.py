@@ -227,3 +227,39 @@ def test_a_conversation_key_is_a_non_empty_string(claude: AnthropicEmulator) -> 
     guard = rs.instrument(claude.client())
     with pytest.raises(rs.InvalidOption), guard.conversation(""):
         pass
+
+
+# -- the recorded corpus ------------------------------------------------------------------------------------
+
+
+def _corpus_benchmark() -> Any:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "benchmarks" / "cache_causes.py"
+    spec = importlib.util.spec_from_file_location("cache_causes", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_recorded_corpus_is_named_as_the_recorder_labelled_it() -> None:
+    """Each recorded request replayed byte for byte through a guard on a plain httpx2 client: the
+    guard names what the recorder did (benchmarks/corpus/record.py), except the one case the wire
+    cannot decide without a conversation key."""
+    import json
+
+    bench = _corpus_benchmark()
+    cases = [json.loads(line) for line in bench.CORPUS.read_text().splitlines() if line.strip()]
+    assert len(cases) >= 20
+    labels: set[str] = set()
+    for case in cases:
+        expected = [e["expected"] for e in case["exchanges"]]
+        labels.update(expected)
+        got = bench.replayed(case)
+        if case["case"] == "rollouts_unkeyed":
+            assert got == ["none", "none", "none", "history_rewritten"]
+        else:
+            assert got == expected, case["case"]
+    assert {"ttl_expired", "provider_miss", "unexplained_miss", "arguments_reserialized"} <= labels

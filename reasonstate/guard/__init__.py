@@ -304,13 +304,15 @@ def instrument(client: Any, *, cache: CacheRules | None = None, mend: bool = Fal
     """Watch every request ``client`` sends; the one line a caller adds.
 
     ``client``: an ``anthropic``/``openai`` client (sync or async) or a ``google.genai.Client`` (both its
-    sync and ``.aio`` sides) or its ``.aio``. ``cache``: the :class:`~reasonstate.cache.CacheRules` to
-    predict with, when the API's default is not the vendor's (a vLLM/SGLang server behind the chat API:
-    ``reasonstate.adapters.openai_chat.SELF_HOSTED_CHAT``). Instrumenting a client twice returns the same
-    guard. ``mend``: restore, in each outgoing body only, the continuation fields (signatures, encrypted
-    items, ``thoughtSignature`` on its Part, ``reasoning_content``, tool-call ids and argument strings) a
-    framework lost or altered of an answer the guard saw, where the match is unambiguous (same ids, same
-    position, same model, same vendor); each restoration is a ``mended`` finding. The framework's own
+    sync and ``.aio`` sides) or its ``.aio``, or an ``httpx2.Client``/``AsyncClient`` that vendor requests
+    go through (a framework's own, or one replaying recorded exchanges). ``cache``: the
+    :class:`~reasonstate.cache.CacheRules` to predict with, when the API's default is not the vendor's
+    (a vLLM/SGLang server behind the chat API: ``reasonstate.adapters.openai_chat.SELF_HOSTED_CHAT``).
+    Instrumenting a client twice returns the same guard. ``mend``: restore, in each outgoing body only,
+    the continuation fields (signatures, encrypted items, ``thoughtSignature`` on its Part,
+    ``reasoning_content``, tool-call ids and argument strings) a framework lost or altered of an answer
+    the guard saw, where the match is unambiguous (same ids, same position, same model, same vendor);
+    each restoration is a ``mended`` finding. The framework's own
     objects are untouched; a request that replays faithfully is sent byte for byte as it was.
     Raises ``TypeError`` for a client without an ``httpx2`` client (nothing to watch), and
     :class:`~reasonstate.InvalidOption` for a client instrumented before with the other ``mend``.
@@ -340,6 +342,8 @@ def _http_clients(client: Any) -> list[Any]:
         return [
             h for h in (getattr(api, "_httpx_client", None), getattr(api, "_async_httpx_client", None)) if h
         ]
+    if hasattr(client, "event_hooks") and hasattr(client, "send"):  # an httpx2 client itself
+        return [client]
     http = getattr(client, "_client", None)
     return [http] if http is not None and hasattr(http, "event_hooks") else []
 
