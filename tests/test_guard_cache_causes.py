@@ -132,7 +132,7 @@ def test_time_alone_is_no_finding_while_the_entry_lives(claude: AnthropicEmulato
     assert second.reported_cache_read == second.predicted_cache_read and second.warnings == ()
 
 
-def _responses_chain(client: Any, between: Any, model: str = "gpt-5") -> None:
+def _responses_chain(client: Any, between: Any, model: str, retention: str | None) -> None:
     kwargs: dict[str, Any] = {
         "model": model,
         "instructions": SYSTEM,
@@ -140,6 +140,8 @@ def _responses_chain(client: Any, between: Any, model: str = "gpt-5") -> None:
         "store": False,
         "include": ["reasoning.encrypted_content"],
     }
+    if retention is not None:
+        kwargs["prompt_cache_retention"] = retention
     items: list[Any] = [{"role": "user", "content": QUESTION}]
     first = client.responses.create(input=items, **kwargs)
     items.extend(i.model_dump(exclude_none=True) for i in first.output)
@@ -150,16 +152,17 @@ def _responses_chain(client: Any, between: Any, model: str = "gpt-5") -> None:
 
 
 @pytest.mark.parametrize(
-    ("model", "gap", "kind"),
+    ("model", "retention", "gap", "kind"),
     [
-        ("gpt-5", 120, "provider_miss"),  # §1.5: alive for at least 5 minutes
-        ("gpt-5", 1200, "unexplained_miss"),  # 5 to 10 minutes, at most an hour: the wire cannot tell
-        ("gpt-5", 3601, "ttl_expired"),  # past the hour of in-memory retention
-        ("gpt-5.5", 3601, "unexplained_miss"),  # its only retention is 24h (echoed in the answer)
-        ("gpt-5.5", 86401, "ttl_expired"),
+        ("gpt-5", None, 120, "provider_miss"),  # §1.5: alive for at least 5 minutes
+        ("gpt-5", "in_memory", 1200, "unexplained_miss"),  # 5 to 10 minutes, at most an hour: can't tell
+        ("gpt-5", "in_memory", 3601, "ttl_expired"),  # past the hour of in-memory retention
+        ("gpt-5", None, 3601, "unexplained_miss"),  # unnamed: in memory or 24h, by the organisation
+        ("gpt-5", "24h", 86401, "ttl_expired"),
+        ("gpt-5.5", None, 86401, "ttl_expired"),  # its only retention, 24h, echoed in the answer
     ],
 )
-def test_openai_lifetimes_are_a_range(model: str, gap: int, kind: str) -> None:
+def test_openai_lifetimes_are_a_range(model: str, retention: str | None, gap: int, kind: str) -> None:
     with OpenAIResponsesEmulator(_asks) as emulator, emulator.client() as client:
         guard = rs.instrument(client)
 
@@ -167,7 +170,7 @@ def test_openai_lifetimes_are_a_range(model: str, gap: int, kind: str) -> None:
             emulator.advance(gap)
             emulator.clear_cache()
 
-        _responses_chain(client, evicted, model)
+        _responses_chain(client, evicted, model, retention)
         second = _second(guard)
     assert second.reported_cache_read == 0 and second.predicted_cache_read
     assert [w.kind for w in second.warnings] == [kind]

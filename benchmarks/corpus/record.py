@@ -319,15 +319,16 @@ def rollouts_unkeyed(emu: AnthropicEmulator, client: Any, rec: Recorder) -> None
 
 # -- OpenAI Responses: a lifetime the vendor documents as a range ------------------------------------------
 
-RESPONSES_CASES: dict[str, tuple[str, str, int, str]] = {
-    "responses_provider_miss": ("gpt-5", 120, "provider_miss", "evicted 2 minutes later (alive for 5)"),
-    "responses_between": ("gpt-5", 1200, "unexplained_miss", "evicted 20 minutes later: 5 min to 1 h"),
-    "responses_ttl_expired": ("gpt-5", 3700, "ttl_expired", "gone 62 minutes later (in-memory: 1 h)"),
-    "responses_24h_alive": ("gpt-5.5", 7200, "unexplained_miss", "gpt-5.5 keeps 24 h: evicted at 2 h"),
+RESPONSES_CASES: dict[str, tuple[str, str | None, int, str, str]] = {
+    "responses_provider_miss": ("gpt-5", None, 120, "provider_miss", "evicted 2 minutes later (alive 5)"),
+    "responses_between": ("gpt-5", "in_memory", 1200, "unexplained_miss", "in memory, evicted at 20 min"),
+    "responses_ttl_expired": ("gpt-5", "in_memory", 3700, "ttl_expired", "in memory, gone at 62 min"),
+    "responses_unnamed": ("gpt-5", None, 7200, "unexplained_miss", "retention unnamed: 1 h or 24 h"),
+    "responses_24h_expired": ("gpt-5.5", None, 86500, "ttl_expired", "gpt-5.5 keeps 24 h (echoed): gone"),
 }
 
 
-def _responses(model: str, gap: int, label: str, rec: Recorder) -> None:
+def _responses(model: str, retention: str | None, gap: int, label: str, rec: Recorder) -> None:
     with OpenAIResponsesEmulator(_asks) as emu, emu.client(http_client=rec.http()) as client:
         kwargs: dict[str, Any] = {
             "model": model,
@@ -336,6 +337,8 @@ def _responses(model: str, gap: int, label: str, rec: Recorder) -> None:
             "store": False,
             "include": ["reasoning.encrypted_content"],
         }
+        if retention is not None:
+            kwargs["prompt_cache_retention"] = retention
         items: list[Any] = [{"role": "user", "content": "Paris or Rome: which is warmer?"}]
         first = client.responses.create(input=items, **kwargs)
         items.extend(i.model_dump(exclude_none=True) for i in first.output)
@@ -353,9 +356,9 @@ def cases() -> Iterator[dict[str, Any]]:
         with AnthropicEmulator(_asks) as emu, emu.client(http_client=rec.http()) as client:
             fn(emu, client, rec)
         yield {"case": name, "api": "messages", "note": note, "exchanges": rec.exchanges}
-    for name, (model, gap, label, note) in RESPONSES_CASES.items():
+    for name, (model, retention, gap, label, note) in RESPONSES_CASES.items():
         rec = Recorder()
-        _responses(model, gap, label, rec)
+        _responses(model, retention, gap, label, rec)
         yield {"case": name, "api": "responses", "note": note, "exchanges": rec.exchanges}
 
 
