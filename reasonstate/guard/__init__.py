@@ -12,8 +12,9 @@ request of its conversation (the recent request it shares the longest prefix wit
 normalized usage (the rooms' own usage parsers), its divergence with the cause
 (:func:`reasonstate.cache.divergence.explain`), its warnings (``continuation_lost``, a miss as
 ``ttl_expired``, ``provider_miss`` or ``unexplained_miss``, bad input) and the cache read predicted from
-the vendor's rules next to the one reported: the session's own predictor (:func:`reasonstate.cache.rules.predict_request`, docs/protocols.md §1.5, §3.4, §4.4, §5.3)
-on the unit keys as the server renders them (:meth:`reasonstate.adapters.base.Room.cache_keys`), so a
+the vendor's rules next to the one reported: the session's own predictor
+(:func:`reasonstate.cache.rules.predict_request`, docs/protocols.md §1.5, §3.4, §4.4, §5.3) on the unit
+keys as the server renders them (:meth:`reasonstate.adapters.base.Room.cache_keys`), so a
 guard watching a session predicts what the session predicts for each of its requests.
 """
 
