@@ -266,3 +266,42 @@ def test_the_recorded_corpus_is_named_as_the_recorder_labelled_it() -> None:
         else:
             assert got == expected, case["case"]
     assert {"ttl_expired", "provider_miss", "unexplained_miss", "arguments_reserialized"} <= labels
+
+
+def test_a_conversation_key_reaches_the_requests_of_concurrent_async_tasks(claude: AnthropicEmulator) -> None:
+    """Two rollouts as concurrent tasks on one async client, each under its key: every request is
+    compared with its own rollout's."""
+    import asyncio
+
+    client = claude.async_client()
+    guard = rs.instrument(client)
+
+    async def rollout(n: int) -> None:
+        with guard.conversation(f"rollout-{n}"):
+            history: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+            first = await client.messages.create(messages=history, **_kwargs())
+            content = [b.model_dump(exclude_none=True) for b in first.content]
+            history.append({"role": "assistant", "content": content})
+            call = next(b for b in first.content if b.type == "tool_use")
+            result = {"type": "tool_result", "tool_use_id": call.id, "content": "18C"}
+            history.append({"role": "user", "content": [result]})
+            await asyncio.sleep(0.05)  # the other rollout's first request goes out meanwhile
+            await client.messages.create(messages=history, **_kwargs())
+
+    async def both() -> None:
+        await asyncio.gather(rollout(0), rollout(1))
+        await client.close()
+
+    asyncio.run(both())
+    records = guard.records
+    assert len(records) == 4
+    by_index = {r.index: r for r in records}
+    for r in records:
+        if r.previous is None:
+            continue
+        assert by_index[r.previous].conversation == r.conversation
+        assert r.divergence is None and r.warnings == ()
+    assert sorted(r.conversation or "" for r in records if r.previous is not None) == [
+        "rollout-0",
+        "rollout-1",
+    ]
