@@ -1123,6 +1123,7 @@ class MessagesRoom(Room):
                 None,
             )
             if use is None:
+                _report_split(messages, at, block, report)
                 continue
             j, other = use
             for key in ("name", "input"):
@@ -1138,6 +1139,24 @@ class MessagesRoom(Room):
 
 _REASONING = _Reasoning()
 ROOM = MessagesRoom()
+
+
+def _report_split(messages: list[Any], at: int, block: Mapping[str, Any], report: replay.Report) -> None:
+    """A tool use of the answer replayed in another assistant message than the rest of it (parallel calls
+    split into turns of their own, as LiteLLM 1.110 does): the answer's reasoning no longer precedes it, and
+    the vendor refuses a tool chain whose last assistant message opens with it (§4.3). Named, never mended:
+    putting it back means merging messages, not restoring a field."""
+    for m, message in enumerate(messages):
+        if m == at or not isinstance(message, Mapping) or message.get("role") != "assistant":
+            continue
+        for x, other in enumerate(listed(message.get("content"))):
+            if isinstance(other, Mapping) and other.get("id") == block["id"]:
+                report.altered(
+                    f"$.messages[{m}].content[{x}]",
+                    f"tool_use {block['id']} split from its answer (the rest in messages[{at}]) into "
+                    "an assistant message of its own, without the reasoning that preceded it",
+                )
+                return
 
 
 def _restore_block(content: list[Any], j: int, block: Mapping[str, Any]) -> None:
