@@ -185,36 +185,36 @@ def _litellm(vendor: str) -> dict[str, Any]:
 
 
 def _replay_litellm(vendor: str, mend: bool) -> tuple[list[int], list[Any], list[rs.GuardRecord]]:
-    """Each recorded request body, byte for byte, through a guarded ``httpx2`` client to a fresh emulator
-    (the recorded signatures verify there: one default secret). The emulator judges every request; where
-    it accepts one LiteLLM's run also had accepted, the guard reads the recorded answer (what LiteLLM read
-    and replayed from), else the emulator's own. Returns the emulator's statuses, the bodies it received
-    and the guard's records."""
+    """Each recorded request body, byte for byte, through a guarded ``httpx2`` client, each to a fresh
+    emulator (the recorded signatures verify there: one default secret; a fresh one has issued nothing
+    the replay could collide with). The emulator judges every request; where it accepts one LiteLLM's run
+    also had accepted, the guard reads the recorded answer (what LiteLLM read and replayed from), else the
+    emulator's own. Returns the emulator's statuses, the bodies it received and the guard's records."""
     case = _litellm(vendor)
     statuses: list[int] = []
-    with _LITELLM_EMULATORS[vendor]() as emulator:
-        wire = httpx2.HTTPTransport()
-        recorded = iter(case["exchanges"])
+    received: list[Any] = []
+    recorded = iter(case["exchanges"])
 
-        def answer(request: httpx2.Request) -> httpx2.Response:
-            exchange = next(recorded)
-            live = wire.handle_request(request)
-            live.read()
-            statuses.append(live.status_code)
-            ok = live.status_code == exchange["status"] == 200
-            content = exchange["response"].encode() if ok else live.content
-            return httpx2.Response(
-                live.status_code, headers={"content-type": "application/json"}, content=content
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        exchange = next(recorded)
+        with _LITELLM_EMULATORS[vendor]() as emulator:
+            live = httpx2.post(
+                emulator.base_url + request.url.path, content=request.read(), headers=request.headers
             )
+            received.append(emulator.requests[0].json())
+        statuses.append(live.status_code)
+        ok = live.status_code == exchange["status"] == 200
+        content = exchange["response"].encode() if ok else live.content
+        return httpx2.Response(
+            live.status_code, headers={"content-type": "application/json"}, content=content
+        )
 
-        headers = {"content-type": "application/json", "x-api-key": "test-key", "x-goog-api-key": "test-key"}
-        with httpx2.Client(transport=httpx2.MockTransport(answer), base_url=emulator.base_url) as http:
-            guard = rs.instrument(http, mend=mend)
-            for exchange in case["exchanges"]:
-                http.post(exchange["path"], content=exchange["request"].encode(), headers=headers)
-            records = list(guard.records)
-        wire.close()
-        return statuses, [r.json() for r in emulator.requests], records
+    headers = {"content-type": "application/json", "x-api-key": "test-key", "x-goog-api-key": "test-key"}
+    with httpx2.Client(transport=httpx2.MockTransport(answer), base_url="https://recorded.invalid") as http:
+        guard = rs.instrument(http, mend=mend)
+        for exchange in case["exchanges"]:
+            http.post(exchange["path"], content=exchange["request"].encode(), headers=headers)
+        return statuses, received, list(guard.records)
 
 
 def _named(records: list[rs.GuardRecord]) -> list[list[tuple[str, str]]]:
@@ -228,18 +228,34 @@ def test_litellm_recording_replays_to_the_verdicts_litellm_got(vendor: str) -> N
     assert statuses == [e["status"] for e in _litellm(vendor)["exchanges"]]
 
 
-@pytest.mark.parametrize("mend", [False, True], ids=["mend-off", "mend-on"])
-def test_litellm_anthropic_parallel_calls_split_into_turns_are_named_not_mended(mend: bool) -> None:
+def test_litellm_anthropic_parallel_calls_split_into_turns_are_named_at_their_first_request() -> None:
     """Pain points: openai/openai-agents-python#1704, painpoints H.46 (LiteLLM 1.110 through LitellmModel):
     the answer's two parallel tool uses go back as two assistant turns, the thinking block only on the
     first, so the last one opens with ``tool_use`` and the vendor answers 400. (Without parallel calls the
-    recording showed LiteLLM 1.110.2 replaying thinking faithfully.) Putting it back means merging turns:
-    the guard names it and leaves the body as it was."""
-    statuses, sent, records = _replay_litellm("anthropic", mend)
+    recording showed LiteLLM 1.110.2 replaying thinking faithfully: the hand-written "thinking dropped"
+    shape is this split.)"""
+    statuses, sent, records = _replay_litellm("anthropic", mend=False)
     assert [m["role"] for m in sent[1]["messages"]] == ["user", "assistant", "user", "assistant", "user"]
     assert sent[1]["messages"][3]["content"][0]["type"] == "tool_use"  # the defect, as the server received it
     assert _named(records) == [[], [("continuation_altered", "$.messages[3].content[0]")]]
     assert statuses == [200, 400]
+
+
+def test_litellm_anthropic_with_mend_sends_the_answer_in_one_turn_and_is_accepted() -> None:
+    statuses, sent, records = _replay_litellm("anthropic", mend=True)
+    served = json.loads(_litellm("anthropic")["exchanges"][0]["response"])["content"]
+    assert sent[1]["messages"][1:] == [
+        {"role": "assistant", "content": served},  # the answer's blocks, byte for byte, in their order
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_emu_001", "content": "18C"},
+                {"type": "tool_result", "tool_use_id": "toolu_emu_002", "content": "22C"},
+            ],
+        },
+    ]
+    assert [k for k, _ in _named(records)[1]] == ["continuation_altered", "mended"]
+    assert statuses == [200, 200]
 
 
 def test_litellm_gemini_added_ids_and_dummies_are_named_at_their_first_request() -> None:

@@ -1037,7 +1037,9 @@ class MessagesRoom(Room):
         payloads = [
             b.get("signature") or b.get("data") or "" for b in blocks if b["type"] in _REASONING_KINDS
         ]
-        return replay.source(calls, blocks, payloads, positional=False)
+        # parallel tool uses go back in one message (§4.3): a framework splitting them into turns of their
+        # own keeps every payload verbatim, so only a parse tells (answers with one call keep the fast path)
+        return replay.source(calls, blocks, payloads, positional=len(calls) > 1)
 
     def _check(self, source: Source, body: dict[str, Any], mend: bool, out: list[ReplayFinding]) -> None:
         """The assistant message replaying the answer (the one holding its tool-use ids) against it: each
@@ -1123,7 +1125,7 @@ class MessagesRoom(Room):
                 None,
             )
             if use is None:
-                _report_split(messages, at, block, report)
+                _report_split(body, at, block, report)
                 continue
             j, other = use
             for key in ("name", "input"):
@@ -1141,22 +1143,56 @@ _REASONING = _Reasoning()
 ROOM = MessagesRoom()
 
 
-def _report_split(messages: list[Any], at: int, block: Mapping[str, Any], report: replay.Report) -> None:
+def _report_split(body: dict[str, Any], at: int, block: Mapping[str, Any], report: replay.Report) -> None:
     """A tool use of the answer replayed in another assistant message than the rest of it (parallel calls
     split into turns of their own, as LiteLLM 1.110 does): the answer's reasoning no longer precedes it, and
-    the vendor refuses a tool chain whose last assistant message opens with it (§4.3). Named, never mended:
-    putting it back means merging messages, not restoring a field."""
+    the vendor refuses a tool chain whose last assistant message opens with it (§4.3). Mended by merging
+    the turns back into the answer's shape, only where the split turns hold nothing but the answer's own
+    tool uses and the user turns between them nothing but tool results (:func:`_merge_split`)."""
+    messages = body["messages"]
     for m, message in enumerate(messages):
         if m == at or not isinstance(message, Mapping) or message.get("role") != "assistant":
             continue
         for x, other in enumerate(listed(message.get("content"))):
             if isinstance(other, Mapping) and other.get("id") == block["id"]:
+                mergeable = _split_turns(messages, at)
                 report.altered(
                     f"$.messages[{m}].content[{x}]",
                     f"tool_use {block['id']} split from its answer (the rest in messages[{at}]) into "
                     "an assistant message of its own, without the reasoning that preceded it",
+                    functools.partial(_merge_split, messages, at, mergeable) if mergeable else None,
                 )
                 return
+
+
+def _split_turns(messages: list[Any], at: int) -> int | None:
+    """The index of the last message of a split answer starting at ``at`` when the turns after it are
+    exactly: tool results, an assistant message of tool uses only, tool results, ... (each assistant
+    message a piece of the answer); else None (anything else there: no mend)."""
+    end = None
+    for m in range(at + 1, len(messages)):
+        message = messages[m]
+        if not isinstance(message, Mapping) or not isinstance(message.get("content"), list):
+            return None
+        blocks = message["content"]
+        kind = "tool_result" if message.get("role") == "user" else "tool_use"
+        if (m - at) % 2 != (1 if kind == "tool_result" else 0) or not blocks:
+            return end
+        if not all(isinstance(b, Mapping) and b.get("type") == kind for b in blocks):
+            return end
+        if kind == "tool_result":
+            end = m
+    return end
+
+
+def _merge_split(messages: list[Any], at: int, end: int) -> None:
+    """The answer's tool uses back in one assistant message, after its reasoning, and their results in the
+    one user message after it (the shape the answer came in, §4.3)."""
+    uses = [b for m in range(at + 2, end, 2) for b in messages[m]["content"]]
+    results = [b for m in range(at + 1, end + 1, 2) for b in messages[m]["content"]]
+    messages[at]["content"].extend(uses)
+    messages[at + 1]["content"] = results
+    del messages[at + 2 : end + 1]
 
 
 def _restore_block(content: list[Any], j: int, block: Mapping[str, Any]) -> None:
