@@ -1125,7 +1125,7 @@ class MessagesRoom(Room):
                 None,
             )
             if use is None:
-                _report_split(body, at, block, report)
+                _report_split(body, at, block, source.anchors, report)
                 continue
             j, other = use
             for key in ("name", "input"):
@@ -1143,7 +1143,9 @@ _REASONING = _Reasoning()
 ROOM = MessagesRoom()
 
 
-def _report_split(body: dict[str, Any], at: int, block: Mapping[str, Any], report: replay.Report) -> None:
+def _report_split(
+    body: dict[str, Any], at: int, block: Mapping[str, Any], ids: frozenset[str], report: replay.Report
+) -> None:
     """A tool use of the answer replayed in another assistant message than the rest of it (parallel calls
     split into turns of their own, as LiteLLM 1.110 does): the answer's reasoning no longer precedes it, and
     the vendor refuses a tool chain whose last assistant message opens with it (§4.3). Mended by merging
@@ -1155,7 +1157,7 @@ def _report_split(body: dict[str, Any], at: int, block: Mapping[str, Any], repor
             continue
         for x, other in enumerate(listed(message.get("content"))):
             if isinstance(other, Mapping) and other.get("id") == block["id"]:
-                mergeable = _split_turns(messages, at)
+                mergeable = _split_turns(messages, at, ids)
                 report.altered(
                     f"$.messages[{m}].content[{x}]",
                     f"tool_use {block['id']} split from its answer (the rest in messages[{at}]) into "
@@ -1165,23 +1167,32 @@ def _report_split(body: dict[str, Any], at: int, block: Mapping[str, Any], repor
                 return
 
 
-def _split_turns(messages: list[Any], at: int) -> int | None:
-    """The index of the last message of a split answer starting at ``at`` when the turns after it are
-    exactly: tool results, an assistant message of tool uses only, tool results, ... (each assistant
-    message a piece of the answer); else None (anything else there: no mend)."""
+def _split_turns(messages: list[Any], at: int, ids: frozenset[str]) -> int | None:
+    """The index of the last message of an answer split after ``at`` when the turns after it are exactly:
+    tool results, an assistant message of tool uses only, tool results, ... and every assistant message
+    holding one of the answer's tool uses (``ids``) is among them; else None (no mend)."""
     end = None
     for m in range(at + 1, len(messages)):
         message = messages[m]
         if not isinstance(message, Mapping) or not isinstance(message.get("content"), list):
-            return None
+            break
         blocks = message["content"]
         kind = "tool_result" if message.get("role") == "user" else "tool_use"
         if (m - at) % 2 != (1 if kind == "tool_result" else 0) or not blocks:
-            return end
+            break
         if not all(isinstance(b, Mapping) and b.get("type") == kind for b in blocks):
-            return end
+            break
         if kind == "tool_result":
             end = m
+    for m, message in enumerate(messages):
+        if (
+            m != at
+            and isinstance(message, Mapping)
+            and message.get("role") == "assistant"
+            and any(isinstance(b, Mapping) and b.get("id") in ids for b in listed(message.get("content")))
+            and not (end is not None and at < m < end)
+        ):
+            return None
     return end
 
 
