@@ -165,8 +165,9 @@ def _parallel(body: Any) -> ModelAction:
 
 
 def _gemini_dummy_on_rome(client: Any) -> list[Any]:
-    """What LiteLLM 1.110 sends (painpoints H.46): the unsigned parallel Rome call given the dummy
-    signature. Returns the answer's parts as served (the SDK's objects)."""
+    """The unsigned parallel Rome call given the dummy signature, in the answer's own content (painpoints
+    H.46; real LiteLLM 1.110.2 also splits the calls into contents of their own: the recorded sequence in
+    ``tests/test_guard_frameworks.py``). Returns the answer's parts as served (the SDK's objects)."""
     from google.genai import types
 
     config = types.GenerateContentConfig(

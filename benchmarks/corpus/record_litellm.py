@@ -1,7 +1,7 @@
 """Record what real LiteLLM sends (``litellm_sequences.jsonl`` next to this file): the OpenAI Agents SDK's
 ``LitellmModel`` driving LiteLLM against the strict Anthropic and Gemini emulators of ``reasonstate.testing``,
-two user turns, each a tool chain (Gemini: two parallel calls). Every exchange is kept as it went over the
-wire: URL path, the request bytes LiteLLM sent, the answer's status and bytes.
+two user turns, each a tool chain whose answer makes two parallel calls. Every exchange is kept as it went
+over the wire: URL path, the request bytes LiteLLM sent, the answer's status and bytes.
 
 LiteLLM is not a dependency of reasonstate, not even of the dev extra (it pulls boto3, aiohttp and httpx
 0.29), so this script runs only in a separate virtual environment::
