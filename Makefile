@@ -76,6 +76,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/token_session.py || status=1; \
 	$(BIN)/python benchmarks/export.py || status=1; \
 	$(BIN)/python benchmarks/guard.py || status=1; \
+	$(BIN)/python benchmarks/cache_causes.py || status=1; \
 	$(BIN)/python benchmarks/agent_cache.py || status=1; \
 	$(BIN)/python benchmarks/long_session.py || status=1; \
 	$(BIN)/python benchmarks/rooms.py || status=1; \

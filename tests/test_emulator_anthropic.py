@@ -607,6 +607,52 @@ def test_one_hour_ttl_is_reported_separately(emu: AnthropicEmulator, client: ant
     assert r.usage.input_tokens == tokens("Hi")
 
 
+def test_a_cache_entry_expires_after_its_ttl_and_a_read_refreshes_it(
+    emu: AnthropicEmulator, client: anthropic.Anthropic
+) -> None:
+    """§4.4: the default lifetime is 5 minutes, refreshed each time the cached content is used."""
+    system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    emu.script.extend([ModelAction.answer(x) for x in "abcd"])
+
+    def read() -> int:
+        r = client.messages.create(
+            model=MODEL, max_tokens=100, system=system, messages=[{"role": "user", "content": "Hi"}]
+        )
+        return r.usage.cache_read_input_tokens or 0
+
+    assert read() == 0
+    emu.advance(299)
+    assert read() == 1207  # within 5 minutes: read, and the lifetime starts again
+    emu.advance(299)
+    assert read() == 1207  # 598 s after the write, 299 s after the read that refreshed it
+    emu.advance(301)
+    assert read() == 0  # 301 s without use: expired
+
+
+def test_a_one_hour_entry_outlives_five_minutes(emu: AnthropicEmulator, client: anthropic.Anthropic) -> None:
+    system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    emu.script.extend([ModelAction.answer(x) for x in "abc"])
+    reads = []
+    for gap in (0, 3599, 3601):
+        emu.advance(gap)
+        r = client.messages.create(
+            model=MODEL, max_tokens=100, system=system, messages=[{"role": "user", "content": "Hi"}]
+        )
+        reads.append(r.usage.cache_read_input_tokens)
+    assert reads == [0, 1207, 0]
+
+
+def test_the_date_header_is_the_emulators_clock(emu: AnthropicEmulator, client: anthropic.Anthropic) -> None:
+    from email.utils import parsedate_to_datetime
+
+    emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b")])
+    kw: dict[str, Any] = {"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "Hi"}]}
+    first = parsedate_to_datetime(client.messages.with_raw_response.create(**kw).headers["date"])
+    emu.advance(3600)
+    second = parsedate_to_datetime(client.messages.with_raw_response.create(**kw).headers["date"])
+    assert 3600 <= (second - first).total_seconds() <= 3602
+
+
 def test_reads_look_back_at_most_lookback_blocks() -> None:
     cc = {"type": "ephemeral"}
     system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": cc}]

@@ -513,6 +513,39 @@ def test_a_request_extending_an_earlier_one_shares_exactly_its_input_tokens(
     assert second.usage.input_tokens_details.cached_tokens == 1152
 
 
+@pytest.mark.parametrize(
+    ("model", "retention", "gaps", "reads"),
+    [
+        # §1.5: in memory, gone an hour after the last use; a read starts the hour again
+        ("gpt-5", "in_memory", (3599, 3599, 3601), [1152, 1152, 0]),
+        # extended (named, or gpt-5.5's only one): up to 24 hours
+        ("gpt-5", "24h", (3601, 86399, 86401), [1152, 1152, 0]),
+        ("gpt-5.5", None, (86401,), [0]),
+    ],
+)
+def test_an_unused_prompt_is_forgotten_after_its_retention(
+    emu: OpenAIResponsesEmulator,
+    client: openai.OpenAI,
+    model: str,
+    retention: str | None,
+    gaps: tuple[int, ...],
+    reads: list[int],
+) -> None:
+    instructions = "x" * 4555  # rendered with the input: 1152 tokens
+    kw: dict[str, Any] = {"model": model, "instructions": instructions, "input": "q?"}
+    if retention is not None:
+        kw["prompt_cache_retention"] = retention
+    emu.script.extend([ModelAction.answer("ok") for _ in range(len(gaps) + 1)])
+    client.responses.create(**kw)
+    got = []
+    for gap in gaps:
+        emu.advance(gap)
+        usage = client.responses.create(**kw).usage
+        assert usage is not None
+        got.append(usage.input_tokens_details.cached_tokens)
+    assert got == reads
+
+
 # -- streaming (§1.6) ---------------------------------------------------------------------------------------
 
 STREAM_ORDER = [

@@ -656,7 +656,8 @@ def test_unread_records_do_not_pile_up_whole_bodies(claude: AnthropicEmulator) -
     assert [r.index for r in guard.records] == list(range(_DRAIN + 2))
 
 
-def test_a_miss_nothing_in_the_requests_explains_is_its_own_finding(claude: AnthropicEmulator) -> None:
+def test_a_miss_nothing_in_the_requests_explains_is_the_providers(claude: AnthropicEmulator) -> None:
+    """Within the cache lifetime (no time passed): ``provider_miss`` (issue 25, item 3)."""
     client = claude.client()
     guard = rs.instrument(client)
     history: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
@@ -671,4 +672,4 @@ def test_a_miss_nothing_in_the_requests_explains_is_its_own_finding(claude: Anth
     second = guard.records[1]
     assert second.divergence is None and second.reported_cache_read == 0
     assert second.predicted_cache_read is not None and second.predicted_cache_read > 0
-    assert [w.kind for w in second.warnings] == ["unexplained_miss"]
+    assert [w.kind for w in second.warnings] == ["provider_miss"]

@@ -9,9 +9,11 @@ hand-written argument strings; never the guard."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
+import anthropic
 import pytest
 
 import reasonstate as rs
@@ -163,8 +165,9 @@ def _parallel(body: Any) -> ModelAction:
 
 
 def _gemini_dummy_on_rome(client: Any) -> list[Any]:
-    """What LiteLLM 1.110 sends (painpoints H.46): the unsigned parallel Rome call given the dummy
-    signature. Returns the answer's parts as served (the SDK's objects)."""
+    """The unsigned parallel Rome call given the dummy signature, in the answer's own content (painpoints
+    H.46; real LiteLLM 1.110.2 also splits the calls into contents of their own: the recorded sequence in
+    ``tests/test_guard_frameworks.py``). Returns the answer's parts as served (the SDK's objects)."""
     from google.genai import types
 
     config = types.GenerateContentConfig(
@@ -352,3 +355,69 @@ def test_an_answer_matched_by_a_guess_is_named_but_never_mended() -> None:
     records = guard.records
     assert "thoughtSignature" not in json.dumps(sent["contents"][1])  # not mended: the match is a guess
     assert [k for k, _ in _kinds(records[4])] == ["continuation_lost"]
+
+
+# -- Anthropic parallel tool uses: back in one message, or split into turns (LiteLLM 1.110) --
+
+
+def _both_cities(body: Any) -> ModelAction:
+    if "tool_result" in json.dumps(body["messages"][-1]):
+        return ModelAction(reasoning="Both known.", text="Rome is warmer.")
+    return ModelAction(
+        reasoning="Check both.",
+        tool_calls=(
+            ToolCallSpec("get_weather", {"city": "Paris"}),
+            ToolCallSpec("get_weather", {"city": "Rome"}),
+        ),
+    )
+
+
+def _parallel_chain(client: Any, split: str | None) -> None:
+    """A question answered with two tool uses, sent back in the answer's one message; or, with ``split``,
+    the second tool use in an assistant turn of its own (``"calls"``: nothing else in it, as LiteLLM 1.110
+    sends it; ``"text"``: a text block of the client's before it)."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    first = client.messages.create(messages=history, **_anthropic_kwargs())
+    blocks = [b.model_dump(exclude_none=True) for b in first.content]
+    uses = [b for b in blocks if b["type"] == "tool_use"]
+    results = [
+        {"type": "tool_result", "tool_use_id": u["id"], "content": t}
+        for u, t in zip(uses, ("18C", "22C"), strict=True)
+    ]
+    if split is None:
+        history += [{"role": "assistant", "content": blocks}, {"role": "user", "content": results}]
+    else:
+        extra = [{"type": "text", "text": "And Rome."}] if split == "text" else []
+        history += [
+            {"role": "assistant", "content": blocks[:-1]},
+            {"role": "user", "content": results[:1]},
+            {"role": "assistant", "content": [*extra, blocks[-1]]},
+            {"role": "user", "content": results[1:]},
+        ]
+    with contextlib.suppress(anthropic.BadRequestError):  # the vendor refuses a split: the guard records it
+        client.messages.create(messages=history, **_anthropic_kwargs())
+
+
+def test_parallel_tool_uses_replayed_in_one_message_get_no_finding_and_no_mend() -> None:
+    with AnthropicEmulator(_both_cities) as emulator:
+        client = emulator.client()
+        guard = rs.instrument(client, mend=True)
+        _parallel_chain(client, split=None)
+        sent = json.loads(emulator.requests[1].body)
+    assert [_kinds(r) for r in guard.records] == [[], []]
+    assert len(sent["messages"]) == 3
+
+
+def test_a_split_turn_holding_more_than_the_answer_is_named_but_never_merged() -> None:
+    """Merging turns is a mend only where the split turns hold the answer's tool uses and nothing else."""
+    with AnthropicEmulator(_both_cities) as emulator:
+        client = emulator.client()
+        guard = rs.instrument(client, mend=True)
+        _parallel_chain(client, split="text")
+        sent = json.loads(emulator.requests[1].body)
+    records = guard.records
+    assert [(k, p) for k, p in _kinds(records[1]) if k != "vendor_error"] == [
+        ("continuation_altered", "$.messages[3].content[1]")
+    ]
+    assert len(sent["messages"]) == 5  # sent as the client built it
+    assert records[1].status == 400

@@ -92,7 +92,10 @@ ANTHROPIC = CacheRules(
     min_tokens_by_model=((("opus-4-5", "opus-4-6", "haiku-4-5"), 4096), (("haiku-3",), 2048)),
     max_breakpoints=4,
     lookback_units=20,
+    lifetime=(300, 300),
 )
+#: an entry's lifetime per ``cache_control.ttl``, refreshed by each read (docs/protocols.md §4.4)
+_TTL_SECONDS = {"5m": 300, "1h": 3600}
 
 VENDOR = "anthropic"
 API = "messages"
@@ -1008,6 +1011,13 @@ class MessagesRoom(Room):
     def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
         return ANTHROPIC
 
+    def cache_lifetime(
+        self, rules: CacheRules, body: Mapping[str, Any], response: Any
+    ) -> tuple[int, int] | None:
+        """The ttls of the request's breakpoints (§4.4: ``5m`` unless ``1h``): the shortest and longest."""
+        seconds = {_TTL_SECONDS.get(str(c.get("ttl", "5m")), 300) for c in _cache_controls(body)}
+        return (min(seconds), max(seconds)) if seconds else rules.lifetime
+
     def assembler(self) -> AnthropicAssembler:
         return AnthropicAssembler()
 
@@ -1027,7 +1037,9 @@ class MessagesRoom(Room):
         payloads = [
             b.get("signature") or b.get("data") or "" for b in blocks if b["type"] in _REASONING_KINDS
         ]
-        return replay.source(calls, blocks, payloads, positional=False)
+        # parallel tool uses go back in one message (§4.3): a framework splitting them into turns of their
+        # own keeps every payload verbatim, so only a parse tells (answers with one call keep the fast path)
+        return replay.source(calls, blocks, payloads, positional=len(calls) > 1)
 
     def _check(self, source: Source, body: dict[str, Any], mend: bool, out: list[ReplayFinding]) -> None:
         """The assistant message replaying the answer (the one holding its tool-use ids) against it: each
@@ -1113,6 +1125,7 @@ class MessagesRoom(Room):
                 None,
             )
             if use is None:
+                _report_split(body, at, block, source.anchors, report)
                 continue
             j, other = use
             for key in ("name", "input"):
@@ -1130,7 +1143,84 @@ _REASONING = _Reasoning()
 ROOM = MessagesRoom()
 
 
+def _report_split(
+    body: dict[str, Any], at: int, block: Mapping[str, Any], ids: frozenset[str], report: replay.Report
+) -> None:
+    """A tool use of the answer replayed in another assistant message than the rest of it (parallel calls
+    split into turns of their own, as LiteLLM 1.110 does): the answer's reasoning no longer precedes it, and
+    the vendor refuses a tool chain whose last assistant message opens with it (§4.3). Mended by merging
+    the turns back into the answer's shape, only where the split turns hold nothing but the answer's own
+    tool uses and the user turns between them nothing but tool results (:func:`_merge_split`)."""
+    messages = body["messages"]
+    for m, message in enumerate(messages):
+        if m == at or not isinstance(message, Mapping) or message.get("role") != "assistant":
+            continue
+        for x, other in enumerate(listed(message.get("content"))):
+            if isinstance(other, Mapping) and other.get("id") == block["id"]:
+                mergeable = _split_turns(messages, at, ids)
+                report.altered(
+                    f"$.messages[{m}].content[{x}]",
+                    f"tool_use {block['id']} split from its answer (the rest in messages[{at}]) into "
+                    "an assistant message of its own, without the reasoning that preceded it",
+                    functools.partial(_merge_split, messages, at, mergeable) if mergeable else None,
+                )
+                return
+
+
+def _split_turns(messages: list[Any], at: int, ids: frozenset[str]) -> int | None:
+    """The index of the last message of an answer split after ``at`` when the turns after it are exactly:
+    tool results, an assistant message of tool uses only, tool results, ... and every assistant message
+    holding one of the answer's tool uses (``ids``) is among them; else None (no mend)."""
+    end = None
+    for m in range(at + 1, len(messages)):
+        message = messages[m]
+        if not isinstance(message, Mapping) or not isinstance(message.get("content"), list):
+            break
+        blocks = message["content"]
+        kind = "tool_result" if message.get("role") == "user" else "tool_use"
+        if (m - at) % 2 != (1 if kind == "tool_result" else 0) or not blocks:
+            break
+        if not all(isinstance(b, Mapping) and b.get("type") == kind for b in blocks):
+            break
+        if kind == "tool_result":
+            end = m
+    for m, message in enumerate(messages):
+        if (
+            m != at
+            and isinstance(message, Mapping)
+            and message.get("role") == "assistant"
+            and any(isinstance(b, Mapping) and b.get("id") in ids for b in listed(message.get("content")))
+            and not (end is not None and at < m < end)
+        ):
+            return None
+    return end
+
+
+def _merge_split(messages: list[Any], at: int, end: int) -> None:
+    """The answer's tool uses back in one assistant message, after its reasoning, and their results in the
+    one user message after it (the shape the answer came in, §4.3)."""
+    uses = [b for m in range(at + 2, end, 2) for b in messages[m]["content"]]
+    results = [b for m in range(at + 1, end + 1, 2) for b in messages[m]["content"]]
+    messages[at]["content"].extend(uses)
+    messages[at + 1]["content"] = results
+    del messages[at + 2 : end + 1]
+
+
 def _restore_block(content: list[Any], j: int, block: Mapping[str, Any]) -> None:
     """Content block ``j`` as it came (``block``), keeping the keys the caller added (``cache_control``)."""
     extra = {k: v for k, v in content[j].items() if k == "cache_control"}
     content[j] = {**copy.deepcopy(dict(block)), **extra}
+
+
+def _cache_controls(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every ``cache_control`` object of a request body: on tools, system blocks, message content blocks
+    and the request itself (§4.4)."""
+    holders: list[Any] = [body, *listed(body.get("tools")), *listed(body.get("system"))]
+    for message in listed(body.get("messages")):
+        if isinstance(message, Mapping):
+            holders.extend(listed(message.get("content")))
+    return [
+        h["cache_control"]
+        for h in holders
+        if isinstance(h, Mapping) and isinstance(h.get("cache_control"), Mapping)
+    ]

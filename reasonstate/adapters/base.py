@@ -1127,6 +1127,24 @@ class Room:
         """The prefix-cache rules of the server that answered (``raw_usage`` tells dialects apart)."""
         raise NotImplementedError
 
+    def cache_lifetime(
+        self, rules: CacheRules, body: Mapping[str, Any], response: Any
+    ) -> tuple[int, int] | None:
+        """How long the cache entries ``body`` (a parsed request, answered with ``response``, None when
+        unreadable) writes live unused, in seconds, as ``(shortest, longest)`` (None: the vendor documents
+        no lifetime): the rules' figure unless the request or its answer names a retention of
+        :attr:`retention_lifetimes` under :attr:`retention_key`. Never an error."""
+        if self.retention_key:
+            for holder in (response, body):
+                named = holder.get(self.retention_key) if isinstance(holder, Mapping) else None
+                if isinstance(named, str) and named in self.retention_lifetimes:
+                    return self.retention_lifetimes[named]
+        return rules.lifetime
+
+    #: the request (and answer) field naming a cache retention, and each retention's lifetime
+    retention_key: ClassVar[str] = ""
+    retention_lifetimes: ClassVar[Mapping[str, tuple[int, int]]] = {}
+
     def assembler(self) -> Assembler:
         """A fresh stream assembler for a streamed answer of this API."""
         raise NotImplementedError

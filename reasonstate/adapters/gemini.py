@@ -1063,7 +1063,8 @@ class GenerateContentRoom(Room):
                 if isinstance(c, Mapping)
                 and c.get("role", "user") == "user"
                 and any(
-                    isinstance(p, Mapping) and "functionResponse" not in p for p in listed(c.get("parts"))
+                    isinstance(p, Mapping) and "functionResponse" not in p and "function_response" not in p
+                    for p in listed(c.get("parts"))
                 )
             ),
             default=-1,
@@ -1078,6 +1079,15 @@ class GenerateContentRoom(Room):
             part = parts[j]
             path = f"$.contents[{i}].parts[{j}]"
             came, sent = call["thoughtSignature"], part.get("thoughtSignature")
+            replayed = _call_of(part)
+            if not call.get("id") and replayed.get("id"):
+                # the signature is bound to the Part as it came (§5.4): a call id the model did not give
+                # (LiteLLM 1.110 adds its own) is refused as a corrupted signature
+                report.altered(
+                    f"{path}.{'functionCall' if 'functionCall' in part else 'function_call'}.id",
+                    f"call id {replay.shown(replayed['id'])} added where the answer had none",
+                    functools.partial(replayed.pop, "id"),
+                )
             if came is not None and sent is not None and _b64(came) != _b64(sent):
                 report.altered(
                     f"{path}.thoughtSignature",
@@ -1085,10 +1095,14 @@ class GenerateContentRoom(Room):
                     functools.partial(part.__setitem__, "thoughtSignature", came),
                 )
             elif came is None and sent is not None:
+                # a call replayed first of its content must be signed (§5.4): a framework that split the
+                # parallel calls into contents of their own needs the dummy there, so it is not taken off
+                first = next(j_ for j_, p in enumerate(parts) if isinstance(p, Mapping) and _call_of(p))
                 report.altered(
                     f"{path}.thoughtSignature",
-                    f"thoughtSignature {_shown(sent)} added where the answer had none",
-                    functools.partial(part.pop, "thoughtSignature"),
+                    f"thoughtSignature {_shown(sent)} added where the answer had none"
+                    + (" (the call split into a content of its own)" if first == j else ""),
+                    functools.partial(part.pop, "thoughtSignature") if first != j else None,
                 )
             elif came is not None and sent is None:
                 moved = next(
@@ -1111,14 +1125,14 @@ class GenerateContentRoom(Room):
                         f"thoughtSignature {replay.digest(came)} left out",
                         functools.partial(part.__setitem__, "thoughtSignature", came),
                     )
-            args = part["functionCall"].get("args")
+            args = _call_of(part).get("args")
             if json.dumps(args) != json.dumps(call["args"]):
                 what = "re-serialized" if args == call["args"] else "changed"
                 report.altered(
                     f"{path}.functionCall.args",
                     f"args {what}: {replay.shown(json.dumps(call['args']))} went back as "
                     f"{replay.shown(json.dumps(args))}",
-                    functools.partial(part["functionCall"].__setitem__, "args", copy.deepcopy(call["args"])),
+                    functools.partial(_call_of(part).__setitem__, "args", copy.deepcopy(call["args"])),
                 )
 
 
@@ -1151,12 +1165,11 @@ def _replayed_call(contents: list[Any], call: Mapping[str, Any]) -> tuple[int, i
         if isinstance(c, Mapping) and c.get("role") == "model"
         for j, p in enumerate(listed(c.get("parts")))
         if isinstance(p, dict)
-        and isinstance(p.get("functionCall"), dict)
+        and _call_of(p)
         and (
-            p["functionCall"].get("id") == call["id"]
+            _call_of(p).get("id") == call["id"]
             if call.get("id")
-            else (p["functionCall"].get("name"), p["functionCall"].get("args"))
-            == (call["name"], call["args"])
+            else (_call_of(p).get("name"), _call_of(p).get("args")) == (call["name"], call["args"])
         )
     ]
     if len(matches) == 1:
@@ -1168,6 +1181,13 @@ def _replayed_call(contents: list[Any], call: Mapping[str, Any]) -> tuple[int, i
         and _b64(contents[i]["parts"][j].get("thoughtSignature")) == _b64(call["thoughtSignature"])
     ]
     return signed[0] if len(signed) == 1 else None
+
+
+def _call_of(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A Part's function call, its key in camelCase or snake_case (proto JSON reads both; LiteLLM 1.110
+    writes ``function_call``), or an empty dict."""
+    call = part.get("functionCall", part.get("function_call"))
+    return call if isinstance(call, dict) else {}
 
 
 def _move_signature(parts: list[Any], wrong: int, right: int) -> None:

@@ -107,7 +107,15 @@ __all__ = [
 ]
 
 #: this API's prefix cache, as data (docs/protocols.md; the schemes are :mod:`reasonstate.cache.rules`)
-OPENAI_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §1.5, §2.1", min_tokens=1024, step=128)
+OPENAI_CHAT = CacheRules(
+    scheme="messages",
+    source="docs/protocols.md §1.5, §2.1",
+    min_tokens=1024,
+    step=128,
+    # §1.5: in memory 5 to 10 minutes unused, at most an hour; extended (the default of organisations
+    # without zero data retention, and of gpt-5.5 on) up to 24 hours: unnamed, either
+    lifetime=(300, 86400),
+)
 DEEPSEEK = CacheRules(scheme="persisted", source="docs/protocols.md §3.4")
 #: vLLM automatic prefix caching and SGLang RadixAttention behind the chat API: full 16-token KV blocks
 SELF_HOSTED_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §2.2", block=16)
@@ -839,6 +847,15 @@ class ChatRoom(Room):
 
     def cache_rules(self, model: str, raw_usage: Mapping[str, Any] | None) -> CacheRules:
         return _CACHE[_dialect_of(raw_usage)]
+
+    # docs/protocols.md §1.5: ``prompt_cache_retention`` (sent, or echoed in a Responses answer) names
+    # the retention: in memory an unused prefix lives 5 to 10 minutes, at most an hour; extended, up to
+    # 24 hours
+    retention_key: ClassVar[str] = "prompt_cache_retention"
+    retention_lifetimes: ClassVar[Mapping[str, tuple[int, int]]] = {
+        "in_memory": (300, 3600),
+        "24h": (300, 86400),
+    }
 
     def assembler(self) -> ChatAssembler:
         return ChatAssembler()

@@ -66,7 +66,10 @@ class CacheRules:
     * ``max_breakpoints`` / ``lookback_units``: explicit breakpoints per request, and how many units before
       a breakpoint the vendor looks for an earlier cache entry;
     * ``recent``: how many earlier requests a prediction considers (caches live minutes, not sessions);
-      at most :data:`~reasonstate.state.UNIT_WINDOW`, the requests whose units the records keep.
+      at most :data:`~reasonstate.state.UNIT_WINDOW`, the requests whose units the records keep;
+    * ``lifetime``: how long an unused entry lives, in seconds, as ``(shortest, longest)`` the vendor
+      documents (equal when it documents one figure; None when it documents none): the guard tells an
+      expired entry from a vendor's miss with it (a room may read the request's own ttl option instead).
     """
 
     scheme: Scheme
@@ -78,6 +81,7 @@ class CacheRules:
     max_breakpoints: int = 0
     lookback_units: int = 0
     recent: int = attrs.field(default=UNIT_WINDOW)
+    lifetime: tuple[int, int] | None = None
 
     @recent.validator
     def _check_recent(self, _attribute: object, value: int) -> None:

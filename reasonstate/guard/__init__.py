@@ -10,18 +10,24 @@ Analysis happens when :attr:`Guard.records` is read, off the caller's request pa
 as the vendor reads it (its room's view: :func:`reasonstate.adapters.view_of`), matched to the earlier
 request of its conversation (the recent request it shares the longest prefix with), and given its
 normalized usage (the rooms' own usage parsers), its divergence with the cause
-(:func:`reasonstate.cache.divergence.explain`), its warnings (``continuation_lost``, ``unexplained_miss``,
-bad input) and the cache read predicted from the vendor's rules next to the one reported: the session's
-own predictor (:func:`reasonstate.cache.rules.predict_request`, docs/protocols.md §1.5, §3.4, §4.4, §5.3)
-on the unit keys as the server renders them (:meth:`reasonstate.adapters.base.Room.cache_keys`), so a
+(:func:`reasonstate.cache.divergence.explain`), its warnings (``continuation_lost``, a miss as
+``ttl_expired``, ``provider_miss`` or ``unexplained_miss``, bad input) and the cache read predicted from
+the vendor's rules next to the one reported: the session's own predictor
+(:func:`reasonstate.cache.rules.predict_request`, docs/protocols.md §1.5, §3.4, §4.4, §5.3) on the unit
+keys as the server renders them (:meth:`reasonstate.adapters.base.Room.cache_keys`), so a
 guard watching a session predicts what the session predicts for each of its requests.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import threading
+import time
 import weakref
+from collections.abc import Iterator
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import attrs
@@ -48,8 +54,12 @@ class GuardWarning:
     the outgoing body), ``mend_skipped`` (a mend the body's encoding did not allow) — these four carry
     ``path``, the JSON path in the request body, and a ``detail`` naming payloads by digest only; a lost
     or altered field is reported once per answer, at the first request where it happens;
-    ``unexplained_miss`` (a request that extends the previous one read less
-    cache than predicted), ``prediction_mismatch`` (it read more), ``request_not_json``,
+    a request that extends the previous one of its conversation but read less cache than predicted is
+    ``ttl_expired`` (more time passed since that previous request than the longest lifetime the vendor
+    documents for its cache entries), ``provider_miss`` (less time than the shortest: the prefix was as
+    predicted and still alive, the vendor served less) or ``unexplained_miss`` (the wire cannot tell: the
+    gap lies between the vendor's shortest and longest lifetimes, or the vendor documents none);
+    ``prediction_mismatch`` (it read more), ``request_not_json``,
     ``response_not_json``, ``stream_cut_short``, ``usage_missing``, ``usage_invalid``, ``vendor_error``
     (a non-2xx answer), ``hook_error`` (the guard itself failed; the request went on untouched)."""
 
@@ -67,6 +77,9 @@ class GuardRecord:
     is the vendor's figure (None without usage). ``usage`` is normalized (:class:`reasonstate.Usage`).
     ``api`` is the vendor API (``messages``, ``responses``, ``chat``, ``generate_content``), ``path`` the
     URL path, ``previous`` the index of the request this one was compared with (its conversation).
+    ``at``: when the vendor answered, in seconds since the epoch: the answer's ``Date`` header (the
+    vendor's clock, whole seconds), else the guard's clock when the answer's headers came.
+    ``conversation``: the key the caller set with :meth:`Guard.conversation` (None: none set).
     """
 
     index: int
@@ -82,6 +95,8 @@ class GuardRecord:
     predicted_cache_read: int | None
     reported_cache_read: int | None
     previous: int | None = None
+    at: float | None = None
+    conversation: str | None = None
 
 
 @attrs.define(slots=True)
@@ -101,6 +116,21 @@ class _Exchange:
     replay: tuple[tuple[int, ReplayFinding], ...] = ()
     # whether the answer went into the guard's ledger (mend mode: at once; else when analysed)
     sourced: bool = False
+    # the guard's clock when the answer's headers came, and the caller's conversation key then
+    at: float = 0.0
+    conversation: str | None = None
+
+    @property
+    def answered_at(self) -> float:
+        """When the vendor answered: its ``Date`` header (RFC 9110 §6.6.1) when it sent a valid one, else
+        the guard's own clock (both in seconds since the epoch)."""
+        date = self.headers.get("date")
+        if date:
+            try:
+                return parsedate_to_datetime(date).timestamp()
+            except (TypeError, ValueError, IndexError, OverflowError):
+                pass
+        return self.at
 
 
 def _api_of(path: str) -> str | None:
@@ -113,6 +143,10 @@ def _api_of(path: str) -> str | None:
 _DRAIN = 128
 #: where the request hook leaves its findings for the response hook (the request's extensions)
 _FINDINGS = "reasonstate.guard.replay"
+#: the conversation key a caller set around its requests (:meth:`Guard.conversation`)
+_CONVERSATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "reasonstate.guard.conversation", default=None
+)
 
 
 def _origin(url: Any) -> str:
@@ -132,8 +166,8 @@ class Guard:
         self._lock = threading.Lock()
         self._pending: list[_Exchange] = []
         self._records: list[GuardRecord] = []
-        # the recent analysed requests: (record, view, parsed response) and their execution records
-        self._recent: list[tuple[GuardRecord, View, Any]] = []
+        # the recent analysed requests: (record, view, parsed response, lifetime of what it cached)
+        self._recent: list[tuple[GuardRecord, View, Any, tuple[int, int] | None]] = []
         # the newest requests' execution records, their units kept once (Records: a small difference each)
         self._executed: Records = Records()
 
@@ -150,6 +184,22 @@ class Guard:
         del self._pending[: len(pending)]
         for capture in pending:
             self._records.append(self._analysed(capture))
+
+    @contextlib.contextmanager
+    def conversation(self, key: str) -> Iterator[None]:
+        """Mark the requests sent inside this block as one conversation, ``key``: each is compared only
+        with earlier requests of the same key (requests sent outside any block, only with each other).
+        For a framework that gives no stable id, so that interleaved conversations on one client (agent
+        rollouts of one prompt, users with the same first question) do not break each other's chains.
+        The key is a context variable: it reaches requests sent from this thread or task, and from tasks
+        it starts, not from a thread pool the framework sends from. Nothing of it goes on the wire."""
+        if not isinstance(key, str) or not key:
+            raise InvalidOption(f"a conversation key is a non-empty string, got {key!r}")
+        token = _CONVERSATION.set(key)
+        try:
+            yield
+        finally:
+            _CONVERSATION.reset(token)
 
     @property
     def mend(self) -> bool:
@@ -198,6 +248,8 @@ class Guard:
                 {k.lower(): v for k, v in response.headers.items()},
                 origin=_origin(request.url),
                 replay=request.extensions.get(_FINDINGS, ()),
+                at=time.time(),
+                conversation=_CONVERSATION.get(),
             )
             content = getattr(response, "_content", None)
             if isinstance(content, bytes):  # someone read it already
@@ -239,6 +291,7 @@ class Guard:
                 capture.index, _api_of(capture.path) or "", "", capture.path, capture.status,
                 len(capture.request or b""), False, None, None,
                 (GuardWarning("hook_error", f"{type(exc).__name__}: {exc}"),), None, None,
+                conversation=capture.conversation,
             )  # fmt: skip
 
 
@@ -252,13 +305,15 @@ def instrument(client: Any, *, cache: CacheRules | None = None, mend: bool = Fal
     """Watch every request ``client`` sends; the one line a caller adds.
 
     ``client``: an ``anthropic``/``openai`` client (sync or async) or a ``google.genai.Client`` (both its
-    sync and ``.aio`` sides) or its ``.aio``. ``cache``: the :class:`~reasonstate.cache.CacheRules` to
-    predict with, when the API's default is not the vendor's (a vLLM/SGLang server behind the chat API:
-    ``reasonstate.adapters.openai_chat.SELF_HOSTED_CHAT``). Instrumenting a client twice returns the same
-    guard. ``mend``: restore, in each outgoing body only, the continuation fields (signatures, encrypted
-    items, ``thoughtSignature`` on its Part, ``reasoning_content``, tool-call ids and argument strings) a
-    framework lost or altered of an answer the guard saw, where the match is unambiguous (same ids, same
-    position, same model, same vendor); each restoration is a ``mended`` finding. The framework's own
+    sync and ``.aio`` sides) or its ``.aio``, or an ``httpx2.Client``/``AsyncClient`` that vendor requests
+    go through (a framework's own, or one replaying recorded exchanges). ``cache``: the
+    :class:`~reasonstate.cache.CacheRules` to predict with, when the API's default is not the vendor's
+    (a vLLM/SGLang server behind the chat API: ``reasonstate.adapters.openai_chat.SELF_HOSTED_CHAT``).
+    Instrumenting a client twice returns the same guard. ``mend``: restore, in each outgoing body only,
+    the continuation fields (signatures, encrypted items, ``thoughtSignature`` on its Part,
+    ``reasoning_content``, tool-call ids and argument strings) a framework lost or altered of an answer
+    the guard saw, where the match is unambiguous (same ids, same position, same model, same vendor);
+    each restoration is a ``mended`` finding. The framework's own
     objects are untouched; a request that replays faithfully is sent byte for byte as it was.
     Raises ``TypeError`` for a client without an ``httpx2`` client (nothing to watch), and
     :class:`~reasonstate.InvalidOption` for a client instrumented before with the other ``mend``.
@@ -288,6 +343,8 @@ def _http_clients(client: Any) -> list[Any]:
         return [
             h for h in (getattr(api, "_httpx_client", None), getattr(api, "_async_httpx_client", None)) if h
         ]
+    if hasattr(client, "event_hooks") and hasattr(client, "send"):  # an httpx2 client itself
+        return [client]
     http = getattr(client, "_client", None)
     return [http] if http is not None and hasattr(http, "event_hooks") else []
 

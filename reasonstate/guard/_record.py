@@ -42,6 +42,9 @@ class _Request:
 #: how many earlier requests a new one is matched against (its conversation) and predicted from
 _RECENT = 64
 
+#: a recent request: its record, its view, its parsed answer and the lifetime of what it cached
+Recent = tuple["GuardRecord", View, Any, "tuple[int, int] | None"]
+
 
 def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
     from reasonstate.guard import GuardRecord, GuardWarning
@@ -70,7 +73,8 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
     usage, raw_usage = _usage(room, response, capture.status, warnings)
     view = room.view(body, model) if body is not None else None
 
-    previous = _conversation(guard, view) if view is not None else None
+    at = capture.answered_at
+    previous = _conversation(guard, view, capture.conversation) if view is not None else None
     divergence = None
     if previous is not None and view is not None:
         divergence = explain(previous[1], view)
@@ -89,8 +93,13 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
         request = _Request(model, room.cache_keys(view, raw_usage), view.breakpoints, view.prefix_units)
         predicted = predict_request(rules, request, guard._executed)
         if divergence is None and predicted is not None and reported is not None and predicted != reported:
-            kind = "unexplained_miss" if reported < predicted else "prediction_mismatch"
-            warnings.append(GuardWarning(kind, f"predicted {predicted}, reported {reported}"))
+            why = f"predicted {predicted}, reported {reported}"
+            if reported > predicted:
+                warnings.append(GuardWarning("prediction_mismatch", why))
+            else:
+                last = previous if previous is not None else _last_use(guard, view)
+                kind, gap = _miss(at, last)
+                warnings.append(GuardWarning(kind, f"{why}; {gap}"))
         executed = _executed(len(guard._executed), request, usage, capture, predicted, response, rules, room)
         if executed is not None:
             guard._executed = guard._executed.appended(*executed, keep=_RECENT)
@@ -108,9 +117,15 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
         predicted_cache_read=predicted,
         reported_cache_read=reported,
         previous=previous[0].index if previous is not None else None,
+        at=at,
+        conversation=capture.conversation,
     )
     if view is not None and 200 <= capture.status < 300:
-        guard._recent.append((record, view, response))
+        lifetime = None
+        if isinstance(body, Mapping):
+            rules = guard._cache if guard._cache is not None else room.cache_rules(model, raw_usage)
+            lifetime = room.cache_lifetime(rules, body, response)
+        guard._recent.append((record, view, response, lifetime))
         del guard._recent[:-_RECENT]
     keep_answer(guard, capture, response, model)
     return record
@@ -228,24 +243,57 @@ def _counts(raw: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def _conversation(guard: Guard, view: View) -> tuple[GuardRecord, View, Any] | None:
-    """The recent request this one shares the longest prefix with (the newest of equals), past the
-    model and options; None when none shares a tool, system or history unit (a new conversation)."""
-    best: tuple[GuardRecord, View, Any] | None = None
+def _conversation(guard: Guard, view: View, key: str | None) -> Recent | None:
+    """The recent request of conversation ``key`` (None: of the requests sent without a key) this one
+    shares the longest prefix with (the newest of equals), past the model and options; None when none
+    shares a tool, system or history unit (a new conversation)."""
+    best: Recent | None = None
     best_len = 2
     keys = view.keys
-    for entry in reversed(guard._recent):
+    recent = [e for e in guard._recent if e[0].conversation == key]
+    for entry in reversed(recent):
         if entry[1].api != view.api:
             continue
         n = common_prefix_len(keys, entry[1].keys)
         if n > best_len or (best is None and n == best_len and len(entry[1].keys) > 2):
             best, best_len = entry, n
     if best is None:  # the newest request of this API whose model or options alone changed
-        for entry in reversed(guard._recent):
+        for entry in reversed(recent):
             if entry[1].api == view.api and common_prefix_len(keys[2:], entry[1].keys[2:]) > 0:
                 best = entry
                 break
     return best
+
+
+def _last_use(guard: Guard, view: View) -> Recent | None:
+    """For a request that starts a conversation: the newest recent request (of any conversation) that
+    shares a unit past the model and options with it, the last to write or read what it shares."""
+    entry: Recent
+    for entry in reversed(guard._recent):
+        if entry[1].api == view.api and common_prefix_len(view.keys[2:], entry[1].keys[2:]) > 0:
+            return entry
+    return None
+
+
+def _miss(at: float, last: Recent | None) -> tuple[str, str]:
+    """Why a request that extends ``last`` (the request that last wrote or read its prefix) read less
+    cache than predicted, as far as the wire tells: ``ttl_expired`` when more time passed since ``last``
+    answered than the longest lifetime the vendor documents for an unused entry (its ttl, refreshed by
+    each read: docs/protocols.md §1.5, §4.4), ``provider_miss`` when less than the shortest (the prefix
+    was alive; the vendor served less: an eviction, another machine), else ``unexplained_miss``."""
+    if last is None or last[0].at is None:
+        return "unexplained_miss", "no earlier request wrote the prefix"
+    gap = at - last[0].at
+    lifetime = last[3]
+    since = f"{gap:.0f} s after request {last[0].index}"
+    if lifetime is None:
+        return "unexplained_miss", f"{since}; the vendor documents no cache lifetime"
+    shortest, longest = lifetime
+    if gap > longest:
+        return "ttl_expired", f"{since}, past the cache lifetime of {longest} s"
+    if gap <= shortest:
+        return "provider_miss", f"{since}, within the cache lifetime of {shortest} s"
+    return "unexplained_miss", f"{since}, between the cache lifetimes of {shortest} s and {longest} s"
 
 
 def _executed(

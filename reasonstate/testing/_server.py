@@ -13,6 +13,8 @@ the loopback interface, serves each request on its own thread, records every req
 Invariants:
   * ``server.requests[i].body`` is byte-for-byte what the client sent in its i-th request;
   * a request answered by a fault never reaches the handler (scripted state is not consumed);
+  * every answer's ``Date`` header (RFC 9110 §6.6.1) is the emulator's clock: the wall clock plus what
+    :meth:`Emulator.advance` added (time a test lets pass without waiting, e.g. past a cache lifetime);
   * the server listens on 127.0.0.1 unless :meth:`EmulatorServer.bind` names another IPv4 address (the
     standalone ``reasonstate emulate --host``); tests never change it.
 """
@@ -205,6 +207,12 @@ class EmulatorServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._address: tuple[str, int] = ("127.0.0.1", 0)
+        #: seconds :meth:`now` runs ahead of the wall clock (:meth:`Emulator.advance`)
+        self.clock_offset = 0.0
+
+    def now(self) -> float:
+        """The server's clock (seconds since the epoch): the wall clock plus :attr:`clock_offset`."""
+        return time.time() + self.clock_offset
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def bind(self, host: str = "127.0.0.1", port: int = 0) -> EmulatorServer:
@@ -226,6 +234,10 @@ class EmulatorServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None
+
+            def date_time_string(self, timestamp: float | None = None) -> str:
+                # the Date header a vendor sends is its clock: here the emulator's (advance() moves it)
+                return super().date_time_string(server.now() if timestamp is None else timestamp)
 
             def _serve(self) -> None:
                 server._dispatch(self)
@@ -439,6 +451,19 @@ class Emulator:
     def inject(self, *faults: Fault) -> None:
         """Queue faults; each answers one later request, in order, before any validation."""
         self._server.inject(*faults)
+
+    # -- the clock ----------------------------------------------------------------------------------
+    def now(self) -> float:
+        """The emulator's clock (seconds since the epoch): what its ``Date`` headers say and what its
+        prompt-cache lifetimes are measured on."""
+        return self._server.now()
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass on the emulator's clock at once (a test need not wait out a cache lifetime):
+        later ``Date`` headers are that much later, and cache entries age by as much."""
+        if not seconds >= 0:
+            raise ValueError(f"advance() takes seconds >= 0, got {seconds!r}")
+        self._server.clock_offset += seconds
 
     def _client_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
         return {"base_url": self.base_url + self.sdk_path, "api_key": "test-key", "max_retries": 0, **kw}

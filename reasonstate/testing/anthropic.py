@@ -178,7 +178,12 @@ Prompt-cache rule (what the SDK's predictions are compared against)
    breakpoint, whichever is later) and each breakpoint b counts for b's ttl
    (``ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``); spans ending at a breakpoint whose
    prefix is below ``cache_min_tokens`` count for the ttl of the next cacheable breakpoint.
-6. Entries never expire; thinking configuration, ``tool_choice`` etc. are not part of the key;
+6. An entry lives for its breakpoint's ttl (``5m``: 300 s, ``1h``: 3600 s) on the emulator's clock
+   (:meth:`~reasonstate.testing._server.Emulator.now`), refreshed each time a request reads it (§4.4: "the
+   cache's default minimum lifetime is 5 minutes, refreshed each time the cached content is used"); a
+   request reads no expired entry. The clock is the wall clock unless a test moves it with
+   :meth:`~reasonstate.testing._server.Emulator.advance`, so a test that lets no time pass sees no expiry.
+7. Thinking configuration, ``tool_choice`` etc. are not part of the key;
    ``service_tier`` is always ``"standard"``.
 
 Streaming (``"stream": true``) follows §4.5: ``message_start`` (empty content, usage with the cache fields
@@ -320,6 +325,8 @@ _SIG_REDACTED = 0x02
 _SIG_THINKING_BOUND = 0x03  # preserved-thinking models: the MAC also covers the prefix digest
 _SIG_REDACTED_BOUND = 0x04
 _NONCE_LEN = 12
+#: a cache entry's lifetime per breakpoint ttl, in seconds (§4.4)
+_TTL_SECONDS = {"5m": 300, "1h": 3600}
 _MAC_LEN = 32
 _DIGEST_LEN = 32
 
@@ -562,7 +569,8 @@ class AnthropicEmulator(ScriptedEmulator):
         self.deterministic = deterministic
         self._msg_ids = itertools.count(1)
         self._tool_ids = itertools.count(1)
-        self._cache: dict[tuple[str, bytes], int] = {}
+        # (model, prefix digest) -> [tokens, ttl in seconds, expiry on the emulator's clock]
+        self._cache: dict[tuple[str, bytes], list[float]] = {}
         self._issued_by_tool: dict[str, _Issued] = {}
 
     def clear_cache(self) -> None:
@@ -884,7 +892,13 @@ class AnthropicEmulator(ScriptedEmulator):
         candidates: set[int] = set()
         for b in breakpoints:
             candidates.update(range(max(1, b - self.lookback_blocks), b + 1))
+        now = self.now()
+        for key in [k for k, entry in self._cache.items() if entry[2] < now]:
+            del self._cache[key]  # past its lifetime: gone, as the vendor's is
         hit = max((k for k in candidates if (model, prefix_keys[k - 1]) in self._cache), default=0)
+        if hit and write:  # a read refreshes the entry's lifetime (§4.4)
+            entry = self._cache[(model, prefix_keys[hit - 1])]
+            entry[2] = now + entry[1]
         read = cumulative[hit]
         split = {"5m": 0, "1h": 0}
         creation = 0
@@ -903,7 +917,8 @@ class AnthropicEmulator(ScriptedEmulator):
         if write:
             for b in breakpoints:
                 if cumulative[b] >= self.cache_min_tokens:
-                    self._cache[(model, prefix_keys[b - 1])] = cumulative[b]
+                    ttl = _TTL_SECONDS.get(blocks[b - 1].ttl or "5m", 300)
+                    self._cache[(model, prefix_keys[b - 1])] = [cumulative[b], ttl, now + ttl]
         return CacheUsage(
             input_tokens=total - read - creation,
             cache_creation_input_tokens=creation,

@@ -59,7 +59,11 @@ real chat formats delimit items with special tokens): ``input_tokens = Σ count_
 cache is token-level: ``cached_tokens = openai_cached_tokens(input_tokens, max shared_item_tokens(P, Q))``
 over the prompts ``Q`` of earlier successful requests with the same ``model`` and the same
 ``prompt_cache_key`` (absent is its own key) — see :mod:`reasonstate.testing.openai`. So a request that
-extends an earlier one shares exactly that request's ``input_tokens``. ``cache_write_tokens`` is always 0.
+extends an earlier one shares exactly that request's ``input_tokens``. An earlier prompt is forgotten once
+it went unused longer than its request's retention on the emulator's clock (``prompt_cache_retention``:
+``in_memory`` 1 hour, ``24h`` (and unnamed) 24 hours: the longest the vendor keeps one); a request that
+shares the longest prefix with it starts its time again. The clock is the wall clock plus what
+:meth:`~reasonstate.testing._server.Emulator.advance` added. ``cache_write_tokens`` is always 0.
 
 **Hosted-tool items** (web search, file search, code interpreter, MCP, … — the other members of the SDK's
 ``ResponseInputItemParam`` union) are accepted as input items and rendered like any other item; they take
@@ -166,6 +170,18 @@ _ZERO_TOOL_USAGE: dict[str, Any] = {
     },
     "web_search": {"num_requests": 0},
 }
+
+
+#: the longest an unused prompt stays cached, per ``prompt_cache_retention`` (§1.5: in memory "always removes
+#: them within one hour of the cache's last use"; extended "up to a maximum of 24 hours")
+RETENTION_SECONDS = {"in_memory": 3600, "24h": 86400}
+
+
+def _lifetime(body: Mapping[str, Any], model: str) -> int:
+    """The request's retention in seconds: the one it names, else ``24h`` (gpt-5.5 on: the only one; older
+    models: the default of an organisation without zero data retention, which the emulator stands for)."""
+    named = body.get("prompt_cache_retention")
+    return RETENTION_SECONDS.get(named if isinstance(named, str) else "24h", 86400)
 
 
 def reports_completion_fields(model: str) -> bool:
@@ -283,7 +299,8 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         self._minted: dict[str, _Minted] = {}
         self._stored_items: dict[str, dict[str, Any]] = {}
         self._chains: dict[str, list[dict[str, Any]]] = {}
-        self._prompts: dict[tuple[str, str | None], list[list[bytes]]] = {}
+        # namespace -> [prompt, its lifetime in seconds, its expiry on the emulator's clock]
+        self._prompts: dict[tuple[str, str | None], list[list[Any]]] = {}
 
     def _routes(self) -> list[Route]:
         return [Route("POST", r"/v1/responses", self._handle)]
@@ -559,10 +576,17 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
 
         prompt = self._prompt(body, items)
         namespace = (model, body.get("prompt_cache_key"))
+        now = self.now()
         earlier = self._prompts.setdefault(namespace, [])
+        earlier[:] = [entry for entry in earlier if entry[2] >= now]  # gone by its lifetime's end
         input_tokens = sum(math.ceil(len(segment) / 4) for segment in prompt)
-        matched = max((shared_item_tokens(prompt, q) for q in earlier), default=0)
-        earlier.append(prompt)
+        shared = [shared_item_tokens(prompt, entry[0]) for entry in earlier]
+        matched = max(shared, default=0)
+        for entry, entry_shared in zip(earlier, shared, strict=True):
+            if matched and entry_shared == matched:  # the prefix was used: its lifetime starts again
+                entry[2] = now + entry[1]
+        lifetime = _lifetime(body, model)
+        earlier.append([prompt, lifetime, now + lifetime])
         reasoning_tokens = count_tokens(reasoning_text) if rs_id is not None else 0
         output_tokens = (
             reasoning_tokens
