@@ -36,6 +36,7 @@ def _execution_bytes(snapshot: rs.SessionSnapshot) -> int:
     return len(json.dumps(data["execution"])) + len(json.dumps(data["units"]))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("vendor", "rewrites"), [("anthropic", False), ("responses", False), ("responses", True)]
 )
