@@ -1,11 +1,17 @@
 """Shared helpers: a scripted agent on the Anthropic emulator with a real ``anthropic`` client, and the one
-hypothesis settings profile every property runs under.
+hypothesis settings profile every property runs under, and the ``long`` marker that starts a test first.
 
 Profiles: ``suite`` (what ``make test`` runs) gives each property 100 examples; ``fuzz`` is selected when
 ``REASONSTATE_FUZZ_EXAMPLES`` is set and gives each property that many (``make fuzz``: 20,000). No deadline
 in either: the properties drive real SDK clients over loopback HTTP, whose timing the load of the machine
 decides. A property that states its own ``max_examples`` does so because one example is a whole session
 (a cap below the profile's), never for volume.
+
+``@pytest.mark.long``: a single test of ten seconds or more (a whole demo, a pytest run in a subprocess, a
+session grown past a window). ``make test`` splits the collection between its workers and an idle worker
+steals only tests not yet started, so a long test started last leaves the other core idle until it ends;
+marked tests run first, in their collection order, and everything else keeps its order. Mark only tests
+that share no module-scoped fixture with unmarked ones (moving them would build the fixture twice).
 """
 
 from __future__ import annotations
@@ -32,6 +38,16 @@ settings.register_profile(
     max_examples=int(os.environ.get("REASONSTATE_FUZZ_EXAMPLES", 20000)),
 )
 settings.load_profile("fuzz" if os.environ.get("REASONSTATE_FUZZ_EXAMPLES") else "suite")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "long: a test of ten seconds or more, started before the others")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # a stable sort: the same order in every xdist worker (they must collect alike), long tests first
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
 
 MODEL = "claude-sonnet-4-6"
 THINKING = {"type": "enabled", "budget_tokens": 2048}

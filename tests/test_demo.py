@@ -297,6 +297,7 @@ def test_a_plain_table_wraps_its_headers_then_its_text_cells_to_fit_the_width() 
     ]
 
 
+@pytest.mark.long
 def test_the_whole_demo_piped_fits_100_columns_and_explains_its_terms() -> None:
     """Issue 24 item 4: piped, 99 lines of make demo were wider than 120 columns (up to 479), and "PRR",
     "declared breaks" and "storm breaks" appeared without a word on what they are."""

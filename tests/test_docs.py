@@ -524,12 +524,14 @@ _CACHE_READS = re.compile(r"\(([\d.]+)% cache reads")
 @dataclasses.dataclass(frozen=True)
 class Verbatim:
     """How one python block runs: the emulate arguments, the earlier blocks of its page it continues, the
-    json block of its page saved under ``script`` first, and whether it must show cache reads."""
+    json block of its page saved under ``script`` first, whether it must show cache reads, and the
+    variables a newcomer sets beside the printed ones (each documented by the library it configures)."""
 
     emulate: tuple[str, ...]
     after: tuple[int, ...] = ()
     script: str | None = None
     cache: bool = True
+    env: tuple[tuple[str, str], ...] = ()
 
 
 VERBATIM: dict[tuple[str, int], Verbatim] = {
@@ -537,7 +539,10 @@ VERBATIM: dict[tuple[str, int], Verbatim] = {
     ("README.md", 1): Verbatim(("anthropic",), cache=False),  # Streaming: one request
     ("README.md", 2): Verbatim(("anthropic",), cache=False),  # Agent runtime
     ("README.md", 3): Verbatim(("anthropic",), cache=False),  # Persist sessions
-    ("README.md", 4): Verbatim(("anthropic",), cache=False),  # Export (no OTLP receiver: logged, not felt)
+    # Export: no OTLP receiver, so the span export fails, logged and not felt. OpenTelemetry's documented
+    # OTEL_EXPORTER_OTLP_TIMEOUT bounds its retries to 1 s (seconds in opentelemetry-exporter-otlp-proto-http;
+    # the default 10 s was idle time of every make test)
+    ("README.md", 4): Verbatim(("anthropic",), cache=False, env=(("OTEL_EXPORTER_OTLP_TIMEOUT", "1"),)),
     ("docs/quickstart/anthropic.md", 0): Verbatim(("anthropic",)),
     ("docs/quickstart/anthropic.md", 1): Verbatim(("anthropic",), after=(0,)),
     ("docs/quickstart/openai-responses.md", 0): Verbatim(("responses",)),
@@ -598,7 +603,13 @@ def test_the_block_runs_verbatim_against_reasonstate_emulate(page: str, index: i
         (tmp_path / how.script).write_text(script)
     with emulate(how.emulate, tmp_path) as printed:
         assert printed and all(name.endswith(("_BASE_URL", "_API_KEY")) for name in printed)
-        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), **printed}
+        env = {
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(ROOT),
+            "HOME": str(tmp_path),
+            **printed,
+            **dict(how.env),
+        }
         run = subprocess.run(
             [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
         )

@@ -23,6 +23,7 @@ def blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", GUIDE.read_text(), re.S)
 
 
+@pytest.mark.long
 def test_the_pytest_example_passes_under_the_plugin(tmp_path: Path) -> None:
     pytest.importorskip("anthropic")
     tests = [code for code in blocks("python") if "def test_" in code]

@@ -20,7 +20,10 @@ from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 from tests import test_session_openai_responses as responses
 from tests.conftest import answer, make_session
 
-TURNS = 100
+#: past the unit window: the oldest requests' units are gone from the records, the window's are diffs
+TURNS = UNIT_WINDOW + 8
+#: the growth of a snapshot per turn, measured over two halves of this many turns
+GROWTH_TURNS = 100
 
 
 def _grown(session: rs.Session, turns: int) -> None:
@@ -33,6 +36,7 @@ def _execution_bytes(snapshot: rs.SessionSnapshot) -> int:
     return len(json.dumps(data["execution"])) + len(json.dumps(data["units"]))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("vendor", "rewrites"), [("anthropic", False), ("responses", False), ("responses", True)]
 )
@@ -68,11 +72,11 @@ def test_a_restored_long_session_predicts_and_sends_what_the_original_does(
 
 
 def test_the_execution_part_of_a_snapshot_grows_by_a_constant_per_turn() -> None:
-    with AnthropicEmulator([answer(i) for i in range(2 * TURNS)], secret=b"s") as emu:
+    with AnthropicEmulator([answer(i) for i in range(2 * GROWTH_TURNS)], secret=b"s") as emu:
         session = make_session(emu)
-        _grown(session, TURNS // 2)
+        _grown(session, GROWTH_TURNS // 2)
         half = _execution_bytes(session.snapshot())
-        _grown(session, TURNS // 2)
+        _grown(session, GROWTH_TURNS // 2)
         full = _execution_bytes(session.snapshot())
     # each turn adds one record and three unit digests (the whole tuples made it grow with the square)
     assert full - half < 1.2 * half

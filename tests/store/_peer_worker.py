@@ -1,6 +1,7 @@
 """What one worker of tests/store/test_peer_issues.py's concurrent tests runs, in a thread or in a
-``spawn``-ed process (so it stays light: no pytest): load a session, send its messages, and on a
-:class:`~reasonstate.errors.SessionConflict` reload and send again, reporting every outcome."""
+process forked from the preloaded forkserver of tests/store/_processes.py (so it stays light: no pytest):
+load a session, send its messages, and on a :class:`~reasonstate.errors.SessionConflict` reload and send
+again, reporting every outcome."""
 
 from __future__ import annotations
 

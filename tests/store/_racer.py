@@ -1,5 +1,5 @@
-"""What each process of a multi-process race runs (``multiprocessing`` with ``spawn`` imports this module
-in the child, so it stays light: no pytest, only the store)."""
+"""What each process of a multi-process race runs (a worker of tests/store/_processes.py's forkserver, which
+preloads this module, so it stays light: no pytest, only the store)."""
 
 from __future__ import annotations
 

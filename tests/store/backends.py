@@ -35,7 +35,7 @@ _CLASSES = {
 
 
 def store_class(path: str) -> Any:
-    """``module:Name`` imported (light enough for a ``spawn``-ed worker process)."""
+    """``module:Name`` imported (light enough for a worker process)."""
     module, name = path.split(":")
     return getattr(importlib.import_module(module), name)
 

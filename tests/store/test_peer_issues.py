@@ -13,7 +13,6 @@ emulator received are compared.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import queue
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from tests import conftest as anthropic_case
 from tests import test_session_gemini as gemini_case
 from tests import test_session_openai_responses as responses_case
 from tests.store._peer_worker import serve
+from tests.store._processes import worker_context
 from tests.store.backends import BACKENDS, Backend, open_backend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,7 +204,7 @@ def test_openai_agents_python_4205_4988_concurrent_workers_never_take_one_versio
                 for i in range(k)
             ]
         else:
-            ctx = multiprocessing.get_context("spawn")
+            ctx = worker_context()
             results, barrier = ctx.Queue(), ctx.Barrier(k)
             runs = [
                 ctx.Process(target=serve, args=(backend.spec, emu.base_url, "shared", i, m, barrier, results))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import secrets
 import socket
 import subprocess
@@ -26,6 +25,7 @@ from psycopg import sql
 from reasonstate.errors import InvalidOption, SessionConflict, StoreError
 from reasonstate.store import SCHEMA_VERSION, AsyncPostgresStore, AsyncStore, PostgresStore
 from tests.store import services
+from tests.store._processes import worker_context
 from tests.store.conformance import AsyncConformance, Conformance, c, d
 
 CLOSED_PORT = "postgresql://postgres@127.0.0.1:1/test"
@@ -412,7 +412,7 @@ def test_a_process_killed_mid_append_leaves_the_last_complete_append(url: str, s
     append (its entries exactly 1..version, none beyond), and the next append on that version works."""
     store = PostgresStore(url, schema=schema)
     entries = sql.Identifier(schema, "reasonstate_entries")
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     try:
         store.append("k", 0, [c(1)])
         for delay in (0.05, 0.3):
@@ -500,11 +500,12 @@ def _race(url: str, schema: str, i: int, barrier: Any, results: Any) -> None:
 
 
 def test_two_processes_racing_on_one_version_one_wins(url: str, schema: str, store: PostgresStore) -> None:
-    """Two processes (spawned: they share nothing but the server) append on one version at the same moment,
+    """Two processes (forked from a clean forkserver, tests/store/_processes.py: they share nothing but the
+    server) append on one version at the same moment,
     round after round: exactly one wins each round, the other gets SessionConflict, no history forks."""
     for r in range(ROUNDS):
         store.append(f"race-{r}", 0, [c(1)])
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     barrier = ctx.Barrier(2)
     results = ctx.Queue()
     procs = [ctx.Process(target=_race, args=(url, schema, i, barrier, results)) for i in range(2)]

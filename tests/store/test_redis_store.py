@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import secrets
 import socket
 import subprocess
@@ -24,6 +23,7 @@ from reasonstate.errors import SessionConflict, StoreError  # noqa: E402
 from reasonstate.store import SCHEMA_VERSION, AsyncStore  # noqa: E402
 from reasonstate.store.redis import AsyncRedisStore, RedisStore  # noqa: E402
 from tests.store import services  # noqa: E402
+from tests.store._processes import worker_context  # noqa: E402
 from tests.store._racer import race  # noqa: E402
 from tests.store.conformance import AsyncConformance, Conformance, c, d  # noqa: E402
 
@@ -343,9 +343,10 @@ def test_a_server_that_never_answers_times_out() -> None:
 
 
 def test_racing_processes_on_one_version_one_wins(store: RedisStore, url: str, prefix: str) -> None:
-    """Separate processes (``spawn``: nothing shared but the server) append on one version at once."""
+    """Separate processes (forked from a clean forkserver, tests/store/_processes.py: nothing shared but the
+    server) append on one version at once."""
     store.append("race", 0, [c(1)])
-    ctx = multiprocessing.get_context("spawn")
+    ctx = worker_context()
     n = 4
     barrier = ctx.Barrier(n)
     results = ctx.Queue()
