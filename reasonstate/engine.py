@@ -357,7 +357,9 @@ class Engine:
         try:
             # text that is not valid Unicode is refused whole, a pair cut across deltas joined
             # (docs/protocols.md §0.3): what commits can always be encoded, snapshotted and sent back
-            response = unicode_reply(result.response, f"the {self._adapter.endpoint.label} answer")
+            response = result.response
+            if not result.plain_text:
+                response = unicode_reply(response, f"the {self._adapter.endpoint.label} answer")
             decoded = self._adapter.decode(response, call.request)
             if result.events:
                 decoded = attrs.evolve(decoded, events=(*decoded.events, *result.events))

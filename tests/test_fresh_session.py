@@ -125,3 +125,20 @@ def test_a_session_with_exporters_gets_one_id_and_exports_under_it(
     other = rs.Session(anthropic_emulator.client(), model="claude-sonnet-4-6", exporters=[Collect()])
     other.send("Three?")
     assert seen[-1] != seen[0]
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "responses", "deepseek", "gemini"])
+def test_a_first_send_without_exporters_encodes_its_request_once(
+    request: pytest.FixtureRequest, vendor: str
+) -> None:
+    """Issue 21 item 4: a session without exporters handed its first commit's events to the logger's slow
+    path (its publisher had never "started"), which read the trace and so completed the deferred
+    ``policy.decision``: a second encode of the history on every fresh session's first ``send``. The
+    decision stays deferred until someone reads it, and then says what the next request will do."""
+    _name, client, options = next(s for s in _sessions(request) if s[0] == vendor)
+    session = rs.Session(client, system="You answer briefly.", **options)
+    session.send("Hello?")
+    assert session.trace.deferred, "the first send read its own trace (a second encode)"
+    decision = session.trace.of_kind("policy.decision")[-1]
+    assert decision.data["divergence_unit"] is None
+    assert decision.data["reprefill_tokens"] == 0

@@ -168,3 +168,31 @@ def test_what_commits_around_surrogates_is_stored_and_loads_byte_identically(
         assert loaded.snapshot().model_dump_json(exclude=kept) == session.snapshot().model_dump_json(
             exclude=kept
         )
+
+
+def test_a_body_read_as_plain_text_decodes_to_valid_unicode_only() -> None:
+    """Issue 21 item 4: the engine skips its own pass over an answer when the transport read off the bytes
+    that every string is valid Unicode (``plain_text``); that must never let a lone surrogate through, in
+    whatever way a body spells one (escape in either case, encoded bytes, a UTF-16 body)."""
+    import json
+
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from reasonstate.adapters.transport import plain_text
+    from reasonstate.state.continuation import compact
+
+    texts = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=8)
+    values = st.recursive(texts, lambda inner: st.dictionaries(texts, inner, max_size=3), max_leaves=6)
+
+    @given(values, st.sampled_from(["ascii", "raw", "upper", "utf-16"]))
+    def check(value: Any, spelling: str) -> None:
+        text = json.dumps(value, ensure_ascii=spelling in ("ascii", "upper"))
+        if spelling == "upper":
+            text = re.sub(r"\\u([0-9a-f]{4})", lambda m: "\\u" + m.group(1).upper(), text)
+        body = text.encode("utf-16-le" if spelling == "utf-16" else "utf-8", "surrogatepass")
+        if plain_text(body):
+            compact(json.loads(body))  # no UnicodeEncodeError: every string has a UTF-8 form
+
+    check()
+    assert plain_text('{"text": "naïve 😀"}'.encode()) and not plain_text(b'{"t": "\\ud83d"}')

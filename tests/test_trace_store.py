@@ -116,7 +116,11 @@ _ODD: dict[str, Any] = {
 def test_every_event_reads_back_as_appended_with_its_types_key_order_and_export_bytes() -> None:
     trace = Trace().extended([("custom.kind", _ODD), ("custom.kind", _ODD)])
     trace = trace.appended("other", value={1, 2})  # not JSON: kept as the event it is
-    rebuilt = Trace(trace.events)  # built from events: every one decoded from the store
+    rebuilt = Trace(trace.events)  # built from events
+    # decoded from the store's bytes: the newest events are encoded in batches, a compact copy reads all
+    decoded = Trace.from_compact(Trace(trace.events[:2]).to_compact())
+    assert [e.data for e in decoded] == [e.data for e in trace.events[:2]]
+    assert [[type(v) for v in e.data["flags"]] for e in decoded] == [[bool, int, bool, int]] * 2
     for got in (trace, rebuilt):
         first, second, odd = got.events
         for event in (first, second):
@@ -129,8 +133,25 @@ def test_every_event_reads_back_as_appended_with_its_types_key_order_and_export_
         assert event_line(first, "s") == event_line(TraceEvent(0, "custom.kind", _ODD, first.at), "s")
         assert odd.data == {"value": {1, 2}}
     assert rebuilt == trace and trace.of_kind("custom.kind") == [first, second]
-    lone = Trace(Trace().appended("k", text="a lone \ud800 surrogate").events)  # decoded from its bytes
+    lone = Trace.from_compact(Trace().appended("k", text="a lone \ud800 surrogate").to_compact())
     assert lone.events[0].data == {"text": "a lone \ud800 surrogate"}
+
+
+def test_events_read_alike_before_and_after_their_batch_is_encoded() -> None:
+    """Issue 21 item 4: the newest events are encoded in batches (a fresh session's few never are); a
+    reader, a fork and the compact form see the same events whichever side of a batch they fall on."""
+    for turns in (1, 6, 7, 13):  # 5 events a turn: 5, 30, 35 and 65 events, batches of 32
+        trace = _grown(turns)
+        expected = [(e.seq, e.kind, e.data, e.at) for e in trace]
+        assert [e.data for e in trace] == [freeze(d) for t in range(turns) for _, d in _batch(t)]
+        back = Trace.from_compact(trace.to_compact())
+        assert [(e.seq, e.kind, e.data, e.at) for e in back] == expected
+        twin = trace.extended(_batch(turns))
+        other = trace.appended("custom.kind", n=2)  # a fork of the same base: a copy of its events
+        assert [(e.kind, e.data) for e in twin][-5:] == [(k, freeze(d)) for k, d in _batch(turns)]
+        assert [(e.seq, e.kind, e.data, e.at) for e in other][:-1] == expected
+        assert other.events[-1].data == {"n": 2} and len(other) == len(trace) + 1
+        assert [(e.seq, e.kind, e.data, e.at) for e in trace] == expected
 
 
 def test_a_sessions_snapshot_holds_its_trace_compactly_reads_it_back_and_refuses_an_edit(

@@ -62,6 +62,7 @@ __all__ = [
     "call",
     "drive",
     "open_stream",
+    "plain_text",
     "sdk_kwargs",
     "status_message",
 ]
@@ -77,6 +78,9 @@ class CallResult:
     request_body: bytes | None = None
     #: trace events the call adds to its commit (a stream's ``stream.trailing_data`` warning)
     events: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    #: every string of ``response`` is known to be valid Unicode (read off the body's bytes,
+    #: :func:`plain_text`), so the engine skips its own pass over the value (docs/protocols.md §0.3)
+    plain_text: bool = False
 
 
 def call(adapter: Adapter, client: Any, request: VendorRequest, stream: bool) -> CallResult:
@@ -403,6 +407,21 @@ def sdk_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v if k in _HISTORY_FIELDS else thaw(v) for k, v in kwargs.items()}
 
 
+def plain_text(body: bytes) -> bool:
+    """Whether every string ``json.loads(body)`` gives is valid Unicode, read off the bytes at C speed:
+    strict UTF-8 (``json.loads`` lets encoded surrogates through) and no ``\\uD...`` escape (a surrogate
+    is only ever written as one; no NUL byte, which only a UTF-16 or UTF-32 body has, where ``json.loads``
+    would read other escapes than these bytes show). False only means "not known": the engine then checks
+    the value."""
+    if b"\x00" in body or (b"\\u" in body and (b"\\ud" in body or b"\\uD" in body)):
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _json(body: bytes, adapter: Adapter) -> Any:
     try:
         return json.loads(body)
@@ -521,7 +540,8 @@ class _RawResponse:
 
 
 def _raw_result(adapter: Adapter, http: Any) -> CallResult:
-    return CallResult(_json(http.content, adapter), http.request.content)
+    body = http.content
+    return CallResult(_json(body, adapter), http.request.content, plain_text=plain_text(body))
 
 
 def _resource(client: Any, adapter: Adapter) -> Any:
@@ -837,7 +857,7 @@ def _genai_result(adapter: Adapter, exchange: _Exchange) -> CallResult:
             "the genai.Client answered without an HTTP exchange through its httpx2 client (a replay or "
             "custom API client?): reasonstate needs the exact bytes"
         )
-    return CallResult(_json(body, adapter), exchange.request_body)
+    return CallResult(_json(body, adapter), exchange.request_body, plain_text=plain_text(body))
 
 
 def _genai_failure(

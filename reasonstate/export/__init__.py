@@ -140,7 +140,10 @@ class Publisher:
         self.context = context
         self._session_id: str | None = None
         self.cursor = cursor
-        self.started = False
+        # whether the exporters had their first call (the session's start); with none, nothing to start,
+        # so the session's fast path (Engine._set_layers) holds from its first transition on and never
+        # reads (and so completes) a deferred event only a reader needs
+        self.started = not self.exporters
 
     @property
     def session_id(self) -> str:

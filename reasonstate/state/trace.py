@@ -17,7 +17,10 @@ Storage (the cost of a long session grows by a small constant per event):
     previous event of that shape as a reference to one shared copy), its kind as an interned id, its wall
     time once per batch. :class:`TraceEvent` values are built on access (``events``, iteration,
     :meth:`Trace.of_kind`); the newest events (the newest batches, up to :data:`_TAIL_MAX` events) are
-    kept as built, so a reader of what was just appended (a store's delta entry) builds none. Decoding
+    kept as built, so a reader of what was just appended (a store's delta entry) builds none. The events
+    are encoded in batches of up to :data:`_TAIL_MAX` (their kinds at once): until then the store holds
+    them as built, so a short-lived session (one built per HTTP request) never encodes events nobody
+    reads back, and a long one pays the same per event. Decoding
     gives back exactly the frozen data (``decoded == freeze(data)``, same key order, same types); an event
     the codec cannot hold (data that is not plain JSON, a ``seq`` that is not its index) is kept as its
     :class:`TraceEvent`.
@@ -144,10 +147,13 @@ def _learnable(keys: tuple[Any, ...]) -> bool:
 class _Store:
     """The append-only events behind every :class:`Trace` value extended from one another.
 
-    Invariants: events ``0..len-1`` never change once appended (only appended to, under ``lock``); event
-    ``i``'s bytes are ``blob[ends[i-1]:ends[i]]`` (empty for an event kept whole in ``raw``); ``kinds[i]``
-    its kind id; its time ``run_at[k]`` for the last ``run_start[k] <= i``; the shape and string tables
-    only grow, so an event decodes the same forever.
+    Invariants: events ``0..len-1`` never change once appended (only appended to, under ``lock``);
+    ``kinds[i]`` is event ``i``'s kind id from its append on; the events from ``pending[0]`` on are
+    ``pending[1]`` as built (not encoded yet, fewer than :data:`_TAIL_MAX`), every earlier event ``i`` has
+    its bytes ``blob[ends[i-1]:ends[i]]`` (empty for an event kept whole in ``raw``) and its time
+    ``run_at[k]`` for the last ``run_start[k] <= i``; the shape and string tables only grow, so an event
+    decodes the same forever. ``pending`` is replaced, never emptied in place, so a reader that took it
+    before an encoding still finds its event there.
     """
 
     __slots__ = (
@@ -157,6 +163,7 @@ class _Store:
         "kinds",
         "last",
         "lock",
+        "pending",
         "raw",
         "run_at",
         "run_start",
@@ -181,12 +188,15 @@ class _Store:
         #: per (shape, position) the last string seen there (an encoding hint only)
         self.last: dict[tuple[int, int], str] = {}
         self.lock = threading.Lock()
+        #: (position of the first event not encoded yet, those events as built)
+        self.pending: tuple[int, list[TraceEvent]] = (0, [])
 
     def __len__(self) -> int:
         return len(self.kinds)
 
     def prefix(self, n: int) -> _Store:
-        """A new store holding this one's first ``n`` events (a fork)."""
+        """A new store holding this one's first ``n`` events (a fork; under ``lock``)."""
+        self.encode_pending()
         new = _Store()
         new.blob = self.blob[: self.ends[n - 1]] if n else bytearray()
         new.ends = self.ends[:n]
@@ -201,13 +211,38 @@ class _Store:
         new.shapes, new.shape_ids = list(self.shapes), dict(self.shape_ids)
         new.strings, new.string_ids = list(self.strings), dict(self.string_ids)
         new.last = dict(self.last)
+        new.pending = (n, [])
         return new
 
     # -- appending (under lock) ----------------------------------------------------------------------------
     def append(self, event: TraceEvent) -> None:
-        """Append ``event`` (at position ``len``): as its bytes, or whole when the codec cannot hold it."""
+        """Append ``event`` (at position ``len``): its kind now, its bytes with the next batch encoded."""
         i = len(self.kinds)
         kid = _kind_id(event.kind)
+        if kid > 0xFFFF and self.kinds.typecode == "H":
+            self.kinds = array("I", self.kinds)
+        self.kinds.append(kid)
+        seqs = self.by_kind.get(kid)
+        if seqs is None:
+            self.by_kind[kid] = array("I", (i,))
+        else:
+            seqs.append(i)
+        pending = self.pending[1]
+        pending.append(event)
+        if len(pending) >= _TAIL_MAX:
+            self.encode_pending()
+
+    def encode_pending(self) -> None:
+        """Encode the events appended since the last batch (under ``lock``, or before the store is shared)."""
+        start, pending = self.pending
+        if not pending:
+            return
+        for i, event in enumerate(pending, start):
+            self._encode(i, event)
+        self.pending = (start + len(pending), [])
+
+    def _encode(self, i: int, event: TraceEvent) -> None:
+        """Event ``i``'s bytes, or the event kept whole when the codec cannot hold it."""
         at = event.at
         try:
             if event.seq != i or type(at) is not float:
@@ -221,14 +256,6 @@ class _Store:
         if end > 0xFFFFFFFF and self.ends.typecode == "I":
             self.ends = array("Q", self.ends)
         self.ends.append(end)
-        if kid > 0xFFFF and self.kinds.typecode == "H":
-            self.kinds = array("I", self.kinds)
-        self.kinds.append(kid)
-        seqs = self.by_kind.get(kid)
-        if seqs is None:
-            self.by_kind[kid] = array("I", (i,))
-        else:
-            seqs.append(i)
         if not encoded and i in self.raw:
             return  # its time is its own
         if not self.run_at or self.run_at[-1] != at:
@@ -282,7 +309,10 @@ class _Store:
 
     # -- reading --------------------------------------------------------------------------------------------
     def event(self, i: int) -> TraceEvent:
-        """Event ``i`` (``0 <= i < len``), built from its bytes."""
+        """Event ``i`` (``0 <= i < len``), built from its bytes (or as built, not encoded yet)."""
+        start, pending = self.pending
+        if i >= start:
+            return pending[i - start]
         raw = self.raw
         if raw:
             kept = raw.get(i)
@@ -576,6 +606,8 @@ class Trace:
         does not hold into one it does). :meth:`from_compact` reads it back to an equal trace."""
         self._settled()
         store, n = self._store, self._n
+        with store.lock:
+            store.encode_pending()
         ends = store.ends[:n]
         runs = bisect.bisect_left(store.run_start, n)
         used = store.kinds[:n]
@@ -626,6 +658,7 @@ class Trace:
             raise ValueError("a compact trace whose event count, lengths and kinds disagree")
         store = _Store()
         store.blob = bytearray(payload[cut + 1 :])
+        store.pending = (n, [])
         store.ends = array("Q" if len(store.blob) > 0xFFFFFFFF else "I", accumulate(lengths))
         if (store.ends[-1] if n else 0) != len(store.blob) or any(x < 0 for x in lengths):
             raise ValueError("a compact trace whose event bytes do not add up")
