@@ -758,7 +758,9 @@ def commit(
         history, deferred = _close_turn(
             history,
             events,
-            attrs.evolve(layers, records=records),
+            # what the next request is built on; not the previous body (a held decision's effect keeps
+            # these layers until it is read: with the body, two whole requests per session, issue 21)
+            attrs.evolve(layers, records=records, last_body=None),
             adapter=adapter,
             prefix=prefix,
             model=model,

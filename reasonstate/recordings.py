@@ -11,7 +11,7 @@ their bytes; a file that is neither form raises :class:`RecordingError` naming t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,7 @@ class Recording:
     kind: str  # "snapshot" or "trace"
     trace: Trace
     history: History | None = None
-    records: tuple[ExecutionRecord, ...] = ()
+    records: Sequence[ExecutionRecord] = ()
     vendor: str = ""
     api: str = ""
     model: str = ""

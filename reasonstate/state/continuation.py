@@ -97,7 +97,7 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, init=False)
 class Continuation:
     """One vendor-opaque payload (a thinking block, a reasoning item, a content block we do not model).
 
@@ -112,17 +112,42 @@ class Continuation:
     payload: bytes = attrs.field(repr=False)
     digest: str
     model_bound: bool = True
-    #: what is known of these very ``payload`` and ``digest`` objects: that they match, and the payload's
-    #: frozen JSON value (:data:`_UNPARSED` when not parsed). Taken when the value is built (at capture
-    #: from the decoded value, else by hashing and parsing once), never changed; it is read only while the
-    #: attributes still hold those objects (``bytes`` and ``str`` are immutable), so an edit in memory is
-    #: hashed and parsed again, and a replaced payload can never be read through it
-    _known: _Checked | None = attrs.field(
-        default=attrs.Factory(lambda c: _check(c.payload, c.digest), takes_self=True),
-        kw_only=True,
-        eq=False,
-        repr=False,
-    )
+    #: what is known of these very ``payload`` and ``digest`` objects: that they match (``_seen_payload``
+    #: and ``_seen_digest`` are they), and the payload's frozen JSON value (``_value``, :data:`_UNPARSED`
+    #: when not parsed). Taken when the value is built (``known``: at capture from the decoded value, else
+    #: by hashing and parsing once), never changed; it is read only while the attributes still hold those
+    #: objects (``bytes`` and ``str`` are immutable), so an edit in memory is hashed and parsed again, and a
+    #: replaced payload can never be read through it. Three slots, not a tuple: 48 bytes less per payload
+    #: (issue 21: state in proportion to the content)
+    _seen_payload: bytes | None = attrs.field(init=False, eq=False, repr=False)
+    _seen_digest: str | None = attrs.field(init=False, eq=False, repr=False)
+    _value: Any = attrs.field(init=False, eq=False, repr=False)
+
+    def __init__(
+        self,
+        vendor: str,
+        api: str,
+        model: str,
+        kind: str,
+        payload: bytes,
+        digest: str,
+        model_bound: bool = True,
+        *,
+        known: _Checked | None = None,
+    ) -> None:
+        set_ = object.__setattr__  # the frozen class's own construction, as attrs' generated __init__
+        set_(self, "vendor", vendor)
+        set_(self, "api", api)
+        set_(self, "model", model)
+        set_(self, "kind", kind)
+        set_(self, "payload", payload)
+        set_(self, "digest", digest)
+        set_(self, "model_bound", model_bound)
+        checked = _check(payload, digest) if known is None else known
+        seen_payload, seen_digest, value = (None, None, _UNPARSED) if checked is None else checked
+        set_(self, "_seen_payload", seen_payload)
+        set_(self, "_seen_digest", seen_digest)
+        set_(self, "_value", value)
 
     @classmethod
     def capture(
@@ -186,8 +211,8 @@ class Continuation:
 
     def verify(self) -> None:
         """Raise :class:`ContinuationMismatch` unless ``sha256(payload) == digest``."""
-        payload, digest, known = self.payload, self.digest, self._known
-        if known is not None and known[0] is payload and known[1] is digest:
+        payload, digest = self.payload, self.digest
+        if self._seen_payload is payload and self._seen_digest is digest and payload is not None:
             return
         if digest_of(payload) != digest:
             raise ContinuationMismatch(
@@ -208,9 +233,9 @@ class Continuation:
         request sends is what was captured.
         """
         self.verify()
-        known = self._known
-        if known is not None and known[0] is self.payload and known[2] is not _UNPARSED:
-            return known[2]
+        value = self._value
+        if self._seen_payload is self.payload and value is not _UNPARSED:
+            return value
         return freeze(json.loads(self.payload))
 
     def replayable_to(self, vendor: str, api: str, model: str) -> bool:

@@ -13,8 +13,10 @@ the session's length (issue 21).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, NoReturn
+import threading
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NoReturn, overload
 
 import attrs
 
@@ -268,8 +270,138 @@ class UnitChain:
         return self if keep == len(self.older) else attrs.evolve(self, older=self.older[:keep])
 
 
-class Records(tuple[ExecutionRecord, ...]):
-    """The session's execution records, oldest first (a tuple), with the unit digests of the newest ones.
+#: how many of the newest records a :class:`Records` value keeps as built objects (the cache prediction,
+#: the store's next delta and the engine read these; older ones are packed and rebuilt on access)
+_BUILT = UNIT_WINDOW
+_SHA256 = "sha256:"
+_HEXDIGITS = frozenset("0123456789abcdef")
+#: the int columns of a packed record, in order (None is -1 for the two that may be None)
+_INT_FIELDS = ("index", "turn", "step", "request_bytes", "units", "divergence", "predicted_cache_read")
+
+
+class _Packed:
+    """The records older than a :class:`Records` value's built tail, packed: per record seven ints, its
+    request digest's 32 bytes, its duration, and shared references (its usage, the step's own value; the
+    fingerprint, model and breakpoints as ids in tables of shared objects). A record the columns cannot
+    hold exactly (token ids, a digest of another form) is kept as built in ``raw``.
+
+    Append-only and shared by every value extended from one another, as the trace's store is: a value
+    reads the first ``n`` rows it was made with, so later appends never change what it sees; a value
+    extended from fewer rows than the store holds copies its rows first (a fork).
+    """
+
+    __slots__ = (
+        "digests",
+        "durations",
+        "ints",
+        "lock",
+        "name_ids",
+        "names",
+        "outputs",
+        "raw",
+        "refs",
+        "usages",
+    )
+
+    def __init__(self) -> None:
+        self.ints = array("q")
+        self.digests = bytearray()
+        self.durations = array("d")
+        self.refs = array("I")  # per record: fingerprint id, model id, breakpoints id
+        self.usages: list[Usage] = []
+        self.outputs: list[str | None] = []
+        self.names: list[Any] = []
+        self.name_ids: dict[Any, int] = {}
+        self.raw: dict[int, ExecutionRecord] = {}
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.usages)
+
+    def prefix(self, n: int) -> _Packed:
+        new = _Packed()
+        new.ints = self.ints[: n * len(_INT_FIELDS)]
+        new.digests = self.digests[: n * 32]
+        new.durations = self.durations[:n]
+        new.refs = self.refs[: n * 3]
+        new.usages = self.usages[:n]
+        new.outputs = self.outputs[:n]
+        new.names, new.name_ids = list(self.names), dict(self.name_ids)
+        new.raw = {i: r for i, r in self.raw.items() if i < n}
+        return new
+
+    def _id(self, value: Any) -> int:
+        found = self.name_ids.get(value)
+        if found is None:
+            found = self.name_ids[value] = len(self.names)
+            self.names.append(value)
+        return found
+
+    def append(self, r: ExecutionRecord) -> None:
+        i = len(self.usages)
+        digest = r.request_digest
+        packable = (
+            r.prompt_ids is None
+            and r.completion_ids is None
+            and r.ids_seal is None
+            and type(digest) is str
+            and len(digest) == 71
+            and digest.startswith(_SHA256)
+            and _HEXDIGITS.issuperset(digest[7:])
+            and all(type(v) is int or v is None for v in (r.divergence, r.predicted_cache_read))
+            and all(type(getattr(r, f)) is int for f in ("index", "turn", "step", "request_bytes", "units"))
+            and type(r.duration_s) is float
+            and type(r.model) is str
+            and type(r.prefix_fingerprint) is str
+            and type(r.breakpoints) is tuple
+        )
+        if packable:
+            ints = (r.index, r.turn, r.step, r.request_bytes, r.units, r.divergence, r.predicted_cache_read)
+            packable = all(v is None or 0 <= v < 1 << 62 for v in ints)
+        if not packable:
+            self.raw[i] = r
+            self.ints.extend((0,) * len(_INT_FIELDS))
+            self.digests += bytes(32)
+            self.durations.append(0.0)
+            self.refs.extend((0, 0, 0))
+        else:
+            self.ints.extend(-1 if v is None else v for v in ints)
+            self.digests += bytes.fromhex(digest[7:])
+            self.durations.append(r.duration_s)
+            self.refs.extend((self._id(r.prefix_fingerprint), self._id(r.model), self._id(r.breakpoints)))
+        self.usages.append(r.usage)
+        self.outputs.append(r.output_unit)
+
+    def record(self, i: int) -> ExecutionRecord:
+        raw = self.raw.get(i) if self.raw else None
+        if raw is not None:
+            return raw
+        k = i * len(_INT_FIELDS)
+        index, turn, step, size, units, divergence, predicted = self.ints[k : k + len(_INT_FIELDS)]
+        fingerprint, model, breakpoints = self.refs[i * 3 : i * 3 + 3]
+        return ExecutionRecord(
+            index=index,
+            turn=turn,
+            step=step,
+            request_digest=_SHA256 + self.digests[i * 32 : i * 32 + 32].hex(),
+            request_bytes=size,
+            prefix_fingerprint=self.names[fingerprint],
+            units=units,
+            breakpoints=self.names[breakpoints],
+            divergence=None if divergence < 0 else divergence,
+            predicted_cache_read=None if predicted < 0 else predicted,
+            usage=self.usages[i],
+            duration_s=self.durations[i],
+            model=self.names[model],
+            output_unit=self.outputs[i],
+        )
+
+
+_EMPTY_PACK = _Packed()
+
+
+class Records(Sequence[ExecutionRecord]):
+    """The session's execution records, oldest first (a sequence), with the unit digests of the newest ones.
 
     ``chains`` holds one :class:`UnitChain` per model the records name (the newest request's model last),
     so every request among each model's newest :data:`UNIT_WINDOW` has its unit tuple, kept once: a
@@ -278,38 +410,121 @@ class Records(tuple[ExecutionRecord, ...]):
     (a guard keeps only its newest); a request's ``seq`` is ``offset +`` its position. Immutable:
     :meth:`appended` returns a new value; two are equal when their records and chains are (a plain tuple
     compares with the records alone).
+
+    Storage (issue 21: state in proportion to the content): the newest :data:`_BUILT` records are kept as
+    built (the same objects on every read); the older ones packed in a shared append-only
+    :class:`_Packed` and rebuilt, equal to what was appended, when read (``records[i]``, iteration).
     """
+
+    __slots__ = ("_chains", "_n", "_offset", "_packed", "_tail")
 
     _chains: tuple[UnitChain, ...]
     _offset: int
+    _packed: _Packed
+    _n: int
+    _tail: tuple[ExecutionRecord, ...]
 
-    def __new__(
-        cls, records: Iterable[ExecutionRecord] = (), chains: tuple[UnitChain, ...] = (), offset: int = 0
+    def __init__(
+        self, records: Iterable[ExecutionRecord] = (), chains: tuple[UnitChain, ...] = (), offset: int = 0
+    ) -> None:
+        if isinstance(records, Records):
+            packed, n, tail = records._packed, records._n, records._tail
+        else:
+            items = tuple(records)
+            packed, n, tail = _EMPTY_PACK, 0, items
+            if len(items) > _BUILT:
+                packed = _Packed()
+                for r in items[: len(items) - _BUILT]:
+                    packed.append(r)
+                n, tail = len(packed), items[len(items) - _BUILT :]
+        self._set(packed, n, tail, chains, offset)
+
+    def _set(
+        self,
+        packed: _Packed,
+        n: int,
+        tail: tuple[ExecutionRecord, ...],
+        chains: tuple[UnitChain, ...],
+        offset: int,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "_packed", packed)
+        set_(self, "_n", n)
+        set_(self, "_tail", tail)
+        set_(self, "_chains", chains)
+        set_(self, "_offset", offset)
+
+    @classmethod
+    def _of(
+        cls,
+        packed: _Packed,
+        n: int,
+        tail: tuple[ExecutionRecord, ...],
+        chains: tuple[UnitChain, ...],
+        offset: int,
     ) -> Records:
-        self = super().__new__(cls, records)
-        object.__setattr__(self, "_chains", chains)
-        object.__setattr__(self, "_offset", offset)
+        self = cls.__new__(cls)
+        self._set(packed, n, tail, chains, offset)
         return self
 
     def __setattr__(self, name: str, value: Any) -> NoReturn:
         raise AttributeError(f"Records is immutable (cannot set {name})")
 
+    def __len__(self) -> int:
+        return self._n + len(self._tail)
+
+    @overload
+    def __getitem__(self, i: int) -> ExecutionRecord: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[ExecutionRecord, ...]: ...
+    def __getitem__(self, i: int | slice) -> ExecutionRecord | tuple[ExecutionRecord, ...]:
+        n = self._n
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n + len(self._tail))
+            if step == 1 and start >= n:
+                return self._tail[start - n : max(stop - n, 0)]
+            return tuple(self[k] for k in range(start, stop, step))
+        if i < 0:
+            i += n + len(self._tail)
+        if i >= n:
+            return self._tail[i - n]  # IndexError past the end, as a tuple's
+        if i < 0:
+            raise IndexError("Records index out of range")
+        return self._packed.record(i)
+
+    def __iter__(self) -> Iterator[ExecutionRecord]:
+        packed = self._packed
+        for i in range(self._n):
+            yield packed.record(i)
+        yield from self._tail
+
+    def __bool__(self) -> bool:
+        return bool(self._n or self._tail)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Records):
             return (
-                tuple.__eq__(self, other) is True
+                len(self) == len(other)
                 and self._chains == other._chains
                 and self._offset == other._offset
+                and tuple(self) == tuple(other)
             )
-        return tuple.__eq__(self, other) is True
+        if isinstance(other, tuple):
+            return tuple(self) == other
+        return NotImplemented
 
     def __ne__(self, other: object) -> bool:
-        return not self == other
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
 
-    __hash__ = tuple.__hash__
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __add__(self, other: tuple[ExecutionRecord, ...]) -> tuple[ExecutionRecord, ...]:
+        return (*self, *other)
 
     def __repr__(self) -> str:
-        return f"Records({tuple.__repr__(self)})"
+        return f"Records({tuple(self)!r})"
 
     @property
     def chains(self) -> tuple[UnitChain, ...]:
@@ -384,13 +599,24 @@ class Records(tuple[ExecutionRecord, ...]):
                 del chains[k]
                 break
         chains.append(chain)
-        records = (*self, record)
         offset = self._offset
-        if keep is not None and len(records) > keep:
-            cut = len(records) - keep
-            records, offset = records[cut:], offset + cut
+        if keep is not None and len(self) + 1 > keep:
+            cut = len(self) + 1 - keep
+            offset += cut
+            kept = Records((*self[cut:], record))
+            packed, n, tail = kept._packed, kept._n, kept._tail
             chains = [c.from_seq(offset) for c in chains if c.seq >= offset]
-        return Records(records, tuple(chains), offset)
+            return Records._of(packed, n, tail, tuple(chains), offset)
+        packed, n, tail = self._packed, self._n, (*self._tail, record)
+        if len(tail) > _BUILT:
+            # the oldest built record moves to the packed rows: in place when this value's rows are the
+            # store's newest, else into a copy of its own rows (a fork: the other value keeps its own)
+            with packed.lock:
+                if len(packed) != n or packed is _EMPTY_PACK:
+                    packed = _EMPTY_PACK.prefix(0) if packed is _EMPTY_PACK else packed.prefix(n)
+                packed.append(tail[0])
+            n, tail = n + 1, tail[1:]
+        return Records._of(packed, n, tail, tuple(chains), offset)
 
     def newest_units(self) -> tuple[str, ...]:
         """The units of the newest request (``()`` when there is none)."""

@@ -251,6 +251,26 @@ class TurnView:
         return all(self.keep_reasoning) and self.summary is None
 
 
+#: the shared views: equal views without a summary are one object (issue 21: most closed turns have the
+#: same view, and one per turn was 64 bytes of each turn's state); bounded, beyond it a view is its own
+_VIEWS: dict[tuple[tuple[bool, ...], str], TurnView] = {}
+_VIEWS_MAX = 1024
+
+
+def _shared_view(view: TurnView | None) -> TurnView | None:
+    """The shared view equal to ``view`` when it has no summary (a value: equal views are
+    interchangeable), else ``view``."""
+    if type(view) is not TurnView or view.summary is not None or type(view.policy) is not str:
+        return view
+    key = (view.keep_reasoning, view.policy)
+    found = _VIEWS.get(key)
+    if found is not None:
+        return found
+    if len(_VIEWS) < _VIEWS_MAX and len(view.keep_reasoning) <= 4:
+        return _VIEWS.setdefault(key, view)
+    return view
+
+
 @attrs.frozen(slots=True)
 class Turn:
     """A user message and the steps that answered it; ``view`` is None while the turn is open."""
@@ -258,7 +278,8 @@ class Turn:
     index: int
     user: str
     steps: tuple[Step, ...] = ()
-    view: TurnView | None = None
+    #: equal views without a summary are one shared object
+    view: TurnView | None = attrs.field(default=None, converter=_shared_view)
 
     def with_steps(self, steps: tuple[Step, ...]) -> Turn:
         """This turn with ``steps`` (a new value: a codec's memo has no entry for it)."""

@@ -115,7 +115,7 @@ _SHARED_MIN = 6
 #: dict key sets learned as shapes (beyond: a dict is kept with its keys); digit keys are never learned
 _MAX_SHAPES = 4096
 #: how many of the newest events a trace value keeps as built (a store's next delta reads them all)
-_TAIL_MAX = 32
+_TAIL_MAX = 8
 _LIST = -1  # the head of an encoded list; a dict is ``[shape id, *values]``
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
 _loads = json.loads

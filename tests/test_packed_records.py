@@ -1,0 +1,89 @@
+"""The execution records older than the newest ``UNIT_WINDOW`` are packed (a few ints, the digest's 32
+bytes, references to shared values) and rebuilt equal on access, so the execution layer costs a small
+constant per request (issue 21: session state <= 3x the content; each record was ~500 bytes of Python
+objects). Reading, iterating, slicing, comparing and forking behave as they did on a tuple of records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+
+import pytest
+
+from reasonstate.state import UNIT_WINDOW, ExecutionRecord, Records, Usage
+
+N = 3 * UNIT_WINDOW + 5
+
+
+def _record(i: int, *, model: str = "m", ids: bool = False) -> ExecutionRecord:
+    """A record written field by field (the oracle the rebuilt ones are compared with)."""
+    return ExecutionRecord(
+        index=i,
+        turn=i // 2,
+        step=i % 2,
+        request_digest="sha256:" + hashlib.sha256(str(i).encode()).hexdigest(),
+        request_bytes=1000 + 37 * i,
+        prefix_fingerprint="sha256:" + "ab" * 32,
+        units=i + 3,
+        breakpoints=(2, i + 3),
+        divergence=None if i % 5 else i,
+        predicted_cache_read=None if i % 7 == 0 else 10 * i,
+        usage=Usage(uncached_input=5 + i, cache_read=100 * i, output=7),
+        duration_s=0.001 * i + 1e-9,
+        model=model,
+        prompt_ids=(1, 2, i) if ids else None,
+        output_unit=f"out-{i}" if i % 3 == 0 else None,
+    )
+
+
+def _grown(records: list[ExecutionRecord]) -> Records:
+    out = Records()
+    for r in records:
+        out = out.appended(r, [f"u{k}" for k in range(r.units)], shared=None)
+    return out
+
+
+def test_every_record_reads_back_equal_to_what_was_appended() -> None:
+    originals = [_record(i, ids=i == 10) for i in range(N)]
+    records = _grown(originals)
+    assert len(records) == N
+    assert list(records) == originals
+    assert [records[i] for i in range(N)] == originals
+    assert [records[i - N] for i in range(N)] == originals
+    assert records[5:9] == tuple(originals[5:9])
+    assert records[-3:] == tuple(originals[-3:])
+    assert records == tuple(originals)
+    assert records[10].prompt_ids == (1, 2, 10)  # a record the columns cannot hold is kept whole
+    with pytest.raises(IndexError):
+        records[N]
+
+
+def test_the_newest_records_are_the_objects_appended() -> None:
+    originals = [_record(i) for i in range(N)]
+    records = _grown(originals)
+    assert all(records[i] is originals[i] for i in range(N - UNIT_WINDOW, N))
+
+
+def test_two_values_appended_to_one_base_never_see_each_others_records() -> None:
+    base = _grown([_record(i) for i in range(N)])
+    a = base.appended(_record(N, model="a"), ["x"] * (N + 3))
+    b = base.appended(_record(N, model="b"), ["y"] * (N + 3))
+    a2 = a.appended(_record(N + 1, model="a"), ["x"] * (N + 4))
+    b2 = b.appended(_record(N + 1, model="b"), ["y"] * (N + 4))
+    assert [r.model for r in a2[N:]] == ["a", "a"]
+    assert [r.model for r in b2[N:]] == ["b", "b"]
+    assert list(base) == [_record(i) for i in range(N)]
+    assert len(base) == N
+    assert a2[:N] == b2[:N] == tuple(base)
+
+
+def test_packed_records_cost_a_small_constant_each() -> None:
+    originals = [_record(i) for i in range(1000)]
+    records = _grown(originals)
+    packed = records._packed
+    size = sum(
+        sys.getsizeof(x) for x in (packed.ints, packed.digests, packed.durations, packed.refs, packed.usages)
+    )
+    size += sys.getsizeof(packed.outputs)
+    assert size / len(packed) < 150  # each built record with its own ints and digest: ~500 bytes
