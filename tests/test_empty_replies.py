@@ -71,6 +71,21 @@ def test_deepseek_an_empty_answer_is_committed_and_never_sent_back(stream: bool)
     assert session.history.turns[0].steps[0].text == ""
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_deepseek_a_session_with_an_empty_answer_passes_the_successive_messages_rule(stream: bool) -> None:
+    """Were DeepSeek V4 to refuse two user messages in a row as the retired deepseek-reasoner did (§3.3:
+    unconfirmed, §7), the session would still go on: every request passes the emulator's legacy check
+    (two user messages in a row were sent before issue 23's join, and refused there)."""
+    script = [EMPTY, ModelAction(text="Now I answer."), ModelAction(text="And again.")]
+    with OpenAIChatEmulator(script, dialect="deepseek", legacy_reject_successive=True) as emu:
+        session = rs.Session(
+            emu.client(max_retries=0), model="deepseek-v4-pro", dialect="deepseek", stream=stream
+        )
+        assert session.send("hi").text == ""
+        assert session.send("again").text == "Now I answer."
+        assert session.send("and again").text == "And again."
+
+
 def test_deepseek_the_user_messages_around_two_empty_answers_go_as_one() -> None:
     with ExitStack() as stack:
         v = Vendor("deepseek", stack)
