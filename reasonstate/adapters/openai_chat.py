@@ -24,9 +24,9 @@ Rules encoded here, each from docs/protocols.md:
     order (the session refuses results for unknown ids before anything is sent);
   * deepseek (§3.3): an empty answer (no text, no tool calls) is committed but no assistant message goes
     for it (DeepSeek refuses an empty one), and the two user messages around it go as ONE user message,
-    their texts as ``text`` parts in order (DeepSeek reads ``text`` parts) — the same-role merge of
-    :func:`~reasonstate.adapters.base.extend_joined` that the Anthropic and Gemini codecs make, inside the
-    memoized closed history too;
+    their texts as ``text`` parts in order (DeepSeek reads ``text`` parts) — the same-role merge the
+    Anthropic and Gemini codecs make (§4.2, §5.2), here by the list codecs' one join,
+    :func:`~reasonstate.adapters.base.extend_joined`, inside the memoized closed history too;
   * streaming (``stream_options.include_usage``) assembles the deltas into the message JSON a non-streamed
     call returns (wire key order: role, content, reasoning, tool_calls), so both give the same state; a
     stream without ``finish_reason`` and ``[DONE]`` is :class:`~reasonstate.errors.StreamInterrupted`.
