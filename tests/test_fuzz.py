@@ -451,7 +451,10 @@ def _request(name: str, answer: Any = None) -> VendorRequest:
             choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
         )
         sent = first.get("prompt_token_ids") if isinstance(first, Mapping) else None
-        prompt = tuple(sent) if isinstance(sent, list) and all(type(i) is int for i in sent) else (1, 2, 3)
+        # the echoed prompt stands for the one sent only where a session could have sent it: the renderer's
+        # ids, all in the vocabulary (a mutated echo of 2**63 is no request of ours: found by make fuzz)
+        could_send = isinstance(sent, list) and all(type(i) is int and _in_vocabulary(i) for i in sent)
+        prompt = tuple(sent) if could_send else (1, 2, 3)
         return VendorRequest(
             kwargs={"model": REQUESTED, "prompt": list(prompt)},
             units=(),
@@ -639,7 +642,7 @@ def _in_vocabulary(token_id: int) -> bool:
         tokenizer.token_bytes(token_id)
     except Exception:
         return False
-    return True
+    return token_id >= 0
 
 
 def must_refuse(name: str, answer: Any, request: VendorRequest) -> str | None:
