@@ -1240,7 +1240,8 @@ def mutated_stream(draw: Draw, events: list[Event]) -> tuple[bytes, list[Event]]
 
 def _chat_delta_violation(events: list[Event]) -> str | None:
     """A chat chunk (before ``[DONE]``) whose choice-0 delta has a field of the wrong type (``ChoiceDelta``:
-    ``content``/``reasoning_content``/``reasoning`` str or null, ``tool_calls`` a list of objects with an
+    ``reasoning_content``/``reasoning`` str or null, ``content`` that or a list of parts as a message's
+    (:func:`_chat_content`), ``tool_calls`` a list of objects with an
     int ``index``, ``id``/``type`` str or null, ``function.name``/``function.arguments`` str or null)."""
     for _, chunk in events:
         if chunk == "[DONE]":
@@ -1253,7 +1254,11 @@ def _chat_delta_violation(events: list[Event]) -> str | None:
             delta = choice.get("delta")
             if not isinstance(delta, dict):
                 continue
-            for field in ("content", "reasoning_content", "reasoning"):
+            # content: text, or a list of parts merged per index as the non-streamed content's parts are
+            # (§2.2; the assembler's list merge, issue 23 item 6); found by make fuzz at 20,000: ``[]``
+            if not _chat_content(delta.get("content")):
+                return f"delta.content is {json.dumps(delta['content'])[:60]}"
+            for field in ("reasoning_content", "reasoning"):
                 if not _str_or_null(delta.get(field)):
                     return f"delta.{field} is {json.dumps(delta[field])[:60]}"
             calls = delta.get("tool_calls")
