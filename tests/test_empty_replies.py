@@ -50,6 +50,10 @@ def test_deepseek_refuses_an_empty_assistant_message_with_its_own_400() -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_deepseek_an_empty_answer_is_committed_and_never_sent_back(stream: bool) -> None:
+    """Issue 23 item 3: no empty assistant message, and no two user messages in a row either (the retired
+    deepseek-reasoner refused them; V4 is unconfirmed, docs/protocols.md §3.3, §7): the user messages
+    around the empty answer go as one, each text a ``text`` part, on every later request."""
+    joined = {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": "again"}]}
     with ExitStack() as stack:
         v = Vendor("deepseek", stack)
         v.emulator.script.extend([EMPTY, ModelAction(text="Now I answer."), ModelAction(text="And again.")])
@@ -57,9 +61,48 @@ def test_deepseek_an_empty_answer_is_committed_and_never_sent_back(stream: bool)
         assert session.send("hi").text == ""
         assert len(session.history) == 1 and len(session.history.turns[0].steps) == 1
         assert session.send("again").text == "Now I answer."  # accepted by the strict emulator
-        assert _sent(v) == [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]
+        assert _sent(v) == [joined]
+        assert session.send("and again").text == "And again."  # the join is inside the closed history now
+        sent = _sent(v)
+        assert [sent[0], sent[2]] == [joined, {"role": "user", "content": "and again"}]
+        assert (sent[1]["role"], sent[1]["content"]) == ("assistant", "Now I answer.")
+        assert len(sent) == 3
+    assert [len(t.steps) for t in session.history.turns] == [1, 1, 1]  # every answer is committed
+    assert session.history.turns[0].steps[0].text == ""
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_deepseek_a_session_with_an_empty_answer_passes_the_successive_messages_rule(stream: bool) -> None:
+    """Were DeepSeek V4 to refuse two user messages in a row as the retired deepseek-reasoner did (§3.3:
+    unconfirmed, §7), the session would still go on: every request passes the emulator's legacy check
+    (two user messages in a row were sent before issue 23's join, and refused there)."""
+    script = [EMPTY, ModelAction(text="Now I answer."), ModelAction(text="And again.")]
+    with OpenAIChatEmulator(script, dialect="deepseek", legacy_reject_successive=True) as emu:
+        session = rs.Session(
+            emu.client(max_retries=0), model="deepseek-v4-pro", dialect="deepseek", stream=stream
+        )
+        assert session.send("hi").text == ""
+        assert session.send("again").text == "Now I answer."
         assert session.send("and again").text == "And again."
-        assert [m["role"] for m in _sent(v)] == ["user", "user", "assistant", "user"]
+
+
+def test_deepseek_the_user_messages_around_two_empty_answers_go_as_one() -> None:
+    with ExitStack() as stack:
+        v = Vendor("deepseek", stack)
+        v.emulator.script.extend([EMPTY, EMPTY, ModelAction(text="At last.")])
+        session = rs.Session(v.client, model=v.model, **v.options)
+        assert session.send("one").text == session.send("two").text == ""
+        assert session.send("three").text == "At last."
+        assert _sent(v) == [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "one"},
+                    {"type": "text", "text": "two"},
+                    {"type": "text", "text": "three"},
+                ],
+            }
+        ]
 
 
 def test_anthropic_an_empty_answer_is_committed_and_sends_no_empty_message() -> None:

@@ -179,6 +179,32 @@ def test_legacy_reasoner_rejects_reasoning_content_in_input() -> None:
         )
 
 
+def test_legacy_reasoner_refuses_successive_messages_of_one_role_with_its_own_400() -> None:
+    """The retired deepseek-reasoner's text and envelope (deepseek-ai/DeepSeek-R1#21, xerrors/Yuxi#126;
+    docs/protocols.md §3.3); one user message of ``text`` parts is accepted."""
+    with _emulator("deepseek", legacy_reject_successive=True) as emu, emu.client() as client:
+        emu.script.extend([ModelAction.answer("ok")])
+        for messages, at in (
+            ([USER, USER], (0, 1)),
+            ([USER, {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}], (1, 2)),
+        ):
+            with pytest.raises(openai.BadRequestError) as info:
+                client.chat.completions.create(model="deepseek-reasoner", messages=messages)
+            assert info.value.body == {
+                "message": f"deepseek-reasoner does not support successive user or assistant messages "
+                f"(messages[{at[0]}] and messages[{at[1]}] in your input). You should interleave the "
+                "user/assistant messages in the message sequence.",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_request_error",
+            }
+        parts = [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]
+        r = client.chat.completions.create(
+            model="deepseek-reasoner", messages=[{"role": "user", "content": parts}]
+        )
+        assert r.choices[0].message.content == "ok"
+
+
 # -- DeepSeek: cache units (§3.4) ---------------------------------------------------------------------------
 
 

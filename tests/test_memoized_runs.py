@@ -69,10 +69,23 @@ def test_a_payload_edited_in_memory_in_a_memoized_closed_turn_is_refused(
 def _anthropic_with_merges() -> rs.Session:
     """Thinking turns with two empty answers inside (each sends no assistant message, so the next turn's
     user message is merged into its own: docs/protocols.md §4.2), on the strict Messages emulator."""
-    empty = ModelAction()  # content []
+    return _with_merges("anthropic")
+
+
+def _with_merges(kind: str) -> rs.Session:
+    """Thinking turns with two empty answers inside (each sends no assistant message, so the next turn's
+    user message is merged into its own: docs/protocols.md §4.2 Anthropic, §3.3 DeepSeek), on the kind's
+    strict emulator."""
+    empty = ModelAction()  # content [] / content "" without tool calls
     actions = [ModelAction.answer(f"A{i}.", reasoning=f"Thought {i}.") for i in range(7)]
     actions[2:2] = [empty]
     actions[5:5] = [empty]
+    if kind == "deepseek":
+        with OpenAIChatEmulator(actions, dialect="deepseek") as chat:
+            session = rs.Session(chat.client(max_retries=0), model=MODELS["deepseek"], dialect="deepseek")
+            for i in range(len(actions)):
+                session.send(f"Q{i}?")
+        return session
     with AnthropicEmulator(actions) as emu:
         session = rs.Session(
             emu.client(max_retries=0), model="claude-sonnet-4-6", max_tokens=4096, thinking=THINKING
@@ -89,8 +102,15 @@ def test_the_anthropic_closed_history_with_merged_messages_encodes_as_a_fresh_on
     assert_memoized_runs_encode_as_fresh(_anthropic_with_merges())
 
 
-def test_a_history_rewritten_right_after_an_empty_answer_cuts_the_run_before_the_merge() -> None:
-    session = _anthropic_with_merges()
+def test_the_deepseek_closed_history_with_joined_user_messages_encodes_as_a_fresh_one_in_any_order() -> None:
+    """DeepSeek's joined user messages (docs/protocols.md §3.3) inside the memoized ``ListRun``: a cut right
+    after an empty answer would keep the joined message, so the cut falls earlier, as on Anthropic."""
+    assert_memoized_runs_encode_as_fresh(_with_merges("deepseek"))
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "deepseek"])
+def test_a_history_rewritten_right_after_an_empty_answer_cuts_the_run_before_the_merge(kind: str) -> None:
+    session = _with_merges(kind)
     turns, memo = session.history.turns, session._encodings
     adapter, prefix, options = session._adapter, session.prefix, dict(session._options)
 
@@ -98,7 +118,7 @@ def test_a_history_rewritten_right_after_an_empty_answer_cuts_the_run_before_the
         full = History((*history, Turn(index=len(history), user="Next?")))
         return compact(adapter.encode(prefix, full, session.model, options, [], encodings=encodings).kwargs)
 
-    empty = next(i for i, t in enumerate(turns) if not t.steps[0].parts)
+    empty = next(i for i, t in enumerate(turns) if not t.steps[0].text)  # no parts, or an empty text
     body(turns, memo)  # the newest run: every turn
     for j in (empty + 1, empty, empty + 2):  # the turn merged into the empty one's message, and around it
         dropped = attrs.evolve(turns[j], view=TurnView((False,), policy="drop"))

@@ -71,11 +71,20 @@ def test_an_empty_chat_final_reply_leaves_a_session_the_vendor_accepts(dialect: 
         sent = bodies(emu)[1]["messages"]
         if dialect == "deepseek":
             # DeepSeek refuses an assistant message with neither content nor tool calls (docs/protocols.md
-            # §3.3, carlrobertoh/ProxyAI#834): the empty answer is committed and not sent back
-            assert [m["role"] for m in sent] == ["user", "user"]
-        else:
-            # content is required on an assistant message without tool calls: null goes back as ""
-            assert sent[1]["content"] == "" and sent[1]["role"] == "assistant"
+            # §3.3, carlrobertoh/ProxyAI#834): the empty answer is committed and not sent back, and the two
+            # user turns around it go as one user message (as on Anthropic and Gemini)
+            assert sent == [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Say nothing."},
+                        {"type": "text", "text": "Now say something."},
+                    ],
+                }
+            ]
+            return
+        # content is required on an assistant message without tool calls: null goes back as ""
+        assert sent[1]["content"] == "" and sent[1]["role"] == "assistant"
         assert sent[-1] == {"role": "user", "content": "Now say something."}
 
 

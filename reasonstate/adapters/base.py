@@ -95,6 +95,7 @@ __all__ = [
     "DecodedStep",
     "Encodings",
     "Endpoint",
+    "Join",
     "ListEncoding",
     "ListRun",
     "ProtocolRules",
@@ -110,6 +111,7 @@ __all__ = [
     "closed_run",
     "compact",
     "count",
+    "extend_joined",
     "foreign_reasoning_as_text",
     "in_wire_order",
     "json_object",
@@ -812,17 +814,47 @@ def _cuts() -> array.array[int]:
     return array.array("I")
 
 
+#: how a codec joins a request value to the value before it when the vendor must get the two as one (two
+#: messages of one role in a row), as ``(joined value, its unit digest)``; None: the two stay apart
+Join = Callable[[Any, Any], "tuple[Any, str] | None"]
+
+
+def extend_joined(
+    values: list[Any], units: list[str], new: Sequence[Any], new_units: Sequence[str], join: Join | None
+) -> bool:
+    """Append ``new`` (one unit each) to ``values`` (whose last unit is ``units[-1]``), its first value joined
+    to the last one already there where ``join`` says so; whether it was. The joined value replaces the
+    last one as a new value: that one may be shared with a memoized run and is never changed.
+
+    This is the one same-role merge of the list codecs: a step with nothing to send (an empty answer) leaves
+    the messages around it side by side, and where the vendor refuses two of one role in a row they go as
+    one, in order, on every later request (inside the memoized closed history too: :class:`ListRun`)."""
+    if join is not None and values and new:
+        both = join(values[-1], new[0])
+        if both is not None:
+            values[-1], units[-1] = both
+            values.extend(new[1:])
+            units.extend(new_units[1:])
+            return True
+    values.extend(new)
+    units.extend(new_units)
+    return False
+
+
+_CUT = 5  # per turn in ``ListRun.cuts``: values, units, withheld, seals, and whether its first value joined
+
+
 @attrs.frozen(slots=True)
 class ListRun:
-    """The run of closed turns of a codec whose request is a flat list in which nothing merges across turns
-    (OpenAI Chat messages, OpenAI Responses input items): its turns' values and units side by side, copied
-    into a request at C speed.
+    """The run of closed turns of a codec whose request is a flat list (OpenAI Chat messages, OpenAI
+    Responses input items): its turns' values and units side by side, copied into a request at C speed.
+    With ``join`` (:func:`extend_joined`), a turn's first value may be joined to the value before it.
 
     Built incrementally (:func:`closed_run`), as the Anthropic and Gemini runs are: the run of turns
     ``0..k`` extends the run of ``0..k-1``, so a request pays one turn's work to extend it and identity
     checks of its payloads to verify it, not a Python pass over every turn. Never changed once built.
-    ``cuts`` holds, per turn, where the run of the turns up to it ends (values, units, withheld, seals):
-    :meth:`prefix` is slices.
+    ``cuts`` holds, per turn, where the run of the turns up to it ends (values, units, withheld, seals) and
+    whether the turn's first value was joined to the one before it: :meth:`prefix` is slices.
     """
 
     turns: tuple[Turn, ...] = ()
@@ -831,6 +863,7 @@ class ListRun:
     withheld: tuple[Continuation, ...] = ()
     seals: Seals = attrs.field(factory=Seals)
     cuts: array.array[int] = attrs.field(factory=_cuts)
+    join: Join | None = attrs.field(default=None, eq=False)
 
     def check(self) -> None:
         self.seals.check()
@@ -840,11 +873,10 @@ class ListRun:
         values, units, withheld = list(self.values), list(self.units), list(self.withheld)
         cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
         for encoded in encodings:
-            values.extend(encoded.values)
-            units.extend(encoded.units)
+            joined = extend_joined(values, units, encoded.values, encoded.units, self.join)
             withheld.extend(encoded.withheld)
             sealed += len(encoded.seal.entries)
-            cuts.extend((len(values), len(units), len(withheld), sealed))
+            cuts.extend((len(values), len(units), len(withheld), sealed, joined))
         return ListRun(
             (*self.turns, *turns),
             tuple(values),
@@ -852,22 +884,28 @@ class ListRun:
             tuple(withheld),
             self.seals.extended([e.seal for e in encodings]),
             cuts,
+            self.join,
         )
 
     def prefix(self, k: int) -> tuple[ListRun, int]:
-        """The run of the first ``k`` turns (nothing merges across turns: every cut is exact)."""
-        if k == 0:
-            return ListRun(), 0
-        v, u, w, s = self.cuts[4 * k - 4 : 4 * k]
+        """The run of the first ``j <= k`` turns: the latest cut before a turn whose first value was not
+        joined to the value before it (the value at such a cut is not kept as it was before the join)."""
+        j, cuts = k, self.cuts
+        while 0 < j < len(self.turns) and cuts[_CUT * j + 4]:
+            j -= 1
+        if j == 0:
+            return ListRun(join=self.join), 0
+        v, u, w, s = cuts[_CUT * j - _CUT : _CUT * j - 1]
         run = ListRun(
-            self.turns[:k],
+            self.turns[:j],
             self.values[:v],
             self.units[:u],
             self.withheld[:w],
             self.seals.prefix(s),
-            self.cuts[: 4 * k],
+            cuts[: _CUT * j],
+            self.join,
         )
-        return run, k
+        return run, j
 
 
 def payload_of(step: Step, part: Part) -> Continuation | None:

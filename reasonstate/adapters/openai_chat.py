@@ -22,6 +22,11 @@ Rules encoded here, each from docs/protocols.md:
     sglang: ``reasoning_content``;
   * tool results are ``{"role": "tool", "tool_call_id", "content"}`` messages in the model's declared call
     order (the session refuses results for unknown ids before anything is sent);
+  * deepseek (§3.3): an empty answer (no text, no tool calls) is committed but no assistant message goes
+    for it (DeepSeek refuses an empty one), and the two user messages around it go as ONE user message,
+    their texts as ``text`` parts in order (DeepSeek reads ``text`` parts) — the same-role merge the
+    Anthropic and Gemini codecs make (§4.2, §5.2), here by the list codecs' one join,
+    :func:`~reasonstate.adapters.base.extend_joined`, inside the memoized closed history too;
   * streaming (``stream_options.include_usage``) assembles the deltas into the message JSON a non-streamed
     call returns (wire key order: role, content, reasoning, tool_calls), so both give the same state; a
     stream without ``finish_reason`` and ``[DONE]`` is :class:`~reasonstate.errors.StreamInterrupted`.
@@ -29,7 +34,8 @@ Rules encoded here, each from docs/protocols.md:
 Prefix units (``VendorRequest.units``): one for the tool list, then one per message, each the digest of the
 message *as the server renders it* (fields the dialect ignores on input removed), so a change the server
 cannot see is not a cache break. Invariant: ``units(encode(h)) == units(encode(h'))[:len]`` whenever ``h'``
-only appends to ``h`` (append-only history).
+only appends to ``h`` (append-only history), except at a DeepSeek join: the user message before an empty
+answer is sent joined to the next one from then on.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Encodings,
     Endpoint,
+    Join,
     ListRun,
     ProtocolRules,
     Room,
@@ -54,6 +61,7 @@ from reasonstate.adapters.base import (
     VendorRequest,
     closed_run,
     count,
+    extend_joined,
     json_object,
     open_turn_encoding,
     payload_digest,
@@ -184,7 +192,23 @@ class _TurnEncoding:
         return self.messages
 
 
-_EMPTY_RUN = ListRun()
+def _text_parts(content: Any) -> list[Any]:
+    return list(content) if isinstance(content, list) else [{"type": "text", "text": content}]
+
+
+def _users_joined(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """DeepSeek (docs/protocols.md §3.3): two user messages in a row — the messages around an empty answer,
+    which sends nothing — go as one, each text a ``text`` part in order (DeepSeek V4 reads ``text`` parts:
+    its 400 for any other is "unknown variant `image_url`, expected `text`", rikkahub/rikkahub#1433). No
+    text is changed or joined with a separator; None for any other pair."""
+    if before.get("role") != "user" or after.get("role") != "user":
+        return None
+    joined = {"role": "user", "content": [*_text_parts(before["content"]), *_text_parts(after["content"])]}
+    return joined, _unit(_server_view(joined, "deepseek"))
+
+
+#: the same-role join per dialect: only DeepSeek leaves an answer out of the request (the empty one)
+_JOINS: dict[str, Join | None] = {"deepseek": _users_joined}
 
 
 # -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §2, §3) -----------------
@@ -509,14 +533,13 @@ class OpenAIChatAdapter:
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
         run = self._closed_run(closed, model, encodings if encodings is not None else Encodings())
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
-        messages.extend(run.values)
+        messages.extend(run.values)  # the head ends with a system or assistant message: never a join
         units.extend(run.units)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
             build = functools.partial(self._encode_turn, model=model)
             encoded = open_turn_encoding(history.turns[-1], build, model, "docs/protocols.md §2.2, §3.3")
-            messages.extend(encoded.messages)
-            units.extend(encoded.units)
+            extend_joined(messages, units, encoded.messages, encoded.units, _JOINS.get(self.dialect))
             withheld.extend(encoded.withheld)
         kwargs: dict[str, Any] = {"model": model, "messages": messages}
         if tools:
@@ -539,7 +562,8 @@ class OpenAIChatAdapter:
         def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
             return self._encode_turn(turn, model=model)
 
-        return closed_run(turns, (API, "run", self.dialect, model), encode, _EMPTY_RUN, encodings)
+        empty = ListRun(join=_JOINS.get(self.dialect))
+        return closed_run(turns, (API, "run", self.dialect, model), encode, empty, encodings)
 
     def _encode_turn(self, turn: Turn, *, model: str) -> _TurnEncoding:
         messages: list[Mapping[str, Any]] = [{"role": "user", "content": turn.user}]
@@ -548,7 +572,8 @@ class OpenAIChatAdapter:
         for i, step in enumerate(turn.steps):
             if self._empty_on_deepseek(turn, i, step):
                 # DeepSeek refuses an assistant message with neither content nor tool_calls
-                # (docs/protocols.md §3.3): the empty answer stays committed, no message is sent for it
+                # (docs/protocols.md §3.3): the empty answer stays committed, no message is sent for it, and
+                # the user message before it is joined to the next one (_users_joined)
                 withheld.extend(step.continuation)
                 continue
             messages.append(self._assistant(turn, i, step, model, replayed, withheld))

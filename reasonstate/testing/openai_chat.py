@@ -67,6 +67,11 @@ Rules enforced (a rejected request consumes no script action and does not feed t
   ``reasoning_content`` → 400 ``The reasoning_content is an intermediate result for display purposes only
   and will not be included in the context for inference. Please remove the reasoning_content from your
   message to reduce network traffic.`` (Euyug/Mirai-Gpt-Plugin#4).
+* **Legacy deepseek-reasoner, successive roles** (``legacy_reject_successive=True``, §3.3): two ``user`` or
+  two ``assistant`` messages in a row → 400 ``deepseek-reasoner does not support successive user or
+  assistant messages (messages[N] and messages[N+1] in your input). You should interleave the
+  user/assistant messages in the message sequence.`` (deepseek-ai/DeepSeek-R1#21, xerrors/Yuxi#126: that
+  envelope). Off by default: whether DeepSeek V4 refuses them is not known (§7).
 
 **Prompt rendering (item-aligned).** The prompt is a list of segments: ``canonical_json({"tools": tools})``
 when tools are given, then one per message: ``canonical_json`` of the message without null-valued keys and
@@ -163,6 +168,11 @@ _DEEPSEEK_LEGACY = (
     "in the context for inference. Please remove the reasoning_content from your message to reduce network "
     "traffic."
 )
+#: the retired deepseek-reasoner's refusal of two messages of one role in a row (deepseek-ai/DeepSeek-R1#21)
+_DEEPSEEK_SUCCESSIVE = (
+    "deepseek-reasoner does not support successive user or assistant messages (messages[{}] and messages[{}] "
+    "in your input). You should interleave the user/assistant messages in the message sequence."
+)
 # OpenAI's text keeps its typo ("preceeding"); DeepSeek's has no trailing period (itmisx/deepx-code#94).
 _OPENAI_ORPHAN_TOOL = (
     "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
@@ -249,7 +259,8 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
     deepseek); on deepseek with
     thinking on, an assistant message with ``tool_calls`` whose ``reasoning_content`` is missing or not
     the one issued with those calls (``verify_replay``), or any ``reasoning_content`` at all with
-    ``legacy_reject_reasoning``; ``messages`` that is not an array of objects.
+    ``legacy_reject_reasoning``; two user or two assistant messages in a row with
+    ``legacy_reject_successive``; ``messages`` that is not an array of objects.
 
     :meth:`client` uses ``root + "/v1"``, except for the deepseek dialect, whose documented base URL has no
     ``/v1`` (docs/protocols.md §0, §3). ``transform`` rewrites each successful completion before it is sent
@@ -265,6 +276,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         secret: bytes | str | None = None,
         transform: Transform | None = None,
         legacy_reject_reasoning: bool = False,
+        legacy_reject_successive: bool = False,
         verify_replay: bool = True,
         aliases: Mapping[str, str] | None = None,
         api_key: str | Iterable[str] | None = None,
@@ -292,6 +304,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         self.dialect: Dialect = dialect
         self.sdk_path = "" if dialect == "deepseek" else "/v1"
         self.legacy_reject_reasoning = legacy_reject_reasoning
+        self.legacy_reject_successive = legacy_reject_successive
         self.verify_replay = verify_replay
         self._completions = 0
         self._calls = 0
@@ -413,6 +426,11 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
     def _validate(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> None:
         if self.legacy_reject_reasoning and any("reasoning_content" in m for m in messages):
             raise _Reject(self._error(_DEEPSEEK_LEGACY))
+        if self.legacy_reject_successive:
+            for i in range(len(messages) - 1):
+                role = messages[i].get("role")
+                if role in ("user", "assistant") and messages[i + 1].get("role") == role:
+                    raise _Reject(self._error(_DEEPSEEK_SUCCESSIVE.format(i, i + 1)))
         if self.dialect in ("openai", "deepseek"):
             self._check_tool_pairing(messages)
         thinking = self._thinking(body)
