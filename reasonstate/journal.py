@@ -14,7 +14,7 @@ digest). A **delta** body is what the commits since the previous entry changed, 
 the steps after them, so a long tool chain writes each step once)
 (an open turn gains steps, a closed one its view; a fold or any change before ``k`` is a checkpoint
 instead); ``history`` is :func:`~reasonstate.snapshot.history_to_snapshot`'s form of those turns, with
-its own payload digest; ``records`` are the new execution records in the snapshot's row form; ``units``
+its own payload digest, each payload as its exact text (``embed=False``: no parse and re-encode per payload); ``records`` are the new execution records in the snapshot's row form; ``units``
 gives each new record's request units as ``(shared, tail)`` against the newest earlier request of its
 model (replayed through ``Records.appended``, the very call the session makes, so the unit window comes
 back equal); ``trace`` the new events, times kept; ``held`` (when present): the events a deferred one
@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-from pydantic_core import to_jsonable_python
+from pydantic_core import to_json, to_jsonable_python
 
 from reasonstate.errors import ReasonStateError, SnapshotError
 from reasonstate.snapshot import (
@@ -275,7 +275,7 @@ def delta_body(mark: Mark, layers: Layers, state: str, changed: int | None) -> t
     data: dict[str, Any] = {
         "state": state,
         "turns": keep,
-        "history": history_to_snapshot(tail),
+        "history": history_to_snapshot(tail, embed=False),
         "records": rows,
         "units": units,
         "trace": events,
@@ -285,14 +285,16 @@ def delta_body(mark: Mark, layers: Layers, state: str, changed: int | None) -> t
     holding = trace.held_events()
     if holding:
         data["held"] = [[e.seq, e.kind, e.at, e.data] for e in holding]
-    text = _dumps(data).encode()
+    text = _dumps(data)
     head = _DELTA_TAG + hashlib.sha256(text).hexdigest().encode() + b"\n"
     return head + _deflated(text, mark.text), text
 
 
-_dumps = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=to_jsonable_python
-).encode
+def _dumps(data: Any) -> bytes:
+    """Compact JSON, non-ASCII kept, keys in order: pydantic-core's encoder (a delta's JSON costs a tenth
+    of the standard library's; ``json.loads`` reads it back to equal values: floats are written shortest,
+    as ``repr`` writes them), anything not JSON through the snapshot's ``to_jsonable_python``."""
+    return to_json(data, fallback=to_jsonable_python)
 
 
 def _deflated(text: bytes, previous: bytes) -> bytes:
