@@ -303,9 +303,10 @@ def _part_from(d: list[Any]) -> Part:
     raise ValueError(f"unknown part type {t!r}")
 
 
-def history_to_snapshot(history: History) -> dict[str, Any]:
+def history_to_snapshot(history: History, *, embed: bool = True) -> dict[str, Any]:
     """The history as compact JSON data (the layout above); payloads as JSON values where that gives their
-    exact bytes back, else as their exact UTF-8 text."""
+    exact bytes back, else as their exact UTF-8 text (``embed=False``: always as text, which saves parsing
+    and re-encoding each payload to check the round trip: the store's deltas, reasonstate/journal.py)."""
     names, origins, views = _Table(), _Table(), _Table()
     digests: list[str] = []
     turns: list[list[Any]] = []
@@ -315,7 +316,7 @@ def history_to_snapshot(history: History) -> dict[str, Any]:
             continuation: list[list[Any]] = []
             for c in s.continuation:
                 origin = origins((c.vendor, c.api, c.model, c.kind, 1 if c.model_bound else 0))
-                value = _embedded(c.payload)
+                value = _embedded(c.payload) if embed else _TEXT
                 continuation.append(
                     [origin, value] if value is not _TEXT else [origin, c.payload.decode(), 1]
                 )

@@ -55,6 +55,13 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 
 
+#: an append on version ``expected > 0``: the version check and the move in one statement (its row count is
+#: 1 only when the live session is at the version the append was built on)
+_MOVE = """UPDATE reasonstate_sessions SET version = ?, checkpoint = coalesce(?, checkpoint), updated = ?,
+    expires = ? WHERE session_id = ? AND version = ? AND (expires IS NULL OR expires > ?)"""
+_INSERT = "INSERT INTO reasonstate_entries (session_id, seq, kind, body) VALUES (?, ?, ?, ?)"
+
+
 class SQLiteStore(Store):
     """``SQLiteStore(path)``: a file (created when missing, WAL mode) or ``":memory:"``.
 
@@ -182,36 +189,47 @@ class SQLiteStore(Store):
         return db.execute("DELETE FROM reasonstate_sessions WHERE session_id = ?", (session_id,)).rowcount
 
     def _append(self, session_id: str, expected: int, entries: Sequence[Entry], ttl: float | None) -> None:
+        checkpoints = [e.seq for e in entries if e.kind == CHECKPOINT]
+        checkpoint = checkpoints[-1] if checkpoints else None
+
         def append(db: sqlite3.Connection) -> None:
             now = time.time()
-            live = self._live(db, session_id, now)
-            found = 0 if live is None else live[0]
-            if found != expected:
-                raise SessionConflict(
-                    f"session {session_id!r} is at version {found}, this append was built on {expected}",
-                    session_id=session_id,
-                    expected=expected,
-                    found=found,
-                )
-            if live is None:
-                self._remove(db, session_id, lease=False)  # an expired session's rows: the id starts afresh
-            db.executemany(
-                "INSERT INTO reasonstate_entries (session_id, seq, kind, body) VALUES (?, ?, ?, ?)",
-                [(session_id, e.seq, e.kind, e.body) for e in entries],
-            )
-            checkpoints = [e.seq for e in entries if e.kind == CHECKPOINT]
-            checkpoint = checkpoints[-1] if checkpoints else (live[1] if live is not None else 1)
             expires = None if ttl is None else now + ttl
-            db.execute(
-                """INSERT INTO reasonstate_sessions
-                    (session_id, version, checkpoint, created, updated, expires) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (session_id) DO UPDATE SET version = excluded.version,
-                    checkpoint = excluded.checkpoint, updated = excluded.updated,
-                    expires = excluded.expires""",
-                (session_id, entries[-1].seq, checkpoint, now, now, expires),
-            )
+            if expected:
+                # the common case, a session's next commit: one statement checks the version (of a live
+                # session) and moves it; no row read back into Python
+                moved = db.execute(
+                    _MOVE, (entries[-1].seq, checkpoint, now, expires, session_id, expected, now)
+                )
+                if moved.rowcount != 1:
+                    live = self._live(db, session_id, now)
+                    raise self._conflict(session_id, expected, 0 if live is None else live[0])
+            else:
+                live = self._live(db, session_id, now)
+                if live is not None:
+                    raise self._conflict(session_id, expected, live[0])
+                self._remove(db, session_id, lease=False)  # an expired session's rows: the id starts afresh
+                db.execute(
+                    "INSERT INTO reasonstate_sessions (session_id, version, checkpoint, created, updated, "
+                    "expires) VALUES (?, ?, ?, ?, ?, ?)",
+                    (session_id, entries[-1].seq, 1 if checkpoint is None else checkpoint, now, now, expires),
+                )
+            if len(entries) == 1:
+                e = entries[0]
+                db.execute(_INSERT, (session_id, e.seq, e.kind, e.body))
+            else:
+                db.executemany(_INSERT, [(session_id, e.seq, e.kind, e.body) for e in entries])
 
         self._tx(append)
+
+    @staticmethod
+    def _conflict(session_id: str, expected: int, found: int) -> SessionConflict:
+        return SessionConflict(
+            f"session {session_id!r} is at version {found}, this append was built on {expected}",
+            session_id=session_id,
+            expected=expected,
+            found=found,
+        )
 
     def _read(self, session_id: str) -> list[Entry]:
         def read(db: sqlite3.Connection) -> list[Entry]:

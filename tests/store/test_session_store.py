@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import zlib
 from pathlib import Path
@@ -156,7 +157,8 @@ def test_a_row_edited_in_the_database_is_refused_on_load(db: Path) -> None:
     ).fetchone()
     head, packed = bytes(body).split(b"\n", 1)
     text = zlib.decompress(packed, -15)  # the first delta after the checkpoint: no preset dictionary
-    edited = text.replace(b'"signature":"', b'"signature":"X', 1)
+    # (a payload is written as a JSON value or, in a delta, as its text: a string of escaped JSON)
+    edited = re.sub(rb'(signature\\?":\\?")', rb"\1X", text, count=1)
     assert edited != text
     repacker = zlib.compressobj(6, zlib.DEFLATED, -15)
     repacked = repacker.compress(edited) + repacker.flush()
@@ -257,7 +259,8 @@ def test_each_delta_is_compressed_against_the_one_before(db: Path) -> None:
     previous = b""
     for entry in store.read("z")[1:]:
         head, packed = entry.body.split(b"\n", 1)
-        assert head.startswith(b"rs-delta/3 sha256:")
+        assert head.startswith(b"rs-delta/4 sha256:")
+        assert head[18:] == hashlib.sha256(packed).hexdigest().encode()  # the digest of the stored bytes
         unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
         text = unpacker.decompress(packed) + unpacker.flush()
         assert json.loads(text)["turns"] >= 0
@@ -267,7 +270,7 @@ def test_each_delta_is_compressed_against_the_one_before(db: Path) -> None:
 
 
 def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
-    """``rs-delta/1`` bodies (the JSON as it is) load; a session continued from them writes ``rs-delta/3``
+    """``rs-delta/1`` bodies (the JSON as it is) load; a session continued from them writes ``rs-delta/4``
     ones."""
     with AnthropicEmulator([answer(i) for i in range(4)]) as emu:
         store = SQLiteStore(db)
@@ -280,10 +283,10 @@ def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
         ).fetchall()
         previous = b""
         for seq, body in rows:
-            head, packed = bytes(body).split(b"\n", 1)
+            _head, packed = bytes(body).split(b"\n", 1)
             unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
             previous = unpacker.decompress(packed) + unpacker.flush()
-            plain = head.replace(b"rs-delta/3 ", b"rs-delta/1 ") + b"\n" + previous
+            plain = b"rs-delta/1 sha256:" + hashlib.sha256(previous).hexdigest().encode() + b"\n" + previous
             raw.execute(
                 "UPDATE reasonstate_entries SET body=? WHERE session_id='old' AND seq=?", (plain, seq)
             )
@@ -291,7 +294,7 @@ def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
         assert loaded.history == session.history
         assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
         loaded.send("turn 3")
-        assert store.read("old")[-1].body.startswith(b"rs-delta/3 ")
+        assert store.read("old")[-1].body.startswith(b"rs-delta/4 ")
         again = rs.Session.load(SQLiteStore(db), "old", emu.client())
         assert again.history == loaded.history
 
@@ -380,6 +383,39 @@ def test_a_session_that_only_loads_writes_no_held_back_decision(db: Path) -> Non
         writer.send("two")
         assert store.version("q") == version + 1
         assert _decisions(rs.Session.load(SQLiteStore(db), "q", emu.client())) == _decisions(writer)
+
+
+def test_deltas_whose_digest_is_of_their_json_written_before_still_load(db: Path) -> None:
+    """``rs-delta/3`` bodies (compressed, the digest of the JSON, checked after decompressing: written
+    before the digest moved to the stored bytes) load as they did, an edited one is refused, and a session
+    continued from them writes ``rs-delta/4`` ones."""
+    with AnthropicEmulator([answer(i) for i in range(4)]) as emu:
+        store = SQLiteStore(db)
+        session = rs.Session(emu.client(), model=MODEL, store=store, session_id="v3", **OPTIONS)
+        for i in range(3):
+            session.send(f"turn {i}")
+        raw = sqlite3.connect(db, isolation_level=None)
+        rows = raw.execute(
+            "SELECT seq, body FROM reasonstate_entries WHERE session_id='v3' AND kind='delta' ORDER BY seq"
+        ).fetchall()
+        previous = b""
+        for seq, body in rows:
+            _head, packed = bytes(body).split(b"\n", 1)
+            unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
+            previous = unpacker.decompress(packed) + unpacker.flush()
+            body3 = b"rs-delta/3 sha256:" + hashlib.sha256(previous).hexdigest().encode() + b"\n" + packed
+            raw.execute("UPDATE reasonstate_entries SET body=? WHERE session_id='v3' AND seq=?", (body3, seq))
+        loaded = rs.Session.load(SQLiteStore(db), "v3", emu.client())
+        assert loaded.history == session.history
+        assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
+        loaded.send("turn 3")
+        assert store.read("v3")[-1].body.startswith(b"rs-delta/4 ")
+        assert rs.Session.load(SQLiteStore(db), "v3", emu.client()).history == loaded.history
+        seq, body = rows[-1]
+        edited = bytes(body).replace(b"rs-delta/4 sha256:", b"rs-delta/3 sha256:", 1)  # a JSON digest no more
+        raw.execute("UPDATE reasonstate_entries SET body=? WHERE session_id='v3' AND seq=?", (edited, seq))
+        with pytest.raises(SnapshotError, match="digest"):
+            rs.Session.load(SQLiteStore(db), "v3", emu.client())
 
 
 def test_compressed_deltas_without_held_events_written_before_still_load(db: Path) -> None:
