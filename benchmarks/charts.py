@@ -70,8 +70,8 @@ def agent_cache_chart(figures: dict[str, Any]) -> str:
     marks = {i: "declared cache break (a fold)" for i in range(n) if session[i]["declared_break"]}
     ours, theirs = (100 * runs[k]["hit_ratio"] for k in ("session", "naive"))
     title = (
-        f"cache hits per request, {figures['turns']}-turn agent on DeepSeek: rs.Session {ours:.1f}%, "
-        f"naive loop {theirs:.1f}% of all prompt tokens"
+        f"cache hits, {figures['turns']}-turn agent on DeepSeek: rs.Session {ours:.1f}%, "
+        f"naive loop {theirs:.1f}%"
     )
     return bar_chart(
         [str(i) for i in range(n)],
@@ -107,7 +107,7 @@ def fresh_session_chart(figures: dict[str, Any]) -> str:
         labels,
         series,
         title=(
-            "a fresh session or agent and its first request vs the raw SDK call, "
+            "fresh session or agent + first request vs raw SDK call, "
             f"CPU ms (medians of {figures['repeats']})"
         ),
         unit="CPU ms",
