@@ -498,7 +498,7 @@ def main() -> int:
     started = time.perf_counter()
     misses: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rs-bench-store-") as directory, backends(directory) as found:
-        client, _handler = _setup(CASE)
+        client, _handler, _runs = _setup(CASE, with_peers=False)
         with fast_sdk_body():
             t0 = time.perf_counter()
             log = grow(client, directory, max(sizes))
