@@ -9,6 +9,7 @@ import json
 import re
 import sqlite3
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,34 @@ def test_each_delta_is_compressed_against_the_one_before(db: Path) -> None:
         previous = text
 
 
+def _digested(version: bytes, plain: bytes) -> bytes:
+    """An older delta's head line: its version and the digest of its JSON (written by hand, as the older
+    formats were)."""
+    return version + b" sha256:" + hashlib.sha256(plain).hexdigest().encode() + b"\n"
+
+
+def _rewrite_deltas(
+    raw: sqlite3.Connection, session_id: str, body_of: Callable[[bytes, bytes], bytes]
+) -> list[tuple[int, bytes]]:
+    """Rewrite each stored ``rs-delta/4`` delta of ``session_id`` as ``body_of(json, packed)`` (the JSON it
+    packs, inflated by hand with the previous delta's JSON as the dictionary, and its stored deflate stream);
+    return the rows as they were."""
+    rows: list[tuple[int, bytes]] = raw.execute(
+        "SELECT seq, body FROM reasonstate_entries WHERE session_id=? AND kind='delta' ORDER BY seq",
+        (session_id,),
+    ).fetchall()
+    previous = b""
+    for seq, body in rows:
+        _head, packed = bytes(body).split(b"\n", 1)
+        unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
+        previous = unpacker.decompress(packed) + unpacker.flush()
+        raw.execute(
+            "UPDATE reasonstate_entries SET body=? WHERE session_id=? AND seq=?",
+            (body_of(previous, packed), session_id, seq),
+        )
+    return rows
+
+
 def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
     """``rs-delta/1`` bodies (the JSON as it is) load; a session continued from them writes ``rs-delta/4``
     ones."""
@@ -278,18 +307,7 @@ def test_uncompressed_deltas_written_before_still_load(db: Path) -> None:
         for i in range(3):
             session.send(f"turn {i}")
         raw = sqlite3.connect(db, isolation_level=None)
-        rows = raw.execute(
-            "SELECT seq, body FROM reasonstate_entries WHERE session_id='old' AND kind='delta' ORDER BY seq"
-        ).fetchall()
-        previous = b""
-        for seq, body in rows:
-            _head, packed = bytes(body).split(b"\n", 1)
-            unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
-            previous = unpacker.decompress(packed) + unpacker.flush()
-            plain = b"rs-delta/1 sha256:" + hashlib.sha256(previous).hexdigest().encode() + b"\n" + previous
-            raw.execute(
-                "UPDATE reasonstate_entries SET body=? WHERE session_id='old' AND seq=?", (plain, seq)
-            )
+        _rewrite_deltas(raw, "old", lambda plain, _packed: _digested(b"rs-delta/1", plain) + plain)
         loaded = rs.Session.load(SQLiteStore(db), "old", emu.client())
         assert loaded.history == session.history
         assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
@@ -395,16 +413,7 @@ def test_deltas_whose_digest_is_of_their_json_written_before_still_load(db: Path
         for i in range(3):
             session.send(f"turn {i}")
         raw = sqlite3.connect(db, isolation_level=None)
-        rows = raw.execute(
-            "SELECT seq, body FROM reasonstate_entries WHERE session_id='v3' AND kind='delta' ORDER BY seq"
-        ).fetchall()
-        previous = b""
-        for seq, body in rows:
-            _head, packed = bytes(body).split(b"\n", 1)
-            unpacker = zlib.decompressobj(-15, zdict=previous) if previous else zlib.decompressobj(-15)
-            previous = unpacker.decompress(packed) + unpacker.flush()
-            body3 = b"rs-delta/3 sha256:" + hashlib.sha256(previous).hexdigest().encode() + b"\n" + packed
-            raw.execute("UPDATE reasonstate_entries SET body=? WHERE session_id='v3' AND seq=?", (body3, seq))
+        rows = _rewrite_deltas(raw, "v3", lambda plain, packed: _digested(b"rs-delta/3", plain) + packed)
         loaded = rs.Session.load(SQLiteStore(db), "v3", emu.client())
         assert loaded.history == session.history
         assert wire(loaded.next_request("next")) == wire(session.next_request("next"))
