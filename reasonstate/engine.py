@@ -68,6 +68,7 @@ from reasonstate.adapters.base import (
     VendorRequest,
     compact,
     foreign_reasoning_as_text,
+    platform_of,
     request_digest,
     without_payloads,
 )
@@ -587,7 +588,9 @@ def encoded(
     if stripped:
         history = without_payloads(history, stripped, encodings=encodings)
     if foreign_reasoning == "text":
-        history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, model, encodings=encodings)
+        history = foreign_reasoning_as_text(
+            history, adapter.vendor, adapter.api, model, encodings=encodings, platform=platform_of(adapter)
+        )
     return adapter.encode(
         prefix,
         history,

@@ -67,6 +67,7 @@ from reasonstate.cache.rules import CacheRules, divergence
 from reasonstate.errors import MalformedResponse, MissingCredentials, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
+    FIRST_PARTY,
     Continuation,
     ExecutionRecord,
     History,
@@ -443,7 +444,11 @@ class AnthropicAdapter:
         blame=lambda request, error: _blamed_blocks(request, error),
     )
 
-    def __init__(self, *, min_cacheable: int | None = None, lookback_units: int = 20) -> None:
+    def __init__(
+        self, *, min_cacheable: int | None = None, lookback_units: int = 20, platform: str = FIRST_PARTY
+    ) -> None:
+        #: where the client's requests are served (docs/protocols.md §10): payloads go back only there
+        self.platform = platform
         cache = attrs.evolve(ANTHROPIC, lookback_units=lookback_units)
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
@@ -500,7 +505,7 @@ class AnthropicAdapter:
             few.append(("assistant", *_text_block(answer, memo)))
         offset = n_head + sum(len(d) for _, _, d in few)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, offset, memo)
+        run = _closed_run(closed, model, offset, memo, self.platform)
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
@@ -515,7 +520,7 @@ class AnthropicAdapter:
         run.check()
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model, memo=memo)
+            build = functools.partial(_encode_turn, model=model, memo=memo, platform=self.platform)
             encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
             withheld.extend(encoded.withheld)
             for role, blocks, digests in encoded.messages:
@@ -629,6 +634,7 @@ class AnthropicAdapter:
                     value=block,
                     model_bound=kind not in _UNBOUND_KINDS,
                     parsed=False,  # replayed from the bytes (``checked``), never as ``value``
+                    platform=self.platform,
                 )
             )
         stop = response.get("stop_reason")
@@ -767,21 +773,23 @@ class _Run:
         return run, j
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str, offset: int, encodings: Encodings) -> _Run:
+def _closed_run(
+    turns: tuple[Turn, ...], model: str, offset: int, encodings: Encodings, platform: str
+) -> _Run:
     """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
-        return _encode_turn(turn, model=model, memo=encodings)
+        return _encode_turn(turn, model=model, memo=encodings, platform=platform)
 
-    return closed_run(turns, (API, "run", model, offset), encode, _Run(offset), encodings)
+    return closed_run(turns, (API, "run", model, offset, platform), encode, _Run(offset), encodings)
 
 
-def _encode_turn(turn: Turn, *, model: str, memo: Encodings) -> _TurnEncoding:
+def _encode_turn(turn: Turn, *, model: str, memo: Encodings, platform: str = FIRST_PARTY) -> _TurnEncoding:
     messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user, memo))]
     withheld: list[Continuation] = []
     replayed: list[Continuation] = []
     for i, step in enumerate(turn.steps):
-        blocks, digests = _assistant_content(turn, i, step, model, replayed, withheld)
+        blocks, digests = _assistant_content(turn, i, step, model, replayed, withheld, platform)
         if blocks:  # a step with nothing this model may see (foreign reasoning only) adds no message
             messages.append(("assistant", blocks, digests))
         if step.tool_results:
@@ -797,6 +805,7 @@ def _assistant_content(
     model: str,
     replayed: list[Continuation],
     withheld: list[Continuation],
+    platform: str = FIRST_PARTY,
 ) -> tuple[list[Any], list[str]]:
     """A step's content blocks: each part from its verbatim payload where this model may receive it, else
     rendered from the canonical part (text, tool calls); reasoning goes back only as its own payload."""
@@ -808,10 +817,10 @@ def _assistant_content(
         note: dict[str, Any] = {"type": "text", "text": summary_note(summary)}
         blocks.append(note)
         digests.append(unit_digest(note))
-    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model))
+    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model, platform))
     for part in step.parts:
         payload = payload_of(step, part)
-        if payload is not None and payload.replayable_to(VENDOR, API, model):
+        if payload is not None and payload.replayable_to(VENDOR, API, model, platform):
             if payload.kind in _REASONING_KINDS and not keep_reasoning:
                 continue
             replayed.append(payload)
