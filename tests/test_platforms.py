@@ -18,6 +18,8 @@ import pytest
 import reasonstate as rs
 from reasonstate.state import EventKind
 from reasonstate.testing import ModelAction, ToolCallSpec
+from reasonstate.testing.anthropic import AnthropicEmulator
+from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 
 WEATHER = rs.Tool(
@@ -170,3 +172,199 @@ def test_a_snapshot_names_its_platform_and_restores_only_there(stack: ExitStack)
     restored.send("Once more?")
     session.send("Once more?")
     assert azure.requests[-1].body == azure.requests[-2].body
+
+
+THINKING: dict[str, Any] = {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}}
+
+
+class Route:
+    """One route of a model family: its emulator (started on ``stack``), a real client, the model id as
+    that platform names it, and the session options."""
+
+    def __init__(self, name: str, stack: ExitStack) -> None:
+        self.name = name
+        family, _, platform = name.partition("@")
+        self.family = family
+        if family == "anthropic":
+            self.emulator: Any = AnthropicEmulator(platform=platform or "anthropic")
+            self.model = {
+                "": "claude-sonnet-4-5-20250929",
+                "bedrock": "anthropic.claude-sonnet-4-5-20250929-v1:0",
+                "vertex": "claude-sonnet-4-5@20250929",
+            }[platform]
+            self.options: dict[str, Any] = dict(THINKING)
+        elif family == "responses":
+            self.emulator = OpenAIResponsesEmulator(platform=platform or "openai")
+            self.model = "gpt-5.5"
+            self.options = dict(RESPONSES_OPTIONS)
+        else:
+            self.emulator = OpenAIChatEmulator(platform=platform or "openai")
+            self.model = "gpt-5.5"
+            self.options = {"api": "chat"}
+        stack.enter_context(self.emulator)
+        self.client = self.emulator.client()
+
+    def bodies(self) -> list[bytes]:
+        return [r.body for r in self.emulator.requests]
+
+
+FAMILIES = {
+    "anthropic": ("anthropic", "anthropic@bedrock", "anthropic@vertex"),
+    "responses": ("responses", "responses@azure"),
+    "chat": ("chat", "chat@azure"),
+}
+PAIRS = [(a, b) for routes in FAMILIES.values() for a in routes for b in routes if a != b]
+
+
+def opaque_values(session: rs.Session) -> list[str]:
+    """Every opaque string of the session's payloads: signatures, redacted data, encrypted content (item
+    ids are left out: two emulators mint the same ``rs_emu_001``)."""
+    out: list[str] = []
+    for c in session.continuation:
+        value = c.value
+        for key in ("signature", "data", "encrypted_content"):
+            field = value.get(key) if hasattr(value, "get") else None
+            if isinstance(field, str) and len(field) >= 8:
+                out.append(field)
+    return out
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS, ids=[f"{a}-to-{b}" for a, b in PAIRS])
+def test_every_route_switch_of_one_family_sends_nothing_foreign(
+    stack: ExitStack, first: str, second: str
+) -> None:
+    """Issue 27 "Must show": switching among all routes of one model family (every ordered pair) never
+    sends a foreign payload; the receiving emulator would refuse one (each platform signs with its own
+    key) with its 400, so the chain completing is the oracle, and no opaque string of the first route is
+    in any body the second received. The first route's turn is there, rendered canonically."""
+    a, b = Route(first, stack), Route(second, stack)
+    a.emulator.script.extend(chain("A"))
+    b.emulator.script.extend(chain("B"))
+    session = rs.Session(a.client, model=a.model, system="You are terse.", tools=[WEATHER], **a.options)
+    assert run_chain(session, "Paris weather?").text == "A: Paris is mild."
+    secrets = opaque_values(session)
+    if a.family != "chat":  # chat messages carry no signature: their binding is the platform alone
+        assert secrets, "the first route left opaque continuation to protect"
+
+    session.switch(b.client, model=b.model, **b.options)
+    assert run_chain(session, "And tomorrow?").text == "B: Paris is mild."  # no 400 on the way
+    sent = b.bodies()
+    assert len(sent) == 2
+    for body in sent:
+        text = body.decode()
+        assert not [x for x in secrets if x in text], "a payload of another platform reached this one"
+        assert "Paris weather?" in text and "A: Paris is mild." in text
+    withheld = session.trace.of_kind(EventKind.CONTINUATION_WITHHELD)
+    assert withheld, "the first route's payloads were withheld, and the trace says so"
+
+
+def test_bedrock_to_first_party_fallback_sends_no_bedrock_thinking(stack: ExitStack) -> None:
+    """pydantic/pydantic-ai#3757: after a fallback from Claude on Bedrock to the first-party API the
+    Bedrock-signed thinking went along and the request failed ("final assistant message must start with a
+    thinking block" once the blocks were stripped inside the chain). Here the session switches between
+    turns, the first-party API gets no Bedrock signature, its own chain carries its own thinking, no 400;
+    and back to Bedrock, the first-party signatures stay home too."""
+    bedrock, first = Route("anthropic@bedrock", stack), Route("anthropic", stack)
+    bedrock.emulator.script.extend(chain("A") + chain("C"))
+    first.emulator.script.extend(chain("B"))
+    session = rs.Session(bedrock.client, model=bedrock.model, tools=[WEATHER], **bedrock.options)
+    run_chain(session, "Paris weather?")
+    on_bedrock = opaque_values(session)
+    session.switch(first.client, model=first.model, **first.options)
+    assert run_chain(session, "And tomorrow?").text == "B: Paris is mild."
+    second = json.loads(first.bodies()[-1])
+    last = second["messages"][-2]  # the assistant message of the open chain: its own thinking first
+    assert last["role"] == "assistant" and last["content"][0]["type"] == "thinking"
+    assert not [x for x in on_bedrock if x in b"".join(first.bodies()).decode()]
+    on_first = [x for x in opaque_values(session) if x not in on_bedrock]
+    session.switch(bedrock.client, model=bedrock.model, **bedrock.options)
+    assert run_chain(session, "And the day after?").text == "C: Paris is mild."
+    back = b"".join(bedrock.bodies()[2:]).decode()
+    assert on_first and not [x for x in on_first if x in back]
+    assert [x for x in on_bedrock if x in back], "Bedrock's own earlier thinking goes back to Bedrock"
+
+
+def _platform_emulator(name: str, answers: list[dict[str, Any]]) -> Any:
+    """The emulator of a Claude route, deterministic (the same request gets the same answer, streamed or
+    not), recording each answer as it sent it (the oracle of byte-exact replay)."""
+
+    def keep(message: dict[str, Any]) -> dict[str, Any]:
+        answers.append(json.loads(json.dumps(message)))
+        return message
+
+    return AnthropicEmulator(chain("A"), platform=name, deterministic=True, transform=keep)
+
+
+def _claude_chain(name: str, model: str, stack: ExitStack, *, stream: bool) -> tuple[Any, rs.Session, list]:
+    answers: list[dict[str, Any]] = []
+    emulator = stack.enter_context(_platform_emulator(name, answers))
+    session = rs.Session(emulator.client(), model=model, tools=[WEATHER], stream=stream, **THINKING)
+    assert run_chain(session, "Paris weather?").text == "A: Paris is mild."
+    return emulator, session, answers
+
+
+def _assert_claude_route(name: str, model: str, stack: ExitStack, *, streams: bool) -> None:
+    emulator, session, answers = _claude_chain(name, model, stack, stream=False)
+    assert "model" not in json.loads(emulator.requests[0].body)  # in the path on both platforms (§10.4/5)
+    # byte-exact continuation: the open chain's assistant message is the first answer's content as sent
+    second = json.loads(emulator.requests[1].body)
+    replayed = second["messages"][1]["content"]
+    assert [json.dumps(b, separators=(",", ":")) for b in replayed] == [
+        json.dumps(b, separators=(",", ":")) for b in answers[0]["content"]
+    ]
+    assert replayed[0]["type"] == "thinking" and replayed[0]["signature"]
+    if streams:
+        _, streamed, _ = _claude_chain(name, model, stack, stream=True)
+        assert streamed.continuation == session.continuation  # payload bytes, provenance and platform
+        assert [s.parts for s in streamed.history.turns[0].steps] == [
+            s.parts for s in session.history.turns[0].steps
+        ]
+    assert {c.platform for c in session.continuation} == {name}
+    # snapshot / restore: the next request is byte-identical
+    snap = session.snapshot()
+    assert snap.platform == name
+    emulator.script.extend([ModelAction.answer("again", reasoning="r")] * 2)
+    restored = rs.Session.restore(snap.model_dump_json(), emulator.client())
+    assert restored.continuation == session.continuation
+    restored.send("Once more?")
+    session.send("Once more?")
+    assert emulator.requests[-1].body == emulator.requests[-2].body
+
+
+def test_a_bedrock_chain_through_the_real_sdk_is_byte_exact(stack: ExitStack) -> None:
+    """``anthropic.AnthropicBedrock`` (a Bedrock API key) against the Bedrock emulator: the signed chain
+    goes back byte for byte, and a snapshot restores to the same next request. (Bedrock streaming needs
+    botocore to decode its event-stream framing: streamed = unstreamed is shown on Vertex.)"""
+    _assert_claude_route("bedrock", "anthropic.claude-sonnet-4-5-20250929-v1:0", stack, streams=False)
+
+
+def test_a_vertex_chain_through_the_real_sdk_is_byte_exact(stack: ExitStack) -> None:
+    """``anthropic.AnthropicVertex`` (a static access token) against the Vertex emulator: byte-exact chain,
+    streamed (``:streamRawPredict``) and unstreamed equal in state, snapshot/restore byte-identical."""
+    _assert_claude_route("vertex", "claude-sonnet-4-5@20250929", stack, streams=True)
+
+
+def test_platform_model_ids_and_errors() -> None:
+    """docs/protocols.md §10.4, §10.5: each platform's model ids, and its own error shapes."""
+    import anthropic
+
+    from reasonstate.testing.anthropic import bedrock_model, vertex_model
+
+    assert bedrock_model("anthropic.claude-sonnet-4-5-20250929-v1:0") == "claude-sonnet-4-5-20250929"
+    assert bedrock_model("us.anthropic.claude-opus-4-6-v1") == "claude-opus-4-6"
+    assert bedrock_model("claude-sonnet-4-5") is None
+    assert vertex_model("claude-sonnet-4-5@20250929") == "claude-sonnet-4-5-20250929"
+    assert vertex_model("anthropic.claude-sonnet-4-5") is None
+    request: dict[str, Any] = {"max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    with AnthropicEmulator(platform="bedrock") as bedrock:
+        with pytest.raises(anthropic.PermissionDeniedError) as denied:
+            bedrock.client(api_key="wrong").messages.create(model="anthropic.claude-opus-4-6-v1", **request)
+        assert denied.value.body == {"message": "The security token included in the request is invalid."}
+        with pytest.raises(anthropic.BadRequestError) as invalid:
+            bedrock.client().messages.create(model="anthropic.claude-nonesuch-v1:0", **request)
+        assert invalid.value.body == {"message": "The provided model identifier is invalid."}
+    with AnthropicEmulator(platform="vertex") as vertex:
+        with pytest.raises(anthropic.AuthenticationError) as unauthenticated:
+            vertex.client(access_token="wrong").messages.create(model="claude-opus-4-6", **request)
+        assert isinstance(unauthenticated.value.body, dict)
+        assert unauthenticated.value.body["error"]["status"] == "UNAUTHENTICATED"

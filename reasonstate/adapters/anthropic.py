@@ -466,7 +466,8 @@ class AnthropicAdapter:
         credentials, a model id of another vendor or misspelling one the installed SDK lists, an option
         ``messages.create`` does not declare or a value its annotation rules out, a tool whose
         ``input_schema`` is not an object schema (§4.2)."""
-        _check_credentials(client)
+        if self.platform == FIRST_PARTY:  # Bedrock / Vertex clients resolve AWS / Google credentials
+            _check_credentials(client)
         check_call(
             client,
             sdk="anthropic",

@@ -205,11 +205,13 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import attrs
 
 from reasonstate._extras import needs
 from reasonstate.testing._server import (
+    DEFAULT_SECRET,
     Fault,
     JSONResponse,
     RecordedRequest,
@@ -506,6 +508,86 @@ def _chunks(text: str, parts: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+#: where the emulator serves Claude: the first-party API, Amazon Bedrock, Google Vertex AI (§10)
+PLATFORMS = ("anthropic", "bedrock", "vertex")
+_VERTEX_PATH = (
+    r"/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/[^/:]+:(?:rawPredict|streamRawPredict)"
+)
+#: Bedrock's 403 for a key or token it did not issue (UnrecognizedClientException)
+_BEDROCK_BAD_TOKEN = "The security token included in the request is invalid."
+_VERTEX_UNAUTHENTICATED = (
+    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
+    "valid authentication credential."
+)
+#: a Bedrock model id: an optional cross-region inference profile prefix, ``anthropic.``, the Claude id
+#: and a version suffix (``us.anthropic.claude-sonnet-4-5-20250929-v1:0``; docs/protocols.md §10.4)
+_BEDROCK_MODEL = re.compile(
+    r"(?:(?:us|eu|apac|jp|au|global|us-gov)\.)?anthropic\.(claude-[a-z0-9-]+?)(?:-v\d+(?::\d+)?)?"
+)
+#: a Vertex AI model id: the Claude id with ``@date`` for a dated one (``claude-sonnet-4-5@20250929``)
+_VERTEX_MODEL = re.compile(r"(claude-[a-z0-9-]+?)(?:@(\d{8}))?")
+
+
+def bedrock_model(model_id: str) -> str | None:
+    """The first-party id of a Bedrock model id (None: not one), as Bedrock names Claude (§10.4)."""
+    found = _BEDROCK_MODEL.fullmatch(model_id)
+    return found.group(1) if found else None
+
+
+def vertex_model(model_id: str) -> str | None:
+    """The first-party id of a Vertex AI model id (None: not one): ``claude-x@20250929`` →
+    ``claude-x-20250929`` (§10.5)."""
+    found = _VERTEX_MODEL.fullmatch(model_id)
+    if found is None:
+        return None
+    return found.group(1) + (f"-{found.group(2)}" if found.group(2) else "")
+
+
+def _bedrock_error(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        status, {"message": message}, {"x-amzn-errortype": f"{kind}:http://internal.amazon.com/"}
+    )
+
+
+def _google_error(code: int, message: str, status: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "status": status}}
+
+
+def _platform_body(request: RecordedRequest) -> dict[str, Any] | str:
+    """A platform request's JSON body, or why it is refused: the platforms take the model from the path
+    and require ``anthropic_version`` in the body (§10.4, §10.5)."""
+    try:
+        body = request.json()
+    except ValueError:
+        return "Malformed input request: the body is not JSON, please reformat your input and try again."
+    if not isinstance(body, dict):
+        return "Malformed input request: expected a JSON object, please reformat your input and try again."
+    if "model" in body:
+        return (
+            "Malformed input request: #: extraneous key [model] is not permitted, please reformat your "
+            "input and try again."
+        )
+    if not isinstance(body.get("anthropic_version"), str):
+        return (
+            "Malformed input request: #: required key [anthropic_version] not found, please reformat "
+            "your input and try again."
+        )
+    return body
+
+
+def _as_messages(request: RecordedRequest, body: dict[str, Any], model: str, key: str) -> RecordedRequest:
+    """The platform request as the Messages API would get it: ``model`` in the body (its first-party id),
+    the platform's credential (``key``, already checked) as the key."""
+    inner = {k: v for k, v in body.items() if k != "anthropic_version"}
+    return RecordedRequest(
+        method=request.method,
+        path="/v1/messages",
+        query=request.query,
+        headers={**request.headers, "x-api-key": key},
+        body=json.dumps({"model": model, **inner}, ensure_ascii=False).encode(),
+    )
+
+
 class AnthropicEmulator(ScriptedEmulator):
     """A running, strict Anthropic Messages API on 127.0.0.1; use it as a context manager.
 
@@ -547,15 +629,27 @@ class AnthropicEmulator(ScriptedEmulator):
         deterministic: bool = False,
         api_key: str | Iterable[str] | None = None,
         models: Iterable[str] = (),
+        platform: str = "anthropic",
     ) -> None:
         if not isinstance(deterministic, bool):
             raise TypeError(f"deterministic= is True or False, got {deterministic!r}")
-        super().__init__(
-            [
+        if platform not in PLATFORMS:
+            raise ValueError(f"platform must be one of {PLATFORMS}, got {platform!r}")
+        #: ``"anthropic"`` (the first-party API), ``"bedrock"`` or ``"vertex"`` (:data:`PLATFORMS`)
+        self.platform = platform
+        routes = {
+            "anthropic": [
                 Route("POST", r"/v1/messages", self._handle_messages),
                 Route("POST", r"/v1/messages/count_tokens", self._handle_count_tokens),
             ],
-            name="anthropic-emulator",
+            "bedrock": [Route("POST", r"/model/[^/]+/invoke", self._handle_bedrock)],
+            "vertex": [Route("POST", _VERTEX_PATH, self._handle_vertex)],
+        }[platform]
+        if platform != "anthropic" and secret is None:
+            secret = DEFAULT_SECRET + b":" + platform.encode()  # another service: another signing key
+        super().__init__(
+            routes,
+            name=f"anthropic-{platform}-emulator" if platform != "anthropic" else "anthropic-emulator",
             script=script,
             secret=secret,
             transform=transform,
@@ -604,18 +698,86 @@ class AnthropicEmulator(ScriptedEmulator):
     # -- clients ---------------------------------------------------------------------------------------
     def client(self, **kw: Any) -> anthropic.Anthropic:
         """A real ``anthropic.Anthropic`` pointed at this emulator (``api_key="test-key"``,
-        ``max_retries=0`` unless overridden)."""
+        ``max_retries=0`` unless overridden); on ``platform="bedrock"`` a real ``anthropic.AnthropicBedrock``
+        (a Bedrock API key: ``Authorization: Bearer``), on ``"vertex"`` a real ``anthropic.AnthropicVertex``
+        (a static ``access_token``): no network, no cloud credentials."""
         with needs("anthropic"):
             import anthropic
 
+        if self.platform == "bedrock":
+            return anthropic.AnthropicBedrock(**self._platform_kwargs(kw))  # type: ignore[return-value]
+        if self.platform == "vertex":
+            return anthropic.AnthropicVertex(**self._platform_kwargs(kw))  # type: ignore[return-value]
         return anthropic.Anthropic(**self._client_kwargs(kw))
 
     def async_client(self, **kw: Any) -> anthropic.AsyncAnthropic:
-        """A real ``anthropic.AsyncAnthropic`` pointed at this emulator."""
+        """A real ``anthropic.AsyncAnthropic`` pointed at this emulator (``AsyncAnthropicBedrock`` /
+        ``AsyncAnthropicVertex`` on those platforms)."""
         with needs("anthropic"):
             import anthropic
 
+        if self.platform == "bedrock":
+            return anthropic.AsyncAnthropicBedrock(**self._platform_kwargs(kw))  # type: ignore[return-value]
+        if self.platform == "vertex":
+            return anthropic.AsyncAnthropicVertex(**self._platform_kwargs(kw))  # type: ignore[return-value]
         return anthropic.AsyncAnthropic(**self._client_kwargs(kw))
+
+    def _platform_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
+        if self.platform == "bedrock":
+            base = {"api_key": "test-key", "aws_region": "us-east-1"}
+        else:
+            base = {"access_token": "test-key", "region": "us-east5", "project_id": "emulator-project"}
+        return {
+            **base,
+            "base_url": self.base_url + ("/v1" if self.platform == "vertex" else ""),
+            "max_retries": 0,
+            **kw,
+        }
+
+    # -- platforms (docs/protocols.md §10.4, §10.5) ----------------------------------------------------
+    def _handle_bedrock(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        """``POST /model/{modelId}/invoke``: the Messages body with ``anthropic_version`` and without
+        ``model`` (it is in the path), answered as the Messages API answers it; errors in Bedrock's shape,
+        ``{"message": ...}`` with an ``x-amzn-errortype`` header."""
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not key or not self.key_accepted(key):
+            return _bedrock_error(403, "UnrecognizedClientException", _BEDROCK_BAD_TOKEN)
+        model_id = unquote(request.path.split("/")[2])
+        model = bedrock_model(model_id)
+        if model is None or not self.knows_model(model):
+            return _bedrock_error(400, "ValidationException", "The provided model identifier is invalid.")
+        body = _platform_body(request)
+        if isinstance(body, str):
+            return _bedrock_error(400, "ValidationException", body)
+        answer = self._handle_messages(_as_messages(request, body, model, key))
+        if isinstance(answer, JSONResponse) and answer.status != 200:
+            error = answer.payload.get("error", {}) if isinstance(answer.payload, dict) else {}
+            return _bedrock_error(answer.status, "ValidationException", str(error.get("message", "")))
+        return answer
+
+    def _handle_vertex(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        """``POST .../publishers/anthropic/models/{model}:rawPredict`` (``:streamRawPredict``: SSE, as the
+        Messages API streams): the Messages body with ``anthropic_version`` and without ``model``; an
+        unauthenticated call is Google's 401, a refused body the Messages API's error envelope."""
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not key or not self.key_accepted(key):
+            return JSONResponse(401, _google_error(401, _VERTEX_UNAUTHENTICATED, "UNAUTHENTICATED"))
+        name, _, specifier = request.path.rpartition("/")[2].partition(":")
+        model = vertex_model(unquote(name))
+        if model is None or not self.knows_model(model):
+            message = f"Publisher Model `{name}` was not found or your project does not have access to it."
+            return JSONResponse(404, _google_error(404, message, "NOT_FOUND"))
+        body = _platform_body(request)
+        if isinstance(body, str):
+            rid = _request_id()
+            return JSONResponse(400, _envelope("invalid_request_error", body, rid), {"request-id": rid})
+        if (specifier == "streamRawPredict") != (body.get("stream") is True):
+            rid = _request_id()
+            message = f"{specifier} takes stream={specifier == 'streamRawPredict'}"
+            return JSONResponse(400, _envelope("invalid_request_error", message, rid), {"request-id": rid})
+        return self._handle_messages(_as_messages(request, body, model, key))
 
     # -- signatures ------------------------------------------------------------------------------------
     # Every helper resolves its ``model`` first: an alias and its dated id sign and verify alike.
