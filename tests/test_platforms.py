@@ -19,6 +19,7 @@ import reasonstate as rs
 from reasonstate.state import EventKind
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
+from reasonstate.testing.gemini import GeminiEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 
@@ -193,6 +194,10 @@ class Route:
                 "vertex": "claude-sonnet-4-5@20250929",
             }[platform]
             self.options: dict[str, Any] = dict(THINKING)
+        elif family == "gemini":
+            self.emulator = GeminiEmulator(platform=platform or "gemini")
+            self.model = "gemini-3-flash"
+            self.options = {"thinking_config": {"include_thoughts": True}}
         elif family == "responses":
             self.emulator = OpenAIResponsesEmulator(platform=platform or "openai")
             self.model = "gpt-5.5"
@@ -212,6 +217,7 @@ FAMILIES = {
     "anthropic": ("anthropic", "anthropic@bedrock", "anthropic@vertex"),
     "responses": ("responses", "responses@azure"),
     "chat": ("chat", "chat@azure"),
+    "gemini": ("gemini", "gemini@vertex"),
 }
 PAIRS = [(a, b) for routes in FAMILIES.values() for a in routes for b in routes if a != b]
 
@@ -222,7 +228,7 @@ def opaque_values(session: rs.Session) -> list[str]:
     out: list[str] = []
     for c in session.continuation:
         value = c.value
-        for key in ("signature", "data", "encrypted_content"):
+        for key in ("signature", "data", "encrypted_content", "thoughtSignature"):
             field = value.get(key) if hasattr(value, "get") else None
             if isinstance(field, str) and len(field) >= 8:
                 out.append(field)
