@@ -374,3 +374,26 @@ def test_platform_model_ids_and_errors() -> None:
             vertex.client(access_token="wrong").messages.create(model="claude-opus-4-6", **request)
         assert isinstance(unauthenticated.value.body, dict)
         assert unauthenticated.value.body["error"]["status"] == "UNAUTHENTICATED"
+
+
+GUARDED = ("anthropic@bedrock", "anthropic@vertex", "responses@azure", "chat@azure", "gemini@vertex")
+
+
+@pytest.mark.parametrize("name", GUARDED)
+def test_guard_mode_reads_each_platform_route(stack: ExitStack, name: str) -> None:
+    """``rs.instrument`` on a platform's client: the guard knows the API from the platform's URL path
+    (Bedrock's ``/model/{id}/invoke``, Vertex AI's ``:rawPredict`` and ``publishers/google`` paths, Azure's
+    ``/openai/...``), the model from the path where the body has none, and a chain that carries its
+    continuation raises no warning."""
+    route = Route(name, stack)
+    route.emulator.script.extend(chain("A"))
+    guard = rs.instrument(route.client)
+    session = rs.Session(route.client, model=route.model, tools=[WEATHER], **route.options)
+    run_chain(session, "Paris weather?")
+    records = guard.records
+    api = {"anthropic": "messages", "responses": "responses", "chat": "chat", "gemini": "generate_content"}
+    assert [r.api for r in records] == [api[route.family]] * 2
+    assert [r.path for r in records] == [r.path for r in route.emulator.requests]
+    assert all(r.model == route.model for r in records), [r.model for r in records]
+    assert [r.warnings for r in records] == [(), ()]
+    assert records[1].divergence is None  # the second request extends the first

@@ -28,6 +28,7 @@ import functools
 import json
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from typing import Any, ClassVar
 
@@ -966,6 +967,14 @@ class _Reasoning:
         return value
 
 
+#: a Messages call on a platform: Bedrock ``/model/{id}/invoke``, Vertex AI ``.../publishers/anthropic/models/
+#: {model}:rawPredict`` or ``:streamRawPredict`` (docs/protocols.md §10.4, §10.5)
+_PLATFORM_PATH = re.compile(
+    r"/model/(?P<bedrock>[^/]+)/invoke$|/publishers/anthropic/models/(?P<vertex>[^/:]+):(?:stream)?rawPredict$",
+    re.IGNORECASE,
+)
+
+
 class MessagesRoom(Room):
     """The Messages API (docs/protocols.md §4) as the guard and the commit read it."""
 
@@ -978,7 +987,19 @@ class MessagesRoom(Room):
         return SDK_LABEL, declared(Messages.create, SDK_LABEL).names
 
     def serves(self, path: str) -> bool:
-        return path.endswith("/messages")
+        # the first-party path, and the platforms' (docs/protocols.md §10.4, §10.5): Bedrock's invoke (its
+        # streamed form is AWS event-stream framing, not SSE: not read here) and Vertex AI's rawPredict
+        return path.endswith("/messages") or _PLATFORM_PATH.search(path) is not None
+
+    def streamed(self, path: str) -> bool:
+        return path.endswith(":streamRawPredict")
+
+    def model_from_path(self, path: str, body: Any) -> str:
+        """The model in the body (first-party), else the one a platform's path names (its own id)."""
+        found = _PLATFORM_PATH.search(path)
+        if found is None:
+            return super().model_from_path(path, body)
+        return urllib.parse.unquote(found.group("bedrock") or found.group("vertex") or "")
 
     def view(self, body: Any, model: str | None = None) -> View:
         """One unit per tool, system block and message content block (§4.4), keyed on the JSON as sent
