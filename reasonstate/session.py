@@ -97,6 +97,10 @@ __all__ = [
 ]
 
 
+#: the Messages dialects whose platform is the endpoint's name (docs/protocols.md §10.8)
+_MESSAGES_DIALECTS = frozenset({"deepseek", "kimi", "minimax"})
+
+
 def _route(vendor: str, api: str, platform: str) -> str:
     """``vendor/api`` and, when not first-party, ``@platform`` (``anthropic/messages@bedrock``)."""
     return f"{vendor}/{api}" + ("" if platform == FIRST_PARTY else f"@{platform}")
@@ -849,6 +853,8 @@ class _Core(Switching):
         routing: dict[str, Any] = {}
         if adapter is None and snapshot.api == "chat":
             routing["dialect"] = snapshot.vendor  # chat adapters are named after their dialect
+        elif adapter is None and snapshot.api == "messages" and snapshot.platform in _MESSAGES_DIALECTS:
+            routing["dialect"] = snapshot.platform  # an Anthropic-compatible endpoint (§10.8)
         session = cls(client, adapter=adapter, **routing, **restore_args(snapshot, tools, policy, fold))
         adapter_route = (session._adapter.vendor, session._adapter.api, platform_of(session._adapter))
         if adapter_route != (snapshot.vendor, snapshot.api, snapshot.platform):

@@ -192,8 +192,13 @@ class Route:
                 "": "claude-sonnet-4-5-20250929",
                 "bedrock": "anthropic.claude-sonnet-4-5-20250929-v1:0",
                 "vertex": "claude-sonnet-4-5@20250929",
+                "deepseek": "deepseek-v4-pro",
+                "kimi": "kimi-k2.6",
+                "minimax": "MiniMax-M2.7",
             }[platform]
             self.options: dict[str, Any] = dict(THINKING)
+            if platform in ("deepseek", "kimi", "minimax"):
+                self.options["dialect"] = platform
         elif family == "gemini":
             self.emulator = GeminiEmulator(platform=platform or "gemini")
             self.model = "gemini-3-flash"
@@ -218,6 +223,7 @@ FAMILIES = {
     "responses": ("responses", "responses@azure"),
     "chat": ("chat", "chat@azure"),
     "gemini": ("gemini", "gemini@vertex"),
+    "compatible": ("anthropic", "anthropic@deepseek", "anthropic@minimax"),
 }
 PAIRS = [(a, b) for routes in FAMILIES.values() for a in routes for b in routes if a != b]
 
@@ -249,7 +255,7 @@ def test_every_route_switch_of_one_family_sends_nothing_foreign(
     session = rs.Session(a.client, model=a.model, system="You are terse.", tools=[WEATHER], **a.options)
     assert run_chain(session, "Paris weather?").text == "A: Paris is mild."
     secrets = opaque_values(session)
-    if a.family != "chat":  # chat messages carry no signature: their binding is the platform alone
+    if a.family != "chat" and first != "anthropic@deepseek":  # unsigned: bound by the platform alone
         assert secrets, "the first route left opaque continuation to protect"
 
     session.switch(b.client, model=b.model, **b.options)
@@ -397,3 +403,94 @@ def test_guard_mode_reads_each_platform_route(stack: ExitStack, name: str) -> No
     assert all(r.model == route.model for r in records), [r.model for r in records]
     assert [r.warnings for r in records] == [(), ()]
     assert records[1].divergence is None  # the second request extends the first
+
+
+COMPATIBLE = {"deepseek": "deepseek-v4-pro", "kimi": "kimi-k2.6", "minimax": "MiniMax-M2.7"}
+
+
+@pytest.mark.parametrize("dialect", sorted(COMPATIBLE))
+def test_a_compatible_endpoint_chain_is_byte_exact_and_keeps_what_it_requires(
+    stack: ExitStack, dialect: str
+) -> None:
+    """``dialect=`` on an ``anthropic.Anthropic`` client for DeepSeek's, Kimi's and MiniMax's
+    Anthropic-compatible endpoints (docs/protocols.md §10.8): a tool chain through the real SDK, the chain's
+    thinking back byte for byte (DeepSeek and Kimi: unsigned), and on DeepSeek and Kimi the earlier turn's
+    tool-calling thinking kept although the policy drops reasoning (the emulator refuses it missing: the
+    Reasonix note of issue 27, "replays unsigned thinking blocks from historical tool-call turns");
+    streamed = unstreamed in state; snapshot/restore byte-identical."""
+    from reasonstate.policies import Drop
+
+    answers: list[dict[str, Any]] = []
+
+    def keep(message: dict[str, Any]) -> dict[str, Any]:
+        answers.append(json.loads(json.dumps(message)))
+        return message
+
+    def run(stream: bool) -> tuple[Any, rs.Session]:
+        emulator = stack.enter_context(
+            AnthropicEmulator(chain("A") + chain("B"), platform=dialect, deterministic=True, transform=keep)
+        )
+        options = {**THINKING, "dialect": dialect}
+        session = rs.Session(
+            emulator.client(),
+            model=COMPATIBLE[dialect],
+            tools=[WEATHER],
+            policy=Drop(),
+            stream=stream,
+            **options,
+        )
+        run_chain(session, "Paris weather?")
+        run_chain(session, "And tomorrow?")
+        return emulator, session
+
+    emulator, session = run(stream=False)
+    assert {r.path for r in emulator.requests} == {"/anthropic/v1/messages"}
+    second = json.loads(emulator.requests[1].body)
+    assert second["messages"][1]["content"] == answers[0]["content"]  # as the endpoint sent it
+    signed = answers[0]["content"][0]["signature"]
+    assert (signed == "") == (dialect != "minimax")
+    history = json.loads(emulator.requests[2].body)["messages"]  # turn 2, turn 1 closed and dropped
+    kept = [b["type"] for b in history[1]["content"]]
+    assert kept == (["thinking", "tool_use"] if dialect != "minimax" else ["tool_use"])
+    assert {c.platform for c in session.continuation} == {dialect}
+    _, streamed = run(stream=True)
+    assert streamed.continuation == session.continuation
+    snap = session.snapshot()
+    assert snap.platform == dialect
+    emulator.script.extend([ModelAction.answer("again", reasoning="r")] * 2)
+    restored = rs.Session.restore(snap.model_dump_json(), emulator.client())
+    restored.send("Once more?")
+    session.send("Once more?")
+    assert emulator.requests[-1].body == emulator.requests[-2].body
+
+
+def test_the_deepseek_endpoint_refuses_an_earlier_tool_call_without_its_thinking() -> None:
+    """The oracle of the test above (docs/protocols.md §3.3, §10.8): DeepSeek's Anthropic endpoint wants
+    the thinking of every earlier tool-calling message back; left out, it is the vendor's 400."""
+    import anthropic
+
+    with AnthropicEmulator(chain("A") + chain("B"), platform="deepseek") as deepseek:
+        client = deepseek.client()
+        tools = [{"name": "get_weather", "description": "weather", "input_schema": WEATHER.parameters}]
+        ask: dict[str, Any] = {"model": "deepseek-v4-pro", "tools": tools, **THINKING}
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Paris weather?"}]
+        first = client.messages.create(messages=messages, **ask).model_dump(exclude_none=True)
+        call = first["content"][-1]
+        messages += [
+            {"role": "assistant", "content": first["content"]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "18C"}],
+            },
+        ]
+        answer = client.messages.create(messages=messages, **ask).model_dump(exclude_none=True)
+        messages += [
+            {"role": "assistant", "content": answer["content"]},
+            {"role": "user", "content": "And tomorrow?"},
+        ]
+        messages[1] = {
+            "role": "assistant",
+            "content": [b for b in first["content"] if b["type"] != "thinking"],
+        }
+        with pytest.raises(anthropic.BadRequestError, match="must be passed back"):
+            client.messages.create(messages=messages, **ask)

@@ -156,8 +156,8 @@ def _default(key: str, build: Callable[[], Adapter]) -> Adapter:
     return adapter
 
 
-def _anthropic(platform: str) -> Callable[[], Adapter]:
-    return lambda: AnthropicAdapter(platform=platform)
+def _anthropic(platform: str, dialect: str = "anthropic") -> Callable[[], Adapter]:
+    return lambda: AnthropicAdapter(platform=platform, dialect=dialect)
 
 
 def _gemini(platform: str) -> Callable[[], Adapter]:
@@ -208,8 +208,18 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
         return _default(f"generate_content{at}", _gemini(platform))
     modules = kind.modules
     if "anthropic" in modules:
-        if dialect is not None or api not in (None, "messages"):
-            raise InvalidOption("the Anthropic client speaks the Messages API only: pass no dialect= or api=")
+        from reasonstate.adapters.anthropic import DIALECTS as MESSAGES_DIALECTS
+
+        if api not in (None, "messages"):
+            raise InvalidOption("the Anthropic client speaks the Messages API only: pass no api=")
+        if dialect not in (None, "anthropic"):
+            # an Anthropic-compatible endpoint (docs/protocols.md §10.8): a platform of its own
+            if dialect not in MESSAGES_DIALECTS or platform != FIRST_PARTY:
+                raise InvalidOption(
+                    f"unknown Messages dialect {dialect!r} for {type(client).__name__}; expected one of "
+                    f"{MESSAGES_DIALECTS} on an anthropic.Anthropic client"
+                )
+            return _default(f"messages@{dialect}", _anthropic(platform, dialect))
         return _default(f"messages{at}", _anthropic(platform))
     if "openai" in modules:
         if dialect is not None or api == "chat":

@@ -65,7 +65,13 @@ from reasonstate.cache.divergence import (
     request_body,
 )
 from reasonstate.cache.rules import CacheRules, divergence
-from reasonstate.errors import MalformedResponse, MissingCredentials, StreamInterrupted, VendorError
+from reasonstate.errors import (
+    InvalidOption,
+    MalformedResponse,
+    MissingCredentials,
+    StreamInterrupted,
+    VendorError,
+)
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     FIRST_PARTY,
@@ -431,9 +437,17 @@ def _check_credentials(client: Any) -> None:
     )
 
 
+#: the Anthropic-compatible endpoints (``dialect=``, docs/protocols.md §10.8): each is its own platform of the
+#: Messages API (a payload goes back only there); DeepSeek and Kimi take the thinking of every earlier
+#: tool-calling message back (their chat APIs' ``reasoning_content`` rule, §3.3), unsigned
+DIALECTS = ("anthropic", "deepseek", "kimi", "minimax")
+_UNSIGNED_DIALECTS = frozenset({"deepseek", "kimi"})
+
+
 class AnthropicAdapter:
     """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length,
-    ``lookback_units`` the vendor's breakpoint lookback (docs/protocols.md §4.4)."""
+    ``lookback_units`` the vendor's breakpoint lookback (docs/protocols.md §4.4). ``dialect``: an
+    Anthropic-compatible endpoint (:data:`DIALECTS`, §10.8), whose payloads are bound to it as a platform."""
 
     vendor = VENDOR
     api = API
@@ -446,10 +460,19 @@ class AnthropicAdapter:
     )
 
     def __init__(
-        self, *, min_cacheable: int | None = None, lookback_units: int = 20, platform: str = FIRST_PARTY
+        self,
+        *,
+        min_cacheable: int | None = None,
+        lookback_units: int = 20,
+        platform: str = FIRST_PARTY,
+        dialect: str = "anthropic",
     ) -> None:
-        #: where the client's requests are served (docs/protocols.md §10): payloads go back only there
-        self.platform = platform
+        if dialect not in DIALECTS:
+            raise InvalidOption(f"unknown Messages dialect {dialect!r}; expected one of {DIALECTS}")
+        self.dialect = dialect
+        #: where the client's requests are served (docs/protocols.md §10): payloads go back only there; a
+        #: compatible endpoint is a platform of its own
+        self.platform = platform if dialect == "anthropic" else dialect
         cache = attrs.evolve(ANTHROPIC, lookback_units=lookback_units)
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
@@ -460,6 +483,8 @@ class AnthropicAdapter:
             # preserved thinking: each block is checked against the exact system/tools/messages before it
             # (Fable 5.x, Opus 5.5; Sonnet/Haiku 5.5 blocks are account-bound too) - docs/protocols.md §4.3
             append_only_models=PRESERVED_THINKING_MODELS,
+            # DeepSeek / Kimi: every tool-calling step keeps its thinking, whatever a policy says (§10.8)
+            tool_steps_keep_reasoning=dialect in _UNSIGNED_DIALECTS,
         )
 
     def check_call(self, client: Any, model: str, options: Mapping[str, Any], tools: Sequence[Tool]) -> None:
@@ -474,7 +499,7 @@ class AnthropicAdapter:
             sdk="anthropic",
             resource=self.endpoint.resource,
             label=SDK_LABEL,
-            vendor=VENDOR,
+            vendor=VENDOR if self.dialect == "anthropic" else self.dialect,
             model=model,
             options=options,
             family="claude-",
@@ -626,7 +651,7 @@ class AnthropicAdapter:
             if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
                 raise MalformedResponse(f"content[{i}] is not a typed block")
             kind = block["type"]
-            parts.append(_part(kind, block, i))
+            parts.append(_part(kind, block, i, self.dialect not in _UNSIGNED_DIALECTS))
             payloads.append(
                 Continuation.capture(
                     vendor=VENDOR,
@@ -634,7 +659,9 @@ class AnthropicAdapter:
                     model=produced_by,
                     kind=kind,
                     value=block,
-                    model_bound=kind not in _UNBOUND_KINDS,
+                    # DeepSeek / Kimi thinking is unsigned text their API wants back after a model change
+                    # too (as the chat dialect's reasoning_content, §3.3)
+                    model_bound=kind not in _UNBOUND_KINDS and self.dialect not in _UNSIGNED_DIALECTS,
                     parsed=False,  # replayed from the bytes (``checked``), never as ``value``
                     platform=self.platform,
                 )
@@ -896,10 +923,11 @@ def _tool_result(call_id: str, content: str, is_error: bool) -> tuple[dict[str, 
     return block, unit_digest(block)
 
 
-def _part(kind: str, block: Mapping[str, Any], i: int) -> Part:
+def _part(kind: str, block: Mapping[str, Any], i: int, signed: bool = True) -> Part:
     if kind == "thinking":
         text, sig = block.get("thinking"), block.get("signature")
-        if not isinstance(text, str) or not isinstance(sig, str) or not sig:
+        # DeepSeek / Kimi sign nothing: an empty or absent signature is theirs to take back (§10.8)
+        if not isinstance(text, str) or (signed and (not isinstance(sig, str) or not sig)):
             raise MalformedResponse(f"content[{i}]: thinking block without a signature")
         return ReasoningPart(text=text, continuation=i)
     if kind == "redacted_thinking":

@@ -508,8 +508,20 @@ def _chunks(text: str, parts: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-#: where the emulator serves Claude: the first-party API, Amazon Bedrock, Google Vertex AI (§10)
-PLATFORMS = ("anthropic", "bedrock", "vertex")
+#: where the emulator serves the Messages API: Claude on the first-party API, Amazon Bedrock, Google Vertex
+#: AI (§10); and the Anthropic-compatible endpoints of DeepSeek, Kimi and MiniMax (§10.8)
+PLATFORMS = ("anthropic", "bedrock", "vertex", "deepseek", "kimi", "minimax")
+#: the compatible endpoints: their models, served at ``{root}/anthropic/v1/messages`` (§10.8)
+COMPATIBLE_MODELS: dict[str, frozenset[str]] = {
+    "deepseek": frozenset({"deepseek-v4-flash", "deepseek-v4-pro", "deepseek-flash"}),
+    "kimi": frozenset({"kimi-k2.6", "kimi-k2.5", "kimi-k3"}),
+    "minimax": frozenset({"MiniMax-M3", "MiniMax-M2.7", "MiniMax-M2.7-highspeed"}),
+}
+#: the compatible endpoints that take thinking back on every earlier tool-calling assistant message, as
+#: their chat APIs take ``reasoning_content`` (§3.3, §10.8); their thinking blocks carry no signature
+_UNSIGNED = frozenset({"deepseek", "kimi"})
+#: DeepSeek's refusal of a tool-calling message without its reasoning (§3.3), on both of its APIs
+_REASONING_MISSING = "The reasoning_content in the thinking mode must be passed back to the API."
 _VERTEX_PATH = (
     r"/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/[^/:]+:(?:rawPredict|streamRawPredict)"
 )
@@ -644,7 +656,7 @@ class AnthropicEmulator(ScriptedEmulator):
             ],
             "bedrock": [Route("POST", r"/model/[^/]+/invoke", self._handle_bedrock)],
             "vertex": [Route("POST", _VERTEX_PATH, self._handle_vertex)],
-        }[platform]
+        }.get(platform, [Route("POST", r"/anthropic/v1/messages", self._handle_messages)])
         if platform != "anthropic" and secret is None:
             secret = DEFAULT_SECRET + b":" + platform.encode()  # another service: another signing key
         super().__init__(
@@ -655,7 +667,7 @@ class AnthropicEmulator(ScriptedEmulator):
             transform=transform,
             aliases={**MODEL_ALIASES, **dict(aliases or {})},
             api_key=api_key,
-            known_models=KNOWN_MODELS,
+            known_models=COMPATIBLE_MODELS.get(platform, KNOWN_MODELS),
             models=models,
         )
         self.cache_min_tokens = cache_min_tokens
@@ -663,6 +675,8 @@ class AnthropicEmulator(ScriptedEmulator):
         self.deterministic = deterministic
         self._msg_ids = itertools.count(1)
         self._tool_ids = itertools.count(1)
+        # a compatible endpoint mints its own ids: another service's ``toolu_emu_001`` is not one of them
+        self._tool_prefix = "toolu_emu_" if platform not in COMPATIBLE_MODELS else f"toolu_{platform}_"
         # (model, prefix digest) -> [tokens, ttl in seconds, expiry on the emulator's clock]
         self._cache: dict[tuple[str, bytes], list[float]] = {}
         self._issued_by_tool: dict[str, _Issued] = {}
@@ -708,6 +722,10 @@ class AnthropicEmulator(ScriptedEmulator):
             return anthropic.AnthropicBedrock(**self._platform_kwargs(kw))  # type: ignore[return-value]
         if self.platform == "vertex":
             return anthropic.AnthropicVertex(**self._platform_kwargs(kw))  # type: ignore[return-value]
+        if self.platform in COMPATIBLE_MODELS:
+            return anthropic.Anthropic(
+                **{**self._client_kwargs(kw), "base_url": self.base_url + "/anthropic"}
+            )
         return anthropic.Anthropic(**self._client_kwargs(kw))
 
     def async_client(self, **kw: Any) -> anthropic.AsyncAnthropic:
@@ -720,6 +738,9 @@ class AnthropicEmulator(ScriptedEmulator):
             return anthropic.AsyncAnthropicBedrock(**self._platform_kwargs(kw))  # type: ignore[return-value]
         if self.platform == "vertex":
             return anthropic.AsyncAnthropicVertex(**self._platform_kwargs(kw))  # type: ignore[return-value]
+        if self.platform in COMPATIBLE_MODELS:
+            kwargs = {**self._client_kwargs(kw), "base_url": self.base_url + "/anthropic"}
+            return anthropic.AsyncAnthropic(**kwargs)
         return anthropic.AsyncAnthropic(**self._client_kwargs(kw))
 
     def _platform_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
@@ -1000,6 +1021,8 @@ class AnthropicEmulator(ScriptedEmulator):
                                 f"messages.{n}.content.{m}.thinking.{field}: Input should be a valid string"
                             )
                     invalid = f"messages.{n}.content.{m}: Invalid `signature` in `thinking` block"
+                    if self.platform in _UNSIGNED:  # no signature to check: the text is (below)
+                        continue
                     bound = self._open_signature(model, "thinking", block["signature"], block["thinking"])
                 elif kind == "redacted_thinking":
                     data = block.get("data")
@@ -1018,6 +1041,8 @@ class AnthropicEmulator(ScriptedEmulator):
                             raise _Reject(f"{invalid}. {_BOUND_TO_OTHER_CONVERSATION}")
                         dropped.append((n, m, "prefix_binding_mismatch"))
                     prefix.add(n, str(msg["role"]), block)
+        if self.platform in _UNSIGNED and thinking.on:
+            self._check_unsigned_history(messages)
         # the latest assistant message's thinking must be exactly what was issued with its tool calls
         if latest is not None and issued is not None and thinking.on:
             sent = [
@@ -1039,6 +1064,22 @@ class AnthropicEmulator(ScriptedEmulator):
                     "the original response."
                 )
         return dropped
+
+    def _check_unsigned_history(self, messages: list[dict[str, Any]]) -> None:
+        """DeepSeek and Kimi (§10.8): every assistant message with ``tool_use`` that this endpoint issued
+        starts with the thinking it was issued with, earlier turns included (their chat APIs' rule for
+        ``reasoning_content``, §3.3); else the vendor's 400."""
+        for n, msg in enumerate(messages):
+            if msg["role"] != "assistant":
+                continue
+            content = _content(msg)
+            ids = [b.get("id") for b in content if b.get("type") == "tool_use"]
+            issued = next((self._issued_by_tool[t] for t in ids if t in self._issued_by_tool), None)
+            if issued is None or not issued.reasoning_blocks:
+                continue
+            sent = tuple(_reasoning_key(b) for b in content if b.get("type") in _REASONING_TYPES)
+            if sent != issued.reasoning_blocks:
+                raise _Reject(f"messages.{n}: {_REASONING_MISSING}")
 
     # -- cache -----------------------------------------------------------------------------------------
     def _cache_usage(self, model: str, blocks: Sequence[_Block], *, write: bool) -> CacheUsage:
@@ -1122,7 +1163,10 @@ class AnthropicEmulator(ScriptedEmulator):
 
         if thinking.on and action.reasoning is not None:
             shown = "" if thinking.display == "omitted" else action.reasoning
-            signature = self.sign_thinking(model, shown, prefix_digest=here(), nonce=nonce(0))
+            if self.platform in _UNSIGNED:  # an unsigned block: the text is what goes back (§10.8)
+                signature = ""
+            else:
+                signature = self.sign_thinking(model, shown, prefix_digest=here(), nonce=nonce(0))
             append({"type": "thinking", "thinking": shown, "signature": signature})
             thinking_tokens = count_tokens(action.reasoning)
         if thinking.on and action.redacted:
@@ -1135,9 +1179,9 @@ class AnthropicEmulator(ScriptedEmulator):
         tool_ids: list[str] = []
         for i, call in enumerate(action.tool_calls):
             tool_id = (
-                f"toolu_emu_{next(self._tool_ids):03d}"
+                f"{self._tool_prefix}{next(self._tool_ids):03d}"
                 if seed is None
-                else f"toolu_emu_{derived(b'tool', i).hex()[:24]}"
+                else f"{self._tool_prefix}{derived(b'tool', i).hex()[:24]}"
             )
             arguments = dict(call.arguments)
             content.append({"type": "tool_use", "id": tool_id, "name": call.name, "input": arguments})
