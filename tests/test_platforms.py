@@ -494,3 +494,71 @@ def test_the_deepseek_endpoint_refuses_an_earlier_tool_call_without_its_thinking
         }
         with pytest.raises(anthropic.BadRequestError, match="must be passed back"):
             client.messages.create(messages=messages, **ask)
+
+
+def test_a_first_party_snapshot_reads_as_before_and_one_without_platform_loads(stack: ExitStack) -> None:
+    """Snapshots and stored deltas written before platforms were recorded have no ``platform`` (header)
+    and five-field origins: they load as first-party, and a first-party snapshot is still written so."""
+    first = stack.enter_context(OpenAIResponsesEmulator(chain("A")))
+    session = rs.Session(first.client(), model="gpt-5.5", tools=[WEATHER], **RESPONSES_OPTIONS)
+    run_chain(session, "Paris weather?")
+    data = json.loads(session.snapshot().model_dump_json())
+    assert {len(o) for o in data["history"]["origins"]} == {5}
+    del data["platform"]  # as an older reasonstate wrote it: the digest did not cover it
+    restored = rs.Session.restore(json.dumps(data), first.client())
+    assert {c.platform for c in restored.continuation} == {"first-party"}
+    assert restored.continuation == session.continuation
+
+
+def test_a_stored_azure_session_loads_on_azure_in_another_worker(stack: ExitStack, tmp_path: Any) -> None:
+    """The store's checkpoint carries the platform and each delta's origins name it: ``Session.load`` on
+    an Azure client rebuilds the session and continues there; on a first-party client it is refused."""
+    from reasonstate.store import SQLiteStore
+
+    azure = stack.enter_context(OpenAIResponsesEmulator(chain("A"), platform="azure"))
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    # ``store=`` is the session's store here: the Responses option keeps its default (stored responses)
+    options = {"model": "gpt-5.5", "tools": [WEATHER], "reasoning": RESPONSES_OPTIONS["reasoning"]}
+    session = rs.Session(azure.client(), store=store, session_id="azure-1", **options)
+    run_chain(session, "Paris weather?")
+    loaded = rs.Session.load(store, "azure-1", azure.client(), tools=[WEATHER])
+    assert loaded.continuation == session.continuation
+    assert {c.platform for c in loaded.continuation} == {"azure"}
+    azure.script.extend([ModelAction.answer("again", reasoning="r")])
+    assert loaded.send("Once more?").text == "again"  # Azure accepts what the loaded session sends
+    with pytest.raises(rs.IllegalTransition):
+        rs.Session.load(store, "azure-1", stack.enter_context(OpenAIResponsesEmulator()).client())
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_azure_streamed_and_async_sessions_equal_the_plain_one(stack: ExitStack, api: str) -> None:
+    """``openai.AzureOpenAI`` and ``AsyncAzureOpenAI``, Responses and Chat: a tool chain streamed, and one on
+    the async client, hold the same parts as the plain one (encrypted blobs aside: each answer mints its
+    own), every payload bound to Azure."""
+    import asyncio
+
+    options: dict[str, Any] = dict(RESPONSES_OPTIONS) if api == "responses" else {"api": "chat"}
+
+    def emulator() -> Any:
+        made = OpenAIResponsesEmulator if api == "responses" else OpenAIChatEmulator
+        return stack.enter_context(made(chain("A"), platform="azure"))
+
+    def parts(session: Any) -> list[Any]:
+        return [s.parts for t in session.history.turns for s in t.steps]
+
+    plain = rs.Session(emulator().client(), model="gpt-5.5", tools=[WEATHER], **options)
+    run_chain(plain, "Paris weather?")
+    streamed = rs.Session(emulator().client(), model="gpt-5.5", tools=[WEATHER], stream=True, **options)
+    run_chain(streamed, "Paris weather?")
+
+    async def run_async() -> Any:
+        session = rs.AsyncSession(emulator().async_client(), model="gpt-5.5", tools=[WEATHER], **options)
+        reply = await session.send("Paris weather?")
+        while reply.tool_calls:
+            reply = await session.send_tool_results({c.id: {"temp_c": 18} for c in reply.tool_calls})
+        return session
+
+    on_async = asyncio.run(run_async())
+    assert parts(streamed) == parts(plain) == parts(on_async)
+    for session in (plain, streamed, on_async):
+        assert {c.platform for c in session.continuation} == {"azure"}
