@@ -562,3 +562,26 @@ def test_azure_streamed_and_async_sessions_equal_the_plain_one(stack: ExitStack,
     assert parts(streamed) == parts(plain) == parts(on_async)
     for session in (plain, streamed, on_async):
         assert {c.platform for c in session.continuation} == {"azure"}
+
+
+def test_a_messages_dialect_is_a_compatible_endpoint_on_a_plain_anthropic_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``dialect=`` names the endpoint (its platform); an unknown one, or one on a Bedrock client, is
+    refused before anything is sent; a dialect client without a key too (the SDK would fail only later)."""
+    import anthropic
+
+    from reasonstate.adapters import adapter_for
+
+    adapter = adapter_for(anthropic.Anthropic(api_key="k"), dialect="kimi")
+    assert (adapter.api, adapter.platform) == ("messages", "kimi")
+    with pytest.raises(rs.InvalidOption, match="unknown Messages dialect"):
+        adapter_for(anthropic.Anthropic(api_key="k"), dialect="nonesuch")
+    bedrock = anthropic.AnthropicBedrock(api_key="k", aws_region="us-east-1")
+    with pytest.raises(rs.InvalidOption, match="unknown Messages dialect"):
+        adapter_for(bedrock, dialect="deepseek")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    keyless = anthropic.Anthropic(api_key=None, base_url="http://127.0.0.1:9/anthropic")
+    with pytest.raises(rs.MissingCredentials):
+        rs.Session(keyless, model="deepseek-v4-pro", dialect="deepseek")

@@ -492,7 +492,7 @@ class AnthropicAdapter:
         credentials, a model id of another vendor or misspelling one the installed SDK lists, an option
         ``messages.create`` does not declare or a value its annotation rules out, a tool whose
         ``input_schema`` is not an object schema (§4.2)."""
-        if self.platform == FIRST_PARTY:  # Bedrock / Vertex clients resolve AWS / Google credentials
+        if self.platform == FIRST_PARTY or self.dialect != "anthropic":  # Bedrock / Vertex: AWS / Google
             _check_credentials(client)
         check_call(
             client,
