@@ -585,3 +585,35 @@ def test_a_messages_dialect_is_a_compatible_endpoint_on_a_plain_anthropic_client
     keyless = anthropic.Anthropic(api_key=None, base_url="http://127.0.0.1:9/anthropic")
     with pytest.raises(rs.MissingCredentials):
         rs.Session(keyless, model="deepseek-v4-pro", dialect="deepseek")
+
+
+def test_each_claude_platform_refuses_the_others_signature_in_its_own_error_shape() -> None:
+    """docs/protocols.md §10.4, §10.5: a thinking block signed on the first-party API, sent to Bedrock, is
+    Bedrock's 400 ``{"message": ...}``; to Vertex AI, the Messages error envelope; and the first-party API
+    refuses Bedrock's (pydantic/pydantic-ai#3757)."""
+    import anthropic
+
+    model = "claude-sonnet-4-5-20250929"
+    ids = {"anthropic": model, "bedrock": "anthropic.claude-sonnet-4-5-20250929-v1:0", "vertex": model}
+    with (
+        AnthropicEmulator(platform="anthropic") as first,
+        AnthropicEmulator(platform="bedrock") as bedrock,
+        AnthropicEmulator(platform="vertex") as vertex,
+    ):
+
+        def ask(target: Any, signer: Any) -> Any:
+            block = {"type": "thinking", "thinking": "t", "signature": signer.sign_thinking(model, "t")}
+            messages: list[Any] = [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [block, {"type": "text", "text": "a"}]},
+                {"role": "user", "content": "more"},
+            ]
+            with pytest.raises(anthropic.BadRequestError) as refused:
+                target.client().messages.create(model=ids[target.platform], messages=messages, **THINKING)
+            return refused.value.body
+
+        invalid = "messages.1.content.0: Invalid `signature` in `thinking` block"
+        assert ask(bedrock, first) == {"message": invalid}
+        assert ask(vertex, first)["error"] == {"type": "invalid_request_error", "message": invalid}
+        assert ask(first, bedrock)["error"] == {"type": "invalid_request_error", "message": invalid}
+        assert ask(vertex, bedrock)["error"]["message"] == invalid
