@@ -458,12 +458,11 @@ def foreign_reasoning_as_text(
             return turn
         return attrs.evolve(turn, steps=steps)
 
+    key: tuple[str, ...] = ("foreign_reasoning_text", vendor, api, model)
+    if platform != FIRST_PARTY:  # (a memo serves one codec, so one platform: the key only says which)
+        key = (*key, platform)
     turns = tuple(
-        memo.encoded(
-            turn, ("foreign_reasoning_text", vendor, api, model, platform), functools.partial(view, turn)
-        )
-        if turn.closed
-        else view(turn)
+        memo.encoded(turn, key, functools.partial(view, turn)) if turn.closed else view(turn)
         for turn in history.turns
     )
     if all(a is b for a, b in zip(turns, history.turns, strict=True)):
