@@ -617,3 +617,31 @@ def test_each_claude_platform_refuses_the_others_signature_in_its_own_error_shap
         assert ask(vertex, first)["error"] == {"type": "invalid_request_error", "message": invalid}
         assert ask(first, bedrock)["error"] == {"type": "invalid_request_error", "message": invalid}
         assert ask(vertex, bedrock)["error"]["message"] == invalid
+
+
+@pytest.mark.parametrize("name", ["anthropic@bedrock", "anthropic@vertex", "gemini@vertex"])
+def test_the_async_clients_of_each_platform_hold_what_the_sync_ones_do(stack: ExitStack, name: str) -> None:
+    """``AsyncAnthropicBedrock``, ``AsyncAnthropicVertex`` and google-genai's ``.aio`` on Vertex: a tool chain
+    on ``rs.AsyncSession`` holds the same parts as on ``rs.Session``, every payload bound to the platform."""
+    import asyncio
+
+    sync, other = Route(name, stack), Route(name, stack)
+    sync.emulator.script.extend(chain("A"))
+    other.emulator.script.extend(chain("A"))
+    plain = rs.Session(sync.client, model=sync.model, tools=[WEATHER], **sync.options)
+    run_chain(plain, "Paris weather?")
+    client = other.client.aio if other.family == "gemini" else other.emulator.async_client()
+
+    async def run() -> Any:
+        session = rs.AsyncSession(client, model=other.model, tools=[WEATHER], **other.options)
+        reply = await session.send("Paris weather?")
+        while reply.tool_calls:
+            reply = await session.send_tool_results({c.id: {"temp_c": 18} for c in reply.tool_calls})
+        return session
+
+    on_async = asyncio.run(run())
+    assert [s.parts for t in on_async.history.turns for s in t.steps] == [
+        s.parts for t in plain.history.turns for s in t.steps
+    ]
+    platform = name.partition("@")[2]
+    assert {c.platform for c in on_async.continuation} == {platform}
