@@ -645,3 +645,34 @@ def test_the_async_clients_of_each_platform_hold_what_the_sync_ones_do(stack: Ex
     ]
     platform = name.partition("@")[2]
     assert {c.platform for c in on_async.continuation} == {platform}
+
+
+@pytest.mark.parametrize("name", ["gemini@vertex", "chat@azure", "responses@azure"])
+def test_a_route_streams_into_the_same_state_and_restores_byte_identically(
+    stack: ExitStack, name: str
+) -> None:
+    """Gemini on Vertex AI and Azure (Chat, Responses): a streamed chain holds the plain chain's parts, and
+    a snapshot of the plain session restores to the very next request it would send."""
+    plain_route, streamed_route = Route(name, stack), Route(name, stack)
+    plain_route.emulator.script.extend(chain("A"))
+    streamed_route.emulator.script.extend(chain("A"))
+    plain = rs.Session(plain_route.client, model=plain_route.model, tools=[WEATHER], **plain_route.options)
+    run_chain(plain, "Paris weather?")
+    streamed = rs.Session(
+        streamed_route.client,
+        model=streamed_route.model,
+        tools=[WEATHER],
+        stream=True,
+        **streamed_route.options,
+    )
+    run_chain(streamed, "Paris weather?")
+    assert [s.parts for t in streamed.history.turns for s in t.steps] == [
+        s.parts for t in plain.history.turns for s in t.steps
+    ]
+    snap = plain.snapshot()
+    assert snap.platform == name.partition("@")[2]
+    plain_route.emulator.script.extend([ModelAction.answer("again", reasoning="r")] * 2)
+    restored = rs.Session.restore(snap.model_dump_json(), plain_route.client)
+    restored.send("Once more?")
+    plain.send("Once more?")
+    assert plain_route.emulator.requests[-1].body == plain_route.emulator.requests[-2].body
