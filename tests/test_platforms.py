@@ -382,7 +382,16 @@ def test_platform_model_ids_and_errors() -> None:
         assert unauthenticated.value.body["error"]["status"] == "UNAUTHENTICATED"
 
 
-GUARDED = ("anthropic@bedrock", "anthropic@vertex", "responses@azure", "chat@azure", "gemini@vertex")
+GUARDED = (
+    "anthropic@bedrock",
+    "anthropic@vertex",
+    "responses@azure",
+    "chat@azure",
+    "gemini@vertex",
+    "anthropic@deepseek",
+    "anthropic@kimi",
+    "anthropic@minimax",
+)
 
 
 @pytest.mark.parametrize("name", GUARDED)
