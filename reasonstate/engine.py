@@ -68,6 +68,7 @@ from reasonstate.adapters.base import (
     VendorRequest,
     compact,
     foreign_reasoning_as_text,
+    platform_of,
     request_digest,
     without_payloads,
 )
@@ -587,7 +588,9 @@ def encoded(
     if stripped:
         history = without_payloads(history, stripped, encodings=encodings)
     if foreign_reasoning == "text":
-        history = foreign_reasoning_as_text(history, adapter.vendor, adapter.api, model, encodings=encodings)
+        history = foreign_reasoning_as_text(
+            history, adapter.vendor, adapter.api, model, encodings=encodings, platform=platform_of(adapter)
+        )
     return adapter.encode(
         prefix,
         history,
@@ -813,6 +816,12 @@ def _why_diverged(
     if record.model != previous.model:
         cause, path = "model_changed", "$.model"
         why = _cause(trace, (EventKind.MODEL_CHANGED,), f"model {previous.model} → {record.model}")
+    elif _between(trace, EventKind.VENDOR_CHANGED, after, since):
+        # another platform (or vendor) under the same model name: another service, whose history holds
+        # the withheld payloads rendered canonically (docs/protocols.md §10.1), declared by the switch
+        cause = found.cause if found is not None else "history_rewritten"
+        path = found.path if found is not None else "$"
+        why = _cause(trace, (EventKind.VENDOR_CHANGED,), "the session moved to another platform")
     elif record.prefix_fingerprint != previous.prefix_fingerprint:
         cause = found.cause if found is not None else "system_changed"
         path = found.path if found is not None else "$"

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from reasonstate.adapters import Adapter, adapter_for, transport
-from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, StreamEvent, VendorRequest
+from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, StreamEvent, VendorRequest, platform_of
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
@@ -66,6 +66,7 @@ from reasonstate.runtime.dispatch import (
 from reasonstate.runtime.fold import folded
 from reasonstate.snapshot import SessionSnapshot, restore_args, restored_layers, session_snapshot
 from reasonstate.state import (
+    FIRST_PARTY,
     Continuation,
     EventKind,
     History,
@@ -94,6 +95,15 @@ __all__ = [
     "ToolResult",
     "TurnState",
 ]
+
+
+#: the Messages dialects whose platform is the endpoint's name (docs/protocols.md §10.8)
+_MESSAGES_DIALECTS = frozenset({"deepseek", "kimi", "minimax"})
+
+
+def _route(vendor: str, api: str, platform: str) -> str:
+    """``vendor/api`` and, when not first-party, ``@platform`` (``anthropic/messages@bedrock``)."""
+    return f"{vendor}/{api}" + ("" if platform == FIRST_PARTY else f"@{platform}")
 
 
 def _unsendable(text: str) -> str | None:
@@ -475,6 +485,7 @@ class _Core(Switching):
         return session_snapshot(
             vendor=self._adapter.vendor,
             api=self._adapter.api,
+            platform=platform_of(self._adapter),
             model=self._model,
             state=self._state.value,
             prefix=self._prefix,
@@ -842,11 +853,17 @@ class _Core(Switching):
         routing: dict[str, Any] = {}
         if adapter is None and snapshot.api == "chat":
             routing["dialect"] = snapshot.vendor  # chat adapters are named after their dialect
+        elif adapter is None and snapshot.api == "messages" and snapshot.platform in _MESSAGES_DIALECTS:
+            routing["dialect"] = snapshot.platform  # an Anthropic-compatible endpoint (§10.8)
         session = cls(client, adapter=adapter, **routing, **restore_args(snapshot, tools, policy, fold))
-        if (session._adapter.vendor, session._adapter.api) != (snapshot.vendor, snapshot.api):
+        adapter_route = (session._adapter.vendor, session._adapter.api, platform_of(session._adapter))
+        if adapter_route != (snapshot.vendor, snapshot.api, snapshot.platform):
+            # a snapshot's payloads were issued by its platform: another one would refuse them
+            # (docs/protocols.md §10.1); switch() after restoring to move the session on
             raise IllegalTransition(
-                f"snapshot is from {snapshot.vendor}/{snapshot.api}; this client gives "
-                f"{session._adapter.vendor}/{session._adapter.api} (pass adapter=)"
+                f"snapshot is from {_route(snapshot.vendor, snapshot.api, snapshot.platform)}; this client "
+                f"gives {_route(*adapter_route)} (pass adapter=, or restore on the snapshot's platform and "
+                "switch())"
             )
         session._publisher = Publisher(
             Publisher.checked(exporters), _context_of(session), cursor=len(layers.trace) - new_events

@@ -44,7 +44,7 @@ from reasonstate.state import (
     parse_arguments,
     thaw,
 )
-from reasonstate.state.continuation import compact
+from reasonstate.state.continuation import FIRST_PARTY, compact
 
 if TYPE_CHECKING:
     from reasonstate.engine import Layers
@@ -84,6 +84,10 @@ class SessionSnapshot(pydantic.BaseModel):
     vendor: pydantic.StrictStr
     api: pydantic.StrictStr
     model: pydantic.StrictStr
+    #: where the session's requests were served (docs/protocols.md §10): a snapshot of a session on Bedrock
+    #: restores onto a Bedrock client only. Left out of the digest when first-party, so snapshots taken
+    #: before platforms were recorded (all first-party) still verify
+    platform: pydantic.StrictStr = FIRST_PARTY
     #: the turn state (``TurnState`` value) the session was in: one that agrees with the history
     #: (:func:`check_meaning`)
     state: pydantic.StrictStr
@@ -113,6 +117,8 @@ class SessionSnapshot(pydantic.BaseModel):
     def content_digest(self) -> str:
         """``sha256`` over the canonical JSON of every field but ``digest``."""
         exclude = {"digest"} if self.fold is not None else {"digest", "fold"}
+        if self.platform == FIRST_PARTY:
+            exclude.add("platform")
         content = self.model_dump(mode="json", exclude=exclude)
         return digest_of(canonical_json(content).encode())
 
@@ -181,7 +187,9 @@ class SessionSnapshot(pydantic.BaseModel):
 #            parse_arguments(raw) gives)
 #   continuation = [origin, payload JSON value] | [origin, payload text, 1]   (the text form for bytes that
 #            are not compact JSON a JSON round trip keeps, e.g. with a float, NaN or a duplicate key)
-#   origin = [vendor, api, model, kind, 1 when model_bound]; view = [[keep flags], policy, summary]
+#   origin = [vendor, api, model, kind, 1 when model_bound, platform]   (platform left out when first-party,
+#            docs/protocols.md §10.1)
+#   view = [[keep flags], policy, summary]
 #
 # A payload's capture digest is sha256 of its bytes, so it is derived on restore, not stored; ``digest`` is
 # sha256 over the capture digests of every payload in order, taken from the history values when the snapshot
@@ -315,7 +323,11 @@ def history_to_snapshot(history: History, *, embed: bool = True) -> dict[str, An
         for s in t.steps:
             continuation: list[list[Any]] = []
             for c in s.continuation:
-                origin = origins((c.vendor, c.api, c.model, c.kind, 1 if c.model_bound else 0))
+                origin = origins(
+                    (c.vendor, c.api, c.model, c.kind, 1 if c.model_bound else 0)
+                    if c.platform == FIRST_PARTY
+                    else (c.vendor, c.api, c.model, c.kind, 1 if c.model_bound else 0, c.platform)
+                )
                 value = _embedded(c.payload) if embed else _TEXT
                 continuation.append(
                     [origin, value] if value is not _TEXT else [origin, c.payload.decode(), 1]
@@ -362,9 +374,18 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
     """The inverse of :func:`history_to_snapshot`: equal to the history it was made from. A payload that
     no longer matches the capture digests raises :class:`~reasonstate.errors.ContinuationMismatch`."""
     names = [_shared(n) for n in data["names"]]
+    # an origin's sixth field is its platform, absent for first-party payloads (and in every snapshot
+    # written before platforms were recorded: they are first-party, docs/protocols.md §10.1)
     origins = [
-        (_shared(vendor), _shared(api), _shared(model), _shared(kind), bool(bound))
-        for vendor, api, model, kind, bound in data["origins"]
+        (
+            _shared(o[0]),
+            _shared(o[1]),
+            _shared(o[2]),
+            _shared(o[3]),
+            bool(o[4]),
+            _shared(o[5]) if len(o) > 5 else FIRST_PARTY,
+        )
+        for o in data["origins"]
     ]
     views = [
         TurnView(
@@ -375,12 +396,18 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
     digests: list[str] = []
 
     def continuation_from(d: list[Any]) -> Continuation:
-        vendor, api, model, kind, bound = origins[d[0]]
+        vendor, api, model, kind, bound, platform = origins[d[0]]
         if len(d) > 2:
             if d[2] != 1:
                 raise ValueError(f"unknown payload form {d[2]!r}")
             c = Continuation.restored(
-                vendor=vendor, api=api, model=model, kind=kind, payload=d[1].encode(), model_bound=bound
+                vendor=vendor,
+                api=api,
+                model=model,
+                kind=kind,
+                payload=d[1].encode(),
+                model_bound=bound,
+                platform=platform,
             )
         else:
             c = Continuation.restored(
@@ -391,6 +418,7 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
                 payload=compact(d[1]),
                 model_bound=bound,
                 value=d[1],
+                platform=platform,
             )
         digests.append(c.digest)
         return c
@@ -488,6 +516,7 @@ def session_snapshot(
     model: str,
     state: str,
     prefix: Prefix,
+    platform: str = FIRST_PARTY,
     policy: Policy,
     fold: Fold | None,
     stream: bool,
@@ -501,6 +530,7 @@ def session_snapshot(
         vendor=vendor,
         api=api,
         model=model,
+        platform=platform,
         state=state,
         system=prefix.system,
         tools=[

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reasonstate.adapters import Adapter, adapter_for, client_is_async
-from reasonstate.adapters.base import Encodings
+from reasonstate.adapters.base import Encodings, platform_of
 from reasonstate.engine import Engine
 from reasonstate.errors import InvalidOption
 from reasonstate.prefix import Prefix, Tool
-from reasonstate.state import EventKind, freeze
+from reasonstate.state import FIRST_PARTY, EventKind, freeze
 
 __all__ = ["SDK_OWNED", "Switching", "check_model"]
 
@@ -29,6 +29,18 @@ SDK_OWNED = frozenset({"messages", "input", "prompt", "instructions", "previous_
 def check_model(model: Any) -> None:
     if not isinstance(model, str) or not model.strip():
         raise InvalidOption(f"model= must be the vendor's model name (a non-empty string), got {model!r}")
+
+
+def _route(vendor: str, api: str, model: str, platform: str) -> dict[str, str]:
+    """A ``vendor.changed`` side: ``platform`` only when not first-party (the event as before platforms)."""
+    route = {"vendor": vendor, "api": api, "model": model}
+    if platform != FIRST_PARTY:
+        route["platform"] = platform
+    return route
+
+
+def _at(platform: str) -> str:
+    return "" if platform == FIRST_PARTY else f"@{platform}"
 
 
 class Switching(Engine):
@@ -137,6 +149,11 @@ class Switching(Engine):
         their steps rendered canonically in the new API's format (``foreign_reasoning`` decides whether
         their visible reasoning goes along as delimited text). Inside an open tool chain a switch is an
         :class:`IllegalTransition`. Traced as ``vendor.changed``; snapshots restore onto the new vendor.
+
+        A move to another platform serving the same vendor and model (``AnthropicBedrock`` →
+        ``Anthropic``, ``AzureOpenAI`` → ``OpenAI``, google-genai ``vertexai=True`` → the Gemini API) is a
+        switch like any other: a payload is never sent to a platform that did not issue it
+        (pydantic/pydantic-ai#3757; docs/protocols.md §10.1), so it is withheld the same way.
         """
         self._require("switch")
         check_model(model)
@@ -149,12 +166,13 @@ class Switching(Engine):
         new = adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
         self._refuse_options(new, client, model, request_options, self._prefix.tools)
         old = (self._adapter.vendor, self._adapter.api, self._model)
+        old_platform, new_platform = platform_of(self._adapter), platform_of(new)
         self._traced(
             EventKind.VENDOR_CHANGED,
-            old={"vendor": old[0], "api": old[1], "model": old[2]},
-            new={"vendor": new.vendor, "api": new.api, "model": model},
-            summary=f"{old[0]}/{old[2]} → {new.vendor}/{model}: earlier opaque continuation is withheld "
-            "and its steps are rendered canonically",
+            old=_route(old[0], old[1], old[2], old_platform),
+            new=_route(new.vendor, new.api, model, new_platform),
+            summary=f"{old[0]}/{old[2]}{_at(old_platform)} → {new.vendor}/{model}{_at(new_platform)}: "
+            "earlier opaque continuation is withheld and its steps are rendered canonically",
         )
         self._client, self._adapter, self._model = client, new, model
         # another codec: the encoding memo starts empty (no entry built for another is read)

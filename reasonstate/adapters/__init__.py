@@ -17,6 +17,7 @@ from reasonstate.adapters.anthropic import AnthropicAdapter
 from reasonstate.adapters.base import Adapter, DecodedStep, ProtocolRules, Room, VendorRequest
 from reasonstate.cache.divergence import View
 from reasonstate.errors import InvalidOption
+from reasonstate.state import FIRST_PARTY
 
 __all__ = [
     "APIS",
@@ -28,6 +29,7 @@ __all__ = [
     "VendorRequest",
     "adapter_for",
     "client_is_async",
+    "platform_for",
     "room",
     "room_for_path",
     "view_of",
@@ -71,11 +73,31 @@ def view_of(api: str, body: Any, model: str | None = None) -> View:
 @attrs.frozen(slots=True)
 class _ClientKind:
     """What the type of a client says: google-genai's class name (``"Client"`` / ``"AsyncClient"``, None for
-    another SDK), the top-level modules of its MRO, and whether it is async (:func:`client_is_async`)."""
+    another SDK), the top-level modules of its MRO, whether it is async (:func:`client_is_async`), and the
+    platform its type serves (:data:`_PLATFORM_MODULES`; google-genai's is per client, not per type)."""
 
     genai: str | None
     modules: frozenset[str]
     is_async: bool | None
+    platform: str = FIRST_PARTY
+
+
+#: the SDK modules whose clients call a cloud platform, not the vendor's own API (docs/protocols.md §10.2):
+#: ``anthropic.AnthropicBedrock`` / ``AnthropicBedrockMantle`` (and async), ``anthropic.AnthropicVertex``
+#: (and async), ``openai.AzureOpenAI`` (and async)
+_PLATFORM_MODULES = (
+    ("anthropic.lib.bedrock", "bedrock"),
+    ("anthropic.lib.vertex", "vertex"),
+    ("openai.lib.azure", "azure"),
+)
+
+
+def _platform_of_type(mro: tuple[type, ...]) -> str:
+    for c in mro:
+        for module, platform in _PLATFORM_MODULES:
+            if c.__module__ == module or c.__module__.startswith(module + "."):
+                return platform
+    return FIRST_PARTY
 
 
 #: client type → its kind: a pure function of the type (its MRO), computed once per type and process
@@ -96,7 +118,7 @@ def _kind(client: Any) -> _ClientKind:
             is_async = None
         else:
             is_async = any(c.__name__.startswith("Async") for c in mro)
-        kind = _KINDS.setdefault(cls, _ClientKind(genai, modules, is_async))
+        kind = _KINDS.setdefault(cls, _ClientKind(genai, modules, is_async, _platform_of_type(mro)))
     return kind
 
 
@@ -105,6 +127,20 @@ def client_is_async(client: Any) -> bool | None:
     ``client.aio``), False for their sync clients, None for a client that serves both (google-genai's
     ``genai.Client``: ``client.models`` sync, ``client.aio.models`` async) or of no SDK this package knows."""
     return _kind(client).is_async
+
+
+def platform_for(client: Any) -> str:
+    """Where a vendor client's requests are served: ``"bedrock"``, ``"vertex"`` (Anthropic on Vertex AI, or
+    google-genai built with ``vertexai=True``), ``"azure"``, else :data:`~reasonstate.state.FIRST_PARTY`
+    (docs/protocols.md §10.2). From the client's type (google-genai: its ``vertexai`` flag)."""
+    kind = _kind(client)
+    if kind.genai is None:
+        return kind.platform
+    # genai.Client has it; its .aio (AsyncClient) keeps it on the API client it shares
+    flag = getattr(client, "vertexai", None)
+    if flag is None:
+        flag = getattr(getattr(client, "_api_client", None), "vertexai", None)
+    return "vertex" if flag is True else FIRST_PARTY
 
 
 #: the adapters :func:`adapter_for` builds with their default configuration, one per API (and chat
@@ -120,23 +156,33 @@ def _default(key: str, build: Callable[[], Adapter]) -> Adapter:
     return adapter
 
 
-def _gemini() -> Adapter:
-    from reasonstate.adapters.gemini import GeminiAdapter
-
-    return GeminiAdapter()
+def _anthropic(platform: str, dialect: str = "anthropic") -> Callable[[], Adapter]:
+    return lambda: AnthropicAdapter(platform=platform, dialect=dialect)
 
 
-def _responses() -> Adapter:
-    from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter
+def _gemini(platform: str) -> Callable[[], Adapter]:
+    def build() -> Adapter:
+        from reasonstate.adapters.gemini import GeminiAdapter
 
-    return OpenAIResponsesAdapter()
+        return GeminiAdapter(platform=platform)
+
+    return build
 
 
-def _chat(dialect: str) -> Callable[[], Adapter]:
+def _responses(platform: str) -> Callable[[], Adapter]:
+    def build() -> Adapter:
+        from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter
+
+        return OpenAIResponsesAdapter(platform=platform)
+
+    return build
+
+
+def _chat(dialect: str, platform: str) -> Callable[[], Adapter]:
     def build() -> Adapter:
         from reasonstate.adapters.openai_chat import OpenAIChatAdapter
 
-        return OpenAIChatAdapter(dialect=dialect)
+        return OpenAIChatAdapter(dialect=dialect, platform=platform)
 
     return build
 
@@ -146,21 +192,35 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
 
     ``anthropic.Anthropic`` → Messages. ``openai.OpenAI`` → Responses by default; ``api="chat"`` or a
     ``dialect`` (``"openai"``, ``"deepseek"``, ``"vllm"``, ``"sglang"``) → Chat Completions.
-    ``google.genai.Client`` (or its ``.aio``) → Gemini generateContent. The adapter is one shared per
-    process for each API (and dialect): adapters hold configuration only.
+    ``google.genai.Client`` (or its ``.aio``) → Gemini generateContent. The platform comes from the client
+    too (:func:`platform_for`): ``AnthropicBedrock``/``AnthropicVertex`` → Messages on Bedrock/Vertex,
+    ``AzureOpenAI`` → Responses or Chat on Azure, google-genai with ``vertexai=True`` → Vertex. The adapter is
+    one shared per process for each API, platform (and dialect): adapters hold configuration only.
     """
     kind = _kind(client)
+    platform = platform_for(client)
+    at = "" if platform == FIRST_PARTY else f"@{platform}"
     if kind.genai is not None:
         if dialect is not None or api not in (None, "generate_content"):
             raise InvalidOption(
                 "the google-genai client speaks generateContent only here: pass no dialect= or api="
             )
-        return _default("generate_content", _gemini)
+        return _default(f"generate_content{at}", _gemini(platform))
     modules = kind.modules
     if "anthropic" in modules:
-        if dialect is not None or api not in (None, "messages"):
-            raise InvalidOption("the Anthropic client speaks the Messages API only: pass no dialect= or api=")
-        return _default("messages", AnthropicAdapter)
+        from reasonstate.adapters.anthropic import DIALECTS as MESSAGES_DIALECTS
+
+        if api not in (None, "messages"):
+            raise InvalidOption("the Anthropic client speaks the Messages API only: pass no api=")
+        if dialect not in (None, "anthropic"):
+            # an Anthropic-compatible endpoint (docs/protocols.md §10.8): a platform of its own
+            if dialect not in MESSAGES_DIALECTS or platform != FIRST_PARTY:
+                raise InvalidOption(
+                    f"unknown Messages dialect {dialect!r} for {type(client).__name__}; expected one of "
+                    f"{MESSAGES_DIALECTS} on an anthropic.Anthropic client"
+                )
+            return _default(f"messages@{dialect}", _anthropic(platform, dialect))
+        return _default(f"messages{at}", _anthropic(platform))
     if "openai" in modules:
         if dialect is not None or api == "chat":
             from reasonstate.adapters.openai_chat import DIALECTS
@@ -168,7 +228,7 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
             chosen = dialect or "openai"
             if chosen not in DIALECTS:
                 raise InvalidOption(f"unknown chat dialect {dialect!r}; expected one of {DIALECTS}")
-            return _default(f"chat:{chosen}", _chat(chosen))
+            return _default(f"chat:{chosen}{at}", _chat(chosen, platform))
         if api not in (None, "responses"):
             raise InvalidOption(f"unknown api {api!r} for an OpenAI client; use 'responses' or 'chat'")
         host = str(getattr(client, "base_url", ""))
@@ -178,7 +238,7 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
                     f"this is an OpenAI client for {host}: for an OpenAI-compatible server pass "
                     f"dialect={name!r} (the Responses API is OpenAI's own)"
                 )
-        return _default("responses", _responses)
+        return _default(f"responses{at}", _responses(platform))
     raise InvalidOption(
         f"no adapter for client type {type(client).__module__}.{type(client).__qualname__}: pass an "
         "anthropic, openai or google-genai client, or adapter="

@@ -28,6 +28,7 @@ import functools
 import json
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from typing import Any, ClassVar
 
@@ -64,9 +65,16 @@ from reasonstate.cache.divergence import (
     request_body,
 )
 from reasonstate.cache.rules import CacheRules, divergence
-from reasonstate.errors import MalformedResponse, MissingCredentials, StreamInterrupted, VendorError
+from reasonstate.errors import (
+    InvalidOption,
+    MalformedResponse,
+    MissingCredentials,
+    StreamInterrupted,
+    VendorError,
+)
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
+    FIRST_PARTY,
     Continuation,
     ExecutionRecord,
     History,
@@ -429,9 +437,17 @@ def _check_credentials(client: Any) -> None:
     )
 
 
+#: the Anthropic-compatible endpoints (``dialect=``, docs/protocols.md §10.8): each is its own platform of the
+#: Messages API (a payload goes back only there); DeepSeek and Kimi take the thinking of every earlier
+#: tool-calling message back (their chat APIs' ``reasoning_content`` rule, §3.3), unsigned
+DIALECTS = ("anthropic", "deepseek", "kimi", "minimax")
+_UNSIGNED_DIALECTS = frozenset({"deepseek", "kimi"})
+
+
 class AnthropicAdapter:
     """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length,
-    ``lookback_units`` the vendor's breakpoint lookback (docs/protocols.md §4.4)."""
+    ``lookback_units`` the vendor's breakpoint lookback (docs/protocols.md §4.4). ``dialect``: an
+    Anthropic-compatible endpoint (:data:`DIALECTS`, §10.8), whose payloads are bound to it as a platform."""
 
     vendor = VENDOR
     api = API
@@ -443,7 +459,20 @@ class AnthropicAdapter:
         blame=lambda request, error: _blamed_blocks(request, error),
     )
 
-    def __init__(self, *, min_cacheable: int | None = None, lookback_units: int = 20) -> None:
+    def __init__(
+        self,
+        *,
+        min_cacheable: int | None = None,
+        lookback_units: int = 20,
+        platform: str = FIRST_PARTY,
+        dialect: str = "anthropic",
+    ) -> None:
+        if dialect not in DIALECTS:
+            raise InvalidOption(f"unknown Messages dialect {dialect!r}; expected one of {DIALECTS}")
+        self.dialect = dialect
+        #: where the client's requests are served (docs/protocols.md §10): payloads go back only there; a
+        #: compatible endpoint is a platform of its own
+        self.platform = platform if dialect == "anthropic" else dialect
         cache = attrs.evolve(ANTHROPIC, lookback_units=lookback_units)
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
@@ -454,6 +483,8 @@ class AnthropicAdapter:
             # preserved thinking: each block is checked against the exact system/tools/messages before it
             # (Fable 5.x, Opus 5.5; Sonnet/Haiku 5.5 blocks are account-bound too) - docs/protocols.md §4.3
             append_only_models=PRESERVED_THINKING_MODELS,
+            # DeepSeek / Kimi: every tool-calling step keeps its thinking, whatever a policy says (§10.8)
+            tool_steps_keep_reasoning=dialect in _UNSIGNED_DIALECTS,
         )
 
     def check_call(self, client: Any, model: str, options: Mapping[str, Any], tools: Sequence[Tool]) -> None:
@@ -461,13 +492,14 @@ class AnthropicAdapter:
         credentials, a model id of another vendor or misspelling one the installed SDK lists, an option
         ``messages.create`` does not declare or a value its annotation rules out, a tool whose
         ``input_schema`` is not an object schema (§4.2)."""
-        _check_credentials(client)
+        if self.platform == FIRST_PARTY or self.dialect != "anthropic":  # Bedrock / Vertex: AWS / Google
+            _check_credentials(client)
         check_call(
             client,
             sdk="anthropic",
             resource=self.endpoint.resource,
             label=SDK_LABEL,
-            vendor=VENDOR,
+            vendor=VENDOR if self.dialect == "anthropic" else self.dialect,
             model=model,
             options=options,
             family="claude-",
@@ -500,7 +532,7 @@ class AnthropicAdapter:
             few.append(("assistant", *_text_block(answer, memo)))
         offset = n_head + sum(len(d) for _, _, d in few)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, offset, memo)
+        run = _closed_run(closed, model, offset, memo, self.platform)
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
@@ -515,7 +547,7 @@ class AnthropicAdapter:
         run.check()
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model, memo=memo)
+            build = functools.partial(_encode_turn, model=model, memo=memo, platform=self.platform)
             encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
             withheld.extend(encoded.withheld)
             for role, blocks, digests in encoded.messages:
@@ -619,7 +651,7 @@ class AnthropicAdapter:
             if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
                 raise MalformedResponse(f"content[{i}] is not a typed block")
             kind = block["type"]
-            parts.append(_part(kind, block, i))
+            parts.append(_part(kind, block, i, self.dialect not in _UNSIGNED_DIALECTS))
             payloads.append(
                 Continuation.capture(
                     vendor=VENDOR,
@@ -627,8 +659,11 @@ class AnthropicAdapter:
                     model=produced_by,
                     kind=kind,
                     value=block,
-                    model_bound=kind not in _UNBOUND_KINDS,
+                    # DeepSeek / Kimi thinking is unsigned text their API wants back after a model change
+                    # too (as the chat dialect's reasoning_content, §3.3)
+                    model_bound=kind not in _UNBOUND_KINDS and self.dialect not in _UNSIGNED_DIALECTS,
                     parsed=False,  # replayed from the bytes (``checked``), never as ``value``
+                    platform=self.platform,
                 )
             )
         stop = response.get("stop_reason")
@@ -767,21 +802,23 @@ class _Run:
         return run, j
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str, offset: int, encodings: Encodings) -> _Run:
+def _closed_run(
+    turns: tuple[Turn, ...], model: str, offset: int, encodings: Encodings, platform: str
+) -> _Run:
     """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
-        return _encode_turn(turn, model=model, memo=encodings)
+        return _encode_turn(turn, model=model, memo=encodings, platform=platform)
 
-    return closed_run(turns, (API, "run", model, offset), encode, _Run(offset), encodings)
+    return closed_run(turns, (API, "run", model, offset, platform), encode, _Run(offset), encodings)
 
 
-def _encode_turn(turn: Turn, *, model: str, memo: Encodings) -> _TurnEncoding:
+def _encode_turn(turn: Turn, *, model: str, memo: Encodings, platform: str = FIRST_PARTY) -> _TurnEncoding:
     messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user, memo))]
     withheld: list[Continuation] = []
     replayed: list[Continuation] = []
     for i, step in enumerate(turn.steps):
-        blocks, digests = _assistant_content(turn, i, step, model, replayed, withheld)
+        blocks, digests = _assistant_content(turn, i, step, model, replayed, withheld, platform)
         if blocks:  # a step with nothing this model may see (foreign reasoning only) adds no message
             messages.append(("assistant", blocks, digests))
         if step.tool_results:
@@ -797,6 +834,7 @@ def _assistant_content(
     model: str,
     replayed: list[Continuation],
     withheld: list[Continuation],
+    platform: str = FIRST_PARTY,
 ) -> tuple[list[Any], list[str]]:
     """A step's content blocks: each part from its verbatim payload where this model may receive it, else
     rendered from the canonical part (text, tool calls); reasoning goes back only as its own payload."""
@@ -808,10 +846,10 @@ def _assistant_content(
         note: dict[str, Any] = {"type": "text", "text": summary_note(summary)}
         blocks.append(note)
         digests.append(unit_digest(note))
-    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model))
+    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model, platform))
     for part in step.parts:
         payload = payload_of(step, part)
-        if payload is not None and payload.replayable_to(VENDOR, API, model):
+        if payload is not None and payload.replayable_to(VENDOR, API, model, platform):
             if payload.kind in _REASONING_KINDS and not keep_reasoning:
                 continue
             replayed.append(payload)
@@ -885,10 +923,11 @@ def _tool_result(call_id: str, content: str, is_error: bool) -> tuple[dict[str, 
     return block, unit_digest(block)
 
 
-def _part(kind: str, block: Mapping[str, Any], i: int) -> Part:
+def _part(kind: str, block: Mapping[str, Any], i: int, signed: bool = True) -> Part:
     if kind == "thinking":
         text, sig = block.get("thinking"), block.get("signature")
-        if not isinstance(text, str) or not isinstance(sig, str) or not sig:
+        # DeepSeek / Kimi sign nothing: an empty or absent signature is theirs to take back (§10.8)
+        if not isinstance(text, str) or (signed and (not isinstance(sig, str) or not sig)):
             raise MalformedResponse(f"content[{i}]: thinking block without a signature")
         return ReasoningPart(text=text, continuation=i)
     if kind == "redacted_thinking":
@@ -956,6 +995,14 @@ class _Reasoning:
         return value
 
 
+#: a Messages call on a platform: Bedrock ``/model/{id}/invoke``, Vertex AI ``.../publishers/anthropic/models/
+#: {model}:rawPredict`` or ``:streamRawPredict`` (docs/protocols.md §10.4, §10.5)
+_PLATFORM_PATH = re.compile(
+    r"/model/(?P<bedrock>[^/]+)/invoke$|/publishers/anthropic/models/(?P<vertex>[^/:]+):(?:stream)?rawPredict$",
+    re.IGNORECASE,
+)
+
+
 class MessagesRoom(Room):
     """The Messages API (docs/protocols.md §4) as the guard and the commit read it."""
 
@@ -968,7 +1015,19 @@ class MessagesRoom(Room):
         return SDK_LABEL, declared(Messages.create, SDK_LABEL).names
 
     def serves(self, path: str) -> bool:
-        return path.endswith("/messages")
+        # the first-party path, and the platforms' (docs/protocols.md §10.4, §10.5): Bedrock's invoke (its
+        # streamed form is AWS event-stream framing, not SSE: not read here) and Vertex AI's rawPredict
+        return path.endswith("/messages") or _PLATFORM_PATH.search(path) is not None
+
+    def streamed(self, path: str) -> bool:
+        return path.endswith(":streamRawPredict")
+
+    def model_from_path(self, path: str, body: Any) -> str:
+        """The model in the body (first-party), else the one a platform's path names (its own id)."""
+        found = _PLATFORM_PATH.search(path)
+        if found is None:
+            return super().model_from_path(path, body)
+        return urllib.parse.unquote(found.group("bedrock") or found.group("vertex") or "")
 
     def view(self, body: Any, model: str | None = None) -> View:
         """One unit per tool, system block and message content block (§4.4), keyed on the JSON as sent

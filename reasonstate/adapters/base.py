@@ -86,7 +86,7 @@ from reasonstate.state import (
     Usage,
     digest_of,
 )
-from reasonstate.state.continuation import compact
+from reasonstate.state.continuation import FIRST_PARTY, compact
 
 __all__ = [
     "FOREIGN_REASONING",
@@ -118,6 +118,7 @@ __all__ = [
     "open_turn_encoding",
     "payload_digest",
     "payload_of",
+    "platform_of",
     "request_digest",
     "summary_note",
     "unit_digest",
@@ -434,10 +435,16 @@ FOREIGN_REASONING = ("drop", "text")
 
 
 def foreign_reasoning_as_text(
-    history: History, vendor: str, api: str, model: str, *, encodings: Encodings | None = None
+    history: History,
+    vendor: str,
+    api: str,
+    model: str,
+    *,
+    encodings: Encodings | None = None,
+    platform: str = FIRST_PARTY,
 ) -> History:
-    """``history`` with each reasoning part that ``vendor``/``api``/``model`` cannot receive as its own
-    payload turned into a delimited text part (rendered canonically by every codec).
+    """``history`` with each reasoning part that ``vendor``/``api``/``model`` on ``platform`` cannot receive
+    as its own payload turned into a delimited text part (rendered canonically by every codec).
 
     Pure, and memoized per closed turn in ``encodings`` (the session's; a fresh one when none is given): the
     same turn gives the same new turn value, so its encodings are reused across requests. Invariant: a turn
@@ -446,15 +453,16 @@ def foreign_reasoning_as_text(
     memo = encodings if encodings is not None else Encodings()
 
     def view(turn: Turn) -> Turn:
-        steps = tuple(_step_with_text(step, vendor, api, model) for step in turn.steps)
+        steps = tuple(_step_with_text(step, vendor, api, model, platform) for step in turn.steps)
         if all(a is b for a, b in zip(steps, turn.steps, strict=True)):
             return turn
         return attrs.evolve(turn, steps=steps)
 
+    key: tuple[str, ...] = ("foreign_reasoning_text", vendor, api, model)
+    if platform != FIRST_PARTY:  # (a memo serves one codec, so one platform: the key only says which)
+        key = (*key, platform)
     turns = tuple(
-        memo.encoded(turn, ("foreign_reasoning_text", vendor, api, model), functools.partial(view, turn))
-        if turn.closed
-        else view(turn)
+        memo.encoded(turn, key, functools.partial(view, turn)) if turn.closed else view(turn)
         for turn in history.turns
     )
     if all(a is b for a, b in zip(turns, history.turns, strict=True)):
@@ -462,7 +470,7 @@ def foreign_reasoning_as_text(
     return history.with_turns(turns)
 
 
-def _step_with_text(step: Step, vendor: str, api: str, model: str) -> Step:
+def _step_with_text(step: Step, vendor: str, api: str, model: str, platform: str) -> Step:
     parts: list[Part] = []
     changed = False
     for part in step.parts:
@@ -470,7 +478,7 @@ def _step_with_text(step: Step, vendor: str, api: str, model: str) -> Step:
         if (
             isinstance(part, ReasoningPart)
             and part.text
-            and (payload is None or not payload.replayable_to(vendor, api, model))
+            and (payload is None or not payload.replayable_to(vendor, api, model, platform))
         ):
             note = (
                 f"(Earlier reasoning by {step.model}, shown as plain text:)\n{part.text}\n"
@@ -1101,6 +1109,13 @@ class Adapter(Protocol):
     def decode(self, response: Any, request: VendorRequest) -> DecodedStep:
         """The answer to ``request``, split into the layers' material; payloads bound to ``request.model``."""
         ...
+
+
+def platform_of(adapter: Any) -> str:
+    """Where ``adapter``'s requests are served: its ``platform`` (``"bedrock"``, ``"vertex"``, ``"azure"``,
+    docs/protocols.md §10), first-party for an adapter that names none (one of the caller's own)."""
+    platform = getattr(adapter, "platform", FIRST_PARTY)
+    return platform if isinstance(platform, str) else FIRST_PARTY
 
 
 # -- the room: what a vendor API means, beyond its codec ----------------------------------------------------

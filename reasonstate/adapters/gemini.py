@@ -89,6 +89,7 @@ from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import InvalidOption, MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
+    FIRST_PARTY,
     Continuation,
     ExecutionRecord,
     History,
@@ -432,7 +433,9 @@ class GeminiAdapter:
         assembler=GeminiAssembler,
     )
 
-    def __init__(self, *, min_cacheable: int | None = None) -> None:
+    def __init__(self, *, min_cacheable: int | None = None, platform: str = FIRST_PARTY) -> None:
+        #: the Gemini API (first-party) or ``"vertex"`` (docs/protocols.md §10): payloads go back only there
+        self.platform = platform
         cache = GEMINI
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
@@ -486,7 +489,7 @@ class GeminiAdapter:
             add(*_text_content("user", user, memo))
             add(*_text_content("model", answer, memo))
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, memo)
+        run = _closed_run(closed, model, memo, self.platform)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         if run.contents:
             # a run starts with a user content and few-shots end with a model one: never a merge here
@@ -495,7 +498,7 @@ class GeminiAdapter:
             last = run.last
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model, memo=memo)
+            build = functools.partial(_encode_turn, model=model, memo=memo, platform=self.platform)
             # the current turn's signatures are validated (§5.4): the open chain is refused if it would
             # withhold
             encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
@@ -560,6 +563,7 @@ class GeminiAdapter:
                     kind=kind,
                     value=raw,
                     model_bound=signed or kind not in _UNBOUND_KINDS,
+                    platform=self.platform,
                 )
             )
         stop = candidate.get("finishReason")
@@ -682,14 +686,14 @@ class _Run:
 _EMPTY_RUN = _Run()
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str, encodings: Encodings) -> _Run:
+def _closed_run(turns: tuple[Turn, ...], model: str, encodings: Encodings, platform: str) -> _Run:
     """The run of ``turns`` (all closed). A content's unit depends on that content only, so a run does not
     depend on what precedes it (the prefix head, few-shots)."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
-        return _encode_turn(turn, model=model, memo=encodings)
+        return _encode_turn(turn, model=model, memo=encodings, platform=platform)
 
-    return closed_run(turns, (API, "run", model), encode, _EMPTY_RUN, encodings)
+    return closed_run(turns, (API, "run", model, platform), encode, _EMPTY_RUN, encodings)
 
 
 # The prefix is the same on every request of a session, and so are the history's texts and results: the
@@ -751,7 +755,7 @@ def _function_response(
     return part, unit_digest(part)
 
 
-def _encode_turn(turn: Turn, *, model: str, memo: Encodings) -> _TurnEncoding:
+def _encode_turn(turn: Turn, *, model: str, memo: Encodings, platform: str = FIRST_PARTY) -> _TurnEncoding:
     contents = [_text_content("user", turn.user, memo)]
     replayed: list[Continuation] = []
     withheld: list[Continuation] = []
@@ -759,7 +763,7 @@ def _encode_turn(turn: Turn, *, model: str, memo: Encodings) -> _TurnEncoding:
     for i, step in enumerate(turn.steps):
         keep = turn.view is None or turn.view.keep_reasoning[i]
         summary = turn.view.summary if turn.view is not None and i == last else None
-        parts, digests, call_ids = _model_parts(step, keep, model, replayed, withheld)
+        parts, digests, call_ids = _model_parts(step, keep, model, replayed, withheld, platform)
         if summary is not None:
             note, digest = memo.call(_text_part, summary_note(summary))
             parts.insert(0, dict(note))
@@ -801,6 +805,7 @@ def _model_parts(
     model: str,
     replayed: list[Continuation],
     withheld: list[Continuation],
+    platform: str = FIRST_PARTY,
 ) -> tuple[list[Any], list[str], dict[str, str]]:
     """A step's Parts: each Part's verbatim payload where this model may receive it, else the canonical
     part (text, calls; reasoning has no canonical form). Also the vendor id of each replayed call that had
@@ -808,10 +813,10 @@ def _model_parts(
     parts: list[Any] = []
     digests: list[str] = []
     call_ids: dict[str, str] = {}
-    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model))
+    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model, platform))
     for part in step.parts:
         payload = payload_of(step, part)
-        if payload is not None and payload.replayable_to(VENDOR, API, model):
+        if payload is not None and payload.replayable_to(VENDOR, API, model, platform):
             if payload.kind == THOUGHT and not keep_reasoning:
                 continue  # dropped as a whole Part, never edited
             replayed.append(payload)

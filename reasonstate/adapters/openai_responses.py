@@ -88,6 +88,7 @@ from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
+    FIRST_PARTY,
     Continuation,
     ExecutionRecord,
     History,
@@ -240,13 +241,15 @@ class _TurnEncoding:
 _EMPTY_RUN = ListRun()
 
 
-def _closed_run(turns: tuple[Turn, ...], model: str, store: bool, encodings: Encodings) -> ListRun:
-    """The run of ``turns`` (all closed); a turn's items depend on the model and on ``store`` only."""
+def _closed_run(
+    turns: tuple[Turn, ...], model: str, store: bool, encodings: Encodings, platform: str
+) -> ListRun:
+    """The run of ``turns`` (all closed); a turn's items depend on the model, the platform and ``store``."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
-        return _encode_turn(turn, model=model, by_reference=store)
+        return _encode_turn(turn, model=model, by_reference=store, platform=platform)
 
-    return closed_run(turns, (API, "run", model, store), encode, _EMPTY_RUN, encodings)
+    return closed_run(turns, (API, "run", model, store, platform), encode, _EMPTY_RUN, encodings)
 
 
 # -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §1.6) -------------------
@@ -371,8 +374,10 @@ class OpenAIResponsesAdapter:
     )
     cache = OPENAI_RESPONSES
 
-    def __init__(self, *, strict_tools: bool | None = None) -> None:
+    def __init__(self, *, strict_tools: bool | None = None, platform: str = FIRST_PARTY) -> None:
         self._strict = strict_tools
+        #: where the client's requests are served (docs/protocols.md §10): payloads go back only there
+        self.platform = platform
         self.rules: ProtocolRules = ResponsesRules(
             vendor=VENDOR, api=API, reasoning_only_steps_keep_reasoning=False
         )
@@ -434,13 +439,14 @@ class OpenAIResponsesAdapter:
                 values.append(item.value)
                 units.append(item.unit)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, store, encodings if encodings is not None else Encodings())
+        memo = encodings if encodings is not None else Encodings()
+        run = _closed_run(closed, model, store, memo, self.platform)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         values.extend(run.values)
         units.extend(run.units)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model, by_reference=store)
+            build = functools.partial(_encode_turn, model=model, by_reference=store, platform=self.platform)
             encoded = open_turn_encoding(history.turns[-1], build, model, "docs/protocols.md §1.4")
             values.extend(encoded.values)
             units.extend(encoded.units)
@@ -519,6 +525,7 @@ class OpenAIResponsesAdapter:
                     kind=kind,
                     value=item,
                     model_bound=kind not in _UNBOUND_KINDS,
+                    platform=self.platform,
                 )
             )
         rid = response.get("id")
@@ -601,7 +608,7 @@ def _last_step(history: History) -> Step | None:
     return None
 
 
-def _encode_turn(turn: Turn, *, model: str, by_reference: bool) -> _TurnEncoding:
+def _encode_turn(turn: Turn, *, model: str, by_reference: bool, platform: str = FIRST_PARTY) -> _TurnEncoding:
     """The turn's items: its user message, each step's output items, each step's tool outputs.
 
     ``by_reference``: reasoning items without ``encrypted_content`` may be sent (the server resolves them
@@ -616,7 +623,7 @@ def _encode_turn(turn: Turn, *, model: str, by_reference: bool) -> _TurnEncoding
         summary = turn.view.summary if turn.view is not None and i == last else None
         if summary is not None:
             items.append(_message_item("assistant", summary_note(summary)))
-        items.extend(_step_items(step, keep, model, by_reference, replayed, withheld))
+        items.extend(_step_items(step, keep, model, by_reference, replayed, withheld, platform))
         for r in step.tool_results:
             value = {"type": "function_call_output", "call_id": r.call_id, "output": r.content}
             items.append(_Item(value, unit_digest(value)))
@@ -630,13 +637,14 @@ def _step_items(
     by_reference: bool,
     replayed: list[Continuation],
     withheld: list[Continuation],
+    platform: str = FIRST_PARTY,
 ) -> Iterable[_Item]:
     payloads = step.continuation
-    withheld.extend(c for c in payloads if not c.replayable_to(VENDOR, API, model))
+    withheld.extend(c for c in payloads if not c.replayable_to(VENDOR, API, model, platform))
     reasoning_absent = False  # the latest reasoning item of this step is not being sent
     for part in step.parts:
         c = payload_of(step, part)
-        if c is None or not c.replayable_to(VENDOR, API, model):
+        if c is None or not c.replayable_to(VENDOR, API, model, platform):
             if isinstance(part, ReasoningPart) or (c is not None and c.kind == "reasoning"):
                 reasoning_absent = True
             item = _canonical_item(part)

@@ -4,7 +4,7 @@ Every value here is immutable (frozen, slotted attrs); a change is a new value. 
 else of reasonstate but the errors.
 """
 
-from reasonstate.state.continuation import Continuation, digest_of
+from reasonstate.state.continuation import FIRST_PARTY, Continuation, digest_of
 from reasonstate.state.execution import (
     UNIT_WINDOW,
     ExecutionRecord,
@@ -36,6 +36,7 @@ from reasonstate.state.tokenids import TokenIds
 from reasonstate.state.trace import EventKind, Trace, TraceEvent
 
 __all__ = [
+    "FIRST_PARTY",
     "FOLD_INTRO",
     "UNIT_WINDOW",
     "Continuation",

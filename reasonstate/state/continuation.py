@@ -4,8 +4,10 @@ Invariants (the rules the whole SDK stands on):
   * ``payload`` is never edited: it is the block/item JSON as the vendor sent it (UTF-8 bytes);
   * ``digest == sha256(payload)`` at capture, and :meth:`Continuation.checked` re-verifies it before every
     send, so a payload changed in memory or in a snapshot is refused, never sent;
-  * a continuation is replayed only to the vendor, api and model that produced it (signatures are
-    model-bound: anthropics/anthropic-sdk-python#1598), see :meth:`Continuation.replayable_to`.
+  * a continuation is replayed only to the platform, vendor, api and model that produced it (signatures
+    are model-bound: anthropics/anthropic-sdk-python#1598; and platform-bound: a Bedrock signature is not
+    a first-party one, pydantic/pydantic-ai#3757, docs/protocols.md §10), see
+    :meth:`Continuation.replayable_to`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ import attrs
 from reasonstate.errors import ContinuationMismatch, MalformedResponse
 from reasonstate.state.frozen import freeze
 
-__all__ = ["Continuation", "compact", "digest_of", "unicode_reply"]
+__all__ = ["FIRST_PARTY", "Continuation", "compact", "digest_of", "unicode_reply"]
+
+#: the platform of a vendor's own API (api.anthropic.com, api.openai.com, the Gemini API, a chat dialect's
+#: own endpoint); the others are cloud platforms serving the same models: ``"bedrock"``, ``"vertex"``,
+#: ``"azure"`` (docs/protocols.md §10). Payloads captured before platforms were recorded are first-party
+FIRST_PARTY = "first-party"
 
 #: a payload whose JSON value was not parsed (a codec that replays the bytes, or bytes that are not JSON)
 _UNPARSED: Any = object()
@@ -102,7 +109,9 @@ class Continuation:
     """One vendor-opaque payload (a thinking block, a reasoning item, a content block we do not model).
 
     ``kind`` is the vendor's own type name (``thinking``, ``redacted_thinking``, ``reasoning``, ...);
-    ``model_bound`` says whether only the producing model may receive it.
+    ``model_bound`` says whether only the producing model may receive it; ``platform`` is where the
+    request was served (:data:`FIRST_PARTY` or a cloud platform): a payload goes back only to the platform
+    that issued it, whatever ``model_bound`` says (docs/protocols.md §10.1).
     """
 
     vendor: str
@@ -112,6 +121,7 @@ class Continuation:
     payload: bytes = attrs.field(repr=False)
     digest: str
     model_bound: bool = True
+    platform: str = FIRST_PARTY
     #: what is known of these very ``payload`` and ``digest`` objects: that they match (``_seen_payload``
     #: and ``_seen_digest`` are they), and the payload's frozen JSON value (``_value``, :data:`_UNPARSED`
     #: when not parsed). Taken when the value is built (``known``: at capture from the decoded value, else
@@ -132,6 +142,7 @@ class Continuation:
         payload: bytes,
         digest: str,
         model_bound: bool = True,
+        platform: str = FIRST_PARTY,
         *,
         known: _Checked | None = None,
     ) -> None:
@@ -143,6 +154,7 @@ class Continuation:
         set_(self, "payload", payload)
         set_(self, "digest", digest)
         set_(self, "model_bound", model_bound)
+        set_(self, "platform", platform)
         checked = _check(payload, digest) if known is None else known
         seen_payload, seen_digest, value = (None, None, _UNPARSED) if checked is None else checked
         set_(self, "_seen_payload", seen_payload)
@@ -160,6 +172,7 @@ class Continuation:
         value: Any,
         model_bound: bool = True,
         parsed: bool = True,
+        platform: str = FIRST_PARTY,
     ) -> Continuation:
         """Capture a decoded JSON value as received (key order and string bytes preserved).
 
@@ -177,6 +190,7 @@ class Continuation:
             payload=payload,
             digest=digest,
             model_bound=model_bound,
+            platform=platform,
             known=(payload, digest, freeze(value) if parsed else _UNPARSED),
         )
 
@@ -191,6 +205,7 @@ class Continuation:
         payload: bytes,
         model_bound: bool,
         value: Any = _UNPARSED,
+        platform: str = FIRST_PARTY,
     ) -> Continuation:
         """A payload read back from storage, its digest taken of these very bytes (a snapshot stores the
         bytes, not the digest: it is derived). ``value``, when given, is a JSON value whose compact form is
@@ -206,6 +221,7 @@ class Continuation:
             payload=payload,
             digest=digest,
             model_bound=model_bound,
+            platform=platform,
             known=(payload, digest, known),
         )
 
@@ -238,9 +254,10 @@ class Continuation:
             return value
         return freeze(json.loads(self.payload))
 
-    def replayable_to(self, vendor: str, api: str, model: str) -> bool:
-        """True when this payload may be sent to ``vendor``/``api``/``model``."""
-        if self.vendor != vendor or self.api != api:
+    def replayable_to(self, vendor: str, api: str, model: str, platform: str = FIRST_PARTY) -> bool:
+        """True when this payload may be sent to ``vendor``/``api``/``model`` on ``platform``: never to
+        another platform, even for the same model (docs/protocols.md §10.1)."""
+        if self.vendor != vendor or self.api != api or self.platform != platform:
             return False
         return not self.model_bound or self.model == model
 

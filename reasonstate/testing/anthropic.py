@@ -205,11 +205,13 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import attrs
 
 from reasonstate._extras import needs
 from reasonstate.testing._server import (
+    DEFAULT_SECRET,
     Fault,
     JSONResponse,
     RecordedRequest,
@@ -506,6 +508,98 @@ def _chunks(text: str, parts: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+#: where the emulator serves the Messages API: Claude on the first-party API, Amazon Bedrock, Google Vertex
+#: AI (§10); and the Anthropic-compatible endpoints of DeepSeek, Kimi and MiniMax (§10.8)
+PLATFORMS = ("anthropic", "bedrock", "vertex", "deepseek", "kimi", "minimax")
+#: the compatible endpoints: their models, served at ``{root}/anthropic/v1/messages`` (§10.8)
+COMPATIBLE_MODELS: dict[str, frozenset[str]] = {
+    "deepseek": frozenset({"deepseek-v4-flash", "deepseek-v4-pro", "deepseek-flash"}),
+    "kimi": frozenset({"kimi-k2.6", "kimi-k2.5", "kimi-k3"}),
+    "minimax": frozenset({"MiniMax-M3", "MiniMax-M2.7", "MiniMax-M2.7-highspeed"}),
+}
+#: the compatible endpoints that take thinking back on every earlier tool-calling assistant message, as
+#: their chat APIs take ``reasoning_content`` (§3.3, §10.8); their thinking blocks carry no signature
+_UNSIGNED = frozenset({"deepseek", "kimi"})
+#: DeepSeek's refusal of a tool-calling message without its reasoning (§3.3), on both of its APIs
+_REASONING_MISSING = "The reasoning_content in the thinking mode must be passed back to the API."
+_VERTEX_PATH = (
+    r"/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/[^/:]+:(?:rawPredict|streamRawPredict)"
+)
+#: Bedrock's 403 for a key or token it did not issue (UnrecognizedClientException)
+_BEDROCK_BAD_TOKEN = "The security token included in the request is invalid."
+_VERTEX_UNAUTHENTICATED = (
+    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
+    "valid authentication credential."
+)
+#: a Bedrock model id: an optional cross-region inference profile prefix, ``anthropic.``, the Claude id
+#: and a version suffix (``us.anthropic.claude-sonnet-4-5-20250929-v1:0``; docs/protocols.md §10.4)
+_BEDROCK_MODEL = re.compile(
+    r"(?:(?:us|eu|apac|jp|au|global|us-gov)\.)?anthropic\.(claude-[a-z0-9-]+?)(?:-v\d+(?::\d+)?)?"
+)
+#: a Vertex AI model id: the Claude id with ``@date`` for a dated one (``claude-sonnet-4-5@20250929``)
+_VERTEX_MODEL = re.compile(r"(claude-[a-z0-9-]+?)(?:@(\d{8}))?")
+
+
+def bedrock_model(model_id: str) -> str | None:
+    """The first-party id of a Bedrock model id (None: not one), as Bedrock names Claude (§10.4)."""
+    found = _BEDROCK_MODEL.fullmatch(model_id)
+    return found.group(1) if found else None
+
+
+def vertex_model(model_id: str) -> str | None:
+    """The first-party id of a Vertex AI model id (None: not one): ``claude-x@20250929`` →
+    ``claude-x-20250929`` (§10.5)."""
+    found = _VERTEX_MODEL.fullmatch(model_id)
+    if found is None:
+        return None
+    return found.group(1) + (f"-{found.group(2)}" if found.group(2) else "")
+
+
+def _bedrock_error(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        status, {"message": message}, {"x-amzn-errortype": f"{kind}:http://internal.amazon.com/"}
+    )
+
+
+def _google_error(code: int, message: str, status: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "status": status}}
+
+
+def _platform_body(request: RecordedRequest) -> dict[str, Any] | str:
+    """A platform request's JSON body, or why it is refused: the platforms take the model from the path
+    and require ``anthropic_version`` in the body (§10.4, §10.5)."""
+    try:
+        body = request.json()
+    except ValueError:
+        return "Malformed input request: the body is not JSON, please reformat your input and try again."
+    if not isinstance(body, dict):
+        return "Malformed input request: expected a JSON object, please reformat your input and try again."
+    if "model" in body:
+        return (
+            "Malformed input request: #: extraneous key [model] is not permitted, please reformat your "
+            "input and try again."
+        )
+    if not isinstance(body.get("anthropic_version"), str):
+        return (
+            "Malformed input request: #: required key [anthropic_version] not found, please reformat "
+            "your input and try again."
+        )
+    return body
+
+
+def _as_messages(request: RecordedRequest, body: dict[str, Any], model: str, key: str) -> RecordedRequest:
+    """The platform request as the Messages API would get it: ``model`` in the body (its first-party id),
+    the platform's credential (``key``, already checked) as the key."""
+    inner = {k: v for k, v in body.items() if k != "anthropic_version"}
+    return RecordedRequest(
+        method=request.method,
+        path="/v1/messages",
+        query=request.query,
+        headers={**request.headers, "x-api-key": key},
+        body=json.dumps({"model": model, **inner}, ensure_ascii=False).encode(),
+    )
+
+
 class AnthropicEmulator(ScriptedEmulator):
     """A running, strict Anthropic Messages API on 127.0.0.1; use it as a context manager.
 
@@ -547,21 +641,33 @@ class AnthropicEmulator(ScriptedEmulator):
         deterministic: bool = False,
         api_key: str | Iterable[str] | None = None,
         models: Iterable[str] = (),
+        platform: str = "anthropic",
     ) -> None:
         if not isinstance(deterministic, bool):
             raise TypeError(f"deterministic= is True or False, got {deterministic!r}")
-        super().__init__(
-            [
+        if platform not in PLATFORMS:
+            raise ValueError(f"platform must be one of {PLATFORMS}, got {platform!r}")
+        #: ``"anthropic"`` (the first-party API), ``"bedrock"`` or ``"vertex"`` (:data:`PLATFORMS`)
+        self.platform = platform
+        routes = {
+            "anthropic": [
                 Route("POST", r"/v1/messages", self._handle_messages),
                 Route("POST", r"/v1/messages/count_tokens", self._handle_count_tokens),
             ],
-            name="anthropic-emulator",
+            "bedrock": [Route("POST", r"/model/[^/]+/invoke", self._handle_bedrock)],
+            "vertex": [Route("POST", _VERTEX_PATH, self._handle_vertex)],
+        }.get(platform, [Route("POST", r"/anthropic/v1/messages", self._handle_messages)])
+        if platform != "anthropic" and secret is None:
+            secret = DEFAULT_SECRET + b":" + platform.encode()  # another service: another signing key
+        super().__init__(
+            routes,
+            name=f"anthropic-{platform}-emulator" if platform != "anthropic" else "anthropic-emulator",
             script=script,
             secret=secret,
             transform=transform,
             aliases={**MODEL_ALIASES, **dict(aliases or {})},
             api_key=api_key,
-            known_models=KNOWN_MODELS,
+            known_models=COMPATIBLE_MODELS.get(platform, KNOWN_MODELS),
             models=models,
         )
         self.cache_min_tokens = cache_min_tokens
@@ -569,6 +675,8 @@ class AnthropicEmulator(ScriptedEmulator):
         self.deterministic = deterministic
         self._msg_ids = itertools.count(1)
         self._tool_ids = itertools.count(1)
+        # a compatible endpoint mints its own ids: another service's ``toolu_emu_001`` is not one of them
+        self._tool_prefix = "toolu_emu_" if platform not in COMPATIBLE_MODELS else f"toolu_{platform}_"
         # (model, prefix digest) -> [tokens, ttl in seconds, expiry on the emulator's clock]
         self._cache: dict[tuple[str, bytes], list[float]] = {}
         self._issued_by_tool: dict[str, _Issued] = {}
@@ -604,18 +712,93 @@ class AnthropicEmulator(ScriptedEmulator):
     # -- clients ---------------------------------------------------------------------------------------
     def client(self, **kw: Any) -> anthropic.Anthropic:
         """A real ``anthropic.Anthropic`` pointed at this emulator (``api_key="test-key"``,
-        ``max_retries=0`` unless overridden)."""
+        ``max_retries=0`` unless overridden); on ``platform="bedrock"`` a real ``anthropic.AnthropicBedrock``
+        (a Bedrock API key: ``Authorization: Bearer``), on ``"vertex"`` a real ``anthropic.AnthropicVertex``
+        (a static ``access_token``): no network, no cloud credentials."""
         with needs("anthropic"):
             import anthropic
 
+        if self.platform == "bedrock":
+            return anthropic.AnthropicBedrock(**self._platform_kwargs(kw))  # type: ignore[return-value]
+        if self.platform == "vertex":
+            return anthropic.AnthropicVertex(**self._platform_kwargs(kw))  # type: ignore[return-value]
+        if self.platform in COMPATIBLE_MODELS:
+            return anthropic.Anthropic(
+                **{**self._client_kwargs(kw), "base_url": self.base_url + "/anthropic"}
+            )
         return anthropic.Anthropic(**self._client_kwargs(kw))
 
     def async_client(self, **kw: Any) -> anthropic.AsyncAnthropic:
-        """A real ``anthropic.AsyncAnthropic`` pointed at this emulator."""
+        """A real ``anthropic.AsyncAnthropic`` pointed at this emulator (``AsyncAnthropicBedrock`` /
+        ``AsyncAnthropicVertex`` on those platforms)."""
         with needs("anthropic"):
             import anthropic
 
+        if self.platform == "bedrock":
+            return anthropic.AsyncAnthropicBedrock(**self._platform_kwargs(kw))  # type: ignore[return-value]
+        if self.platform == "vertex":
+            return anthropic.AsyncAnthropicVertex(**self._platform_kwargs(kw))  # type: ignore[return-value]
+        if self.platform in COMPATIBLE_MODELS:
+            kwargs = {**self._client_kwargs(kw), "base_url": self.base_url + "/anthropic"}
+            return anthropic.AsyncAnthropic(**kwargs)
         return anthropic.AsyncAnthropic(**self._client_kwargs(kw))
+
+    def _platform_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
+        if self.platform == "bedrock":
+            base = {"api_key": "test-key", "aws_region": "us-east-1"}
+        else:
+            base = {"access_token": "test-key", "region": "us-east5", "project_id": "emulator-project"}
+        return {
+            **base,
+            "base_url": self.base_url + ("/v1" if self.platform == "vertex" else ""),
+            "max_retries": 0,
+            **kw,
+        }
+
+    # -- platforms (docs/protocols.md §10.4, §10.5) ----------------------------------------------------
+    def _handle_bedrock(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        """``POST /model/{modelId}/invoke``: the Messages body with ``anthropic_version`` and without
+        ``model`` (it is in the path), answered as the Messages API answers it; errors in Bedrock's shape,
+        ``{"message": ...}`` with an ``x-amzn-errortype`` header."""
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not key or not self.key_accepted(key):
+            return _bedrock_error(403, "UnrecognizedClientException", _BEDROCK_BAD_TOKEN)
+        model_id = unquote(request.path.split("/")[2])
+        model = bedrock_model(model_id)
+        if model is None or not self.knows_model(model):
+            return _bedrock_error(400, "ValidationException", "The provided model identifier is invalid.")
+        body = _platform_body(request)
+        if isinstance(body, str):
+            return _bedrock_error(400, "ValidationException", body)
+        answer = self._handle_messages(_as_messages(request, body, model, key))
+        if isinstance(answer, JSONResponse) and answer.status != 200:
+            error = answer.payload.get("error", {}) if isinstance(answer.payload, dict) else {}
+            return _bedrock_error(answer.status, "ValidationException", str(error.get("message", "")))
+        return answer
+
+    def _handle_vertex(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        """``POST .../publishers/anthropic/models/{model}:rawPredict`` (``:streamRawPredict``: SSE, as the
+        Messages API streams): the Messages body with ``anthropic_version`` and without ``model``; an
+        unauthenticated call is Google's 401, a refused body the Messages API's error envelope."""
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not key or not self.key_accepted(key):
+            return JSONResponse(401, _google_error(401, _VERTEX_UNAUTHENTICATED, "UNAUTHENTICATED"))
+        name, _, specifier = request.path.rpartition("/")[2].partition(":")
+        model = vertex_model(unquote(name))
+        if model is None or not self.knows_model(model):
+            message = f"Publisher Model `{name}` was not found or your project does not have access to it."
+            return JSONResponse(404, _google_error(404, message, "NOT_FOUND"))
+        body = _platform_body(request)
+        if isinstance(body, str):
+            rid = _request_id()
+            return JSONResponse(400, _envelope("invalid_request_error", body, rid), {"request-id": rid})
+        if (specifier == "streamRawPredict") != (body.get("stream") is True):
+            rid = _request_id()
+            message = f"{specifier} takes stream={specifier == 'streamRawPredict'}"
+            return JSONResponse(400, _envelope("invalid_request_error", message, rid), {"request-id": rid})
+        return self._handle_messages(_as_messages(request, body, model, key))
 
     # -- signatures ------------------------------------------------------------------------------------
     # Every helper resolves its ``model`` first: an alias and its dated id sign and verify alike.
@@ -838,6 +1021,8 @@ class AnthropicEmulator(ScriptedEmulator):
                                 f"messages.{n}.content.{m}.thinking.{field}: Input should be a valid string"
                             )
                     invalid = f"messages.{n}.content.{m}: Invalid `signature` in `thinking` block"
+                    if self.platform in _UNSIGNED:  # no signature to check: the text is (below)
+                        continue
                     bound = self._open_signature(model, "thinking", block["signature"], block["thinking"])
                 elif kind == "redacted_thinking":
                     data = block.get("data")
@@ -856,6 +1041,8 @@ class AnthropicEmulator(ScriptedEmulator):
                             raise _Reject(f"{invalid}. {_BOUND_TO_OTHER_CONVERSATION}")
                         dropped.append((n, m, "prefix_binding_mismatch"))
                     prefix.add(n, str(msg["role"]), block)
+        if self.platform in _UNSIGNED and thinking.on:
+            self._check_unsigned_history(messages)
         # the latest assistant message's thinking must be exactly what was issued with its tool calls
         if latest is not None and issued is not None and thinking.on:
             sent = [
@@ -877,6 +1064,22 @@ class AnthropicEmulator(ScriptedEmulator):
                     "the original response."
                 )
         return dropped
+
+    def _check_unsigned_history(self, messages: list[dict[str, Any]]) -> None:
+        """DeepSeek and Kimi (§10.8): every assistant message with ``tool_use`` that this endpoint issued
+        starts with the thinking it was issued with, earlier turns included (their chat APIs' rule for
+        ``reasoning_content``, §3.3); else the vendor's 400."""
+        for n, msg in enumerate(messages):
+            if msg["role"] != "assistant":
+                continue
+            content = _content(msg)
+            ids = [b.get("id") for b in content if b.get("type") == "tool_use"]
+            issued = next((self._issued_by_tool[t] for t in ids if t in self._issued_by_tool), None)
+            if issued is None or not issued.reasoning_blocks:
+                continue
+            sent = tuple(_reasoning_key(b) for b in content if b.get("type") in _REASONING_TYPES)
+            if sent != issued.reasoning_blocks:
+                raise _Reject(f"messages.{n}: {_REASONING_MISSING}")
 
     # -- cache -----------------------------------------------------------------------------------------
     def _cache_usage(self, model: str, blocks: Sequence[_Block], *, write: bool) -> CacheUsage:
@@ -960,7 +1163,10 @@ class AnthropicEmulator(ScriptedEmulator):
 
         if thinking.on and action.reasoning is not None:
             shown = "" if thinking.display == "omitted" else action.reasoning
-            signature = self.sign_thinking(model, shown, prefix_digest=here(), nonce=nonce(0))
+            if self.platform in _UNSIGNED:  # an unsigned block: the text is what goes back (§10.8)
+                signature = ""
+            else:
+                signature = self.sign_thinking(model, shown, prefix_digest=here(), nonce=nonce(0))
             append({"type": "thinking", "thinking": shown, "signature": signature})
             thinking_tokens = count_tokens(action.reasoning)
         if thinking.on and action.redacted:
@@ -973,9 +1179,9 @@ class AnthropicEmulator(ScriptedEmulator):
         tool_ids: list[str] = []
         for i, call in enumerate(action.tool_calls):
             tool_id = (
-                f"toolu_emu_{next(self._tool_ids):03d}"
+                f"{self._tool_prefix}{next(self._tool_ids):03d}"
                 if seed is None
-                else f"toolu_emu_{derived(b'tool', i).hex()[:24]}"
+                else f"{self._tool_prefix}{derived(b'tool', i).hex()[:24]}"
             )
             arguments = dict(call.arguments)
             content.append({"type": "tool_use", "id": tool_id, "name": call.name, "input": arguments})

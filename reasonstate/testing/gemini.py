@@ -224,6 +224,7 @@ import attrs
 
 from reasonstate._extras import needs
 from reasonstate.testing._server import (
+    DEFAULT_SECRET,
     Fault,
     JSONResponse,
     RecordedRequest,
@@ -294,6 +295,16 @@ _STATUS = {
 }
 _ROUTE = r"/(?:v1|v1beta)/models/[^/:]+:(?:generateContent|streamGenerateContent)"
 _PATH = re.compile(r"/(v1|v1beta)/models/([^/:]+):(generateContent|streamGenerateContent)")
+#: Gemini on Vertex AI (docs/protocols.md §10.6): ``{base}/{v1|v1beta1}/projects/{p}/locations/{l}/publishers/
+#: google/models/{m}:{method}``, or without the project part in express mode (an API key)
+_VERTEX_PATH = re.compile(
+    r"/(v1|v1beta1)(?:/projects/[^/]+/locations/[^/]+)?/publishers/google/models/([^/:]+):"
+    r"(generateContent|streamGenerateContent)"
+)
+_VERTEX_UNAUTHENTICATED = (
+    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
+    "valid authentication credential."
+)
 _GENERATION = re.compile(r"(?:models/)?gemini-(\d+)(?:\.(\d+))?(?![\d.])")
 
 _ERR_NO_KEY = (
@@ -940,9 +951,18 @@ class GeminiEmulator(ScriptedEmulator):
         accept_sentinels: bool = True,
         api_key: str | Iterable[str] | None = None,
         models: Iterable[str] = (),
+        platform: str = "gemini",
     ) -> None:
+        if platform not in ("gemini", "vertex"):
+            raise ValueError(f"platform must be 'gemini' or 'vertex', got {platform!r}")
+        #: ``"gemini"`` (the Gemini API) or ``"vertex"`` (Gemini on Vertex AI, docs/protocols.md §10.6)
+        self.platform = platform
+        if platform == "vertex" and secret is None:
+            secret = DEFAULT_SECRET + b":vertex"  # another service: another signing key
         super().__init__(
-            [Route("POST", _ROUTE, self._handle)],
+            [Route("POST", _VERTEX_PATH.pattern, self._handle_vertex)]
+            if platform == "vertex"
+            else [Route("POST", _ROUTE, self._handle)],
             name="gemini-emulator",
             script=script,
             secret=secret,
@@ -1005,8 +1025,42 @@ class GeminiEmulator(ScriptedEmulator):
             async_client_args={"trust_env": False},
         )
         options: dict[str, Any] = {"api_key": api_key, "vertexai": False, "http_options": http_options}
+        if self.platform == "vertex":
+            # Vertex AI with a static OAuth2 token (no network, no application default credentials); the
+            # SDK's Vertex default version is v1beta1
+            import google.oauth2.credentials
+
+            http_options.api_version = "v1beta1" if api_version == "v1" else api_version
+            token = google.oauth2.credentials.Credentials(token=api_key)  # type: ignore[no-untyped-call]
+            options = {
+                "vertexai": True,
+                "project": "emulator-project",
+                "location": "us-central1",
+                "credentials": token,
+                "http_options": http_options,
+            }
         options.update(kw)
         return genai.Client(**options)
+
+    def _handle_vertex(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        """Gemini on Vertex AI: a Bearer access token (or, express mode, ``x-goog-api-key``); a missing or
+        unknown one is Google's 401 ``UNAUTHENTICATED``; then the request is the Gemini API's."""
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        key = key or request.headers.get("x-goog-api-key", "").strip()
+        if not key or not self.key_accepted(key):
+            return JSONResponse(
+                401, {"error": {"code": 401, "message": _VERTEX_UNAUTHENTICATED, "status": "UNAUTHENTICATED"}}
+            )
+        match = _VERTEX_PATH.fullmatch(request.path)
+        assert match is not None  # the route pattern matched
+        version = "v1" if match.group(1) == "v1" else "v1beta"
+        inner = attrs.evolve(
+            request,
+            path=f"/{version}/models/{match.group(2)}:{match.group(3)}",
+            headers={**request.headers, "x-goog-api-key": key},
+        )
+        return self._handle(inner)
 
     def async_client(self, **kw: Any) -> AsyncClient:
         """``client(**kw).aio``. Dropping the ``genai.Client`` closes only its sync transport, so the async

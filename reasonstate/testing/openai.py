@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +212,24 @@ def openai_cached_tokens(prompt_tokens: int, matched_tokens: int) -> int:
     return 1024 + 128 * ((matched_tokens - 1024) // 128)
 
 
+#: the ``api-version`` the Azure clients of :meth:`OpenAIFamilyEmulator.client` send (any is accepted)
+AZURE_API_VERSION = "2025-04-01-preview"
+#: the secret an Azure emulator signs with by default: not OpenAI's, so neither verifies the other's blobs
+AZURE_SECRET = b"reasonstate-emulator-secret-v1:azure"
+#: Azure's 401 message (SciSharp/BotSharp#386, microsoft/semantic-kernel#10337)
+AZURE_DENIED = (
+    "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key "
+    "for an active subscription and use a correct regional API endpoint for your resource."
+)
+
+
+def _on_azure(route: Route) -> Route:
+    """``route`` at Azure's paths: ``/v1/x`` (or ``/x``) served at ``/openai/x``, ``/openai/v1/x`` and
+    ``/openai/deployments/{name}/x`` (how ``openai.AzureOpenAI`` builds them: openai/lib/azure.py)."""
+    tail = re.sub(r"^/v1(?=/)", "", route.pattern)
+    return Route(route.method, r"/openai(?:/v1|/deployments/[^/]+)?" + tail, route.handler)
+
+
 class OpenAIFamilyEmulator(ScriptedEmulator):
     """Base of the OpenAI-family emulators: the common lifecycle plus real ``openai`` clients.
 
@@ -223,9 +242,19 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
     The handler runs under one lock, so concurrent requests see a consistent store and cache.
     ``aliases`` is the complete alias → dated id table this emulator resolves (each subclass merges its
     defaults with the caller's entries before it gets here).
+
+    ``platform="azure"`` serves the API as Azure OpenAI does (docs/protocols.md §10.3), for a real
+    ``openai.AzureOpenAI`` (:meth:`client` builds one): the paths under ``/openai`` (``/openai/responses``,
+    ``/openai/v1/...``, ``/openai/deployments/{name}/chat/completions``), the key in an ``api-key`` header
+    (an Entra ID bearer token works too), Azure's 401 body ``{"error": {"code": "401", "message": "Access
+    denied due to invalid subscription key or wrong API endpoint. ..."}}`` (SciSharp/BotSharp#386), and
+    its own default secret: an ``encrypted_content`` blob issued by Azure does not verify on OpenAI's own
+    API or the other way round (another service, another key), the 400 ``invalid_encrypted_content``.
     """
 
     sdk_path = "/v1"
+    #: ``"openai"`` (api.openai.com, or the compatible server of a chat dialect) or ``"azure"``
+    platform = "openai"
 
     def __init__(
         self,
@@ -238,9 +267,18 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
         api_key: str | Iterable[str] | None = None,
         known_models: Iterable[str] = KNOWN_MODELS,
         models: Iterable[str] = (),
+        platform: str = "openai",
     ) -> None:
+        if platform not in ("openai", "azure"):
+            raise ValueError(f"platform must be 'openai' or 'azure', got {platform!r}")
+        self.platform = platform
+        routes = self._routes()
+        if platform == "azure":
+            routes = [_on_azure(r) for r in routes]
+            if secret is None:
+                secret = AZURE_SECRET
         super().__init__(
-            self._routes(),
+            routes,
             name=name,
             script=script,
             secret=secret,
@@ -257,18 +295,33 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
 
     # -- clients -----------------------------------------------------------------------------------
     def client(self, **kw: Any) -> openai.OpenAI:
-        """A real ``openai.OpenAI`` pointed at this emulator (``max_retries=0``; ``kw`` overrides)."""
+        """A real ``openai.OpenAI`` pointed at this emulator (``max_retries=0``; ``kw`` overrides); on
+        ``platform="azure"`` a real ``openai.AzureOpenAI`` (``azure_endpoint``, ``api_version``)."""
         with needs("openai"):
             import openai
 
+        if self.platform == "azure":
+            return openai.AzureOpenAI(**self._azure_kwargs(kw))
         return openai.OpenAI(**self._client_kwargs(kw))
 
     def async_client(self, **kw: Any) -> openai.AsyncOpenAI:
-        """A real ``openai.AsyncOpenAI`` pointed at this emulator (``max_retries=0``; ``kw`` overrides)."""
+        """A real ``openai.AsyncOpenAI`` pointed at this emulator (``max_retries=0``; ``kw`` overrides); on
+        ``platform="azure"`` a real ``openai.AsyncAzureOpenAI``."""
         with needs("openai"):
             import openai
 
+        if self.platform == "azure":
+            return openai.AsyncAzureOpenAI(**self._azure_kwargs(kw))
         return openai.AsyncOpenAI(**self._client_kwargs(kw))
+
+    def _azure_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "azure_endpoint": self.base_url,
+            "api_key": "test-key",
+            "api_version": AZURE_API_VERSION,
+            "max_retries": 0,
+            **kw,
+        }
 
     # -- faults ------------------------------------------------------------------------------------
     @staticmethod
@@ -292,6 +345,13 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
     def _unauthorized(self, request: RecordedRequest) -> JSONResponse | None:
         auth = request.headers.get("authorization", "")
         key = auth[len("Bearer ") :].strip() if auth.startswith("Bearer ") else ""
+        if self.platform == "azure":
+            # Azure reads the resource key from ``api-key`` (or an Entra ID bearer token): one 401 for
+            # both a missing and a wrong key (docs/protocols.md §10.3)
+            key = request.headers.get("api-key", "") or key
+            if self.key_accepted(key):
+                return None
+            return JSONResponse(401, {"error": {"code": "401", "message": AZURE_DENIED}})
         if not key:
             message = (
                 "You didn't provide an API key. You need to provide your API key in an Authorization header "

@@ -281,9 +281,12 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         aliases: Mapping[str, str] | None = None,
         api_key: str | Iterable[str] | None = None,
         models: Iterable[str] = (),
+        platform: str = "openai",
     ) -> None:
         if dialect not in _DIALECTS:
             raise ValueError(f"unknown dialect {dialect!r}; expected one of {_DIALECTS}")
+        if platform != "openai" and dialect != "openai":
+            raise ValueError(f"platform={platform!r} serves the openai dialect only")
         defaults = MODEL_ALIASES if dialect == "openai" else {}
         models = tuple(models)
         super().__init__(
@@ -295,6 +298,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             api_key=api_key,
             known_models=_DIALECT_MODELS[dialect],
             models=models,
+            platform=platform,
         )
         # a vLLM/SGLang server started without ``--api-key`` checks no key and serves any model name it
         # was started under: the emulator does the same unless ``api_key=`` / ``models=`` name some

@@ -285,6 +285,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         aliases: Mapping[str, str] | None = None,
         api_key: str | Iterable[str] | None = None,
         models: Iterable[str] = (),
+        platform: str = "openai",
     ) -> None:
         super().__init__(
             script,
@@ -294,6 +295,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             aliases={**MODEL_ALIASES, **dict(aliases or {})},
             api_key=api_key,
             models=models,
+            platform=platform,
         )
         self._counters: Counter[str] = Counter()
         self._minted: dict[str, _Minted] = {}
