@@ -562,8 +562,8 @@ def main() -> int:
             send_report(directory, args.sends, misses)
     print(
         f"\ntargets: {sizes[-1]}-turn commit <= {FLAT}x the {sizes[0]}-turn one on every backend (wall and "
-        f"CPU); send with SQLiteStore <= {SEND}x in memory (wall and CPU); bytes stored per turn <= "
-        f"{BYTES}x the payload received"
+        f"CPU); send with SQLiteStore <= {SEND}x in memory (both processes' CPU; wall on a quiet "
+        f"machine); bytes stored per turn <= {BYTES}x the payload received"
     )
     print(f"({time.perf_counter() - started:.0f} s)")
     for miss in misses:
