@@ -538,26 +538,8 @@ def main() -> int:
     started = time.perf_counter()
     misses: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rs-bench-store-") as directory, backends(directory) as found:
-        client, _handler, _runs = _setup(CASE, with_peers=False)
-        with fast_sdk_body():
-            if not only & {1, 3}:
-                sizes = (1,)  # (measurements 1 and 3 not run: a short log, grown for nothing else)
-            t0 = time.perf_counter()
-            log = grow(client, directory, max(sizes))
-            body = sum(len(e.body) for e in log[1:]) / (len(log) - 1)
-            print(
-                f"\ngrew one session to {max(sizes)} turns on SQLite in {time.perf_counter() - t0:.1f} s: "
-                f"a {len(log[0].body)}-byte checkpoint and {len(log) - 1} deltas of {body:.0f} bytes on "
-                "average"
-            )
-
-            if 3 in only:
-                fleet_report(found, log, args.fleet_seconds)
-            if 1 in only:
-                per_commit_report(found, client, log, sizes, args.repeats, misses)
-        client.close()
-        del log
-        gc.collect()  # the grown sessions are gone: measurement 2's collections walk a small heap
+        if only & {1, 3}:
+            grown(directory, found, sizes, args, only, misses)
         if only & {2, 4}:
             send_report(directory, args.sends, misses)
     print(
@@ -569,6 +551,33 @@ def main() -> int:
     for miss in misses:
         print("MISSED:", miss, file=sys.stderr)
     return 1 if misses else 0
+
+
+def grown(
+    directory: str,
+    found: list[Backend],
+    sizes: tuple[int, ...],
+    args: argparse.Namespace,
+    only: set[int],
+    misses: list[str],
+) -> None:
+    """Measurements 1 and 3, on one session grown for real to the largest size."""
+    client, _handler, _runs = _setup(CASE, with_peers=False)
+    with fast_sdk_body():
+        t0 = time.perf_counter()
+        log = grow(client, directory, max(sizes))
+        body = sum(len(e.body) for e in log[1:]) / (len(log) - 1)
+        print(
+            f"\ngrew one session to {max(sizes)} turns on SQLite in {time.perf_counter() - t0:.1f} s: a "
+            f"{len(log[0].body)}-byte checkpoint and {len(log) - 1} deltas of {body:.0f} bytes on average"
+        )
+        if 3 in only:
+            fleet_report(found, log, args.fleet_seconds)
+        if 1 in only:
+            per_commit_report(found, client, log, sizes, args.repeats, misses)
+    client.close()
+    del log
+    gc.collect()  # the grown sessions are gone: measurement 2's collections walk a small heap
 
 
 def fleet_report(found: list[Backend], log: list[Entry], seconds: float) -> None:
