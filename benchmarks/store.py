@@ -26,8 +26,10 @@ turns: the harshest case for the per-turn ratios, since each reply is small):
    Anthropic emulator in its own process (each side its own SDK client); each pair of sessions is grown
    untimed to :data:`PAIR_TURNS` turns and serves :data:`PAIR_REPEATS` timed repeats. Reported: the
    median of the per-repeat ratios, with their interquartile range, and the median per-repeat difference
-   (``store ms``; ``store CPU``: the same in this process's CPU time, which other load on the machine
-   barely moves). Target <= :data:`SEND`.
+   (``store ms``), in wall time and in this process's CPU time (which other load on the machine barely
+   moves). Target <= :data:`SEND` on both clocks: the CPU ratio leaves out the emulator's work, which adds
+   the same time to both sides' wall, so it is the stricter of the two, and the one a loaded machine
+   cannot blur.
 3. **commits per second with 8 worker processes** on PostgreSQL and on Redis (SQLite on one file too, for
    comparison): each worker opens its own store and appends, on 4 sessions of its own, the real entries of
    the grown session (its checkpoint, then its delta entries in turn, each append naming the version it
@@ -45,7 +47,8 @@ random key prefix, deleted after. A server that does not answer is reported and 
 failure). Exits 1 when a target is missed.
 
 Run: ``make bench`` (or ``.venv/bin/python benchmarks/store.py``; ``--repeats N`` and ``--sizes 10,100``
-for measurement 1, ``--sends N`` for measurement 2, ``--fleet-seconds S``).
+for measurement 1, ``--sends N`` for measurement 2, ``--fleet-seconds S``; ``--only 2`` or ``--only 1,3``
+runs only those measurements, 4 coming with 2).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ import argparse
 import contextlib
 import gc
 import itertools
+import math
 import multiprocessing
 import os
 import secrets
@@ -330,7 +334,21 @@ class Received:
             self.bytes += len(response.content)
 
 
-def send_overhead(root: str, directory: str, sends: int) -> dict[str, Any]:
+def process_cpu(pid: int) -> float | None:
+    """The CPU seconds the live threads of process ``pid`` have run (Linux ``/proc/PID/task/*/schedstat``,
+    nanoseconds; None where there is no such file). A thread that ends takes its time with it: a repeat
+    whose reading goes down is left out by the caller."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                total += int((task / "schedstat").read_text().split()[0])
+    except OSError:
+        return None
+    return total / 1e9
+
+
+def send_overhead(root: str, emulator_pid: int, directory: str, sends: int) -> dict[str, Any]:
     received = Received()
     stored_client = _client(CASE, root, event_hooks={"response": [received]})
     memory_client = _client(CASE, root)
@@ -352,6 +370,7 @@ def send_overhead(root: str, directory: str, sends: int) -> dict[str, Any]:
     store.append = append  # type: ignore[method-assign]
     times: dict[str, list[float]] = {"memory": [], "stored": []}
     cpu: dict[str, list[float]] = {"memory": [], "stored": []}
+    both: dict[str, list[float | None]] = {"memory": [], "stored": []}
     pair: dict[str, rs.Session] = {}
     turns = 0
     try:
@@ -377,10 +396,14 @@ def send_overhead(root: str, directory: str, sends: int) -> dict[str, Any]:
             try:
                 for side in ("memory", "stored") if k % 2 else ("stored", "memory"):
                     received.counting = counting[0] = side == "stored"
+                    e0 = process_cpu(emulator_pid)
                     c0, start = time.process_time(), time.perf_counter()
                     pair[side].send(f"Timed question {k}?")
                     times[side].append(time.perf_counter() - start)
                     cpu[side].append(time.process_time() - c0)
+                    e1 = process_cpu(emulator_pid)
+                    emulator = None if e0 is None or e1 is None or e1 < e0 else e1 - e0
+                    both[side].append(None if emulator is None else cpu[side][-1] + emulator)
                     received.counting = counting[0] = False
             finally:
                 gc.set_threshold(*thresholds)
@@ -392,13 +415,26 @@ def send_overhead(root: str, directory: str, sends: int) -> dict[str, Any]:
     file_bytes, body_bytes = sqlite_file_bytes(store.path)
     ratios = [s / m for s, m in zip(times["stored"], times["memory"], strict=True)]
     q = statistics.quantiles(ratios, n=4)
+    cq = statistics.quantiles([s / m for s, m in zip(cpu["stored"], cpu["memory"], strict=True)], n=4)
+    pairs = [(s, m) for s, m in zip(both["stored"], both["memory"], strict=True) if s is not None and m]
+    bq = statistics.quantiles([s / m for s, m in pairs], n=4) if len(pairs) > 1 else [math.nan] * 3
     return {
         "memory": _ms(times["memory"]),
         "stored": _ms(times["stored"]),
         "ratio": statistics.median(ratios),
         "iqr": (q[0], q[2]),
+        "cpu_iqr": (cq[0], cq[2]),
         "own": statistics.median(s - m for s, m in zip(times["stored"], times["memory"], strict=True)),
         "own_cpu": statistics.median(s - m for s, m in zip(cpu["stored"], cpu["memory"], strict=True)),
+        "memory_cpu": _ms(cpu["memory"]),
+        "stored_cpu": _ms(cpu["stored"]),
+        "cpu_ratio": statistics.median(s / m for s, m in zip(cpu["stored"], cpu["memory"], strict=True)),
+        "memory_both": _ms([m for _s, m in pairs]) if pairs else math.nan,
+        "stored_both": _ms([s for s, _m in pairs]) if pairs else math.nan,
+        "both_ratio": statistics.median(s / m for s, m in pairs) if pairs else math.nan,
+        "both_iqr": (bq[0], bq[2]),
+        "own_both": statistics.median(s - m for s, m in pairs) if pairs else math.nan,
+        "both_repeats": len(pairs),
         "turns": turns,
         "entries": written["entries"],
         "stored_bytes": written["bytes"],
@@ -492,115 +528,168 @@ def main() -> int:
     parser.add_argument("--sends", type=int, default=SENDS, help="measurement 2's repeats")
     parser.add_argument("--fleet-seconds", type=float, default=FLEET_SECONDS)
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="measurement 1's history sizes")
+    parser.add_argument(
+        "--only", default="1,2,3,4", help="the measurements to run (4 comes with 2), e.g. --only 2 or 1,3"
+    )
     args = parser.parse_args()
     sizes = tuple(sorted(int(x) for x in args.sizes.split(",")))
+    only = {int(x) for x in args.only.split(",")}
     print(environment())
     started = time.perf_counter()
     misses: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rs-bench-store-") as directory, backends(directory) as found:
-        client, _handler, _runs = _setup(CASE, with_peers=False)
-        with fast_sdk_body():
-            t0 = time.perf_counter()
-            log = grow(client, directory, max(sizes))
-            body = sum(len(e.body) for e in log[1:]) / (len(log) - 1)
-            print(
-                f"\ngrew one session to {max(sizes)} turns on SQLite in {time.perf_counter() - t0:.1f} s: "
-                f"a {len(log[0].body)}-byte checkpoint and {len(log) - 1} deltas of {body:.0f} bytes on "
-                "average"
-            )
-
-            print(
-                f"\n3. commits per second, {FLEET_WORKERS} worker processes x {FLEET_SESSIONS} sessions "
-                f"each, raw store.append of the grown session's real entries, {args.fleet_seconds:g} s"
-            )
-            print(f"{'backend':<20} {'commits':>8} {'commits/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
-            t0 = time.perf_counter()
-            for backend in found:
-                r = fleet(backend, log, args.fleet_seconds)
-                print(
-                    f"{backend.title:<20} {r['commits']:>8} {r['rate']:>10.0f} {r['p50']:>8.2f} "
-                    f"{r['p99']:>8.2f}",
-                    flush=True,
-                )
-            print(f"({time.perf_counter() - t0:.0f} s)")
-
-            print(
-                "\n1. per-commit store cost (session._note_turns + session._write: the delta + "
-                f"store.append), median of {args.repeats} commits per size, ms; in brackets the "
-                "store.append part (wall)"
-            )
-            head = "".join(f"{f'{s} turns':>18}" for s in sizes)
-            print(f"{'backend':<26}{head} {f'{sizes[-1]}/{sizes[0]}':>8} {'IQR':>11}")
-            t0 = time.perf_counter()
-            for backend in found:
-                times = per_commit(backend, client, log, sizes, args.repeats)
-                for clock, column in (("wall", 0), ("CPU", 1)):
-                    cells = "".join(
-                        f"{_ms(t[0]):>8.3f} ({_ms(t[2]):>6.3f}) " if column == 0 else f"{_ms(t[1]):>17.3f} "
-                        for t in times.values()
-                    )
-                    small, large = times[sizes[0]][column], times[sizes[-1]][column]
-                    ratios = [b / a for a, b in zip(small, large, strict=True)]
-                    q = statistics.quantiles(ratios, n=4)
-                    ratio = statistics.median(ratios)
-                    title = f"{backend.title}, {clock}"
-                    print(f"{title:<26}{cells} {ratio:>7.2f}x {f'{q[0]:.2f}-{q[2]:.2f}':>11}", flush=True)
-                    if ratio > FLAT:
-                        misses.append(
-                            f"{backend.title}: the {sizes[-1]}-turn commit costs {ratio:.2f}x the "
-                            f"{sizes[0]}-turn one in {clock} time > {FLAT}x"
-                        )
-            print(f"({time.perf_counter() - t0:.0f} s)")
-        client.close()
-        del log
-        gc.collect()  # the grown sessions are gone: measurement 2's collections walk a small heap
-
-        t0 = time.perf_counter()
-        with _emulators([CASE]) as roots:
-            r = send_overhead(roots[0][0], directory, args.sends)
-        took = time.perf_counter() - t0
-        low, high = r["iqr"]
-        print(
-            f"\n2. session.send with SQLiteStore (file, WAL) over session.send in memory, Anthropic emulator "
-            f"(own process), {PAIR_TURNS}-{PAIR_TURNS + PAIR_REPEATS} turns, {args.sends} repeats"
-        )
-        print(
-            f"{'in memory ms':>12} {'stored ms':>10} {'stored/memory':>14} {'IQR':>11} {'store ms':>9} "
-            f"{'store CPU':>9}"
-        )
-        print(
-            f"{r['memory']:>12.3f} {r['stored']:>10.3f} {r['ratio']:>14.3f} {f'{low:.2f}-{high:.2f}':>11} "
-            f"{r['own'] * 1e3:>9.3f} {r['own_cpu'] * 1e3:>9.3f}"
-        )
-        print(f"({took:.0f} s)")
-        if r["ratio"] > SEND:
-            misses.append(f"send with SQLiteStore {r['ratio']:.3f}x send in memory > {SEND}x")
-
-        per_turn_stored = r["stored_bytes"] / r["turns"]
-        per_turn_received = r["received_bytes"] / r["turns"]
-        ratio = per_turn_stored / per_turn_received
-        print(
-            f"\n4. bytes stored per turn over payload bytes received (the {r['turns']} timed turns of 2: "
-            f"{r['entries']} entries; a new session's checkpoint, {r['checkpoint']} bytes, apart)"
-        )
-        print(f"{'received B/turn':>15} {'stored B/turn':>14} {'stored/received':>16}")
-        print(f"{per_turn_received:>15.0f} {per_turn_stored:>14.0f} {ratio:>16.2f}")
-        print(
-            f"(on disk: the SQLite file grew {r['file_bytes']} bytes over an empty store's for "
-            f"{r['body_bytes']} bytes of entry bodies, {r['file_bytes'] / r['body_bytes']:.2f}x: pages, keys "
-            "and session rows)"
-        )
-        if ratio > BYTES:
-            misses.append(f"{ratio:.2f}x the payload bytes stored per turn > {BYTES}x")
-
+        if only & {1, 3}:
+            grown(directory, found, sizes, args, only, misses)
+        if only & {2, 4}:
+            send_report(directory, args.sends, misses)
     print(
-        f"\ntargets: {sizes[-1]}-turn commit <= {FLAT}x the {sizes[0]}-turn one on every backend; send with "
-        f"SQLiteStore <= {SEND}x in memory; bytes stored per turn <= {BYTES}x the payload received"
+        f"\ntargets: {sizes[-1]}-turn commit <= {FLAT}x the {sizes[0]}-turn one on every backend (wall and "
+        f"CPU); send with SQLiteStore <= {SEND}x in memory (both processes' CPU; wall on a quiet "
+        f"machine); bytes stored per turn <= {BYTES}x the payload received"
     )
     print(f"({time.perf_counter() - started:.0f} s)")
     for miss in misses:
         print("MISSED:", miss, file=sys.stderr)
     return 1 if misses else 0
+
+
+def grown(
+    directory: str,
+    found: list[Backend],
+    sizes: tuple[int, ...],
+    args: argparse.Namespace,
+    only: set[int],
+    misses: list[str],
+) -> None:
+    """Measurements 1 and 3, on one session grown for real to the largest size."""
+    client, _handler, _runs = _setup(CASE, with_peers=False)
+    with fast_sdk_body():
+        t0 = time.perf_counter()
+        log = grow(client, directory, max(sizes))
+        body = sum(len(e.body) for e in log[1:]) / (len(log) - 1)
+        print(
+            f"\ngrew one session to {max(sizes)} turns on SQLite in {time.perf_counter() - t0:.1f} s: a "
+            f"{len(log[0].body)}-byte checkpoint and {len(log) - 1} deltas of {body:.0f} bytes on average"
+        )
+        if 3 in only:
+            fleet_report(found, log, args.fleet_seconds)
+        if 1 in only:
+            per_commit_report(found, client, log, sizes, args.repeats, misses)
+    client.close()
+    del log
+    gc.collect()  # the grown sessions are gone: measurement 2's collections walk a small heap
+
+
+def fleet_report(found: list[Backend], log: list[Entry], seconds: float) -> None:
+    print(
+        f"\n3. commits per second, {FLEET_WORKERS} worker processes x {FLEET_SESSIONS} sessions each, raw "
+        f"store.append of the grown session's real entries, {seconds:g} s"
+    )
+    print(f"{'backend':<20} {'commits':>8} {'commits/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    t0 = time.perf_counter()
+    for backend in found:
+        r = fleet(backend, log, seconds)
+        print(
+            f"{backend.title:<20} {r['commits']:>8} {r['rate']:>10.0f} {r['p50']:>8.2f} {r['p99']:>8.2f}",
+            flush=True,
+        )
+    print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+def per_commit_report(
+    found: list[Backend],
+    client: Any,
+    log: list[Entry],
+    sizes: tuple[int, ...],
+    repeats: int,
+    misses: list[str],
+) -> None:
+    print(
+        "\n1. per-commit store cost (session._note_turns + session._write: the delta + store.append), "
+        f"median of {repeats} commits per size, ms; in brackets the store.append part (wall)"
+    )
+    head = "".join(f"{f'{s} turns':>18}" for s in sizes)
+    print(f"{'backend':<26}{head} {f'{sizes[-1]}/{sizes[0]}':>8} {'IQR':>11}")
+    t0 = time.perf_counter()
+    for backend in found:
+        times = per_commit(backend, client, log, sizes, repeats)
+        for clock, column in (("wall", 0), ("CPU", 1)):
+            cells = "".join(
+                f"{_ms(t[0]):>8.3f} ({_ms(t[2]):>6.3f}) " if column == 0 else f"{_ms(t[1]):>17.3f} "
+                for t in times.values()
+            )
+            small, large = times[sizes[0]][column], times[sizes[-1]][column]
+            ratios = [b / a for a, b in zip(small, large, strict=True)]
+            q = statistics.quantiles(ratios, n=4)
+            ratio = statistics.median(ratios)
+            title = f"{backend.title}, {clock}"
+            print(f"{title:<26}{cells} {ratio:>7.2f}x {f'{q[0]:.2f}-{q[2]:.2f}':>11}", flush=True)
+            if ratio > FLAT:
+                misses.append(
+                    f"{backend.title}: the {sizes[-1]}-turn commit costs {ratio:.2f}x the {sizes[0]}-turn "
+                    f"one in {clock} time > {FLAT}x"
+                )
+    print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+def send_report(directory: str, sends: int, misses: list[str]) -> None:
+    t0 = time.perf_counter()
+    load = os.getloadavg()[0]
+    with _emulators([CASE]) as roots:
+        ((root, pid),) = roots
+        r = send_overhead(root, pid, directory, sends)
+    took = time.perf_counter() - t0
+    load = max(load, os.getloadavg()[0])
+    cores = os.cpu_count() or 1
+    print(
+        f"\n2. session.send with SQLiteStore (file, WAL) over session.send in memory, Anthropic emulator "
+        f"(own process), {PAIR_TURNS}-{PAIR_TURNS + PAIR_REPEATS} turns, {sends} repeats"
+    )
+    print(
+        f"{'clock':<22} {'in memory ms':>12} {'stored ms':>10} {'stored/memory':>14} {'IQR':>11} "
+        f"{'store ms':>9}"
+    )
+    for clock, key in (("wall", ""), ("CPU, both processes", "both_"), ("CPU, this process", "cpu_")):
+        memory, stored = {"": ("memory", "stored"), "both_": ("memory_both", "stored_both")}.get(
+            key, ("memory_cpu", "stored_cpu")
+        )
+        own = {"": "own", "both_": "own_both"}.get(key, "own_cpu")
+        lo, hi = r[key + "iqr"]
+        print(
+            f"{clock:<22} {r[memory]:>12.3f} {r[stored]:>10.3f} {r[key + 'ratio']:>14.3f} "
+            f"{f'{lo:.2f}-{hi:.2f}':>11} {r[own] * 1e3:>9.3f}"
+        )
+    print(
+        "(CPU, both processes: this process's and the emulator's, the work a send is made of, which a "
+        f"loaded machine does not blur; {r['both_repeats']} of {sends} repeats read both. CPU, this "
+        "process: without the emulator's work, shown, not judged)"
+    )
+    print(f"({took:.0f} s)")
+    judged = [("CPU, both processes", "both_")]
+    if load <= cores:
+        judged.append(("wall", ""))
+    else:
+        print(f"(the wall ratio is not judged: load average {load:.1f} on {cores} cores)")
+    for clock, key in judged:
+        if not r[key + "ratio"] <= SEND:
+            misses.append(f"send with SQLiteStore {r[key + 'ratio']:.3f}x send in memory ({clock}) > {SEND}x")
+
+    per_turn_stored = r["stored_bytes"] / r["turns"]
+    per_turn_received = r["received_bytes"] / r["turns"]
+    ratio = per_turn_stored / per_turn_received
+    print(
+        f"\n4. bytes stored per turn over payload bytes received (the {r['turns']} timed turns of 2: "
+        f"{r['entries']} entries; a new session's checkpoint, {r['checkpoint']} bytes, apart)"
+    )
+    print(f"{'received B/turn':>15} {'stored B/turn':>14} {'stored/received':>16}")
+    print(f"{per_turn_received:>15.0f} {per_turn_stored:>14.0f} {ratio:>16.2f}")
+    print(
+        f"(on disk: the SQLite file grew {r['file_bytes']} bytes over an empty store's for "
+        f"{r['body_bytes']} bytes of entry bodies, {r['file_bytes'] / r['body_bytes']:.2f}x: pages, keys "
+        "and session rows)"
+    )
+    if ratio > BYTES:
+        misses.append(f"{ratio:.2f}x the payload bytes stored per turn > {BYTES}x")
 
 
 if __name__ == "__main__":

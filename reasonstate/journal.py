@@ -63,7 +63,7 @@ from reasonstate.snapshot import (
     history_to_snapshot,
     restored_layers,
 )
-from reasonstate.state import ExecutionRecord, Folded, History, Trace, TraceEvent, Turn
+from reasonstate.state import ExecutionRecord, Folded, History, Trace, TraceEvent, Turn, thaw
 from reasonstate.state.execution import common_prefix_len
 
 if TYPE_CHECKING:
@@ -277,9 +277,10 @@ def delta_body(mark: Mark, layers: Layers, state: str, changed: int | None) -> t
         newest[record.model] = (seq, mine)
     # a deferred event (a keep-all policy.decision whose figures the next request completes) and the ones
     # after it go with the next entry: reading it now would pay for an encode the next request saves
-    # (frozen JSON is dict and list: json encodes it as it stands; anything else goes through the snapshot's
-    # to_jsonable_python, the ``default`` below)
-    events = [[e.seq, e.kind, e.at, e.data] for e in trace.complete_events(mark.events)]
+    # (an event's data is frozen JSON, dict and list subclasses, which pydantic-core encodes through a slow
+    # path, ~4x plain ones: thawed first, same bytes; anything not JSON goes through the snapshot's
+    # to_jsonable_python, :func:`_dumps`)
+    events = [[e.seq, e.kind, e.at, thaw(e.data)] for e in trace.complete_events(mark.events)]
     data: dict[str, Any] = {
         "state": state,
         "turns": keep,
@@ -292,7 +293,7 @@ def delta_body(mark: Mark, layers: Layers, state: str, changed: int | None) -> t
         data["steps"] = steps
     holding = trace.held_events()
     if holding:
-        data["held"] = [[e.seq, e.kind, e.at, e.data] for e in holding]
+        data["held"] = [[e.seq, e.kind, e.at, thaw(e.data)] for e in holding]
     text = _dumps(data)
     packed = _deflated(text, mark.text)
     return _DELTA_TAG + hashlib.sha256(packed).hexdigest().encode() + b"\n" + packed, text
