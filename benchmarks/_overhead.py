@@ -56,8 +56,12 @@ raw-response call ``session.send`` makes (:meth:`Bench.warm_sdk`). The collectio
 leaves the CPU caches cold, and the SDK's code is large (~20,000 Python calls per Gemini request): without
 these calls, whichever side ran first paid ~0.45 ms of the SDK's cold start (Gemini, 10 turns), the
 per-repeat differences fell into two clusters (the SDK first: ~0 ms; reasonstate first: ~0.9 ms) and their
-median landed anywhere between them, 1.02 to 1.08 from run to run. reasonstate's own code stays as cold as
-in use (the warm-up calls run none of it).
+median landed anywhere between them, 1.02 to 1.08 from run to run. Then, likewise untimed, one ``send`` of
+a twin (the session restored from its snapshot, the one :meth:`Bench.raw_kwargs` builds) on a question of
+its own, so reasonstate's code is as warm as the SDK's: until issue 21's third pass only the SDK's was
+warmed, and reasonstate's own code ran after the collection had evicted it (in ``fresh_session.py`` about
+half of the measured own time was that asymmetry). The session's own memos stay as cold as in use: the
+twin has its own.
 
 The emulators (one process per vendor, as a vendor would be: no GIL shared with the client) keep the
 last :data:`KEEP_PROMPTS` prompts for their cache accounting and drop their request log after each
@@ -387,9 +391,12 @@ class Bench:
             assert session is not None
             row.last_turns = max(row.last_turns, turns)
             question = f"Benchmark question {size}-{k}?"
-            kwargs = self.raw_kwargs(session, question)
+            twin = rs.Session.restore(session.snapshot(), self.client)
+            kwargs = copy.deepcopy(dict(twin.next_request(question).kwargs))  # as raw_kwargs
             gc.collect()  # untimed; no full collection inside the repeat (module docstring)
             self.warm_sdk(session, kwargs)  # untimed, after the collection (module docstring)
+            twin.send(f"Twin's warm-up {size}-{k}?")  # untimed: reasonstate's code warm as the SDK's
+            del twin
             thresholds = gc.get_threshold()
             gc.set_threshold(thresholds[0], thresholds[1], NO_FULL_COLLECTION)
             try:

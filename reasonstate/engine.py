@@ -763,7 +763,7 @@ def commit(
             events,
             # what the next request is built on; not the previous body (a held decision's effect keeps
             # these layers until it is read: with the body, two whole requests per session, issue 21)
-            attrs.evolve(layers, records=records, last_body=None),
+            Layers(layers.history, layers.trace, records, layers.lost, layers.stripped, None),
             adapter=adapter,
             prefix=prefix,
             model=model,

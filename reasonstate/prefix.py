@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from reasonstate.errors import InvalidOption
-from reasonstate.state.frozen import freeze
+from reasonstate.state.frozen import compact_encoder, freeze
 
 __all__ = ["MAX_DEPTH", "MAX_LEAVES", "Prefix", "Tool", "canonical_json", "flat_schema"]
 
@@ -33,13 +33,13 @@ _CLOCK = re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:\.\d+)?(?![\d:])")
 
 
 #: one encoder for :func:`canonical_json` (``json.dumps`` with options builds a new one on every call)
-_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+_CANONICAL = compact_encoder(sort_keys=True)
 
 
 def canonical_json(value: Any) -> str:
     """Compact JSON with sorted keys and non-ASCII kept: the one serialization of our own values (the same
     text as ``json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))``)."""
-    return _CANONICAL.encode(value)
+    return _CANONICAL(value)
 
 
 #: the tool-name rule both vendors state: Anthropic ``^[a-zA-Z0-9_-]{1,64}$``, OpenAI "a-z, A-Z, 0-9,

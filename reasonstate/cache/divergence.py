@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol, get_args
 import attrs
 
 from reasonstate.cache.rules import common_prefix_len
+from reasonstate.state.frozen import compact_encoder
 
 __all__ = [
     "CAUSES",
@@ -183,10 +184,7 @@ class Divergence:
 
 # -- what the rooms build views with ------------------------------------------------------------------------
 
-_ENCODERS = {
-    sort: json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=sort).encode
-    for sort in (False, True)
-}
+_ENCODERS = {sort: compact_encoder(sort_keys=sort) for sort in (False, True)}
 
 
 def compact_key(value: Any, *, sort: bool) -> str:

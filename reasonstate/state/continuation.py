@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from reasonstate.errors import ContinuationMismatch, MalformedResponse
-from reasonstate.state.frozen import freeze
+from reasonstate.state.frozen import compact_encoder, freeze
 
 __all__ = ["FIRST_PARTY", "Continuation", "compact", "digest_of", "unicode_reply"]
 
@@ -34,7 +34,7 @@ _UNPARSED: Any = object()
 #: (payload, digest, frozen value or _UNPARSED): what was found true of those very objects
 _Checked = tuple[bytes, str, Any]
 
-_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_DUMPS = compact_encoder()
 
 
 def compact(value: Any) -> bytes:

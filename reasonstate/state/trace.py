@@ -45,7 +45,7 @@ from typing import Any, overload
 
 import attrs
 
-from reasonstate.state.frozen import FrozenDict, FrozenList, freeze
+from reasonstate.state.frozen import FrozenDict, FrozenList, compact_encoder, freeze
 
 __all__ = ["EventKind", "Trace", "TraceEvent", "TraceEvents"]
 
@@ -117,7 +117,7 @@ _MAX_SHAPES = 4096
 #: how many of the newest events a trace value keeps as built (a store's next delta reads them all)
 _TAIL_MAX = 8
 _LIST = -1  # the head of an encoded list; a dict is ``[shape id, *values]``
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+_dumps = compact_encoder()
 _loads = json.loads
 
 
