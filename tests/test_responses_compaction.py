@@ -1,0 +1,237 @@
+"""Responses compaction (docs/protocols.md §1.9, issue 26 item 2): the emulator's server-side compaction and
+``POST /v1/responses/compact``, through the real ``openai`` SDK over real HTTP; then a session that carries a
+compaction item as model-bound continuation state."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from openai.types.responses import ResponseCompactionItem
+
+import reasonstate as rs
+from reasonstate.testing import ModelAction, ToolCallSpec
+from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+
+MODEL = "gpt-5.5"
+ENC = ["reasoning.encrypted_content"]
+COMPACT_AT = [{"type": "compaction", "compact_threshold": 40}]
+REASON = "Reason: Encrypted content could not be decrypted or parsed."
+
+
+@pytest.fixture
+def emu() -> Iterator[OpenAIResponsesEmulator]:
+    with OpenAIResponsesEmulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def client(emu: OpenAIResponsesEmulator) -> Iterator[openai.OpenAI]:
+    with emu.client() as c:
+        yield c
+
+
+def _dump(response: Any) -> list[dict[str, Any]]:
+    return [o.model_dump(exclude_none=True) for o in response.output]
+
+
+def _tokens(*items: dict[str, Any]) -> int:
+    """The emulator's documented token count of rendered input items, written out here (module doc of
+    reasonstate.testing.openai_responses): sorted-key compact JSON without id/status, 4 bytes a token."""
+    return sum(
+        math.ceil(
+            len(
+                json.dumps(
+                    {k: v for k, v in i.items() if k not in ("id", "status")},
+                    ensure_ascii=False,
+                    separators=(",", ":"),
+                    sort_keys=True,
+                ).encode()
+            )
+            / 4
+        )
+        for i in items
+    )
+
+
+LONG = {"role": "user", "content": "Summarize the whole design discussion so far. " * 8}
+
+
+def _compacted(emu: OpenAIResponsesEmulator, client: openai.OpenAI) -> Any:
+    emu.script.extend([ModelAction(text="Done.", reasoning="Short.")])
+    return client.responses.create(
+        model=MODEL, input=[LONG], include=ENC, store=False, context_management=COMPACT_AT
+    )
+
+
+def test_crossing_the_threshold_puts_a_compaction_item_before_the_reply(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    response = _compacted(emu, client)
+    first = response.output[0]
+    assert isinstance(first, ResponseCompactionItem)
+    assert first.id.startswith("cmp_") and first.encrypted_content.startswith("gAAAAAB")
+    assert [o.type for o in response.output] == ["compaction", "reasoning", "message"]
+
+
+def test_below_the_threshold_there_is_no_compaction(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    emu.script.extend([ModelAction(text="Hi.")])
+    big = [{"type": "compaction", "compact_threshold": 10_000}]
+    response = client.responses.create(model=MODEL, input="Hello", store=False, context_management=big)
+    assert [o.type for o in response.output] == ["reasoning", "message"]
+
+
+def test_the_compaction_item_replaces_the_items_before_it(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    """Replaying everything and replaying from the compaction item on is the same prompt (the vendor's
+    latency tip: items before the newest compaction item may be dropped)."""
+    output = _dump(_compacted(emu, client))
+    nxt = {"role": "user", "content": "Thanks"}
+    emu.script.extend([ModelAction(text="A."), ModelAction(text="B.")])
+    whole = client.responses.create(model=MODEL, input=[LONG, *output, nxt], include=ENC, store=False)
+    pruned = client.responses.create(model=MODEL, input=[*output, nxt], include=ENC, store=False)
+    assert whole.usage is not None and pruned.usage is not None
+    assert whole.usage.input_tokens == pruned.usage.input_tokens == _tokens(*output, nxt)
+
+
+def test_a_tampered_compaction_item_is_the_vendors_400(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    """openclaw/openclaw#110075, openai/codex#35334: after compaction the item does not decrypt."""
+    output = _dump(_compacted(emu, client))
+    blob = output[0]["encrypted_content"]
+    output[0]["encrypted_content"] = blob[:-6] + ("A" if blob[-6] != "A" else "B") + blob[-5:]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=MODEL, input=[*output, {"role": "user", "content": "x"}], store=False)
+    assert caught.value.code == "invalid_encrypted_content"
+    assert caught.value.body == {
+        "message": f"The encrypted content for item cmp_em...._001 could not be verified. {REASON}",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_encrypted_content",
+    }
+    idless = {k: v for k, v in output[0].items() if k != "id"}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=MODEL, input=[idless], store=False)
+    shown = idless["encrypted_content"]
+    assert caught.value.body is not None
+    assert caught.value.body["message"] == (
+        f"The encrypted content {shown[:4]}...{shown[-4:]} could not be verified. {REASON}"
+    )
+
+
+def test_a_compaction_item_is_bound_to_its_model(emu: OpenAIResponsesEmulator, client: openai.OpenAI) -> None:
+    output = _dump(_compacted(emu, client))
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="gpt-5.4", input=[output[0]], store=False)
+    assert caught.value.code == "invalid_encrypted_content"
+
+
+def test_the_compact_endpoint_returns_the_user_messages_then_one_compaction_item(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    emu.script.extend([ModelAction(text="Paris.", reasoning="Easy.")])
+    first = client.responses.create(model=MODEL, input="Capital of France?", include=ENC, store=False)
+    window = [{"role": "user", "content": "Capital of France?"}, *_dump(first)]
+    compacted = client.responses.compact(model=MODEL, input=window)
+    assert compacted.object == "response.compaction"
+    assert [o.type for o in compacted.output] == ["message", "compaction"]
+    emu.script.extend([ModelAction(text="Berlin.")])
+    # the SDK types a user message of the output as its output message: dump without its warning
+    items = [o.model_dump(exclude_none=True, warnings=False) for o in compacted.output]
+    nxt = [*items, {"role": "user", "content": "And Germany?"}]
+    answer = client.responses.create(model=MODEL, input=nxt, include=ENC, store=False)
+    assert answer.output_text == "Berlin."
+
+
+# -- the session: a compaction item is continuation state bound to its model ---------------------------------
+
+TOOLS = [
+    rs.Tool(
+        name="get_weather",
+        description="w",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    )
+]
+WEATHER = ToolCallSpec("get_weather", {"city": "Paris"})
+TASK = "Look up the weather in Paris, then summarize the whole design discussion so far. " * 3
+
+
+def _chain(emu: OpenAIResponsesEmulator, *, stream: bool) -> rs.Session:
+    """A tool chain with reasoning whose first request crosses the threshold: compaction, then the call."""
+    emu.script.extend(
+        [
+            ModelAction.call(WEATHER, reasoning="Need the weather."),
+            ModelAction(text="Sunny in Paris.", reasoning="Tool said sunny."),
+            ModelAction(text="Yes.", reasoning="Still sunny."),
+        ]
+    )
+    session = rs.Session(
+        emu.client(), model=MODEL, store=False, tools=TOOLS, context_management=COMPACT_AT, stream=stream
+    )
+    reply = session.send(TASK)
+    session.send_tool_results({reply.tool_calls[0].id: "sunny"})
+    return session
+
+
+def test_a_session_keeps_the_compaction_item_bound_to_its_model_and_replays_it_verbatim(
+    emu: OpenAIResponsesEmulator,
+) -> None:
+    """issue 26: the compaction item is a continuation payload (model-bound), replayed byte for byte."""
+    session = _chain(emu, stream=False)
+    kinds = [(c.kind, c.model_bound) for c in session.continuation]
+    assert kinds[0] == ("compaction", True)
+    sent = json.loads(emu.requests[-1].body)["input"]
+    received = json.loads(emu.requests[0].body)  # the first request crossed the threshold
+    assert "context_management" in received
+    compaction = json.loads(session.continuation[0].payload)
+    assert compaction in sent and sent.index(compaction) == 1  # after the user message, verbatim
+    session.send("Still sunny?")  # the replayed item verified: the emulator accepted it
+
+
+def test_after_a_model_switch_the_compaction_item_is_never_sent(emu: OpenAIResponsesEmulator) -> None:
+    session = _chain(emu, stream=False)
+    blob = json.loads(session.continuation[0].payload)["encrypted_content"]
+    session.switch_model("gpt-5.4")
+    session.send("Still sunny?")  # the emulator would refuse the item under gpt-5.4 (400)
+    assert blob.encode() not in emu.requests[-1].body
+
+
+def test_streamed_and_unstreamed_compaction_give_the_same_state() -> None:
+    states = []
+    for stream in (False, True):
+        with OpenAIResponsesEmulator() as emu:
+            session = _chain(emu, stream=stream)
+            masked = [
+                {k: "-" if k == "encrypted_content" else v for k, v in json.loads(c.payload).items()}
+                for c in session.continuation
+            ]
+            steps = [(s.parts, s.usage, s.stop_reason) for t in session.history.turns for s in t.steps]
+            states.append((masked, steps))
+    assert states[0] == states[1]
+
+
+def test_a_restored_session_sends_the_compaction_item_byte_identically(emu: OpenAIResponsesEmulator) -> None:
+    session = _chain(emu, stream=False)
+    expected = session.next_request("Still sunny?").kwargs
+    snap = rs.SessionSnapshot.model_validate_json(session.snapshot().model_dump_json())
+    restored = rs.Session.restore(snap, emu.client())
+    assert json.dumps(restored.next_request("Still sunny?").kwargs) == json.dumps(expected)
+    restored.send("Still sunny?")
+
+
+def test_cache_prediction_equals_the_emulators_cache_read_on_every_request(
+    emu: OpenAIResponsesEmulator,
+) -> None:
+    session = _chain(emu, stream=False)
+    session.send("Still sunny?")
+    predicted = [r.predicted_cache_read for r in session.execution]
+    reported = [r.usage.cache_read for r in session.execution]
+    assert predicted == reported
