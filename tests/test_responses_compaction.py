@@ -14,6 +14,7 @@ import pytest
 from openai.types.responses import ResponseCompactionItem
 
 import reasonstate as rs
+from reasonstate.state import EventKind
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 
@@ -192,7 +193,7 @@ def test_a_session_keeps_the_compaction_item_bound_to_its_model_and_replays_it_v
     received = json.loads(emu.requests[0].body)  # the first request crossed the threshold
     assert "context_management" in received
     compaction = json.loads(session.continuation[0].payload)
-    assert compaction in sent and sent.index(compaction) == 1  # after the user message, verbatim
+    assert sent[0] == compaction  # verbatim, and the items it replaces are dropped (§1.9)
     session.send("Still sunny?")  # the replayed item verified: the emulator accepted it
 
 
@@ -227,11 +228,55 @@ def test_a_restored_session_sends_the_compaction_item_byte_identically(emu: Open
     restored.send("Still sunny?")
 
 
-def test_cache_prediction_equals_the_emulators_cache_read_on_every_request(
+SYSTEM = "You are a careful assistant for a weather desk. Answer briefly and cite the tool. " * 60
+
+
+def _long_session(emu: OpenAIResponsesEmulator) -> rs.Session:
+    """Prompts above the 1024-token cache minimum; only the first request crosses the threshold."""
+    emu.script.extend(
+        [
+            ModelAction.call(WEATHER, reasoning="Need the weather."),
+            ModelAction(text="Sunny in Paris.", reasoning="Tool said sunny."),
+            ModelAction(text="Yes.", reasoning="Still sunny."),
+            ModelAction(text="No.", reasoning="Nothing else."),
+        ]
+    )
+    threshold = [{"type": "compaction", "compact_threshold": 1500}]
+    session = rs.Session(
+        emu.client(), model=MODEL, system=SYSTEM, store=False, tools=TOOLS, context_management=threshold
+    )
+    reply = session.send(TASK * 4)
+    session.send_tool_results({reply.tool_calls[0].id: "sunny"})
+    session.send("Still sunny?")
+    session.send("Anything else?")
+    return session
+
+
+def test_the_request_after_a_compaction_drops_what_the_item_replaces(emu: OpenAIResponsesEmulator) -> None:
+    """§1.9 latency tip: stateless, the input starts at the newest compaction item."""
+    session = _long_session(emu)
+    second = json.loads(emu.requests[1].body)["input"]
+    assert second[0] == json.loads(session.continuation[0].payload)
+    assert [i.get("type") for i in second] == [
+        "compaction",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+    ]
+
+
+def test_a_compaction_is_a_declared_cache_break_and_every_other_prediction_is_exact(
     emu: OpenAIResponsesEmulator,
 ) -> None:
-    session = _chain(emu, stream=False)
-    session.send("Still sunny?")
+    session = _long_session(emu)
+    """Requests 1 and 3 cross the threshold (1526 and 1579 tokens of 1500): each next request starts at the
+    new compaction item, a break the trace declares; the others extend their predecessor."""
+    breaks = session.trace.of_kind(EventKind.CACHE_BREAK)
+    declared = [(b.data["index"], b.data["cause"], b.data["declared"]) for b in breaks]
+    assert declared == [(1, "compacted", True), (3, "compacted", True)]
+    assert all(b.data["why"].startswith("context.compacted: ") for b in breaks)
+    assert sum(c.kind == "compaction" for c in session.continuation) == 2
     predicted = [r.predicted_cache_read for r in session.execution]
     reported = [r.usage.cache_read for r in session.execution]
-    assert predicted == reported
+    assert reported[2] >= 1024  # a real cache read, predicted exactly
+    assert [predicted[0], predicted[2]] == [reported[0], reported[2]]

@@ -89,6 +89,7 @@ from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
+    EventKind,
     ExecutionRecord,
     History,
     OpaquePart,
@@ -107,6 +108,7 @@ from reasonstate.state import (
 
 __all__ = [
     "CHAIN_FALLBACK",
+    "CONTEXT_COMPACTED",
     "ENCRYPTED_CONTENT",
     "INPUT_TRANSFORMATIONS",
     "OPENAI_RESPONSES",
@@ -140,6 +142,8 @@ API = "responses"
 ENCRYPTED_CONTENT = "reasoning.encrypted_content"
 #: trace event kinds this adapter adds
 CHAIN_FALLBACK = "chain.fallback"
+#: a compaction item arrived (§1.9): the engine cites it as the declared cause of the next cache break
+CONTEXT_COMPACTED = EventKind.CONTEXT_COMPACTED
 INPUT_TRANSFORMATIONS = "input.transformations"
 REASONING_UNREPLAYABLE = "reasoning.unreplayable"
 #: what an item produced after a dropped reasoning item loses when replayed id-less (§1.4 B.2; a message
@@ -446,6 +450,14 @@ class OpenAIResponsesAdapter:
             units.extend(encoded.units)
             withheld.extend(encoded.withheld)
 
+        if not store:
+            # §1.9: the newest compaction item carries every item before it; stateless, those are dropped
+            # (the vendor's latency tip), so the request and its units are what the server renders. With
+            # ``previous_response_id`` nothing is pruned (§1.9: "do not manually prune")
+            at = _newest_compaction(values)
+            if at:
+                values = values[at:]
+                units = units[:n_head] + units[n_head + at :]
         events: list[tuple[str, Mapping[str, Any]]] = []
         previous: str | None = None
         start = 0
@@ -522,6 +534,19 @@ class OpenAIResponsesAdapter:
                 )
             )
         rid = response.get("id")
+        compactions = [c for c in payloads if c.kind == "compaction"]
+        if compactions:  # §1.9: the next stateless request starts at this item: a declared rewrite
+            events.append(
+                (
+                    CONTEXT_COMPACTED,
+                    {
+                        "response_id": rid,
+                        "digest": compactions[-1].digest,
+                        "summary": "the vendor compacted the context: its compaction item replaces every "
+                        "earlier item (docs/protocols.md §1.9)",
+                    },
+                )
+            )
         transformations = response.get("input_transformations")
         if isinstance(transformations, list) and transformations:
             events.append((INPUT_TRANSFORMATIONS, {"response_id": rid, "items": transformations}))
@@ -587,6 +612,17 @@ def _chain(
     if len(units) < len(chain) or tuple(units[: len(chain)]) != chain:
         return 0, "history_rewritten"
     return len(chain), None
+
+
+def _newest_compaction(values: Sequence[Any]) -> int | None:
+    """The index of the newest ``compaction`` item among the input items (§1.9), None when there is none.
+    An item of another model is never among them (rendered canonically: a compaction has no canonical
+    form), so only a compaction this model can read cuts the input."""
+    for i in range(len(values) - 1, -1, -1):
+        value = values[i]
+        if isinstance(value, Mapping) and value.get("type") == "compaction":
+            return i
+    return None
 
 
 def _message_item(role: str, text: str) -> _Item:
