@@ -280,3 +280,28 @@ def test_a_compaction_is_a_declared_cache_break_and_every_other_prediction_is_ex
     reported = [r.usage.cache_read for r in session.execution]
     assert reported[2] >= 1024  # a real cache read, predicted exactly
     assert [predicted[0], predicted[2]] == [reported[0], reported[2]]
+
+
+# -- guard mode on a plain client (issue 26 item 5) ----------------------------------------------------------
+
+
+def test_the_guard_sees_a_compaction_as_a_compacted_rewrite_and_predicts_the_rest(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    """A plain client appends every output item as the compaction guide says (no pruning): the server
+    renders from the compaction item on, the guard reads the request the same way."""
+    guard = rs.instrument(client)
+    emu.script.extend([ModelAction(text=f"Answer {i}.", reasoning="Think.") for i in range(3)])
+    threshold = [{"type": "compaction", "compact_threshold": 1500}]
+    kw: dict[str, Any] = {"model": MODEL, "instructions": SYSTEM, "include": ENC, "store": False}
+    items: list[Any] = [{"role": "user", "content": TASK * 6}]
+    for question in ("Still sunny?", "Anything else?"):
+        response = client.responses.create(input=items, context_management=threshold, **kw)
+        items += [*_dump(response), {"role": "user", "content": question}]
+    client.responses.create(input=items, context_management=threshold, **kw)
+    records = guard.records
+    assert [o.get("type") for o in json.loads(emu.requests[1].body)["input"]][:2] == [None, "compaction"]
+    assert records[1].divergence is not None and records[1].divergence.cause == "compacted"
+    assert records[2].divergence is None and records[2].warnings == ()
+    assert records[2].reported_cache_read is not None and records[2].reported_cache_read >= 1024
+    assert records[2].predicted_cache_read == records[2].reported_cache_read

@@ -844,7 +844,11 @@ class ResponsesRoom(Room):
         items = body.get("input")
         if isinstance(items, str):
             b.add("history", "$.input", items, {"content": items, "role": "user"})
-        for i, item in enumerate(listed(items)):
+        listing = listed(items)
+        # §1.9: the server renders the input from its newest compaction item on (the item replaces what came
+        # before it), so a request that replays those items and one that dropped them are the same prompt
+        start = _newest_compaction(listing) or 0
+        for i, item in enumerate(listing[start:], start):
             kept = (
                 {k: v for k, v in item.items() if k not in _ITEM_METADATA}
                 if isinstance(item, Mapping)
