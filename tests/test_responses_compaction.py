@@ -305,3 +305,58 @@ def test_the_guard_sees_a_compaction_as_a_compacted_rewrite_and_predicts_the_res
     assert records[2].divergence is None and records[2].warnings == ()
     assert records[2].reported_cache_read is not None and records[2].reported_cache_read >= 1024
     assert records[2].predicted_cache_read == records[2].reported_cache_read
+
+
+# -- conversations (§1.10): the third way of chaining ------------------------------------------------------
+
+
+def test_a_session_on_a_conversation_sends_only_the_new_items(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    conversation = client.conversations.create()
+    emu.script.extend(
+        [
+            ModelAction.call(WEATHER, reasoning="Need the weather."),
+            ModelAction(text="Sunny.", reasoning="Tool said sunny."),
+            ModelAction(text="Yes.", reasoning="Still."),
+        ]
+    )
+    session = rs.Session(client, model=MODEL, tools=TOOLS, conversation=conversation.id)
+    reply = session.send("Weather in Paris?")
+    session.send_tool_results({reply.tool_calls[0].id: "sunny"})
+    session.send("Still sunny?")
+    bodies = [json.loads(r.body) for r in emu.requests[1:]]  # [0] created the conversation
+    assert [b["conversation"] for b in bodies] == [conversation.id] * 3
+    assert "previous_response_id" not in bodies[2]
+    assert [[i.get("type", "user") for i in b["input"]] for b in bodies] == [
+        ["user"],
+        ["function_call_output"],
+        ["user"],
+    ]
+    # what the conversation holds is what a stateless session would have sent, item for item
+    held = emu.conversation_items(conversation.id)
+    assert [i.get("type", "user") for i in held] == [
+        "user",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "reasoning",
+        "message",
+        "user",
+        "reasoning",
+        "message",
+    ]
+    assert held[1] == json.loads(session.continuation[0].payload)
+
+
+def test_conversation_and_previous_response_id_are_mutually_exclusive(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    conversation = client.conversations.create()
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model=MODEL, input="x", conversation=conversation.id, previous_response_id="resp_emu_001"
+        )
+    assert caught.value.code == "mutually_exclusive_parameters"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model=MODEL, input="x", conversation="conv_unknown")

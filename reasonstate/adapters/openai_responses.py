@@ -85,7 +85,7 @@ from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.adapters.transport import status_message
 from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
 from reasonstate.cache.rules import CacheRules
-from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
+from reasonstate.errors import MalformedResponse, PolicyConflict, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     Continuation,
@@ -450,7 +450,8 @@ class OpenAIResponsesAdapter:
             units.extend(encoded.units)
             withheld.extend(encoded.withheld)
 
-        if not store:
+        conversation = options.get("conversation")
+        if not store and conversation is None:
             # §1.9: the newest compaction item carries every item before it; stateless, those are dropped
             # (the vendor's latency tip), so the request and its units are what the server renders. With
             # ``previous_response_id`` nothing is pruned (§1.9: "do not manually prune")
@@ -471,6 +472,8 @@ class OpenAIResponsesAdapter:
                     events.append(
                         (CHAIN_FALLBACK, {"reason": reason, "previous_response_id": last.response_id})
                     )
+        if conversation is not None:
+            start = max(_held_by_conversation(history, units, records) - n_head, 0)
         kwargs: dict[str, Any] = {"model": model}
         if prefix.system:
             kwargs["instructions"] = prefix.system
@@ -612,6 +615,24 @@ def _chain(
     if len(units) < len(chain) or tuple(units[: len(chain)]) != chain:
         return 0, "history_rewritten"
     return len(chain), None
+
+
+def _held_by_conversation(history: History, units: Sequence[str], records: Sequence[ExecutionRecord]) -> int:
+    """How many leading units the ``conversation`` already holds (§1.10: every earlier request's input and
+    output join it): the newest request's units and the last step's output items. The request sends only
+    what follows. A history rewritten since (a policy dropped reasoning) cannot be sent: the conversation
+    keeps the items as they went."""
+    last = _last_step(history)
+    if last is None or not records:
+        return 0  # the first request on a (new) conversation sends every item
+    chain = (*as_records(records).newest_units(), *(c.digest for c in last.continuation))
+    if tuple(units[: len(chain)]) != chain:
+        raise PolicyConflict(
+            "conversation= keeps every earlier item server-side as it was sent; this history was rewritten "
+            "since (a policy dropped or summarized reasoning, or the model changed): use Keep, or "
+            "previous_response_id / stateless items (docs/protocols.md §1.10)"
+        )
+    return len(chain)
 
 
 def _newest_compaction(values: Sequence[Any]) -> int | None:

@@ -53,6 +53,11 @@ What it enforces (each rule cites its section; error texts are the ones observed
   ``{"object": "response.compaction", "output": [user messages…, compaction item], "usage"}`` and consumes
   no script action. The compacting request reports the usage of the prompt it received; the cache then
   holds the compacted window (instructions, tools, compaction item).
+* **Conversations** (§1.10): ``POST /v1/conversations`` (``items``, ``metadata``) makes a ``conv_…``; a
+  Responses request naming it in ``conversation`` (an id or ``{"id"}``) gets its items prepended, and its
+  input and output are appended to it when it succeeds. An unknown conversation is 404 ``Conversation
+  with id 'conv_…' not found.``; ``conversation`` with ``previous_response_id`` is 400
+  ``mutually_exclusive_parameters``.
 * Unknown input item types → 400 ``code: invalid_value``.
 * :meth:`OpenAIResponsesEmulator.expire` forgets stored responses (the retention period ran out), so a
   later ``previous_response_id`` naming one gets the 404 above.
@@ -221,6 +226,14 @@ def _window(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items[at:]
 
 
+def _conversation_id(body: dict[str, Any]) -> str | None:
+    """The request's ``conversation``: an id string or ``{"id": ...}`` (§1.10)."""
+    conversation = body.get("conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    return conversation if isinstance(conversation, str) else None
+
+
 def _compaction_threshold(body: dict[str, Any]) -> int | None:
     """``compact_threshold`` of the request's ``context_management`` compaction entry, if any (§1.9)."""
     for entry in body.get("context_management") or ():
@@ -339,6 +352,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         self._minted: dict[str, _Minted] = {}
         self._stored_items: dict[str, dict[str, Any]] = {}
         self._chains: dict[str, list[dict[str, Any]]] = {}
+        self._conversations: dict[str, list[dict[str, Any]]] = {}  # conv_ id -> its items, in order
         # namespace -> [prompt, its lifetime in seconds, its expiry on the emulator's clock]
         self._prompts: dict[tuple[str, str | None], list[list[Any]]] = {}
 
@@ -346,6 +360,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         return [
             Route("POST", r"/v1/responses", self._handle),
             Route("POST", r"/v1/responses/compact", self._handle_compact),
+            Route("POST", r"/v1/conversations", self._handle_conversation),
         ]
 
     # -- public introspection ----------------------------------------------------------------------
@@ -409,6 +424,18 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
     def _expand(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         previous = body.get("previous_response_id")
+        conversation = _conversation_id(body)
+        if conversation is not None:
+            if previous is not None:
+                message = (
+                    "Mutually exclusive parameters: Ensure you are only providing one of: "
+                    "'previous_response_id' or 'conversation'."
+                )
+                raise _Reject(openai_error(400, message, code="mutually_exclusive_parameters"))
+            if conversation not in self._conversations:
+                message = f"Conversation with id '{conversation}' not found."
+                raise _Reject(openai_error(404, message, param="conversation"))
+            items.extend(copy.deepcopy(self._conversations[conversation]))
         if previous is not None:
             if previous not in self._chains:
                 message = f"Previous response with id '{previous}' not found."
@@ -678,6 +705,9 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             + count_tokens(action.text or "")
             + sum(count_tokens(c.name + _arguments(c)) for c in action.tool_calls)
         )
+        conversation = _conversation_id(body)
+        if conversation is not None:  # §1.10: the request's input and output join the conversation
+            self._conversations[conversation] = copy.deepcopy(items + output)
         store = body.get("store", True) is not False
         if store:
             self._chains[resp_id] = copy.deepcopy(items + output)
@@ -770,6 +800,43 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         prompt = [segment.encode() for segment in segments]
         # §1.9: the newest compaction item replaces every item before it
         return prompt + [_segment(item) for item in _window(items)]
+
+    # -- POST /v1/conversations (§1.10) -----------------------------------------------------------
+    def _handle_conversation(self, request: RecordedRequest) -> JSONResponse:
+        """A new conversation holding ``items`` (resolved like input items, at most 20)."""
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        try:
+            body = request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return openai_error(400, "We could not parse the JSON body of your request.")
+        raw = body.get("items") or []
+        if not isinstance(raw, list) or len(raw) > 20:
+            return openai_error(400, "Invalid 'items': expected an array of at most 20 items.", param="items")
+        with self._lock:
+            try:
+                items = [self._resolve(i, item) for i, item in enumerate(raw)]
+            except _Reject as rejected:
+                return rejected.response
+            conv_id = self._mint("conv")
+            self._conversations[conv_id] = copy.deepcopy(items)
+        return JSONResponse(
+            200,
+            {
+                "id": conv_id,
+                "object": "conversation",
+                "created_at": int(time.time()),
+                "metadata": body.get("metadata") or {},
+            },
+        )
+
+    def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The items the conversation holds, oldest first (a copy)."""
+        with self._lock:
+            return copy.deepcopy(self._conversations[conversation_id])
 
     # -- POST /v1/responses/compact (§1.9) ---------------------------------------------------------
     def _handle_compact(self, request: RecordedRequest) -> JSONResponse:
