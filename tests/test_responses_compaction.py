@@ -360,3 +360,11 @@ def test_conversation_and_previous_response_id_are_mutually_exclusive(
     assert caught.value.code == "mutually_exclusive_parameters"
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model=MODEL, input="x", conversation="conv_unknown")
+
+
+def test_the_demo_row_shows_one_declared_compaction_break_and_exact_predictions() -> None:
+    from reasonstate.demo.compaction import compaction_table
+
+    table = compaction_table()
+    assert [r[5] for r in table.rows] == ["-", "compacted (declared)", "-"]
+    assert table.rows[1][1].startswith("compaction ") and table.rows[2][3] == table.rows[2][4] != "0"
