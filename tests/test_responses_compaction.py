@@ -368,3 +368,52 @@ def test_the_demo_row_shows_one_declared_compaction_break_and_exact_predictions(
     table = compaction_table()
     assert [r[5] for r in table.rows] == ["-", "compacted (declared)", "-"]
     assert table.rows[1][1].startswith("compaction ") and table.rows[2][3] == table.rows[2][4] != "0"
+
+
+# -- switches: a compaction item never reaches another vendor or model ------------------------------------
+
+
+@pytest.mark.parametrize("other", ["anthropic", "gemini", "deepseek", "gpt-5.4"])
+def test_a_switch_after_a_compaction_sends_no_foreign_opaque_bytes_and_back_it_continues(
+    emu: OpenAIResponsesEmulator, other: str
+) -> None:
+    """issue 26: the compaction item stays with gpt-5.5; the other side gets the visible history only, and
+    back on gpt-5.5 the emulator verifies the item again."""
+    from reasonstate.testing.anthropic import AnthropicEmulator
+    from reasonstate.testing.gemini import GeminiEmulator
+    from reasonstate.testing.openai_chat import OpenAIChatEmulator
+
+    session = _chain(emu, stream=False)
+    newest = [c for c in session.continuation if c.kind == "compaction"][-1]  # both requests compacted
+    blob = json.loads(newest.payload)["encrypted_content"].encode()
+    if other == "gpt-5.4":
+        session.switch_model("gpt-5.4")
+        session.send("Still sunny?")
+        assert blob not in emu.requests[-1].body
+    else:
+        make, model, options = {
+            "anthropic": (
+                AnthropicEmulator,
+                "claude-sonnet-4-6",
+                {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}},
+            ),
+            "gemini": (GeminiEmulator, "gemini-3-flash", {"thinking_config": {"include_thoughts": True}}),
+            "deepseek": (
+                lambda: OpenAIChatEmulator(dialect="deepseek"),
+                "deepseek-v4-pro",
+                {"dialect": "deepseek"},
+            ),
+        }[other]
+        with make() as theirs:
+            theirs.script.extend([ModelAction(text="Other.", reasoning="Other side.")])
+            client = theirs.client() if other == "gemini" else theirs.client(max_retries=0)
+            session.switch(client, model=model, **options)
+            session.send("Still sunny?")
+            assert all(blob not in r.body for r in theirs.requests)
+    if other == "gpt-5.4":
+        session.switch_model(MODEL)
+    else:
+        session.switch(emu.client(), model=MODEL, context_management=COMPACT_AT)
+    emu.script.extend([ModelAction(text="Back.", reasoning="Back on 5.5.")])
+    session.send("And now?")  # the emulator verified every item it got
+    assert blob in emu.requests[-1].body  # its own model reads it again
