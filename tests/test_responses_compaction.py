@@ -417,3 +417,21 @@ def test_a_switch_after_a_compaction_sends_no_foreign_opaque_bytes_and_back_it_c
     emu.script.extend([ModelAction(text="Back.", reasoning="Back on 5.5.")])
     session.send("And now?")  # the emulator verified every item it got
     assert blob in emu.requests[-1].body  # its own model reads it again
+
+
+def test_inspect_shows_the_compaction_as_a_bound_payload_and_the_declared_break(
+    emu: OpenAIResponsesEmulator, tmp_path: Any
+) -> None:
+    from reasonstate.recordings import inspect_text, load
+
+    session = _long_session(emu)
+    saved = tmp_path / "session.json"
+    saved.write_text(session.snapshot().model_dump_json())
+    text = inspect_text(load(saved), events=200)
+    compaction = session.continuation[0]
+    size, digest = len(compaction.payload), compaction.digest[:19]
+    line = f"openai/responses compaction from gpt-5.5, {size} bytes, {digest}…, bound to its model"
+    assert f"turn 0 step 0: {line}" in text
+    assert "context.compacted" in text and "compacted" in text
+    blob = json.loads(compaction.payload)["encrypted_content"]
+    assert blob not in text and blob[:40] not in text  # opaque: kind, size and digest only
