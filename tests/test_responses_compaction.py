@@ -435,3 +435,19 @@ def test_inspect_shows_the_compaction_as_a_bound_payload_and_the_declared_break(
     assert "context.compacted" in text and "compacted" in text
     blob = json.loads(compaction.payload)["encrypted_content"]
     assert blob not in text and blob[:40] not in text  # opaque: kind, size and digest only
+
+
+def test_a_streamed_compaction_announces_the_pass_and_parses_to_the_same_item(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI
+) -> None:
+    emu.script.extend([ModelAction(text="Done.", reasoning="Short.")])
+    kinds: list[str] = []
+    with client.responses.stream(
+        model=MODEL, input=[LONG], include=ENC, store=False, context_management=COMPACT_AT
+    ) as stream:
+        for event in stream:
+            kinds.append(event.type)
+        final = stream.get_final_response()
+    assert "response.compaction.compacting" in kinds
+    items = _dump(final)
+    assert items[0]["type"] == "compaction" and items[0]["id"] == "cmp_emu_001"

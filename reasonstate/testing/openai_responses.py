@@ -948,6 +948,9 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
                 arguments=item["arguments"],
                 name=item["name"],
             )
+        elif kind == "compaction":  # §1.9: the pass is announced while it samples (no summary content)
+            yield event("response.output_item.added", output_index=index, item=item)
+            yield event("response.compaction.compacting", item_id=item_id, output_index=index)
         else:
             yield event("response.output_item.added", output_index=index, item=item)
         yield event("response.output_item.done", output_index=index, item=item)
