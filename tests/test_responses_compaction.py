@@ -14,6 +14,7 @@ import pytest
 from openai.types.responses import ResponseCompactionItem
 
 import reasonstate as rs
+from reasonstate.adapters.openai_responses import CHAIN_FALLBACK
 from reasonstate.state import EventKind
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
@@ -451,3 +452,41 @@ def test_a_streamed_compaction_announces_the_pass_and_parses_to_the_same_item(
     assert "response.compaction.compacting" in kinds
     items = _dump(final)
     assert items[0]["type"] == "compaction" and items[0]["id"] == "cmp_emu_001"
+
+
+@pytest.mark.parametrize("chaining", ["store", "conversation"])
+def test_chained_by_id_after_a_compaction_the_prediction_stays_exact(
+    emu: OpenAIResponsesEmulator, client: openai.OpenAI, chaining: str
+) -> None:
+    """Chained by ``previous_response_id`` or a conversation, nothing is pruned by the client (§1.9), but
+    the server renders from the compaction item on: the units say so, the break is declared and the
+    requests after it are predicted exactly."""
+    emu.script.extend(
+        [
+            ModelAction.call(WEATHER, reasoning="Need the weather."),
+            ModelAction(text="Sunny in Paris.", reasoning="Tool said sunny."),
+            ModelAction(text="Yes.", reasoning="Still sunny."),
+            ModelAction(text="No.", reasoning="Nothing else."),
+        ]
+    )
+    threshold = [{"type": "compaction", "compact_threshold": 1500}]
+    way: dict[str, Any] = (
+        {"store": True} if chaining == "store" else {"conversation": client.conversations.create().id}
+    )
+    session = rs.Session(client, model=MODEL, system=SYSTEM, tools=TOOLS, context_management=threshold, **way)
+    reply = session.send(TASK * 4)
+    session.send_tool_results({reply.tool_calls[0].id: "sunny"})
+    session.send("Still sunny?")
+    session.send("Anything else?")
+    bodies = [json.loads(r.body) for r in emu.requests if r.path == "/v1/responses"]
+    assert [len(b["input"]) for b in bodies] == [1, 1, 1, 1]  # only the new items, every time
+    assert session.trace.of_kind(CHAIN_FALLBACK) == []
+    breaks = session.trace.of_kind(EventKind.CACHE_BREAK)
+    assert [(b.data["index"], b.data["cause"], b.data["declared"]) for b in breaks] == [
+        (1, "compacted", True),
+        (3, "compacted", True),
+    ]
+    predicted = [r.predicted_cache_read for r in session.execution]
+    reported = [r.usage.cache_read for r in session.execution]
+    assert reported[2] >= 1024
+    assert [predicted[0], predicted[2]] == [reported[0], reported[2]]

@@ -451,29 +451,30 @@ class OpenAIResponsesAdapter:
             withheld.extend(encoded.withheld)
 
         conversation = options.get("conversation")
-        if not store and conversation is None:
-            # §1.9: the newest compaction item carries every item before it; stateless, those are dropped
-            # (the vendor's latency tip), so the request and its units are what the server renders. With
-            # ``previous_response_id`` nothing is pruned (§1.9: "do not manually prune")
-            at = _newest_compaction(values)
-            if at:
-                values = values[at:]
-                units = units[:n_head] + units[n_head + at :]
+        # §1.9: the newest compaction item carries every item before it: the units are what the server
+        # renders (from that item on). Stateless, the items before it are dropped too (the vendor's latency
+        # tip); chained by id or conversation they are not sent anyway ("do not manually prune")
+        at = _newest_compaction(values) or 0
+        if at:
+            units = units[:n_head] + units[n_head + at :]
+            if not store and conversation is None:
+                values, at = values[at:], 0
         events: list[tuple[str, Mapping[str, Any]]] = []
         previous: str | None = None
         start = 0
         if store:
             last = _last_step(history)
             if last is not None:
-                base, reason = _chain(last, model, units, records, lost_responses)
+                base, reason = _chain(last, model, units, records, lost_responses, n_head)
                 if reason is None:
-                    previous, start = last.response_id, base - n_head
+                    previous, start = last.response_id, base - n_head + at
                 else:
                     events.append(
                         (CHAIN_FALLBACK, {"reason": reason, "previous_response_id": last.response_id})
                     )
         if conversation is not None:
-            start = max(_held_by_conversation(history, units, records) - n_head, 0)
+            held = _held_by_conversation(history, units, records, n_head)
+            start = held - n_head + at if held else 0
         kwargs: dict[str, Any] = {"model": model}
         if prefix.system:
             kwargs["instructions"] = prefix.system
@@ -593,12 +594,24 @@ def _cache_key(prefix: Prefix, options: Mapping[str, Any], records: Sequence[Exe
     return "rs-" + fingerprint.removeprefix("sha256:")[:32]
 
 
+def _server_chain(last: Step, records: Sequence[ExecutionRecord], n_head: int) -> tuple[str, ...]:
+    """The units the server holds after the last step: the newest request's units and the step's output
+    items, from the step's compaction item on when it brought one (§1.9: the units are what it renders)."""
+    chain = (*as_records(records).newest_units(), *(c.digest for c in last.continuation))
+    compactions = [c.digest for c in last.continuation if c.kind == "compaction"]
+    if compactions:
+        at = len(chain) - 1 - chain[::-1].index(compactions[-1])
+        chain = (*chain[:n_head], *chain[at:])
+    return chain
+
+
 def _chain(
     last: Step,
     model: str,
     units: Sequence[str],
     records: Sequence[ExecutionRecord],
     lost: frozenset[str],
+    n_head: int,
 ) -> tuple[int, str | None]:
     """``(units the server already holds, None)`` when ``previous_response_id`` can be used, else
     ``(0, reason)``."""
@@ -611,13 +624,15 @@ def _chain(
         return 0, "not_stored"
     if last.model != model:
         return 0, "model_switch"
-    chain = (*as_records(records).newest_units(), *(c.digest for c in last.continuation))
+    chain = _server_chain(last, records, n_head)
     if len(units) < len(chain) or tuple(units[: len(chain)]) != chain:
         return 0, "history_rewritten"
     return len(chain), None
 
 
-def _held_by_conversation(history: History, units: Sequence[str], records: Sequence[ExecutionRecord]) -> int:
+def _held_by_conversation(
+    history: History, units: Sequence[str], records: Sequence[ExecutionRecord], n_head: int
+) -> int:
     """How many leading units the ``conversation`` already holds (§1.10: every earlier request's input and
     output join it): the newest request's units and the last step's output items. The request sends only
     what follows. A history rewritten since (a policy dropped reasoning) cannot be sent: the conversation
@@ -625,7 +640,7 @@ def _held_by_conversation(history: History, units: Sequence[str], records: Seque
     last = _last_step(history)
     if last is None or not records:
         return 0  # the first request on a (new) conversation sends every item
-    chain = (*as_records(records).newest_units(), *(c.digest for c in last.continuation))
+    chain = _server_chain(last, records, n_head)
     if tuple(units[: len(chain)]) != chain:
         raise PolicyConflict(
             "conversation= keeps every earlier item server-side as it was sent; this history was rewritten "
