@@ -810,6 +810,9 @@ def _why_diverged(
         for e in map(trace.event, _between(trace, EventKind.CONTEXT_FOLDED, after, since))
         if not e.data.get("skipped")
     ]
+    # a compaction the vendor made since the previous request (docs/protocols.md §1.9): the input now
+    # starts at its item
+    compacted = [trace.event(i) for i in _between(trace, EventKind.CONTEXT_COMPACTED, after, since)]
     cause: str
     decision: str | None = None
     declared = True  # a model or prefix change the session made (traced, or seen in the records)
@@ -842,6 +845,10 @@ def _why_diverged(
             if found is None:
                 cause = "compacted"
             decision = why = f"{folds[-1].kind}: {folds[-1].data.get('summary', '')}".strip()
+            declared = True
+        if compacted:
+            cause = "compacted"
+            decision = why = f"{compacted[-1].kind}: {compacted[-1].data.get('summary', '')}".strip()
             declared = True
     # ``declared``: the break's cause is a change the trace declared before this request (the exporters
     # and the logger read this field, never the sentence in ``why``)

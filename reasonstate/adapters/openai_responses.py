@@ -85,11 +85,12 @@ from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.adapters.transport import status_message
 from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
 from reasonstate.cache.rules import CacheRules
-from reasonstate.errors import MalformedResponse, StreamInterrupted, VendorError
+from reasonstate.errors import MalformedResponse, PolicyConflict, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     FIRST_PARTY,
     Continuation,
+    EventKind,
     ExecutionRecord,
     History,
     OpaquePart,
@@ -108,6 +109,7 @@ from reasonstate.state import (
 
 __all__ = [
     "CHAIN_FALLBACK",
+    "CONTEXT_COMPACTED",
     "ENCRYPTED_CONTENT",
     "INPUT_TRANSFORMATIONS",
     "OPENAI_RESPONSES",
@@ -141,6 +143,8 @@ API = "responses"
 ENCRYPTED_CONTENT = "reasoning.encrypted_content"
 #: trace event kinds this adapter adds
 CHAIN_FALLBACK = "chain.fallback"
+#: a compaction item arrived (§1.9): the engine cites it as the declared cause of the next cache break
+CONTEXT_COMPACTED = EventKind.CONTEXT_COMPACTED
 INPUT_TRANSFORMATIONS = "input.transformations"
 REASONING_UNREPLAYABLE = "reasoning.unreplayable"
 #: what an item produced after a dropped reasoning item loses when replayed id-less (§1.4 B.2; a message
@@ -452,19 +456,31 @@ class OpenAIResponsesAdapter:
             units.extend(encoded.units)
             withheld.extend(encoded.withheld)
 
+        conversation = options.get("conversation")
+        # §1.9: the newest compaction item carries every item before it: the units are what the server
+        # renders (from that item on). Stateless, the items before it are dropped too (the vendor's latency
+        # tip); chained by id or conversation they are not sent anyway ("do not manually prune")
+        at = _newest_compaction(values) or 0
+        if at:
+            units = units[:n_head] + units[n_head + at :]
+            if not store and conversation is None:
+                values, at = values[at:], 0
         events: list[tuple[str, Mapping[str, Any]]] = []
         previous: str | None = None
         start = 0
         if store:
             last = _last_step(history)
             if last is not None:
-                base, reason = _chain(last, model, units, records, lost_responses)
+                base, reason = _chain(last, model, units, records, lost_responses, n_head)
                 if reason is None:
-                    previous, start = last.response_id, base - n_head
+                    previous, start = last.response_id, base - n_head + at
                 else:
                     events.append(
                         (CHAIN_FALLBACK, {"reason": reason, "previous_response_id": last.response_id})
                     )
+        if conversation is not None:
+            held = _held_by_conversation(history, units, records, n_head)
+            start = held - n_head + at if held else 0
         kwargs: dict[str, Any] = {"model": model}
         if prefix.system:
             kwargs["instructions"] = prefix.system
@@ -529,6 +545,19 @@ class OpenAIResponsesAdapter:
                 )
             )
         rid = response.get("id")
+        compactions = [c for c in payloads if c.kind == "compaction"]
+        if compactions:  # §1.9: the next stateless request starts at this item: a declared rewrite
+            events.append(
+                (
+                    CONTEXT_COMPACTED,
+                    {
+                        "response_id": rid,
+                        "digest": compactions[-1].digest,
+                        "summary": "the vendor compacted the context: its compaction item replaces every "
+                        "earlier item (docs/protocols.md §1.9)",
+                    },
+                )
+            )
         transformations = response.get("input_transformations")
         if isinstance(transformations, list) and transformations:
             events.append((INPUT_TRANSFORMATIONS, {"response_id": rid, "items": transformations}))
@@ -572,12 +601,24 @@ def _cache_key(prefix: Prefix, options: Mapping[str, Any], records: Sequence[Exe
     return "rs-" + fingerprint.removeprefix("sha256:")[:32]
 
 
+def _server_chain(last: Step, records: Sequence[ExecutionRecord], n_head: int) -> tuple[str, ...]:
+    """The units the server holds after the last step: the newest request's units and the step's output
+    items, from the step's compaction item on when it brought one (§1.9: the units are what it renders)."""
+    chain = (*as_records(records).newest_units(), *(c.digest for c in last.continuation))
+    compactions = [c.digest for c in last.continuation if c.kind == "compaction"]
+    if compactions:
+        at = len(chain) - 1 - chain[::-1].index(compactions[-1])
+        chain = (*chain[:n_head], *chain[at:])
+    return chain
+
+
 def _chain(
     last: Step,
     model: str,
     units: Sequence[str],
     records: Sequence[ExecutionRecord],
     lost: frozenset[str],
+    n_head: int,
 ) -> tuple[int, str | None]:
     """``(units the server already holds, None)`` when ``previous_response_id`` can be used, else
     ``(0, reason)``."""
@@ -590,10 +631,41 @@ def _chain(
         return 0, "not_stored"
     if last.model != model:
         return 0, "model_switch"
-    chain = (*as_records(records).newest_units(), *(c.digest for c in last.continuation))
+    chain = _server_chain(last, records, n_head)
     if len(units) < len(chain) or tuple(units[: len(chain)]) != chain:
         return 0, "history_rewritten"
     return len(chain), None
+
+
+def _held_by_conversation(
+    history: History, units: Sequence[str], records: Sequence[ExecutionRecord], n_head: int
+) -> int:
+    """How many leading units the ``conversation`` already holds (§1.10: every earlier request's input and
+    output join it): the newest request's units and the last step's output items. The request sends only
+    what follows. A history rewritten since (a policy dropped reasoning) cannot be sent: the conversation
+    keeps the items as they went."""
+    last = _last_step(history)
+    if last is None or not records:
+        return 0  # the first request on a (new) conversation sends every item
+    chain = _server_chain(last, records, n_head)
+    if tuple(units[: len(chain)]) != chain:
+        raise PolicyConflict(
+            "conversation= keeps every earlier item server-side as it was sent; this history was rewritten "
+            "since (a policy dropped or summarized reasoning, or the model changed): use Keep, or "
+            "previous_response_id / stateless items (docs/protocols.md §1.10)"
+        )
+    return len(chain)
+
+
+def _newest_compaction(values: Sequence[Any]) -> int | None:
+    """The index of the newest ``compaction`` item among the input items (§1.9), None when there is none.
+    An item of another model is never among them (rendered canonically: a compaction has no canonical
+    form), so only a compaction this model can read cuts the input."""
+    for i in range(len(values) - 1, -1, -1):
+        value = values[i]
+        if isinstance(value, Mapping) and value.get("type") == "compaction":
+            return i
+    return None
 
 
 def _message_item(role: str, text: str) -> _Item:
@@ -816,7 +888,11 @@ class ResponsesRoom(Room):
         items = body.get("input")
         if isinstance(items, str):
             b.add("history", "$.input", items, {"content": items, "role": "user"})
-        for i, item in enumerate(listed(items)):
+        listing = listed(items)
+        # §1.9: the server renders the input from its newest compaction item on (the item replaces what came
+        # before it), so a request that replays those items and one that dropped them are the same prompt
+        start = _newest_compaction(listing) or 0
+        for i, item in enumerate(listing[start:], start):
             kept = (
                 {k: v for k, v in item.items() if k not in _ITEM_METADATA}
                 if isinstance(item, Mapping)

@@ -332,6 +332,10 @@ def _cause(previous: View, current: View, d: int, before: Unit, after: Unit | No
         return "system_changed"
     if after is None:
         return "history_rewritten"  # the later request is a strict prefix: a rewind
+    if isinstance(after.value, Mapping) and after.value.get("type") == "compaction":
+        # the history now starts at a vendor compaction item standing for what came before it
+        # (OpenAI Responses, docs/protocols.md §1.9)
+        return "compacted"
     reading = previous.reasoning
     if reading.reasoning_only(before.value) and not reading.reasoning_only(after.value):
         return "reasoning_dropped"

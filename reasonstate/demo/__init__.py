@@ -88,6 +88,7 @@ def main(argv: Sequence[str] = ()) -> int:
     if args.only in (None, "policies"):
         sections.policies(out, live=False)
         sections.switching(out)
+        sections.compaction(out)
         sections.tokens(out)
     if args.only in (None, "agent"):
         sections.agent(out)

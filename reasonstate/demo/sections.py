@@ -138,6 +138,16 @@ def switching(out: Output) -> None:
     out.table(table)
 
 
+def compaction(out: Output) -> None:
+    """Part 3b: one session whose vendor compacts the context server-side (docs/protocols.md §1.9)."""
+    from reasonstate.demo.compaction import compaction_table
+
+    out.heading("3b. Server-side compaction: the vendor's opaque summary as continuation state")
+    with out.status("Running a Responses session that crosses its compaction threshold…"):
+        table = compaction_table()
+    out.table(table)
+
+
 def tokens(out: Output) -> None:
     """Part 4: the token-level PRR matrix and a token-in/token-out session (needs the ``tokens`` extra)."""
     out.heading("4. Self-hosted models: token-level prefix reuse")

@@ -81,6 +81,9 @@ class EventKind:
     RESTORED = "session.restored"
     #: :class:`~reasonstate.policies.Fold` summarized the head of the history (a declared cache break)
     CONTEXT_FOLDED = "context.folded"
+    #: the vendor compacted the context server-side and sent an opaque item that stands for what came
+    #: before it (OpenAI Responses compaction, docs/protocols.md §1.9): a declared cache break
+    CONTEXT_COMPACTED = "context.compacted"
     #: a stream sent data that is no JSON event after its final event: skipped, the answer committed
     #: (``events``, ``bytes``: how much; never the data itself)
     STREAM_TRAILING = "stream.trailing_data"

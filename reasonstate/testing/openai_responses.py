@@ -42,6 +42,22 @@ What it enforces (each rule cites its section; error texts are the ones observed
   minted under ``gpt-5`` verifies under ``gpt-5`` and ``gpt-5-2025-08-07`` and nowhere else; the cache
   namespace uses it; stored responses (``previous_response_id``) are not tied to a model, but the blobs in
   a stored chain are verified against the resolved id of the request that continues it.
+* **Compaction** (§1.9): a request with ``context_management=[{"type": "compaction", "compact_threshold":
+  N}]`` whose rendered prompt is ``>= N`` tokens gets a ``compaction`` item (``cmp_…``, its
+  ``encrypted_content`` sealed like a reasoning blob for the model) first in its output; the prompt is
+  always rendered from the newest compaction item of the input on (it replaces every item before it), so a
+  client that prunes and one that replays everything send the same prompt. A compaction item that does not
+  verify, names another model or another id → 400 ``invalid_encrypted_content``: ``The encrypted content
+  for item cmp_em...._001 could not be verified. Reason: Encrypted content could not be decrypted or
+  parsed.`` (by the blob's ends when id-less). ``POST /v1/responses/compact`` answers
+  ``{"object": "response.compaction", "output": [user messages…, compaction item], "usage"}`` and consumes
+  no script action. The compacting request reports the usage of the prompt it received; the cache then
+  holds the compacted window (instructions, tools, compaction item).
+* **Conversations** (§1.10): ``POST /v1/conversations`` (``items``, ``metadata``) makes a ``conv_…``; a
+  Responses request naming it in ``conversation`` (an id or ``{"id"}``) gets its items prepended, and its
+  input and output are appended to it when it succeeds. An unknown conversation is 404 ``Conversation
+  with id 'conv_…' not found.``; ``conversation`` with ``previous_response_id`` is 400
+  ``mutually_exclusive_parameters``.
 * Unknown input item types → 400 ``code: invalid_value``.
 * :meth:`OpenAIResponsesEmulator.expire` forgets stored responses (the retention period ran out), so a
   later ``previous_response_id`` naming one gets the 404 above.
@@ -191,6 +207,43 @@ def reports_completion_fields(model: str) -> bool:
     return match is not None and (int(match.group(1)), int(match.group(2))) >= (5, 5)
 
 
+def _segment(item: dict[str, Any]) -> bytes:
+    """An input item as rendered: without its ``id`` and ``status`` (metadata the model never reads)."""
+    return canonical_json({k: v for k, v in item.items() if k not in ("id", "status")}).encode()
+
+
+def _typed(message: dict[str, Any]) -> dict[str, Any]:
+    """A user message as an output item: typed, its text as ``input_text`` parts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "input_text", "text": content}]
+    return {"type": "message", "role": "user", "content": copy.deepcopy(content)}
+
+
+def _window(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items the model reads: from the newest compaction item on (§1.9: it replaces what came before)."""
+    at = max((i for i, item in enumerate(items) if _item_type(item) == "compaction"), default=0)
+    return items[at:]
+
+
+def _conversation_id(body: dict[str, Any]) -> str | None:
+    """The request's ``conversation``: an id string or ``{"id": ...}`` (§1.10)."""
+    conversation = body.get("conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    return conversation if isinstance(conversation, str) else None
+
+
+def _compaction_threshold(body: dict[str, Any]) -> int | None:
+    """``compact_threshold`` of the request's ``context_management`` compaction entry, if any (§1.9)."""
+    for entry in body.get("context_management") or ():
+        if isinstance(entry, dict) and entry.get("type") == "compaction":
+            threshold = entry.get("compact_threshold")
+            if isinstance(threshold, int) and not isinstance(threshold, bool):
+                return threshold
+    return None
+
+
 class _Reject(Exception):
     """A validation failure, carrying the vendor response to send."""
 
@@ -301,11 +354,16 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         self._minted: dict[str, _Minted] = {}
         self._stored_items: dict[str, dict[str, Any]] = {}
         self._chains: dict[str, list[dict[str, Any]]] = {}
+        self._conversations: dict[str, list[dict[str, Any]]] = {}  # conv_ id -> its items, in order
         # namespace -> [prompt, its lifetime in seconds, its expiry on the emulator's clock]
         self._prompts: dict[tuple[str, str | None], list[list[Any]]] = {}
 
     def _routes(self) -> list[Route]:
-        return [Route("POST", r"/v1/responses", self._handle)]
+        return [
+            Route("POST", r"/v1/responses", self._handle),
+            Route("POST", r"/v1/responses/compact", self._handle_compact),
+            Route("POST", r"/v1/conversations", self._handle_conversation),
+        ]
 
     # -- public introspection ----------------------------------------------------------------------
     def clear_cache(self) -> None:
@@ -368,6 +426,18 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
     def _expand(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         previous = body.get("previous_response_id")
+        conversation = _conversation_id(body)
+        if conversation is not None:
+            if previous is not None:
+                message = (
+                    "Mutually exclusive parameters: Ensure you are only providing one of: "
+                    "'previous_response_id' or 'conversation'."
+                )
+                raise _Reject(openai_error(400, message, code="mutually_exclusive_parameters"))
+            if conversation not in self._conversations:
+                message = f"Conversation with id '{conversation}' not found."
+                raise _Reject(openai_error(404, message, param="conversation"))
+            items.extend(copy.deepcopy(self._conversations[conversation]))
         if previous is not None:
             if previous not in self._chains:
                 message = f"Previous response with id '{previous}' not found."
@@ -425,6 +495,8 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
                 self._check_reasoning_present(item, reasoning_seen)
                 if kind == "function_call":
                     calls_seen.add(str(item.get("call_id")))
+            elif kind == "compaction":
+                self._verify_compaction(item, model=model)
             elif kind == "function_call_output":
                 call_id = item.get("call_id")
                 if call_id not in calls_seen:
@@ -455,6 +527,38 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             message = f"The encrypted content {blob[:4]}...{blob[-4:]} could not be verified."
             raise _Reject(openai_error(400, message, code="invalid_encrypted_content"))
         return str(payload["id"])
+
+    def _verify_compaction(self, item: dict[str, Any], *, model: str) -> None:
+        """§1.9: a compaction item's blob must be one this organisation sealed for this very model (and its
+        id, when the item names one); otherwise the vendor's 400 ``invalid_encrypted_content``."""
+        blob = item.get("encrypted_content")
+        claimed = item.get("id")
+        payload = self._open_blob(blob) if isinstance(blob, str) else None
+        if (
+            payload is not None
+            and payload.get("model") == model
+            and str(payload.get("id", "")).startswith("cmp_")
+            and (claimed is None or payload.get("id") == claimed)
+        ):
+            return
+        if isinstance(claimed, str):  # openai/codex#35334: the item is named by its id
+            what = f"for item {claimed[:6]}....{claimed[-4:]}"
+        else:  # openclaw/openclaw#110075: by the blob's first and last four characters
+            shown = blob if isinstance(blob, str) else ""
+            what = f"{shown[:4]}...{shown[-4:]}"
+        message = (
+            f"The encrypted content {what} could not be verified. "
+            "Reason: Encrypted content could not be decrypted or parsed."
+        )
+        raise _Reject(openai_error(400, message, code="invalid_encrypted_content"))
+
+    def _compaction_item(self, items: list[dict[str, Any]], *, model: str) -> dict[str, Any]:
+        """A new compaction item standing for ``items`` (the prompt's items from the latest compaction
+        on), sealed for ``model``: what it summarizes is the digest of their rendered segments."""
+        cmp_id = self._mint("cmp")
+        summarized = hashlib.sha256(b"".join(_segment(i) for i in items)).hexdigest()
+        blob = self._seal(item_id=cmp_id, model=model, reasoning=summarized)
+        return {"id": cmp_id, "type": "compaction", "encrypted_content": blob}
 
     def _check_following(self, rs_id: str, item: dict[str, Any], following: dict[str, Any] | None) -> None:
         minted = self._minted.get(rs_id)
@@ -574,9 +678,14 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         incomplete = action.stop == "max_tokens"
         if incomplete and output:
             output[-1]["status"] = "incomplete"
+        prompt = self._prompt(body, items)
+        compacted = _compaction_threshold(body)
+        if compacted is not None and sum(math.ceil(len(s) / 4) for s in prompt) < compacted:
+            compacted = None
+        if compacted is not None:  # §1.9: compact first, the reply follows the compaction item
+            output.insert(0, self._compaction_item(_window(items), model=model))
         self._remember(resp_id, output)
 
-        prompt = self._prompt(body, items)
         namespace = (model, body.get("prompt_cache_key"))
         now = self.now()
         earlier = self._prompts.setdefault(namespace, [])
@@ -589,12 +698,18 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
                 entry[2] = now + entry[1]
         lifetime = _lifetime(body, model)
         earlier.append([prompt, lifetime, now + lifetime])
+        if compacted is not None:  # the window the next request starts from: the compaction item
+            window = self._prompt(body, [output[0]])
+            earlier.append([window, lifetime, now + lifetime])
         reasoning_tokens = count_tokens(reasoning_text) if rs_id is not None else 0
         output_tokens = (
             reasoning_tokens
             + count_tokens(action.text or "")
             + sum(count_tokens(c.name + _arguments(c)) for c in action.tool_calls)
         )
+        conversation = _conversation_id(body)
+        if conversation is not None:  # §1.10: the request's input and output join the conversation
+            self._conversations[conversation] = copy.deepcopy(items + output)
         store = body.get("store", True) is not False
         if store:
             self._chains[resp_id] = copy.deepcopy(items + output)
@@ -684,9 +799,84 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             segments.append(canonical_json({"instructions": body["instructions"]}))
         if body.get("tools"):
             segments.append(canonical_json({"tools": body["tools"]}))
-        for item in items:
-            segments.append(canonical_json({k: v for k, v in item.items() if k not in ("id", "status")}))
-        return [segment.encode() for segment in segments]
+        prompt = [segment.encode() for segment in segments]
+        # §1.9: the newest compaction item replaces every item before it
+        return prompt + [_segment(item) for item in _window(items)]
+
+    # -- POST /v1/conversations (§1.10) -----------------------------------------------------------
+    def _handle_conversation(self, request: RecordedRequest) -> JSONResponse:
+        """A new conversation holding ``items`` (resolved like input items, at most 20)."""
+        denied = self._unauthorized(request)
+        if denied is not None:
+            return denied
+        try:
+            body = request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return openai_error(400, "We could not parse the JSON body of your request.")
+        raw = body.get("items") or []
+        if not isinstance(raw, list) or len(raw) > 20:
+            return openai_error(400, "Invalid 'items': expected an array of at most 20 items.", param="items")
+        with self._lock:
+            try:
+                items = [self._resolve(i, item) for i, item in enumerate(raw)]
+            except _Reject as rejected:
+                return rejected.response
+            conv_id = self._mint("conv")
+            self._conversations[conv_id] = copy.deepcopy(items)
+        return JSONResponse(
+            200,
+            {
+                "id": conv_id,
+                "object": "conversation",
+                "created_at": int(time.time()),
+                "metadata": body.get("metadata") or {},
+            },
+        )
+
+    def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The items the conversation holds, oldest first (a copy)."""
+        with self._lock:
+            return copy.deepcopy(self._conversations[conversation_id])
+
+    # -- POST /v1/responses/compact (§1.9) ---------------------------------------------------------
+    def _handle_compact(self, request: RecordedRequest) -> JSONResponse:
+        """The compacted window of ``input`` (chain included): every user message, then one compaction
+        item. No script action is consumed (compaction is not a model turn of the script)."""
+        body = self._json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        model = self.resolve_model(body["model"])
+        with self._lock:
+            try:
+                items = self._expand(body)
+                self._validate(items, model=model)
+            except _Reject as rejected:
+                return rejected.response
+            window = _window(items)
+            users = [_typed(i) for i in window if _item_type(i) == "message" and i.get("role") == "user"]
+            item = self._compaction_item(window, model=model)
+            self._remember(self._mint("resp"), [item])
+            prompt = self._prompt(body, items)
+        input_tokens = sum(math.ceil(len(s) / 4) for s in prompt)
+        output_tokens = math.ceil(len(item["encrypted_content"]) / 4)
+        return JSONResponse(
+            200,
+            {
+                "id": self._mint("resp"),
+                "object": "response.compaction",
+                "created_at": int(time.time()),
+                "output": [*users, item],
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": output_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": input_tokens + output_tokens,
+                },
+            },
+        )
 
     # -- streaming (§1.6) --------------------------------------------------------------------------
     def _events(self, response: dict[str, Any]) -> Iterator[bytes]:
@@ -760,6 +950,9 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
                 arguments=item["arguments"],
                 name=item["name"],
             )
+        elif kind == "compaction":  # §1.9: the pass is announced while it samples (no summary content)
+            yield event("response.output_item.added", output_index=index, item=item)
+            yield event("response.compaction.compacting", item_id=item_id, output_index=index)
         else:
             yield event("response.output_item.added", output_index=index, item=item)
         yield event("response.output_item.done", output_index=index, item=item)
