@@ -1155,8 +1155,8 @@ class Room:
 
     def sent_body(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The JSON body a call with the SDK keyword arguments ``kwargs`` sends, as :meth:`view` reads it,
-        or None when the SDK reshapes its arguments (then only the bytes on the wire say it). Pure: builds a
-        new top-level mapping, shares every value of ``kwargs``."""
+        or None when the SDK reshapes its arguments (then only the bytes on the wire say it; docs/protocols.md
+        §6). Pure: builds a new top-level mapping, shares every value of ``kwargs``."""
         if not self.kwargs_are_body:
             return None
         body = {k: v for k, v in kwargs.items() if k not in _SDK_ONLY}
