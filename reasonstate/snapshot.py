@@ -116,6 +116,18 @@ class SessionSnapshot(pydantic.BaseModel):
         content = self.model_dump(mode="json", exclude=exclude)
         return digest_of(canonical_json(content).encode())
 
+    def _shared_digest(self) -> str:
+        """:meth:`content_digest` read off the fields themselves, without pydantic's JSON-mode copy of the
+        whole snapshot (issue 21: ~0.1 s of a 2,000-turn restore): the same text wherever the fields hold
+        plain JSON values, as a validated snapshot's do; "" where they hold anything else (the check then
+        takes :meth:`content_digest`)."""
+        exclude = {"digest"} if self.fold is not None else {"digest", "fold"}
+        content = {name: getattr(self, name) for name in type(self).model_fields if name not in exclude}
+        try:
+            return digest_of(canonical_json(content).encode())
+        except (TypeError, ValueError):
+            return ""
+
     def sealed(self) -> SessionSnapshot:
         """This snapshot with its digest taken now: for tools that build or edit snapshots on purpose
         (migrations, tests). Payload digests are not touched and are still checked on restore."""
@@ -142,7 +154,7 @@ class SessionSnapshot(pydantic.BaseModel):
             raise
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:  # no session made it
             raise SnapshotError(f"not a valid snapshot: {type(exc).__name__}: {exc}") from exc
-        if self.digest != self.content_digest():
+        if self.digest != self._shared_digest() and self.digest != self.content_digest():
             raise SnapshotError(
                 "the snapshot was edited after it was taken: its content digest does not match"
             )
