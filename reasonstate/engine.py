@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from reasonstate.adapters import APIS, view_of
+from reasonstate.adapters import APIS, room, view_of
 from reasonstate.adapters.base import (
     Adapter,
     DecodedStep,
@@ -542,8 +542,10 @@ class Layers:
     records: Records = attrs.field(factory=Records)
     lost: frozenset[str] = frozenset()
     stripped: frozenset[str] = frozenset()
-    #: the exact bytes of the newest request (for the cause of the next cache break; not snapshotted)
-    last_body: bytes | None = None
+    #: the newest request as sent (for the cause of the next cache break; not snapshotted): its body as
+    #: the SDK kwargs it was sent from where the vendor's room reads a body from them (values the memoized
+    #: runs hold anyway), else the exact bytes (issue 21: one request body was ~0.5x the content)
+    last_body: bytes | Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, history: History, trace: Trace, records: Records) -> Layers:
@@ -674,6 +676,8 @@ def commit(
         output_unit=decoded.output_unit,
         ids_seal=ids,
     )
+    # the request as the next one's cause analysis reads it (kept in the layers)
+    sent = _as_sent(adapter.api, request) or request_body
     trace = layers.trace
     # this request's events, appended as one batch; the ones built here are frozen as built (FrozenDict /
     # FrozenList all the way down), so the trace's freeze passes them through without a copy
@@ -713,9 +717,7 @@ def commit(
     )
     if record.divergence is not None and previous is not None:
         # the cause is read from the two requests' bytes and the events before this request's own
-        broken = _why_diverged(
-            trace, len(trace), record, previous, adapter.api, layers.last_body, request_body
-        )
+        broken = _why_diverged(trace, len(trace), record, previous, adapter.api, layers.last_body, sent)
         events.append((EventKind.CACHE_BREAK, {"index": record.index, "unit": record.divergence, **broken}))
     usage = step.usage
     events.append(
@@ -773,7 +775,13 @@ def commit(
             foreign_reasoning=foreign_reasoning,
         )
     trace = trace.extended(events, deferred)
-    return Layers(history, trace, records, layers.lost, layers.stripped, request_body), step
+    return Layers(history, trace, records, layers.lost, layers.stripped, sent), step
+
+
+def _as_sent(api: str, request: VendorRequest) -> Mapping[str, Any] | None:
+    """What the layers keep of the newest request for the next cache break's cause: its body read back
+    from its kwargs (None where the room cannot: the body bytes are then passed on their own)."""
+    return room(api).sent_body(request.kwargs) if api in APIS else None
 
 
 def _why_diverged(
@@ -782,8 +790,8 @@ def _why_diverged(
     record: ExecutionRecord,
     previous: ExecutionRecord,
     api: str,
-    before: bytes | None,
-    body: bytes | None,
+    before: _Sent,
+    body: _Sent,
 ) -> dict[str, Any]:
     """The cause of a cache break: ``cause`` (a word of :data:`reasonstate.cache.divergence.CAUSES`), ``path``
     (the JSON path of the first difference) and ``why`` (a sentence; it starts with the traced event that
@@ -791,7 +799,7 @@ def _why_diverged(
     when there is one) and ``declared`` (whether the change was declared before the request: a prefix or
     model change, a fold, or a policy decision that predicted the divergence).
 
-    The cause comes from the guard's analysis of the two requests' bytes (:func:`explain`), the same as
+    The cause comes from the guard's analysis of the two requests' bodies (:func:`explain`), the same as
     guard mode's; the session adds what only it knows: the model switch or prefix change it traced, and,
     for dropped reasoning, the policy decision that dropped it (``decision``).
     """
@@ -868,14 +876,23 @@ def _changes_a_view(views: Any) -> bool:
     )
 
 
-def _explained(api: str, before: bytes | None, body: bytes | None, was: str, model: str) -> Divergence | None:
-    """The guard's cause analysis of two request bodies, or None when either is missing or unreadable."""
+def _explained(api: str, before: _Sent, body: _Sent, was: str, model: str) -> Divergence | None:
+    """The guard's cause analysis of two request bodies (bytes, or read back from the kwargs:
+    :func:`_as_sent`), or None when either is missing or unreadable."""
     if before is None or body is None or api not in APIS:
         return None
     try:
-        return explain(view_of(api, json.loads(before), was), view_of(api, json.loads(body), model))
+        return explain(view_of(api, _parsed(before), was), view_of(api, _parsed(body), model))
     except ValueError:
         return None
+
+
+#: a request as the layers keep it for the next cause analysis (:attr:`Layers.last_body`)
+_Sent = bytes | Mapping[str, Any] | None
+
+
+def _parsed(body: bytes | Mapping[str, Any]) -> Any:
+    return json.loads(body) if isinstance(body, bytes) else body
 
 
 def _cause(trace: Trace, kinds: Iterable[str], fallback: str) -> str:

@@ -821,10 +821,10 @@ class _Core(Switching):
         restored. ``exporters`` see the events from the ``session.restored`` event on (the earlier ones
         were the original session's to export).
         """
-        snapshot = SessionSnapshot.load(snapshot)
+        snapshot, history, records = SessionSnapshot.loaded(snapshot)
         return cls._restored(
             snapshot,
-            restored_layers(snapshot),
+            restored_layers(snapshot, (history, records)),
             snapshot.state,
             client,
             tools,

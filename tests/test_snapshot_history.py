@@ -4,6 +4,7 @@ whose bytes are not JSON a round trip keeps, the digest that refuses an edited p
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,30 @@ def test_a_snapshot_of_another_version_is_refused_naming_it() -> None:
         old["history"] = []  # the v2 history was a list of turn objects
         with pytest.raises(rs.SnapshotError, match=f"version {SNAPSHOT_VERSION - 1} is not one"):
             rs.Session.restore(json.dumps(old), emu.client())
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda s: s["options"].update(max_tokens=5),  # an option
+        lambda s: s.update(system=s["system"] + " "),  # one space more
+        lambda s: s["execution"][0].__setitem__(-1, s["execution"][0][-1]),  # none: the same value back
+        lambda s: s.update(fold={"threshold_tokens": 1}),  # a field the digest leaves out while it is None
+    ],
+)
+def test_a_snapshot_edited_after_it_was_taken_is_refused_and_an_unedited_one_restores(edit: Any) -> None:
+    """Issue 21: the restore's content check reads the digest off the validated fields (no JSON-mode copy
+    of a 2,000-turn snapshot) and falls back to the written form; either way an edit that changes the
+    content is refused and the snapshot as taken restores."""
+    with AnthropicEmulator([ModelAction.answer("a", reasoning="r")] * 2) as emu:
+        session = _session(emu, 1)
+        text = session.snapshot().model_dump_json()
+        assert rs.Session.restore(text, emu.client()).history == session.history
+        data = json.loads(text)
+        before = json.dumps(data, sort_keys=True)
+        edit(data)
+        if json.dumps(data, sort_keys=True) == before:
+            assert rs.Session.restore(json.dumps(data), emu.client()).history == session.history
+        else:
+            with pytest.raises(rs.SnapshotError):
+                rs.Session.restore(json.dumps(data), emu.client())

@@ -6,10 +6,19 @@ emulator received), for the costs that were once paid twice or once per turn.
 from __future__ import annotations
 
 import gc
+import json
 import types
+from typing import Any
 
+import pytest
+
+import reasonstate as rs
 from reasonstate.policies import Keep
+from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
+from reasonstate.testing.gemini import GeminiEmulator
+from reasonstate.testing.openai_chat import OpenAIChatEmulator
+from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 from tests.conftest import answer, make_session
 
 TURNS = 6
@@ -29,10 +38,11 @@ def _reachable(root: object) -> list[object]:
     return out
 
 
-def test_the_session_holds_its_newest_request_body_once() -> None:
-    """The previous request's bytes (for the cause of the next cache break) are held once: the policy
-    decision's held effect kept the layers it was decided on, with the body of the request before, so a
-    session held two whole requests (issue 21: "the trace's whole-body copies")."""
+def test_the_session_holds_no_copy_of_its_newest_request_body() -> None:
+    """The previous request (for the cause of the next cache break) is kept as the kwargs it was sent from,
+    whose values the memoized runs hold anyway, not as a copy of its bytes: one whole body was ~0.5x the
+    content of a long Anthropic session (issue 21). Before, the bytes were held once (and earlier twice:
+    the policy decision's held effect kept the layers with the body of the request before)."""
     with AnthropicEmulator([answer(i) for i in range(TURNS)], secret=b"s") as emu:
         session = make_session(emu, policy=Keep())
         for i in range(TURNS):
@@ -40,7 +50,9 @@ def test_the_session_holds_its_newest_request_body_once() -> None:
         bodies = [r.body for r in emu.requests]
     smallest = min(len(b) for b in bodies)
     held = [o for o in _reachable(session._layers) if type(o) is bytes and len(o) >= smallest]
-    assert held == [bodies[-1]]
+    assert held == []
+    # and what is kept reads back as the body the emulator received
+    assert session._layers.last_body == json.loads(bodies[-1])
 
 
 def test_closed_turns_with_equal_views_share_one_view() -> None:
@@ -51,3 +63,37 @@ def test_closed_turns_with_equal_views_share_one_view() -> None:
     views = {id(t.view) for t in session.history.turns}
     assert len(views) == 1
     assert session.history.turns[0].view == session.history.turns[-1].view
+
+
+@pytest.mark.parametrize("vendor", ["responses", "deepseek", "gemini"])
+def test_the_previous_request_reads_back_as_the_body_the_vendor_received(vendor: str) -> None:
+    """Where the SDK sends its kwargs as the JSON body (``extra_body`` merged in: DeepSeek's ``thinking``),
+    the layers keep the kwargs and they equal the body the emulator parsed; google-genai reshapes its kwargs
+    (``config`` fields go to the body's top level, camelCase), so a Gemini session keeps the exact bytes."""
+    answers = [ModelAction.answer(f"Answer {i}.", reasoning=f"Thinking {i}.") for i in range(3)]
+    if vendor == "responses":
+        emu: Any = OpenAIResponsesEmulator(answers)
+        make = lambda e: rs.Session(e.client(), model="gpt-5.5", system="Be brief.")  # noqa: E731
+    elif vendor == "deepseek":
+        emu = OpenAIChatEmulator(answers, dialect="deepseek")
+        make = lambda e: rs.Session(  # noqa: E731
+            e.client(),
+            model="deepseek-v4-pro",
+            dialect="deepseek",
+            system="Be brief.",
+            thinking={"type": "enabled"},
+        )
+    else:
+        emu = GeminiEmulator(answers)
+        make = lambda e: rs.Session(e.client(), model="gemini-3-flash", system="Be brief.")  # noqa: E731
+    with emu:
+        session = make(emu)
+        for i in range(3):
+            session.send(f"Question {i}?")
+        sent = emu.requests[-1].body
+    kept = session._layers.last_body
+    if vendor == "gemini":
+        assert kept == sent
+    else:
+        assert not isinstance(kept, bytes)
+        assert kept == json.loads(sent)

@@ -176,3 +176,40 @@ def test_a_sessions_snapshot_holds_its_trace_compactly_reads_it_back_and_refuses
     resealed = rs.SessionSnapshot.model_validate(edited).sealed()  # an edit on purpose, sealed again
     with pytest.raises(rs.SnapshotError):
         rs.Session.restore(resealed, emulator.client())
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        b"[99,1]",  # a dict shape the header does not have
+        b"[0,1,2,3]",  # shape 0 (one key) with three values
+        b'[0,"~#7"]',  # a reference to a string the header does not have
+        b'[0,"~abc"]',  # "~" and not a 32-byte digest in base64
+        b"[0,[-1,[-5]]]",  # a negative dict shape inside a list
+        b'[0,{"k":[]}]',  # an empty list where a shape id must be
+        b"[0,",  # not JSON
+    ],
+)
+def test_a_compact_trace_whose_event_bytes_do_not_decode_is_refused_when_read(event: bytes) -> None:
+    """Issue 21: a restore checks each event's bytes without building the event (a 2,000-turn restore
+    built ~12,000 events to throw them away); whatever would fail when the event is read later is refused
+    when the trace is read. The event bytes are hand-written in the codec's documented form (a dict is
+    ``[shape id, *values]``, ``~#n`` a shared string, ``~<base64>`` a digest)."""
+    import base64
+    import zlib
+
+    good = Trace().extended([("custom.kind", {"k": "v"})] * 9)  # past one batch: the first 8 are encoded
+    compact = good.to_compact()
+    payload = zlib.decompress(base64.b64decode(compact["z"]))
+    head, _ = payload.split(b"\n", 1)
+    header = json.loads(head)
+    header["len"] = [len(event), *header["len"][1:]]
+    first = header["len"][0]
+    blob = payload.split(b"\n", 1)[1]
+    rest = blob[len(json.dumps([0, "v"], separators=(",", ":"))) :]
+    edited = json.dumps(header, separators=(",", ":")).encode() + b"\n" + event + rest
+    bad = {**compact, "z": base64.b64encode(zlib.compress(edited)).decode()}
+    assert first == len(event)
+    assert Trace.from_compact(compact).events[0].data == {"k": "v"}
+    with pytest.raises(ValueError):
+        Trace.from_compact(bad)

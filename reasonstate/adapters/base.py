@@ -1126,6 +1126,10 @@ def payload_digest(value: Any) -> str:
     return digest_of(str(value).encode())
 
 
+#: SDK call options that are no field of the JSON body (the SDK reads them itself)
+_SDK_ONLY = frozenset({"extra_body", "extra_headers", "extra_query", "timeout"})
+
+
 class Room:
     """Everything one vendor API means that the guard, the commit and the exporters read, as public
     functions of that API's module (its room): which URL paths it serves, the view of its request bodies as
@@ -1157,6 +1161,24 @@ class Room:
         """The prefix units of a request body as the vendor's prefix cache reads them (``model``: where the
         model is not in the body). Pure; never raises on odd input."""
         raise NotImplementedError
+
+    #: whether the SDK sends a call's keyword arguments as the request's JSON body (``extra_body`` merged
+    #: into it): then :meth:`sent_body` reads a request back from its kwargs, and a session keeps its
+    #: previous request as those kwargs (values its memoized runs hold anyway) instead of a copy of the
+    #: body's bytes (issue 21: state in proportion to the content)
+    kwargs_are_body: ClassVar[bool] = True
+
+    def sent_body(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The JSON body a call with the SDK keyword arguments ``kwargs`` sends, as :meth:`view` reads it,
+        or None when the SDK reshapes its arguments (then only the bytes on the wire say it; docs/protocols.md
+        §6). Pure: builds a new top-level mapping, shares every value of ``kwargs``."""
+        if not self.kwargs_are_body:
+            return None
+        body = {k: v for k, v in kwargs.items() if k not in _SDK_ONLY}
+        extra = kwargs.get("extra_body")
+        if isinstance(extra, Mapping):
+            body.update(extra)  # the SDK merges it into the JSON body's top level
+        return body
 
     def starts_conversation(self, view: View) -> bool:
         """Whether ``view``'s history holds nothing but user input (no answer of the model yet): the first

@@ -984,6 +984,9 @@ class GenerateContentRoom(Room):
     """Gemini generateContent (docs/protocols.md §5) as the guard and the commit read it."""
 
     api: ClassVar[str] = API
+    #: google-genai moves ``config`` fields to the body's top level (``systemInstruction``, ``tools``,
+    #: ``generationConfig``) in camelCase: only the bytes on the wire say what a request sent
+    kwargs_are_body: ClassVar[bool] = False
 
     def declared_options(self) -> tuple[str, frozenset[str]]:
         """The config fields the installed SDK declares (ImportError: no SDK)."""
