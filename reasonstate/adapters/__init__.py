@@ -132,6 +132,20 @@ def _responses() -> Adapter:
     return OpenAIResponsesAdapter()
 
 
+def _converse() -> Adapter:
+    from reasonstate.adapters.bedrock_converse import BedrockConverseAdapter
+
+    return BedrockConverseAdapter()
+
+
+def _service(client: Any) -> str | None:
+    """A botocore client's service name (``bedrock-runtime``), read from its public ``meta``."""
+    meta = getattr(client, "meta", None)
+    model = getattr(meta, "service_model", None)
+    name = getattr(model, "service_name", None)
+    return name if isinstance(name, str) else None
+
+
 def _chat(dialect: str) -> Callable[[], Adapter]:
     def build() -> Adapter:
         from reasonstate.adapters.openai_chat import OpenAIChatAdapter
@@ -179,6 +193,12 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
                     f"dialect={name!r} (the Responses API is OpenAI's own)"
                 )
         return _default("responses", _responses)
+    if "botocore" in modules and _service(client) == "bedrock-runtime":
+        if dialect is not None or api not in (None, "converse"):
+            raise InvalidOption(
+                "a bedrock-runtime client speaks Converse only here: pass no dialect= or api="
+            )
+        return _default("converse", _converse)
     raise InvalidOption(
         f"no adapter for client type {type(client).__module__}.{type(client).__qualname__}: pass an "
         "anthropic, openai or google-genai client, or adapter="
