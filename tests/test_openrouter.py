@@ -256,3 +256,42 @@ def test_an_openrouter_stream_keeps_the_thinking_text_its_512_character_signatur
     message = ChatAssembler.assemble(_sse(deltas, CLAUDE))["choices"][0]["message"]
     assert len(signature) == 512
     assert json.dumps(message["reasoning_details"]) == json.dumps([unstreamed])
+
+
+# -- guard mode ----------------------------------------------------------------------------------------------
+
+
+def _framework_chain(client: openai.OpenAI, *, drop: bool) -> None:
+    """What a framework does by hand: dump the answer, (maybe lose its details), send the tool result."""
+    tools = [_tool("get_weather")]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
+    first = client.chat.completions.create(model=CLAUDE, messages=messages, tools=tools).choices[0].message
+    replayed = first.model_dump(exclude_none=True)  # the null ids go: not a change
+    if drop:
+        replayed.pop("reasoning_details")
+    messages += [replayed, {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "18C"}]
+    client.chat.completions.create(model=CLAUDE, messages=messages, tools=tools)
+
+
+def test_the_guard_names_lost_reasoning_details_and_mend_puts_them_back() -> None:
+    """Pain point: braintrustdata/braintrust-sdk-javascript#1883 (OpenRouter reasoning fields dropped)."""
+    with OpenAIChatEmulator(chain(), dialect="openrouter") as emu:
+        client = emu.client()
+        guard = rs.instrument(client, mend=True)
+        _framework_chain(client, drop=True)  # without mend, the emulator's forwarded Anthropic 400
+        kinds = [w.kind for w in guard.records[1].warnings]
+        sent = body(emu, 1)["messages"][1]
+    assert "continuation_lost" in kinds and "mended" in kinds, kinds
+    lost = next(w for w in guard.records[1].warnings if w.kind == "continuation_lost")
+    assert lost.path == "$.messages[1].reasoning_details" and "sha256:" in lost.detail
+    assert sent["reasoning_details"][0]["text"] == R0
+
+
+def test_the_guard_is_quiet_on_a_faithful_replay() -> None:
+    with OpenAIChatEmulator(chain(), dialect="openrouter") as emu:
+        client = emu.client()
+        guard = rs.instrument(client)
+        _framework_chain(client, drop=False)
+    assert all(
+        w.kind not in ("continuation_lost", "continuation_altered") for r in guard.records for w in r.warnings
+    )

@@ -958,10 +958,23 @@ class ChatRoom(Room):
         if not calls:
             return None
         reasoning = message.get("reasoning_content")
-        items = ({"reasoning_content": reasoning if isinstance(reasoning, str) else None}, *calls)
+        # OpenRouter (§2.3): reasoning_details go back verbatim with the message that made the calls
+        details = message.get("reasoning_details")
+        details = thaw(details) if isinstance(details, list) and details else None
+        head = {
+            "reasoning_content": reasoning if isinstance(reasoning, str) else None,
+            "reasoning_details": details,
+        }
+        items = (head, *calls)
         payloads = [c["arguments"] for c in calls if isinstance(c["arguments"], str)]
         if isinstance(reasoning, str):
             payloads.append(reasoning)
+        for detail in details or ():
+            payloads.extend(
+                detail[k]
+                for k in ("signature", "data")
+                if isinstance(detail, Mapping) and isinstance(detail.get(k), str)
+            )
         return replay.source(frozenset(c["id"] for c in calls), items, payloads, positional=False)
 
     def _check(self, source: Source, body: dict[str, Any], mend: bool, out: list[ReplayFinding]) -> None:
@@ -992,6 +1005,8 @@ class ChatRoom(Room):
                             f"{key} {what}: {was} went back as {now}",
                             functools.partial(function.__setitem__, key, came[key]),
                         )
+                if call.get("id") == first and head.get("reasoning_details"):
+                    self._check_details(message, head["reasoning_details"], f"$.messages[{i}]", report)
                 reasoning = head["reasoning_content"]
                 if call.get("id") != first or not reasoning:
                     continue
@@ -1006,6 +1021,20 @@ class ChatRoom(Room):
                         f"reasoning_content {replay.digest(reasoning)} went back as {replay.digest(sent)}",
                         restore,
                     )
+
+    @staticmethod
+    def _check_details(message: dict[str, Any], came: list[Any], at: str, report: replay.Report) -> None:
+        """OpenRouter's ``reasoning_details`` (§2.3) against the list that came: left out, or changed in any
+        element (a lost signature, a merged or reordered list); payloads shown as digests."""
+        sent = message.get("reasoning_details")
+        path = f"{at}.reasoning_details"
+        whole = canonical_json(came)
+        restore = functools.partial(message.__setitem__, "reasoning_details", thaw(came))
+        if not sent:
+            report.lost(path, f"reasoning_details {replay.digest(whole)} left out", restore)
+        elif _no_nulls(sent) != _no_nulls(came):  # a null ``id`` left out (``exclude_none``) is no change
+            shown = replay.digest(canonical_json(sent))
+            report.altered(path, f"reasoning_details {replay.digest(whole)} went back as {shown}", restore)
 
     def cache_keys(self, view: View, raw_usage: Mapping[str, Any] | None) -> tuple[str, ...]:
         """On DeepSeek, each message keyed as the server renders it (§3.3: ``reasoning_content`` is read on
@@ -1038,6 +1067,14 @@ class ChatRoom(Room):
                 if m.get("reasoning_content") != message["reasoning_content"]:
                     yield payload_digest(message["reasoning_content"])
                 return
+
+
+def _no_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_nulls(v) for v in value]
+    return value
 
 
 def _dialect_of(raw_usage: Mapping[str, Any] | None) -> str:
