@@ -17,6 +17,7 @@ from reasonstate.adapters import adapter_for
 from reasonstate.adapters.base import VendorRequest
 from reasonstate.adapters.bedrock_converse import BedrockConverseAdapter, ConverseAssembler, EventStreamParser
 from reasonstate.errors import MalformedResponse, StreamInterrupted
+from reasonstate.policies import Drop
 from reasonstate.testing import AnthropicEmulator, Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.bedrock import BedrockConverseEmulator
 from tests.conftest import CLOCK, WEATHER
@@ -47,6 +48,10 @@ def run_chain(session: rs.Session) -> rs.Reply:
     while reply.tool_calls:
         reply = session.send_tool_results({c.id: {"ok": c.name} for c in reply.tool_calls})
     return reply
+
+
+def layers(session: rs.Session) -> tuple[Any, ...]:
+    return (session.history, session.continuation, session.execution, session.state)
 
 
 def body(emu: BedrockConverseEmulator, i: int) -> dict[str, Any]:
@@ -281,10 +286,41 @@ def test_a_bad_crc_is_malformed_and_a_cut_stream_is_interrupted() -> None:
 def test_a_truncated_converse_stream_is_interrupted_and_changes_nothing() -> None:
     with BedrockConverseEmulator(chain()) as emu:
         session = session_on(emu, stream=True)
+        reply = session.send("Weather?")
+        before = layers(session)
         emu.inject(Fault.truncate_stream(3))
+        results = {c.id: {"ok": True} for c in reply.tool_calls}
         with pytest.raises(StreamInterrupted):
+            session.send_tool_results(results)
+        assert layers(session) == before
+        session.send_tool_results(results)
+        assert emu.requests[-1].body == emu.requests[-2].body
+
+
+def test_a_validation_exception_is_a_typed_error_and_changes_nothing() -> None:
+    """An unknown model id on an emulator that serves a list: Bedrock's 400, raised as VendorError."""
+    with BedrockConverseEmulator(chain(), models=[MODEL]) as emu:
+        session = rs.Session(emu.client(), model="anthropic.claude-nope-v1:0", tools=[WEATHER], **THINKING)
+        before = layers(session)
+        with pytest.raises(rs.VendorError) as caught:
             session.send("Weather?")
-        assert session.history.turns == () or not session.history.turns[-1].steps
+        assert caught.value.status == 400
+        assert "model identifier is invalid" in str(caught.value)
+        assert layers(session) == before
+
+
+def test_drop_removes_the_reasoning_of_a_closed_turn_and_nothing_else() -> None:
+    with BedrockConverseEmulator([*chain(), ModelAction.answer("Still cold.", reasoning="r")]) as emu:
+        session = session_on(emu, policy=Drop())
+        run_chain(session)
+        session.send("And tomorrow?")
+        messages = body(emu, 3)["messages"]
+    assistant = [m for m in messages if m["role"] == "assistant"]
+    assert all("reasoningContent" not in b for m in assistant for b in m["content"])
+    assert [b["toolUse"]["toolUseId"] for m in assistant for b in m["content"] if "toolUse" in b] == [
+        "tooluse_001",
+        "tooluse_002",
+    ]
 
 
 def test_the_guard_cannot_watch_a_boto3_client_and_says_so() -> None:

@@ -919,7 +919,6 @@ def _is_transport_error(exc: BaseException) -> bool:
 _BOTO_EXCHANGE: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar(
     "boto_exchange", default=None
 )
-_BOTO_HOOKED: set[int] = set()
 
 
 def _boto_before_send(request: Any = None, **_: Any) -> None:
@@ -936,15 +935,21 @@ def _boto_after_call(http_response: Any = None, **_: Any) -> None:
 
 
 def _boto_hooks(client: Any) -> None:
-    """botocore's documented events (``before-send``, ``after-call``) on this client, once: the request body
-    as signed and sent, and the HTTP response (its body unread for an event stream)."""
-    with _HOOKS_LOCK:
-        if id(client) in _BOTO_HOOKED:
-            return
-        events = client.meta.events
-        events.register("before-send.bedrock-runtime", _boto_before_send, unique_id="reasonstate-before-send")
-        events.register("after-call.bedrock-runtime", _boto_after_call, unique_id="reasonstate-after-call")
-        _BOTO_HOOKED.add(id(client))
+    """botocore's documented events (``before-send``, ``after-call``) on this client: the request body as
+    signed and sent, and the HTTP response (its body unread for an event stream). Registering under a
+    ``unique_id`` is idempotent in botocore: a client already hooked is left as it is."""
+    events = client.meta.events
+    events.register("before-send.bedrock-runtime", _boto_before_send, unique_id="reasonstate-before-send")
+    events.register("after-call.bedrock-runtime", _boto_after_call, unique_id="reasonstate-after-call")
+
+
+def _boto_response(exchange: _Exchange) -> Any:
+    if exchange.response is None:
+        raise InvalidOption(
+            "the bedrock-runtime client answered without an HTTP exchange its events showed (a stubbed or "
+            "wrapped client?): reasonstate needs the exact bytes"
+        )
+    return exchange.response
 
 
 class _Boto3:
@@ -961,7 +966,7 @@ class _Boto3:
                 _resource(client, adapter)(**sdk_kwargs(request.kwargs))
         finally:
             _BOTO_EXCHANGE.reset(token)
-        body = exchange.response.content
+        body = _boto_response(exchange).content
         return CallResult(_json(body, adapter), exchange.request_body, plain_text=plain_text(body))
 
     async def acall(self, adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
@@ -982,7 +987,7 @@ class _Boto3:
                 yield functools.partial(method, **sdk_kwargs(request.kwargs))
         finally:
             _BOTO_EXCHANGE.reset(token)
-        raw = exchange.response.raw
+        raw = _boto_response(exchange).raw
         chunks = raw.stream(4096, decode_content=False)
         pull = functools.partial(next, chunks, None)
         sent = exchange.request_body
