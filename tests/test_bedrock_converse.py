@@ -327,3 +327,9 @@ def test_the_guard_cannot_watch_a_boto3_client_and_says_so() -> None:
     """boto3 sends through urllib3, not httpx2: ``rs.instrument`` refuses it with a clear TypeError."""
     with BedrockConverseEmulator() as emu, pytest.raises(TypeError, match="httpx2"):
         rs.instrument(emu.client())
+
+
+def test_an_async_session_refuses_the_sync_only_boto3_client_before_anything_is_sent() -> None:
+    with BedrockConverseEmulator() as emu, pytest.raises(rs.InvalidOption, match="sync client"):
+        rs.AsyncSession(emu.client(), model=MODEL)
+    assert emu.requests == []
