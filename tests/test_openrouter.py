@@ -13,7 +13,7 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.adapters.base import VendorRequest
-from reasonstate.adapters.openai_chat import ChatAssembler, OpenAIChatAdapter
+from reasonstate.adapters.openai_chat import REPORTED_COST, ChatAssembler, OpenAIChatAdapter
 from reasonstate.policies import Drop
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
@@ -134,7 +134,7 @@ def test_streamed_and_unstreamed_give_the_same_state_for_every_upstream_family(m
     assert bodies[0] == bodies[1]
 
 
-def test_usage_normalizes_cached_tokens_and_the_cost_stays_in_the_raw_usage() -> None:
+def test_usage_normalizes_cached_tokens_and_the_reported_cost_is_traced() -> None:
     adapter = OpenAIChatAdapter("openrouter")
     response = {
         "id": "gen-1",
@@ -156,6 +156,16 @@ def test_usage_normalizes_cached_tokens_and_the_cost_stays_in_the_raw_usage() ->
         76,
     )
     assert (decoded.usage.output, decoded.usage.reasoning) == (40, 12)
+    assert decoded.events == ((REPORTED_COST, {"cost": 0.0042, "unit": "credits"}),)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_each_answers_reported_cost_is_in_the_trace(stream: bool) -> None:
+    with OpenAIChatEmulator(chain(), dialect="openrouter") as emu:
+        session = session_on(emu, stream=stream)
+        run_chain(session)
+        costs = [e.data["cost"] for e in session.trace if e.kind == REPORTED_COST]
+    assert len(costs) == 3 and all(c > 0 for c in costs)
 
 
 def test_a_switch_to_another_upstream_sends_no_foreign_reasoning_details() -> None:

@@ -28,7 +28,7 @@ Rules encoded here, each from docs/protocols.md:
     behind OpenRouter still gets its signed thinking back inside the open chain). The details are bound to
     the model that produced them: after a switch to another model they are withheld (with ``reasoning``),
     the message goes from its canonical parts. Usage: ``prompt_tokens_details.cached_tokens`` and
-    ``cache_write_tokens``; the reported ``cost`` stays in the raw usage (the trace), never in a prompt;
+    ``cache_write_tokens``; the reported ``cost`` is a ``usage.reported_cost`` trace event, never in a prompt;
   * tool results are ``{"role": "tool", "tool_call_id", "content"}`` messages in the model's declared call
     order (the session refuses results for unknown ids before anything is sent);
   * deepseek (§3.3): an empty answer (no text, no tool calls) is committed but no assistant message goes
@@ -116,6 +116,7 @@ __all__ = [
     "DEEPSEEK",
     "OPENAI_CHAT",
     "OPENROUTER",
+    "REPORTED_COST",
     "ROOM",
     "SELF_HOSTED_CHAT",
     "ChatAssembler",
@@ -727,6 +728,7 @@ class OpenAIChatAdapter:
             response_model=echoed if isinstance(echoed, str) else None,
             # DeepSeek persists a cache unit at the end of each output (§3.4)
             output_unit=_unit(_generated_view(message, self.dialect)),
+            events=_reported_cost(response.get("usage")) if self.dialect == "openrouter" else (),
         )
 
     def _parts(self, message: Mapping[str, Any]) -> list[Part]:
@@ -1067,6 +1069,19 @@ class ChatRoom(Room):
                 if m.get("reasoning_content") != message["reasoning_content"]:
                     yield payload_digest(message["reasoning_content"])
                 return
+
+
+#: the trace event of the cost OpenRouter reports with each answer (docs/protocols.md §2.3)
+REPORTED_COST = "usage.reported_cost"
+
+
+def _reported_cost(raw: Any) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+    """OpenRouter's ``usage.cost`` (credits) as a trace event, next to the normalized usage: billed figures
+    the vendor gives are recorded as given, never recomputed (§2.3, §8)."""
+    cost = raw.get("cost") if isinstance(raw, Mapping) else None
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        return ()
+    return ((REPORTED_COST, {"cost": cost, "unit": "credits"}),)
 
 
 def _no_nulls(value: Any) -> Any:
