@@ -171,10 +171,33 @@ def test_usage_is_normalized_from_bedrocks_fields() -> None:
     assert (usage.uncached_input, usage.cache_read, usage.cache_write, usage.output) == (4, 4012, 0, 59)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_cache_points_close_the_prefix_and_the_request_and_predictions_are_exact(stream: bool) -> None:
+    """The session puts a cachePoint after the stable prefix and at the end of each request: each request
+    reads the one before it (above Claude's 1,024-token minimum) and the prediction equals the report."""
+    system = "You are a careful travel assistant. " * 150
+    with BedrockConverseEmulator([*chain(), ModelAction.answer("Still cold.", reasoning="r")]) as emu:
+        session = session_on(emu, system=system, stream=stream)
+        run_chain(session)
+        session.send("And tomorrow?")
+        sent = body(emu, 1)
+    records = list(session.execution)
+    assert [r.usage.cache_read > 0 for r in records] == [False, True, True, True]
+    assert all(r.predicted_cache_read == r.usage.cache_read for r in records), [
+        (r.predicted_cache_read, r.usage.cache_read) for r in records
+    ]
+    assert sent["system"][-1] == {"cachePoint": {"type": "default"}}
+    assert sent["messages"][-1]["content"][-1] == {"cachePoint": {"type": "default"}}
+    # replayed assistant messages carry no cache point: they go back as they came
+    assert all(
+        "cachePoint" not in b for m in sent["messages"] if m["role"] == "assistant" for b in m["content"]
+    )
+
+
 def test_a_cache_point_in_the_system_prompt_writes_then_reads() -> None:
     with BedrockConverseEmulator([ModelAction.answer("a"), ModelAction.answer("b")]) as emu:
         client = emu.client()
-        system = [{"text": "You are careful. " * 50}, {"cachePoint": {"type": "default"}}]
+        system = [{"text": "You are careful. " * 300}, {"cachePoint": {"type": "default"}}]
         ask = [{"role": "user", "content": [{"text": "hi"}]}]
         first = client.converse(modelId=MODEL, system=system, messages=ask)["usage"]
         second = client.converse(modelId=MODEL, system=system, messages=ask)["usage"]

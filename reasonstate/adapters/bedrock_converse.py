@@ -14,7 +14,9 @@ Rules encoded here, each from docs/protocols.md §10:
   * tool results go as one user message of ``toolResult`` blocks (``content: [{"text": ...}]``, ``status:
     "error"`` for an error) in the model's declared call order;
   * usage (§10.3): ``inputTokens`` is the uncached input; ``cacheReadInputTokens`` / ``cacheWriteInputTokens``
-    the cache read and written; a ``cachePoint`` block the caller puts in ``system`` is kept where it is;
+    the cache read and written; a ``cachePoint`` closes the stable prefix (after the system, else the tools)
+    and another the request (the last, user, message), so each request writes its whole prompt and the next
+    reads it (``breakpoints`` at those units; replayed assistant messages never get one);
   * streaming (§10.4): the AWS event-stream binary framing (each message's prelude and CRC32s checked),
     assembled into the JSON a non-streamed call returns, so both give the same state.
 """
@@ -61,8 +63,17 @@ __all__ = ["BEDROCK_CONVERSE", "BedrockConverseAdapter", "ConverseAssembler", "E
 API = "converse"
 VENDOR = "bedrock"
 _KIND = "message"
-#: Bedrock's prompt cache (docs/protocols.md §10.3): explicit ``cachePoint`` checkpoints, 5 minutes
-BEDROCK_CONVERSE = CacheRules(scheme="messages", source="docs/protocols.md §10.3", lifetime=(300, 300))
+#: Bedrock's prompt cache for Claude (docs/protocols.md §10.3): explicit ``cachePoint`` checkpoints (at most
+#: 4), 1,024 tokens at least, an earlier entry found up to 20 blocks before a checkpoint, 5 minutes
+BEDROCK_CONVERSE = CacheRules(
+    scheme="breakpoints",
+    source="docs/protocols.md §10.3",
+    min_tokens=1024,
+    max_breakpoints=4,
+    lookback_units=20,
+    lifetime=(300, 300),
+)
+_CACHE_POINT: Mapping[str, Any] = {"cachePoint": {"type": "default"}}
 
 
 def _unit(value: Any) -> str:
@@ -319,11 +330,10 @@ class BedrockConverseAdapter:
         for turn in history.turns:
             messages.extend(self._turn(turn, model, withheld))
         kwargs["messages"] = messages
-        if prefix.system:
-            kwargs["system"] = [{"text": prefix.system}]
-            units.append(_unit(kwargs["system"][0]))
+        # the prompt is tools, system, messages (§10.3); a cachePoint closes the stable prefix and another
+        # the request, so each request writes its whole prompt and the next one reads it (§10.3)
         if prefix.tools:
-            tools = [
+            tools: list[dict[str, Any]] = [
                 {
                     "toolSpec": {
                         "name": t.name,
@@ -333,15 +343,30 @@ class BedrockConverseAdapter:
                 }
                 for t in prefix.tools
             ]
-            kwargs["toolConfig"] = {"tools": tools}
             units.extend(_unit(t) for t in tools)
+            kwargs["toolConfig"] = {"tools": tools}
+        if prefix.system:
+            kwargs["system"] = [{"text": prefix.system}]
+            units.append(_unit(kwargs["system"][0]))
         n_head = len(units)
+        if prefix.system:
+            kwargs["system"].append(_CACHE_POINT)
+        elif prefix.tools:
+            kwargs["toolConfig"]["tools"].append(_CACHE_POINT)
         for message in messages:
             units.extend(_unit({"role": message["role"], **_shown(b)}) for b in message["content"])
+        if messages:  # the last message is the user's (a question or tool results): built for this request
+            messages[-1] = {**messages[-1], "content": [*messages[-1]["content"], _CACHE_POINT]}
         for key, value in options.items():
             kwargs[key] = thaw(value)
+        breakpoints = (n_head, len(units)) if n_head else (len(units),)
         return VendorRequest(
-            kwargs=kwargs, units=tuple(units), model=model, prefix_units=n_head, withheld=tuple(withheld)
+            kwargs=kwargs,
+            units=tuple(units),
+            model=model,
+            breakpoints=breakpoints,
+            prefix_units=n_head,
+            withheld=tuple(withheld),
         )
 
     def _turn(self, turn: Turn, model: str, withheld: list[Continuation]) -> list[dict[str, Any]]:

@@ -36,8 +36,10 @@ ValidationException:http://internal.amazon.com/coral/com.amazon.bedrock/``, body
 ``ModelAction.redacted`` also a ``redactedContent`` block), then ``text``, then ``toolUse`` blocks
 (``toolUseId`` ``tooluse_NNN``, ``name``, ``input`` = the arguments object). ``stopReason``:
 ``tool_use``, ``end_turn`` or ``max_tokens``. Usage: ``inputTokens`` (uncached), ``outputTokens``,
-``totalTokens`` (= all four), ``cacheReadInputTokens``, ``cacheWriteInputTokens``: a ``cachePoint`` block
-marks the prefix up to it; the longest marked prefix seen before is read, a new one written.
+``totalTokens`` (= all four), ``cacheReadInputTokens``, ``cacheWriteInputTokens``: the prompt is its blocks
+(tools, system, messages' content) in order; a ``cachePoint`` block marks the prefix before it; the longest
+prefix written before that ends at a checkpoint or up to 20 blocks before one is read; every checkpoint's
+prefix of at least 1,024 tokens is written (the write reported: the last checkpoint's prefix past the read).
 
 **Streaming** (``converse-stream``): the AWS event-stream binary framing
 (``application/vnd.amazon.eventstream``): each message is ``total length, headers length`` (big-endian
@@ -94,6 +96,9 @@ _BAD_SIGNATURE = (
     "The model returned the following errors: messages.{}.content.{}: Invalid `signature` in `thinking` block"
 )
 _CHUNK = 8
+#: Claude's minimum cacheable prompt on Bedrock, and how far before a checkpoint an entry is found
+_MIN_CACHED = 1024
+_LOOKBACK = 20
 
 
 def event_message(event_type: str, payload: Mapping[str, Any]) -> bytes:
@@ -175,7 +180,7 @@ class BedrockConverseEmulator(ScriptedEmulator):
         self._calls = 0
         self._issued_tool_reasoning: dict[str, int] = {}  # toolUseId -> answer number (it had reasoning)
         self._redacted: set[str] = set()  # base64 redactedContent issued
-        self._cache: dict[str, list[str]] = {}  # model -> written prefixes (canonical JSON)
+        self._cache: dict[str, set[str]] = {}  # model -> written prefixes (their blocks' canonical JSON)
 
     # -- clients ---------------------------------------------------------------------------------------
     def client(self, **kw: Any) -> Any:
@@ -355,42 +360,41 @@ class BedrockConverseEmulator(ScriptedEmulator):
         }
 
     def _cached(self, model: str, body: dict[str, Any]) -> tuple[int, int, int]:
-        """(read, written, uncached) tokens: the prompt's segments (system, tools, each content block);
-        a ``cachePoint`` marks the prefix before it (module docstring)."""
+        """(read, written, uncached) tokens (module docstring): the prompt is its blocks in order (tools,
+        system, each message's content blocks); a ``cachePoint`` marks the prefix before it. The read is the
+        longest prefix written before that ends at a checkpoint or up to 20 blocks before one; each
+        checkpoint's prefix of at least 1,024 tokens is written; the write is the last checkpoint's prefix
+        past the read, when it was not cached already."""
         segments: list[str] = []
         points: list[int] = []
-        for block in body.get("system") or []:
+        blocks: list[tuple[str | None, Any]] = [
+            (None, t) for t in (body.get("toolConfig") or {}).get("tools") or []
+        ]
+        blocks += [(None, b) for b in body.get("system") or []]
+        blocks += [(m["role"], b) for m in body["messages"] for b in m["content"]]
+        for role, block in blocks:
             if isinstance(block, dict) and "cachePoint" in block:
                 points.append(len(segments))
             else:
-                segments.append(_canonical(block))
-        for tool in (body.get("toolConfig") or {}).get("tools") or []:
-            if isinstance(tool, dict) and "cachePoint" in tool:
-                points.append(len(segments))
-            else:
-                segments.append(_canonical(tool))
-        for message in body["messages"]:
-            for block in message["content"]:
-                if isinstance(block, dict) and "cachePoint" in block:
-                    points.append(len(segments))
-                else:
-                    segments.append(_canonical({"role": message["role"], **block}))
-        total = sum(count_tokens(s) for s in segments)
-        written_before = self._cache.setdefault(model, [])
+                segments.append(_canonical(block if role is None else {"role": role, **block}))
+        sizes = [0]
+        for segment in segments:
+            sizes.append(sizes[-1] + count_tokens(segment))
+        written = self._cache.setdefault(model, set())
         read = 0
-        for p in sorted(points, reverse=True):
+        for p in points:
+            for k in range(p, max(p - _LOOKBACK, 0) - 1, -1):
+                if k and "\n".join(segments[:k]) in written:
+                    read = max(read, sizes[k])
+                    break
+        fresh = 0
+        for p in points:
             key = "\n".join(segments[:p])
-            if key in written_before:
-                read = sum(count_tokens(s) for s in segments[:p])
-                break
-        written = 0
-        if points:
-            last = max(points)
-            key = "\n".join(segments[:last])
-            if key not in written_before:
-                written_before.append(key)
-                written = sum(count_tokens(s) for s in segments[:last]) - read
-        return read, written, total - read - written
+            if sizes[p] >= _MIN_CACHED and key not in written:
+                written.add(key)
+                if p == max(points):
+                    fresh = sizes[p] - read
+        return read, fresh, sizes[-1] - read - fresh
 
     def _events(self, answer: dict[str, Any]) -> Iterator[bytes]:
         message = answer["output"]["message"]
