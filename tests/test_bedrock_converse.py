@@ -356,3 +356,12 @@ def test_an_async_session_refuses_the_sync_only_boto3_client_before_anything_is_
     with BedrockConverseEmulator() as emu, pytest.raises(rs.InvalidOption, match="sync client"):
         rs.AsyncSession(emu.client(), model=MODEL)
     assert emu.requests == []
+
+
+def test_an_option_converse_does_not_take_is_refused_before_anything_is_sent() -> None:
+    """``max_tokens`` is the Messages API's; Converse takes ``inferenceConfig={"maxTokens": ...}``."""
+    with BedrockConverseEmulator() as emu:
+        with pytest.raises(rs.InvalidOption, match=r"max_tokens.*inferenceConfig"):
+            rs.Session(emu.client(), model=MODEL, max_tokens=1024)
+        session = rs.Session(emu.client(), model=MODEL, inferenceConfig={"maxTokens": 1024})
+        assert emu.requests == [] and session.history.turns == ()

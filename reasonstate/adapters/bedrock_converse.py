@@ -40,8 +40,14 @@ from reasonstate.adapters.base import (
     count,
 )
 from reasonstate.cache.rules import CacheRules
-from reasonstate.errors import ContinuationMismatch, MalformedResponse, StreamInterrupted, VendorError
-from reasonstate.prefix import Prefix, canonical_json
+from reasonstate.errors import (
+    ContinuationMismatch,
+    InvalidOption,
+    MalformedResponse,
+    StreamInterrupted,
+    VendorError,
+)
+from reasonstate.prefix import Prefix, Tool, canonical_json
 from reasonstate.state import (
     Continuation,
     ExecutionRecord,
@@ -306,6 +312,24 @@ class BedrockConverseAdapter:
         self.endpoint = Endpoint(
             sdk="boto3", resource=("converse",), label=self.label, assembler=ConverseAssembler
         )
+
+    def check_call(self, client: Any, model: str, options: Mapping[str, Any], tools: Sequence[Tool]) -> None:
+        """Refuse, before any request, an option ``converse`` does not take (botocore would refuse it with
+        ``ParamValidationError`` at the first call; docs/protocols.md §10.1): the members of the installed
+        service model's ``ConverseRequest``, less those the session builds from its state."""
+        meta = getattr(client, "meta", None)
+        model_ = getattr(meta, "service_model", None)
+        if model_ is None:
+            return
+        members = set(model_.operation_model("Converse").input_shape.members)
+        own = {"modelId", "messages", "system", "toolConfig"}
+        unknown = sorted(k for k in options if k not in members or k in own)
+        if unknown:
+            allowed = ", ".join(sorted(members - own))
+            raise InvalidOption(
+                f"{unknown} are not options of bedrock-runtime converse here (docs/protocols.md §10.1); "
+                f"it takes: {allowed}"
+            )
 
     # -- encode ----------------------------------------------------------------------------------------------
     def encode(
