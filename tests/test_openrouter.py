@@ -305,3 +305,31 @@ def test_the_guard_is_quiet_on_a_faithful_replay() -> None:
     assert all(
         w.kind not in ("continuation_lost", "continuation_altered") for r in guard.records for w in r.warnings
     )
+
+
+def test_reasonstate_emulate_serves_the_openrouter_dialect() -> None:
+    """``reasonstate emulate chat --dialect openrouter``: a real client gets Claude-format details."""
+    import io
+    import threading
+    import time
+
+    from reasonstate.testing.standalone import serve
+
+    out, stop = io.StringIO(), threading.Event()
+    server = threading.Thread(
+        target=serve, args=("chat",), kwargs={"dialect": "openrouter", "out": out, "stop": stop}
+    )
+    server.start()
+    try:
+        for _ in range(200):
+            if "OPENAI_API_KEY" in out.getvalue():
+                break
+            time.sleep(0.02)
+        env = dict(line.removeprefix("export ").split("=", 1) for line in out.getvalue().splitlines()[1:3])
+        client = openai.OpenAI(base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=0)
+        message = client.chat.completions.create(model=CLAUDE, messages=[{"role": "user", "content": "hi"}])
+        details = message.choices[0].message.model_dump()["reasoning_details"]
+    finally:
+        stop.set()
+        server.join()
+    assert details[0]["format"] == "anthropic-claude-v1" and details[0]["signature"]
