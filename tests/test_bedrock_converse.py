@@ -1,4 +1,4 @@
-"""Bedrock Converse (issue 27 item 4; docs/protocols.md §10): the real boto3 ``bedrock-runtime`` client
+"""Bedrock Converse (issue 27 item 4; docs/protocols.md §11): the real boto3 ``bedrock-runtime`` client
 over real HTTP (SigV4-signed, the AWS event-stream framing for ``converse_stream``) against the strict
 emulator. Oracles are hand-written Converse JSON and event-stream bytes from the botocore service model,
 never the codec's own output."""

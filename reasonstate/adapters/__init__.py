@@ -92,7 +92,7 @@ def _kind(client: Any) -> _ClientKind:
         modules = frozenset(c.__module__.split(".")[0] for c in mro)
         if genai is not None:
             is_async: bool | None = True if genai == "AsyncClient" else None
-        elif "botocore" in modules:  # boto3 has no async client (docs/protocols.md §10)
+        elif "botocore" in modules:  # boto3 has no async client (docs/protocols.md §11)
             is_async = False
         elif not modules & {"anthropic", "openai"}:
             is_async = None

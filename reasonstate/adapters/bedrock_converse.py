@@ -1,23 +1,23 @@
 """Amazon Bedrock Converse codec (boto3 ``bedrock-runtime`` ``converse`` / ``converse_stream``;
-docs/protocols.md §10).
+docs/protocols.md §11).
 
-Rules encoded here, each from docs/protocols.md §10:
+Rules encoded here, each from docs/protocols.md §11:
   * the assistant message (``output.message`` as received) is the continuation payload, bound to
     (vendor ``"bedrock"``, api ``"converse"``, model): the platform is part of the vendor name, so a Converse
     payload is never sent to the first-party Anthropic API or any other route, and another route's payload
     is never sent here (those steps go from their canonical parts: text and ``toolUse`` blocks);
   * inside the open chain the message goes back as received, its ``reasoningContent`` blocks
-    (``reasoningText`` with its ``signature``, ``redactedContent``) in place, first, unmodified (§10.2,
+    (``reasoningText`` with its ``signature``, ``redactedContent``) in place, first, unmodified (§11.2,
     Anthropic's rule §4.3 as Bedrock forwards it); a closed turn's reasoning may be dropped by the policy
     (the blocks are removed, nothing else changes). ``redactedContent`` is a blob: base64 text in the JSON,
     bytes for boto3 (which encodes it back to the same text);
   * tool results go as one user message of ``toolResult`` blocks (``content: [{"text": ...}]``, ``status:
     "error"`` for an error) in the model's declared call order;
-  * usage (§10.3): ``inputTokens`` is the uncached input; ``cacheReadInputTokens`` / ``cacheWriteInputTokens``
+  * usage (§11.3): ``inputTokens`` is the uncached input; ``cacheReadInputTokens`` / ``cacheWriteInputTokens``
     the cache read and written; a ``cachePoint`` closes the stable prefix (after the system, else the tools)
     and another the request (the last, user, message), so each request writes its whole prompt and the next
     reads it (``breakpoints`` at those units; replayed assistant messages never get one);
-  * streaming (§10.4): the AWS event-stream binary framing (each message's prelude and CRC32s checked),
+  * streaming (§11.4): the AWS event-stream binary framing (each message's prelude and CRC32s checked),
     assembled into the JSON a non-streamed call returns, so both give the same state.
 """
 
@@ -69,11 +69,11 @@ __all__ = ["BEDROCK_CONVERSE", "BedrockConverseAdapter", "ConverseAssembler", "E
 API = "converse"
 VENDOR = "bedrock"
 _KIND = "message"
-#: Bedrock's prompt cache for Claude (docs/protocols.md §10.3): explicit ``cachePoint`` checkpoints (at most
+#: Bedrock's prompt cache for Claude (docs/protocols.md §11.3): explicit ``cachePoint`` checkpoints (at most
 #: 4), 1,024 tokens at least, an earlier entry found up to 20 blocks before a checkpoint, 5 minutes
 BEDROCK_CONVERSE = CacheRules(
     scheme="breakpoints",
-    source="docs/protocols.md §10.3",
+    source="docs/protocols.md §11.3",
     min_tokens=1024,
     max_breakpoints=4,
     lookback_units=20,
@@ -86,7 +86,7 @@ def _unit(value: Any) -> str:
     return digest_of(canonical_json(value).encode())
 
 
-# -- the AWS event stream (docs/protocols.md §10.4) -----------------------------------------------------
+# -- the AWS event stream (docs/protocols.md §11.4) -----------------------------------------------------
 
 
 class EventStreamParser:
@@ -145,7 +145,7 @@ def _headers(raw: bytes) -> dict[str, Any]:
 
 
 class ConverseAssembler(StreamAssembler):
-    """The ``converse`` response from its ``converse_stream`` event stream (docs/protocols.md §10.4).
+    """The ``converse`` response from its ``converse_stream`` event stream (docs/protocols.md §11.4).
 
     Invariant: for a server that streams what it would return, the result's ``output.message`` (blocks in
     ``contentBlockIndex`` order: ``reasoningContent.reasoningText`` ``{text, signature}`` or
@@ -315,7 +315,7 @@ class BedrockConverseAdapter:
 
     def check_call(self, client: Any, model: str, options: Mapping[str, Any], tools: Sequence[Tool]) -> None:
         """Refuse, before any request, an option ``converse`` does not take (botocore would refuse it with
-        ``ParamValidationError`` at the first call; docs/protocols.md §10.1): the members of the installed
+        ``ParamValidationError`` at the first call; docs/protocols.md §11.1): the members of the installed
         service model's ``ConverseRequest``, less those the session builds from its state."""
         meta = getattr(client, "meta", None)
         model_ = getattr(meta, "service_model", None)
@@ -327,7 +327,7 @@ class BedrockConverseAdapter:
         if unknown:
             allowed = ", ".join(sorted(members - own))
             raise InvalidOption(
-                f"{unknown} are not options of bedrock-runtime converse here (docs/protocols.md §10.1); "
+                f"{unknown} are not options of bedrock-runtime converse here (docs/protocols.md §11.1); "
                 f"it takes: {allowed}"
             )
 
@@ -354,8 +354,8 @@ class BedrockConverseAdapter:
         for turn in history.turns:
             messages.extend(self._turn(turn, model, withheld))
         kwargs["messages"] = messages
-        # the prompt is tools, system, messages (§10.3); a cachePoint closes the stable prefix and another
-        # the request, so each request writes its whole prompt and the next one reads it (§10.3)
+        # the prompt is tools, system, messages (§11.3); a cachePoint closes the stable prefix and another
+        # the request, so each request writes its whole prompt and the next one reads it (§11.3)
         if prefix.tools:
             tools: list[dict[str, Any]] = [
                 {
@@ -509,7 +509,7 @@ def _parts(content: list[Any]) -> list[Part]:
 
 
 def usage(raw: Any) -> Usage:
-    """Normalized usage (docs/protocols.md §10.3): ``inputTokens`` is the uncached part."""
+    """Normalized usage (docs/protocols.md §11.3): ``inputTokens`` is the uncached part."""
     if not isinstance(raw, Mapping):
         return Usage()
     return Usage.of(

@@ -953,7 +953,7 @@ def _boto_response(exchange: _Exchange) -> Any:
 
 
 class _Boto3:
-    """boto3 ``bedrock-runtime`` (``converse`` / ``converse_stream``; docs/protocols.md §10): sync only (boto3
+    """boto3 ``bedrock-runtime`` (``converse`` / ``converse_stream``; docs/protocols.md §11): sync only (boto3
     has no async client); the bytes read through botocore's event hooks, a stream's body pulled raw and fed
     to the codec's event-stream assembler (botocore's own parsing of it is never run)."""
 

@@ -1,5 +1,5 @@
 """A strict emulator of Amazon Bedrock's Converse API (``POST /model/{modelId}/converse`` and
-``/converse-stream``), for boto3's ``bedrock-runtime`` client offline (docs/protocols.md §10).
+``/converse-stream``), for boto3's ``bedrock-runtime`` client offline (docs/protocols.md §11).
 
 Written from the vendor facts (the botocore service model ``bedrock-runtime``, AWS's Converse and
 event-stream documentation), never from our adapters: this module does not import ``reasonstate.adapters``
