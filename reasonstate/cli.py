@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main", "version"]
 
 _VENDORS = ("anthropic", "responses", "chat", "gemini", "completions")
-_DIALECTS = ("openai", "deepseek", "vllm", "sglang")
+_DIALECTS = ("openai", "deepseek", "vllm", "sglang", "openrouter")
 
 
 def version() -> str:

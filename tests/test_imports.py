@@ -84,6 +84,7 @@ def test_every_emulator_is_exported_from_reasonstate_testing() -> None:
     }
     assert defined == {
         "AnthropicEmulator",
+        "BedrockConverseEmulator",
         "GeminiEmulator",
         "OpenAIChatEmulator",
         "OpenAIResponsesEmulator",

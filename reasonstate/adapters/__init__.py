@@ -114,6 +114,8 @@ def _kind(client: Any) -> _ClientKind:
         modules = frozenset(c.__module__.split(".")[0] for c in mro)
         if genai is not None:
             is_async: bool | None = True if genai == "AsyncClient" else None
+        elif "botocore" in modules:  # boto3 has no async client (docs/protocols.md §11)
+            is_async = False
         elif not modules & {"anthropic", "openai"}:
             is_async = None
         else:
@@ -167,6 +169,20 @@ def _gemini(platform: str) -> Callable[[], Adapter]:
         return GeminiAdapter(platform=platform)
 
     return build
+
+
+def _converse() -> Adapter:
+    from reasonstate.adapters.bedrock_converse import BedrockConverseAdapter
+
+    return BedrockConverseAdapter()
+
+
+def _service(client: Any) -> str | None:
+    """A botocore client's service name (``bedrock-runtime``), read from its public ``meta``."""
+    meta = getattr(client, "meta", None)
+    model = getattr(meta, "service_model", None)
+    name = getattr(model, "service_name", None)
+    return name if isinstance(name, str) else None
 
 
 def _responses(platform: str) -> Callable[[], Adapter]:
@@ -239,6 +255,12 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
                     f"dialect={name!r} (the Responses API is OpenAI's own)"
                 )
         return _default(f"responses{at}", _responses(platform))
+    if "botocore" in modules and _service(client) == "bedrock-runtime":
+        if dialect is not None or api not in (None, "converse"):
+            raise InvalidOption(
+                "a bedrock-runtime client speaks Converse only here: pass no dialect= or api="
+            )
+        return _default("converse", _converse)
     raise InvalidOption(
         f"no adapter for client type {type(client).__module__}.{type(client).__qualname__}: pass an "
         "anthropic, openai or google-genai client, or adapter="

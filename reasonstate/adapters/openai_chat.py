@@ -1,4 +1,5 @@
-"""OpenAI Chat Completions codec, four dialects: openai, deepseek, vllm, sglang (docs/protocols.md §2, §3).
+"""OpenAI Chat Completions codec, five dialects: openai, deepseek, vllm, sglang, openrouter (docs/protocols.md
+§2, §3).
 
 Rules encoded here, each from docs/protocols.md:
   * every assistant message is replayed from the verbatim continuation payload of the response message
@@ -20,6 +21,14 @@ Rules encoded here, each from docs/protocols.md:
   * vllm (§2.2): reasoning is read from ``reasoning`` (falling back to ``reasoning_content``) and goes
     back as ``reasoning``, the only field vLLM reads on input (vllm-project/vllm#38488);
     sglang: ``reasoning_content``;
+  * openrouter (§2.3): reasoning is read from ``reasoning``; the message's ``reasoning_details`` list (each
+    element a ``reasoning.text`` with its ``signature``, a ``reasoning.encrypted`` with its ``data`` or a
+    ``reasoning.summary``, with ``id``, ``format`` naming the upstream family and ``index``) goes back
+    verbatim, in order, inside the message it came in, so the upstream's own rules hold (an Anthropic model
+    behind OpenRouter still gets its signed thinking back inside the open chain). The details are bound to
+    the model that produced them: after a switch to another model they are withheld (with ``reasoning``),
+    the message goes from its canonical parts. Usage: ``prompt_tokens_details.cached_tokens`` and
+    ``cache_write_tokens``; the reported ``cost`` is a ``usage.reported_cost`` trace event, never in a prompt;
   * tool results are ``{"role": "tool", "tool_call_id", "content"}`` messages in the model's declared call
     order (the session refuses results for unknown ids before anything is sent);
   * deepseek (§3.3): an empty answer (no text, no tool calls) is committed but no assistant message goes
@@ -107,6 +116,8 @@ from reasonstate.state import (
 __all__ = [
     "DEEPSEEK",
     "OPENAI_CHAT",
+    "OPENROUTER",
+    "REPORTED_COST",
     "ROOM",
     "SELF_HOSTED_CHAT",
     "ChatAssembler",
@@ -130,16 +141,20 @@ DEEPSEEK = CacheRules(scheme="persisted", source="docs/protocols.md §3.4")
 SELF_HOSTED_CHAT = CacheRules(scheme="messages", source="docs/protocols.md §2.2", block=16)
 
 API = "chat"
-Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
-DIALECTS: tuple[Dialect, ...] = ("openai", "deepseek", "vllm", "sglang")
+Dialect = Literal["openai", "deepseek", "vllm", "sglang", "openrouter"]
+DIALECTS: tuple[Dialect, ...] = ("openai", "deepseek", "vllm", "sglang", "openrouter")
 _KIND = "message"
 _REASONING_FIELDS = ("reasoning", "reasoning_content")
+#: what a dropped (or foreign) reasoning removes from a message: the text fields and OpenRouter's
+#: ``reasoning_details`` list (docs/protocols.md §2.3)
+_DROPPED_FIELDS = (*_REASONING_FIELDS, "reasoning_details")
 #: where each dialect puts reasoning on output, in read order (docs/protocols.md §2.2, §3.2)
 _READ: dict[str, tuple[str, ...]] = {
     "openai": (),
     "deepseek": ("reasoning_content",),
     "vllm": ("reasoning", "reasoning_content"),
     "sglang": ("reasoning_content",),
+    "openrouter": ("reasoning",),
 }
 #: reasoning fields a server does not read on input (docs/protocols.md §2.2; vllm-project/vllm#38488)
 _UNREAD: dict[str, tuple[str, ...]] = {
@@ -147,12 +162,17 @@ _UNREAD: dict[str, tuple[str, ...]] = {
     "deepseek": ("reasoning",),
     "vllm": ("reasoning_content",),
     "sglang": (),
+    "openrouter": ("reasoning_content",),
 }
+#: OpenRouter forwards the upstream's prompt cache and reports it as ``cached_tokens`` (docs/protocols.md
+#: §2.3): at message granularity, the minimum and rounding are the upstream's, so none is assumed here
+OPENROUTER = CacheRules(scheme="messages", source="docs/protocols.md §2.3")
 _CACHE = {
     "openai": OPENAI_CHAT,
     "deepseek": DEEPSEEK,
     "vllm": SELF_HOSTED_CHAT,
     "sglang": SELF_HOSTED_CHAT,
+    "openrouter": OPENROUTER,
 }
 
 
@@ -215,7 +235,7 @@ _JOINS: dict[str, Join | None] = {"deepseek": _users_joined}
 # -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §2, §3) -----------------
 
 #: the key order of a non-streamed ``choices[0].message`` (then any other delta field, first seen first)
-_CHAT_MESSAGE_ORDER = ("role", "content", "reasoning", "reasoning_content", "tool_calls")
+_CHAT_MESSAGE_ORDER = ("role", "content", "reasoning", "reasoning_content", "reasoning_details", "tool_calls")
 _DONE = "[DONE]"
 
 
@@ -423,7 +443,21 @@ def _merged(lists: list[list[Any]]) -> list[Any]:
         return lists[-1]
     raw = [entry for entry in order if entry[0] < 0]
     indexed = sorted((entry for entry in order if entry[0] >= 0), key=lambda e: (e[0], e[1]))
-    return [merged[ref] if kind == "merged" else ref for _, _, (kind, ref) in [*indexed, *raw]]
+    return [_in_order(merged[ref]) if kind == "merged" else ref for _, _, (kind, ref) in [*indexed, *raw]]
+
+
+#: the key order of a ``reasoning_details`` element in an unstreamed answer (OpenRouter's documented
+#: examples, docs/protocols.md §2.3); any other key follows in first-seen order
+_DETAIL_ORDER = ("type", "text", "summary", "data", "signature", "id", "format", "index")
+
+
+def _in_order(element: dict[str, Any]) -> dict[str, Any]:
+    """A merged element with its keys in the unstreamed order: pieces bring the keys in any order (the
+    ``signature`` last, the ``format`` first or last), so a streamed answer commits the same bytes as the
+    unstreamed one."""
+    ordered = {k: element[k] for k in _DETAIL_ORDER if k in element}
+    ordered.update((k, v) for k, v in element.items() if k not in ordered)
+    return ordered
 
 
 #: the fields of a streamed list element that arrive in pieces (the text shown, the opaque data); every
@@ -636,7 +670,7 @@ class OpenAIChatAdapter:
             return verbatim
         message: dict[str, Any] = {}
         for key, value in payload.items():
-            if key in _REASONING_FIELDS and not keep:
+            if key in _DROPPED_FIELDS and not keep:
                 continue
             # vLLM reads only ``reasoning`` on input: an older server's ``reasoning_content`` goes back there
             message["reasoning" if rename and key == "reasoning_content" else key] = value
@@ -671,7 +705,10 @@ class OpenAIChatAdapter:
         if not isinstance(message, Mapping):
             raise MalformedResponse("choices[0] has no message object")
         parts = self._parts(message)
-        has_reasoning = any(isinstance(p, ReasoningPart) for p in parts)
+        # OpenRouter's reasoning_details (§2.3) may hold only opaque data (reasoning.encrypted): reasoning too
+        has_reasoning = any(isinstance(p, ReasoningPart) for p in parts) or bool(
+            message.get("reasoning_details")
+        )
         payload = Continuation.capture(
             vendor=self.vendor,
             api=API,
@@ -696,6 +733,7 @@ class OpenAIChatAdapter:
             response_model=echoed if isinstance(echoed, str) else None,
             # DeepSeek persists a cache unit at the end of each output (§3.4)
             output_unit=_unit(_generated_view(message, self.dialect)),
+            events=_reported_cost(response.get("usage")) if self.dialect == "openrouter" else (),
         )
 
     def _parts(self, message: Mapping[str, Any]) -> list[Part]:
@@ -707,6 +745,12 @@ class OpenAIChatAdapter:
         for field in _READ[self.dialect]:
             if not isinstance(message.get(field), (str, type(None))):
                 raise MalformedResponse(f"the message's {field} is not a string")
+        details = message.get("reasoning_details")
+        if details is not None and not (
+            isinstance(details, list)
+            and all(isinstance(d, Mapping) and isinstance(d.get("type"), str) for d in details)
+        ):
+            raise MalformedResponse("the message's reasoning_details is not a list of typed objects")
         for field in _READ[self.dialect]:
             if isinstance(message.get(field), str):
                 parts.append(ReasoningPart(text=message[field], continuation=0))
@@ -841,7 +885,7 @@ class _Reasoning:
     def without_reasoning(self, value: Any) -> Any:
         if not isinstance(value, Mapping):
             return value
-        return {k: v for k, v in value.items() if k not in _REASONING_FIELDS}
+        return {k: v for k, v in value.items() if k not in _DROPPED_FIELDS}
 
 
 class ChatRoom(Room):
@@ -927,10 +971,23 @@ class ChatRoom(Room):
         if not calls:
             return None
         reasoning = message.get("reasoning_content")
-        items = ({"reasoning_content": reasoning if isinstance(reasoning, str) else None}, *calls)
+        # OpenRouter (§2.3): reasoning_details go back verbatim with the message that made the calls
+        details = message.get("reasoning_details")
+        details = thaw(details) if isinstance(details, list) and details else None
+        head = {
+            "reasoning_content": reasoning if isinstance(reasoning, str) else None,
+            "reasoning_details": details,
+        }
+        items = (head, *calls)
         payloads = [c["arguments"] for c in calls if isinstance(c["arguments"], str)]
         if isinstance(reasoning, str):
             payloads.append(reasoning)
+        for detail in details or ():
+            payloads.extend(
+                detail[k]
+                for k in ("signature", "data")
+                if isinstance(detail, Mapping) and isinstance(detail.get(k), str)
+            )
         return replay.source(frozenset(c["id"] for c in calls), items, payloads, positional=False)
 
     def _check(self, source: Source, body: dict[str, Any], mend: bool, out: list[ReplayFinding]) -> None:
@@ -961,6 +1018,8 @@ class ChatRoom(Room):
                             f"{key} {what}: {was} went back as {now}",
                             functools.partial(function.__setitem__, key, came[key]),
                         )
+                if call.get("id") == first and head.get("reasoning_details"):
+                    self._check_details(message, head["reasoning_details"], f"$.messages[{i}]", report)
                 reasoning = head["reasoning_content"]
                 if call.get("id") != first or not reasoning:
                     continue
@@ -975,6 +1034,20 @@ class ChatRoom(Room):
                         f"reasoning_content {replay.digest(reasoning)} went back as {replay.digest(sent)}",
                         restore,
                     )
+
+    @staticmethod
+    def _check_details(message: dict[str, Any], came: list[Any], at: str, report: replay.Report) -> None:
+        """OpenRouter's ``reasoning_details`` (§2.3) against the list that came: left out, or changed in any
+        element (a lost signature, a merged or reordered list); payloads shown as digests."""
+        sent = message.get("reasoning_details")
+        path = f"{at}.reasoning_details"
+        whole = canonical_json(came)
+        restore = functools.partial(message.__setitem__, "reasoning_details", thaw(came))
+        if not sent:
+            report.lost(path, f"reasoning_details {replay.digest(whole)} left out", restore)
+        elif _no_nulls(sent) != _no_nulls(came):  # a null ``id`` left out (``exclude_none``) is no change
+            shown = replay.digest(canonical_json(sent))
+            report.altered(path, f"reasoning_details {replay.digest(whole)} went back as {shown}", restore)
 
     def cache_keys(self, view: View, raw_usage: Mapping[str, Any] | None) -> tuple[str, ...]:
         """On DeepSeek, each message keyed as the server renders it (§3.3: ``reasoning_content`` is read on
@@ -1009,9 +1082,33 @@ class ChatRoom(Room):
                 return
 
 
+#: the trace event of the cost OpenRouter reports with each answer (docs/protocols.md §2.3)
+REPORTED_COST = "usage.reported_cost"
+
+
+def _reported_cost(raw: Any) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+    """OpenRouter's ``usage.cost`` (credits) as a trace event, next to the normalized usage: billed figures
+    the vendor gives are recorded as given, never recomputed (§2.3, §8)."""
+    cost = raw.get("cost") if isinstance(raw, Mapping) else None
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        return ()
+    return ((REPORTED_COST, {"cost": cost, "unit": "credits"}),)
+
+
+def _no_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_no_nulls(v) for v in value]
+    return value
+
+
 def _dialect_of(raw_usage: Mapping[str, Any] | None) -> str:
     """The dialect a plain client's answer shows: DeepSeek reports its cache hits and misses (§3.4)."""
-    return "deepseek" if raw_usage is not None and "prompt_cache_hit_tokens" in raw_usage else "openai"
+    if raw_usage is not None and "prompt_cache_hit_tokens" in raw_usage:
+        return "deepseek"
+    # OpenRouter reports the call's ``cost`` in its usage (docs/protocols.md §2.3)
+    return "openrouter" if raw_usage is not None and "cost" in raw_usage else "openai"
 
 
 _REASONING = _Reasoning()

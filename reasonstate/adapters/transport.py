@@ -913,9 +913,112 @@ def _is_transport_error(exc: BaseException) -> bool:
     )
 
 
+# -- boto3 (botocore): the exact bytes through the client's own event hooks ----------------------------
+
+#: the exchange of the boto3 call running in this context (the client's hooks write into it)
+_BOTO_EXCHANGE: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar(
+    "boto_exchange", default=None
+)
+
+
+def _boto_before_send(request: Any = None, **_: Any) -> None:
+    exchange = _BOTO_EXCHANGE.get()
+    if exchange is not None and request is not None:
+        body = request.body
+        exchange.request_body = body if isinstance(body, bytes) else (body or "").encode()
+
+
+def _boto_after_call(http_response: Any = None, **_: Any) -> None:
+    exchange = _BOTO_EXCHANGE.get()
+    if exchange is not None and http_response is not None:
+        exchange.response = http_response
+
+
+def _boto_hooks(client: Any) -> None:
+    """botocore's documented events (``before-send``, ``after-call``) on this client: the request body as
+    signed and sent, and the HTTP response (its body unread for an event stream). Registering under a
+    ``unique_id`` is idempotent in botocore: a client already hooked is left as it is."""
+    events = client.meta.events
+    events.register("before-send.bedrock-runtime", _boto_before_send, unique_id="reasonstate-before-send")
+    events.register("after-call.bedrock-runtime", _boto_after_call, unique_id="reasonstate-after-call")
+
+
+def _boto_response(exchange: _Exchange) -> Any:
+    if exchange.response is None:
+        raise InvalidOption(
+            "the bedrock-runtime client answered without an HTTP exchange its events showed (a stubbed or "
+            "wrapped client?): reasonstate needs the exact bytes"
+        )
+    return exchange.response
+
+
+class _Boto3:
+    """boto3 ``bedrock-runtime`` (``converse`` / ``converse_stream``; docs/protocols.md §11): sync only (boto3
+    has no async client); the bytes read through botocore's event hooks, a stream's body pulled raw and fed
+    to the codec's event-stream assembler (botocore's own parsing of it is never run)."""
+
+    def call(self, adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
+        _boto_hooks(client)
+        exchange = _Exchange()
+        token = _BOTO_EXCHANGE.set(exchange)
+        try:
+            with _Translated(adapter, request, False):
+                _resource(client, adapter)(**sdk_kwargs(request.kwargs))
+        finally:
+            _BOTO_EXCHANGE.reset(token)
+        body = _boto_response(exchange).content
+        return CallResult(_json(body, adapter), exchange.request_body, plain_text=plain_text(body))
+
+    async def acall(self, adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
+        raise InvalidOption("boto3 has no async client: use rs.Session with a bedrock-runtime client")
+
+    def opening(
+        self, adapter: Adapter, client: Any, request: VendorRequest, flavor: _Flavor
+    ) -> _Flow[_Opened]:
+        if flavor.is_async:
+            raise InvalidOption("boto3 has no async client: use rs.Session with a bedrock-runtime client")
+        _boto_hooks(client)
+        exchange = _Exchange()
+        method = getattr(client, adapter.endpoint.resource[0] + "_stream")
+        translated = functools.partial(_Translated, adapter, request, True)
+        token = _BOTO_EXCHANGE.set(exchange)
+        try:
+            with translated():
+                yield functools.partial(method, **sdk_kwargs(request.kwargs))
+        finally:
+            _BOTO_EXCHANGE.reset(token)
+        raw = _boto_response(exchange).raw
+        chunks = raw.stream(4096, decode_content=False)
+        pull = functools.partial(next, chunks, None)
+        sent = exchange.request_body
+        return pull, raw.close, lambda: sent, translated, None
+
+    def failure(
+        self, adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool, sent: bool = False
+    ) -> Exception:
+        """botocore's ``ClientError`` → :class:`VendorError` with the HTTP status and ``{"message",
+        "__type"}``; its other errors → :class:`VendorError` (:class:`StreamInterrupted` while streaming)."""
+        if isinstance(exc, ReasonStateError):
+            return exc
+        errors = importlib.import_module("botocore.exceptions")
+        label = adapter.endpoint.label
+        if isinstance(exc, errors.ClientError):
+            error = exc.response.get("Error", {})
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            body = {"message": error.get("Message"), "__type": error.get("Code")}
+            return VendorError(
+                f"{label} {status} {error.get('Code')}: {error.get('Message')}", status=status, body=body
+            )
+        if isinstance(exc, errors.BotoCoreError) or stream:
+            cls = StreamInterrupted if stream else VendorError
+            return cls(f"{label} call failed: {type(exc).__name__}: {exc}")
+        return exc
+
+
 #: the transport of each endpoint SDK (``Endpoint.sdk``): adding an SDK family is one line here
 _TRANSPORTS: dict[str, _Transport] = {
     "anthropic": _RawResponse(),
     "openai": _RawResponse(),
     "google.genai": _GenAI(),
+    "boto3": _Boto3(),
 }

@@ -12,6 +12,7 @@ emulator                     API                                                
 ``OpenAIChatEmulator``       Chat Completions (openai/deepseek/vllm/sglang)      ``+ "/v1"`` (deepseek: root)
 ``GeminiEmulator``           Gemini ``generateContent`` (v1, v1beta)             ``base_url`` (the root)
 ``VLLMCompletionsEmulator``  vLLM ``POST /v1/completions``, token-id prompts     ``base_url + "/v1"``
+``BedrockConverseEmulator``  Bedrock Converse ``/model/{id}/converse[-stream]``  ``endpoint_url`` (the root)
 ===========================  ==================================================  =============================
 
 Each one's ``client()`` builds the real SDK client already pointed at it; ``reasonstate emulate VENDOR``
@@ -27,6 +28,7 @@ from reasonstate.testing._server import (
     StreamResponse,
 )
 from reasonstate.testing.anthropic import AnthropicEmulator
+from reasonstate.testing.bedrock import BedrockConverseEmulator
 from reasonstate.testing.completions import ScriptedCompletion, VLLMCompletionsEmulator
 from reasonstate.testing.gemini import GeminiEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
@@ -35,6 +37,7 @@ from reasonstate.testing.script import ModelAction, Script, ScriptExhausted, Too
 
 __all__ = [
     "AnthropicEmulator",
+    "BedrockConverseEmulator",
     "EmulatorServer",
     "Fault",
     "GeminiEmulator",

@@ -1,5 +1,5 @@
 """A strict emulator of Chat Completions (``POST /v1/chat/completions``, also ``POST /chat/completions``
-for DeepSeek's base URL) in four dialects, written from docs/protocols.md §2 and §3.
+for DeepSeek's base URL) in five dialects, written from docs/protocols.md §2 and §3.
 
 Dialects (what differs is where reasoning lives, which rules are enforced, and how the cache reports):
 
@@ -12,6 +12,28 @@ Dialects (what differs is where reasoning lives, which rules are enforced, and h
 * **vllm** — ``reasoning`` and ``reasoning_content`` on the message, ``reasoning`` in stream deltas; the
   input side reads only ``reasoning`` (§2.2); cache = full 16-token blocks of the longest shared prefix.
 * **sglang** — ``reasoning_content`` on output, kept as sent on input (§2.2, unconfirmed); cache as vllm.
+* **openrouter** (§2.3) — models are ``upstream/name`` ids (``anthropic/claude-sonnet-4.5``,
+  ``openai/gpt-5``, ``google/gemini-2.5-pro``, ``moonshotai/kimi-k2.5``; any id is served unless ``models=``
+  names some; a bearer key is checked). ``reasoning`` (text) and ``reasoning_details`` on the message, the
+  details in the upstream's family: anthropic → one ``reasoning.text`` with a ``signature``
+  (``HMAC-SHA256(secret, model + "\0" + text)``, base64) and ``format: "anthropic-claude-v1"``; openai →
+  a ``reasoning.summary`` and a ``reasoning.encrypted`` (``format: "openai-responses-v1"``); google → a
+  ``reasoning.text`` and a ``reasoning.encrypted`` (``google-gemini-v1``); any other → a
+  ``reasoning.text`` (``format: "unknown"``). Element keys in the documented order ``type, text|summary|
+  data, signature, id, format, index``. Usage adds ``cost`` (1e-6 per prompt token, 4e-6 per completion
+  token, cached tokens at a tenth) and ``prompt_tokens_details.cache_write_tokens`` (0); cache as openai.
+  Errors in OpenRouter's envelope ``{"error": {"code", "message", "metadata"}}`` with the HTTP status in
+  ``code``; an upstream's refusal carries ``metadata: {"raw": <the upstream's body as text>,
+  "provider_name"}``. Rules forwarded from the upstream (Anthropic, §4.3): while a tool chain is open
+  (the request ends with tool results), the assistant message that made the calls must carry the
+  ``reasoning.text`` detail issued with them → 400, raw = Anthropic's "messages.N.content.0.type: Expected
+  `thinking` or `redacted_thinking`, but found `tool_use`. When `thinking` is enabled, a final `assistant`
+  message must start with a thinking block ..."; any ``anthropic-claude-v1`` signature that does not verify
+  → 400, raw = "messages.N.content.0: Invalid `signature` in `thinking` block". Emulator strictness: a
+  detail whose ``format`` is not the requested model's family → 400 ``emulator_foreign_reasoning``.
+  Streamed: ``reasoning`` text deltas and ``reasoning_details`` pieces per ``index`` (the first piece with
+  ``type``, ``text``/``summary``/``data``, ``id``, ``format``, ``index``; then text pieces; the
+  ``signature`` alone on a last piece with ``text: ""``).
 
 **Model aliases** (see :mod:`reasonstate.testing.openai`): in the openai dialect a request for an alias
 in :data:`MODEL_ALIASES` (from https://platform.openai.com/docs/models/gpt-5; ``gpt-5`` →
@@ -118,6 +140,9 @@ usage (earlier chunks then carry ``usage: null``).
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import re
 import time
@@ -141,8 +166,8 @@ from reasonstate.testing.script import ModelAction, Script, ToolCallSpec, count_
 
 __all__ = ["DEEPSEEK_EFFORTS", "DEEPSEEK_MODELS", "MODEL_ALIASES", "Dialect", "OpenAIChatEmulator"]
 
-Dialect = Literal["openai", "deepseek", "vllm", "sglang"]
-_DIALECTS: tuple[Dialect, ...] = ("openai", "deepseek", "vllm", "sglang")
+Dialect = Literal["openai", "deepseek", "vllm", "sglang", "openrouter"]
+_DIALECTS: tuple[Dialect, ...] = ("openai", "deepseek", "vllm", "sglang", "openrouter")
 
 #: The model ids DeepSeek serves (https://api-docs.deepseek.com/quick_start/pricing: ``deepseek-v4-pro``,
 #: ``deepseek-v4-flash``, and the legacy ``deepseek-chat`` / ``deepseek-reasoner`` names); another id is 400
@@ -157,7 +182,44 @@ _DIALECT_MODELS: dict[Dialect, frozenset[str]] = {
     "deepseek": DEEPSEEK_MODELS,
     "vllm": frozenset(),
     "sglang": frozenset(),
+    "openrouter": frozenset(),
 }
+#: an OpenRouter model id's upstream → the ``format`` of its reasoning details (docs/protocols.md §2.3)
+_OPENROUTER_FORMATS = {
+    "anthropic": "anthropic-claude-v1",
+    "openai": "openai-responses-v1",
+    "google": "google-gemini-v1",
+}
+_ANTHROPIC_NO_THINKING = (
+    "messages.{}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`. When "
+    "`thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the "
+    "lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from "
+    "previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+)
+_ANTHROPIC_BAD_SIGNATURE = "messages.{}.content.0: Invalid `signature` in `thinking` block"
+
+
+def _openrouter_format(model: str) -> str:
+    return _OPENROUTER_FORMATS.get(model.split("/", 1)[0], "unknown")
+
+
+def openrouter_error(status: int, message: str, metadata: Mapping[str, Any] | None = None) -> JSONResponse:
+    """OpenRouter's error envelope (https://openrouter.ai/docs/api/reference/errors-and-debugging):
+    ``{"error": {"code", "message", "metadata"}}``, the HTTP status repeated in ``code``."""
+    error: dict[str, Any] = {"code": status, "message": message}
+    if metadata is not None:
+        error["metadata"] = dict(metadata)
+    return JSONResponse(status, {"error": error})
+
+
+def _upstream_error(message: str, model: str) -> JSONResponse:
+    """An Anthropic 400 forwarded by OpenRouter: its body as text in ``metadata.raw``."""
+    raw = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    meta = {"raw": json.dumps(raw), "provider_name": "Anthropic"}
+    return openrouter_error(400, "Provider returned error", meta)
+
+
 _CHUNK = 8  # characters per streamed delta
 
 _DEEPSEEK_MISSING = "The reasoning_content in the thinking mode must be passed back to the API."
@@ -245,6 +307,22 @@ def _chunks(text: str) -> list[str]:
     return [text[i : i + _CHUNK] for i in range(0, len(text), _CHUNK)]
 
 
+def _detail_pieces(detail: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """One ``reasoning_details`` element as OpenRouter streams it (module docstring): the head piece
+    with its first text, then the rest of the text, then the signature on a piece of its own."""
+    key = next((k for k in ("text", "summary", "data") if isinstance(detail.get(k), str)), None)
+    head = {k: v for k, v in detail.items() if k != "signature" and k != key}
+    if key is None:
+        yield {"type": detail["type"], **head}
+    else:
+        pieces = _chunks(detail[key]) or [""]
+        yield {"type": detail["type"], key: pieces[0], **head}
+        for piece in pieces[1:]:
+            yield {"type": detail["type"], key: piece, "index": detail["index"]}
+    if "signature" in detail:
+        yield {"type": detail["type"], "text": "", "signature": detail["signature"], "index": detail["index"]}
+
+
 class OpenAIChatEmulator(OpenAIFamilyEmulator):
     """``POST /v1/chat/completions`` (and ``/chat/completions``) under the rules in the module docstring.
 
@@ -304,7 +382,8 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         # was started under: the emulator does the same unless ``api_key=`` / ``models=`` name some
         self._open_server = dialect in ("vllm", "sglang")
         self._checks_key = not self._open_server or api_key is not None
-        self._checks_model = not self._open_server or bool(models)
+        # OpenRouter serves hundreds of ``upstream/name`` ids: any unless ``models=`` names some
+        self._checks_model = (not self._open_server and dialect != "openrouter") or bool(models)
         self.dialect: Dialect = dialect
         self.sdk_path = "" if dialect == "deepseek" else "/v1"
         self.legacy_reject_reasoning = legacy_reject_reasoning
@@ -313,6 +392,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         self._completions = 0
         self._calls = 0
         self._issued_reasoning: dict[str, str] = {}  # tool call id -> reasoning issued with it
+        self._issued_details: dict[str, list[dict[str, Any]]] = {}  # tool call id -> reasoning_details
         self._prompts: dict[tuple[str, str | None], list[tuple[str, ...]]] = {}
         self._history: dict[str, list[tuple[str, ...]]] = {}  # deepseek: segments of earlier requests
         self._units: dict[str, set[tuple[str, ...]]] = {}  # deepseek: persisted prefix units (segments)
@@ -416,6 +496,8 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         return None
 
     def _error(self, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
+        if self.dialect == "openrouter":
+            return openrouter_error(400, message, {"code": code} if code else None)
         if self.dialect == "deepseek":  # DeepSeek's envelope: param null, code repeats the type
             return openai_error(400, message, param=None, code=code or "invalid_request_error")
         return openai_error(400, message, param=param, code=code)
@@ -435,8 +517,10 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
                 role = messages[i].get("role")
                 if role in ("user", "assistant") and messages[i + 1].get("role") == role:
                     raise _Reject(self._error(_DEEPSEEK_SUCCESSIVE.format(i, i + 1)))
-        if self.dialect in ("openai", "deepseek"):
+        if self.dialect in ("openai", "deepseek", "openrouter"):
             self._check_tool_pairing(messages)
+        if self.dialect == "openrouter":
+            self._check_openrouter(body, messages)
         thinking = self._thinking(body)
         for message in messages:
             if message.get("role") != "assistant":
@@ -457,6 +541,91 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
                             "reasoning the model produced with it (reasonstate emulator check)."
                         )
                         raise _Reject(self._error(text, code="emulator_reasoning_mismatch"))
+
+    def _check_openrouter(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+        """The upstream's rules OpenRouter forwards (module docstring, docs/protocols.md §2.3)."""
+        model = str(body["model"])
+        family = _openrouter_format(model)
+        for i, message in enumerate(messages):
+            details = message.get("reasoning_details") if message.get("role") == "assistant" else None
+            for detail in details if isinstance(details, list) else ():
+                fmt = detail.get("format") if isinstance(detail, dict) else None
+                if fmt is not None and fmt != family:
+                    text = (
+                        f"messages[{i}].reasoning_details carries {fmt} reasoning to a {family} model "
+                        "(reasonstate emulator check)."
+                    )
+                    raise _Reject(self._error(text, code="emulator_foreign_reasoning"))
+                if fmt == "anthropic-claude-v1" and isinstance(detail, dict) and "signature" in detail:
+                    expected = self._sign(model, str(detail.get("text") or ""))
+                    if detail.get("signature") != expected:
+                        raise _Reject(_upstream_error(_ANTHROPIC_BAD_SIGNATURE.format(i), model))
+        if family != "anthropic-claude-v1" or not messages or messages[-1].get("role") != "tool":
+            return
+        # the open chain: its assistant messages with tool_calls must start with their thinking
+        start = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        for i in range(start + 1, len(messages)):
+            message = messages[i]
+            calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+            if not calls:
+                continue
+            issued = self._issued_details.get(str(calls[0].get("id")))
+            if issued is None:
+                continue
+            sent = message.get("reasoning_details")
+            texts = [d for d in sent or () if isinstance(d, dict) and d.get("type") == "reasoning.text"]
+            if not texts:
+                raise _Reject(_upstream_error(_ANTHROPIC_NO_THINKING.format(i), model))
+
+    def _sign(self, model: str, text: str) -> str:
+        mac = hmac.new(self.secret, f"{model}\0{text}".encode(), hashlib.sha256).digest()
+        return base64.b64encode(mac).decode()
+
+    def _details(self, model: str, reasoning: str) -> list[dict[str, Any]]:
+        """The ``reasoning_details`` of one answer, in the upstream family's shape (module docstring)."""
+        fmt = _openrouter_format(model)
+        n = self._completions
+        if fmt == "anthropic-claude-v1":
+            return [
+                {
+                    "type": "reasoning.text",
+                    "text": reasoning,
+                    "signature": self._sign(model, reasoning),
+                    "id": None,
+                    "format": fmt,
+                    "index": 0,
+                }
+            ]
+        opaque = base64.b64encode(hashlib.sha256(f"{model}\0{n}\0{reasoning}".encode()).digest() * 3)
+        if fmt == "openai-responses-v1":
+            return [
+                {
+                    "type": "reasoning.summary",
+                    "summary": reasoning,
+                    "id": f"rs_emu_{n:03d}",
+                    "format": fmt,
+                    "index": 0,
+                },
+                {
+                    "type": "reasoning.encrypted",
+                    "data": opaque.decode(),
+                    "id": f"rs_emu_{n:03d}",
+                    "format": fmt,
+                    "index": 1,
+                },
+            ]
+        if fmt == "google-gemini-v1":
+            return [
+                {"type": "reasoning.text", "text": reasoning, "id": None, "format": fmt, "index": 0},
+                {
+                    "type": "reasoning.encrypted",
+                    "data": opaque.decode(),
+                    "id": None,
+                    "format": fmt,
+                    "index": 1,
+                },
+            ]
+        return [{"type": "reasoning.text", "text": reasoning, "id": None, "format": fmt, "index": 0}]
 
     def _check_tool_pairing(self, messages: list[dict[str, Any]]) -> None:
         open_ids: list[str] = []  # tool_call ids of the assistant message that opened the current tool run
@@ -502,7 +671,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         elif self.dialect == "deepseek":
             with_calls = shown.get("role") == "assistant" and bool(shown.get("tool_calls"))
             drop = ("reasoning",) if with_calls else ("reasoning", "reasoning_content")
-        elif self.dialect == "vllm":
+        elif self.dialect in ("vllm", "openrouter"):
             drop = ("reasoning_content",)
         else:
             drop = ()
@@ -520,6 +689,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             "deepseek": ("reasoning",),
             "vllm": ("reasoning_content",),
             "sglang": (),
+            "openrouter": (),
         }[self.dialect]
         return canonical_json({k: v for k, v in shown.items() if k not in hidden})
 
@@ -548,7 +718,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         earlier_prompts = self._prompts.setdefault(namespace, [])
         matched = max((_tokens(prompt[: _common(prompt, q)]) for q in earlier_prompts), default=0)
         earlier_prompts.append(prompt)
-        if self.dialect == "openai":
+        if self.dialect in ("openai", "openrouter"):
             return prompt_tokens, openai_cached_tokens(prompt_tokens, matched)
         return prompt_tokens, 16 * (min(matched, prompt_tokens - 1) // 16)
 
@@ -572,6 +742,9 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             elif self.dialect == "vllm":
                 message["reasoning"] = reasoning
                 message["reasoning_content"] = reasoning
+            elif self.dialect == "openrouter":
+                message["reasoning"] = reasoning
+                message["reasoning_details"] = self._details(str(body["model"]), reasoning)
         tool_calls: list[dict[str, Any]] = []
         for call in action.tool_calls:
             self._calls += 1
@@ -582,6 +755,8 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             )
             if reasoning is not None:
                 self._issued_reasoning[call_id] = reasoning
+                if "reasoning_details" in message:
+                    self._issued_details[call_id] = message["reasoning_details"]
         if tool_calls:
             message["tool_calls"] = tool_calls
         finish_reason = "tool_calls" if tool_calls else "stop"
@@ -606,6 +781,11 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         if self.dialect == "deepseek":
             usage["prompt_cache_hit_tokens"] = cached
             usage["prompt_cache_miss_tokens"] = prompt_tokens - cached
+        if self.dialect == "openrouter":
+            usage["prompt_tokens_details"]["cache_write_tokens"] = 0
+            usage["cost"] = round(
+                (prompt_tokens - cached) * 1e-6 + cached * 1e-7 + completion_tokens * 4e-6, 9
+            )
         return {
             "id": f"chatcmpl-emu-{self._completions:03d}",
             "object": "chat.completion",
@@ -635,11 +815,13 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             return sse_event(None, body)
 
         yield chunk({"role": "assistant", "content": "" if isinstance(message.get("content"), str) else None})
-        stream_field = "reasoning" if self.dialect == "vllm" else "reasoning_content"
+        stream_field = "reasoning" if self.dialect in ("vllm", "openrouter") else "reasoning_content"
         reasoning = message.get(stream_field)
         if isinstance(reasoning, str):
             for piece in _chunks(reasoning):
                 yield chunk({stream_field: piece})
+        for detail in message.get("reasoning_details") or ():
+            yield from (chunk({"reasoning_details": [p]}) for p in _detail_pieces(detail))
         if isinstance(message.get("content"), str):
             for piece in _chunks(message["content"]):
                 yield chunk({"content": piece})

@@ -1,7 +1,7 @@
 """One emulator as a standalone server: what ``reasonstate emulate VENDOR`` runs.
 
 ``reasonstate emulate {anthropic,responses,chat,gemini,completions} --port N [--script FILE]
-[--host 127.0.0.1] [--dialect openai|deepseek|vllm|sglang] [--tokenizer NAME] [--secret TEXT]
+[--host 127.0.0.1] [--dialect openai|deepseek|vllm|sglang|openrouter] [--tokenizer NAME] [--secret TEXT]
 [--api-key KEY]`` starts the emulator, prints its base URL and the environment variables that point the
 vendor SDK at it, and serves until SIGINT or SIGTERM (then it stops the server and exits 0). ``--port 0``
 picks a free port; the printed URL has the real one.
@@ -339,6 +339,7 @@ def build_emulator(
 
     dialects: dict[str, Dialect] = {"openai": "openai", "deepseek": "deepseek", "vllm": "vllm"}
     dialects["sglang"] = "sglang"
+    dialects["openrouter"] = "openrouter"
     if dialect not in dialects:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(dialects)}")
     return OpenAIChatEmulator(plan, dialect=dialects[dialect], secret=secret, api_key=api_key)
