@@ -600,7 +600,14 @@ CHAT_REASONING = {
     "deepseek": ("reasoning_content",),
     "sglang": ("reasoning_content",),
     "vllm": ("reasoning", "reasoning_content"),
+    "openrouter": ("reasoning",),
 }
+
+
+def _reasoning_details(v: Any) -> bool:
+    """OpenRouter's ``reasoning_details`` (docs/protocols.md §2.3): a list of objects, each naming its
+    ``type`` (``reasoning.text``, ``reasoning.encrypted``, ``reasoning.summary``)."""
+    return isinstance(v, list) and all(isinstance(d, dict) and isinstance(d.get("type"), str) for d in v)
 
 
 def chat_rules(dialect: str) -> list[Rule]:
@@ -609,6 +616,8 @@ def chat_rules(dialect: str) -> list[Rule]:
         ("content", _chat_content, False),
         ("tool_calls", _chat_tool_calls, False),
     ]
+    if dialect == "openrouter":  # the details list goes back verbatim with the message (§2.3)
+        rules.append(("reasoning_details", lambda v: v is None or _reasoning_details(v), False))
     return rules + [(f, _str_or_null, False) for f in CHAT_REASONING[dialect]]
 
 
