@@ -40,6 +40,7 @@ _ROOMS: dict[str, str] = {
     "responses": "reasonstate.adapters.openai_responses",
     "chat": "reasonstate.adapters.openai_chat",
     "generate_content": "reasonstate.adapters.gemini",
+    "interactions": "reasonstate.adapters.gemini_interactions",
 }
 #: the API names the registry knows, in registry order
 APIS: tuple[str, ...] = tuple(_ROOMS)
@@ -126,6 +127,12 @@ def _gemini() -> Adapter:
     return GeminiAdapter()
 
 
+def _interactions() -> Adapter:
+    from reasonstate.adapters.gemini_interactions import InteractionsAdapter
+
+    return InteractionsAdapter()
+
+
 def _responses() -> Adapter:
     from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter
 
@@ -146,15 +153,19 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
 
     ``anthropic.Anthropic`` → Messages. ``openai.OpenAI`` → Responses by default; ``api="chat"`` or a
     ``dialect`` (``"openai"``, ``"deepseek"``, ``"vllm"``, ``"sglang"``) → Chat Completions.
-    ``google.genai.Client`` (or its ``.aio``) → Gemini generateContent. The adapter is one shared per
+    ``google.genai.Client`` (or its ``.aio``) → Gemini generateContent; ``api="interactions"`` → the
+    Interactions API. The adapter is one shared per
     process for each API (and dialect): adapters hold configuration only.
     """
     kind = _kind(client)
     if kind.genai is not None:
-        if dialect is not None or api not in (None, "generate_content"):
+        if dialect is not None or api not in (None, "generate_content", "interactions"):
             raise InvalidOption(
-                "the google-genai client speaks generateContent only here: pass no dialect= or api="
+                "the google-genai client speaks generateContent (the default) or api='interactions' "
+                "(the Interactions API) here: pass no dialect="
             )
+        if api == "interactions":
+            return _default("interactions", _interactions)
         return _default("generate_content", _gemini)
     modules = kind.modules
     if "anthropic" in modules:
