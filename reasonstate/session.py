@@ -842,6 +842,8 @@ class _Core(Switching):
         routing: dict[str, Any] = {}
         if adapter is None and snapshot.api == "chat":
             routing["dialect"] = snapshot.vendor  # chat adapters are named after their dialect
+        elif adapter is None and snapshot.api == "interactions":
+            routing["api"] = snapshot.api  # google-genai serves generateContent unless asked otherwise
         session = cls(client, adapter=adapter, **routing, **restore_args(snapshot, tools, policy, fold))
         if (session._adapter.vendor, session._adapter.api) != (snapshot.vendor, snapshot.api):
             raise IllegalTransition(

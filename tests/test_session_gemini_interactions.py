@@ -1,0 +1,376 @@
+"""The Gemini Interactions API room (docs/protocols.md §5.6): the real ``google-genai`` client over HTTP to
+the strict emulator, sync and async, streamed and not, stateless and stateful.
+
+Each test names the §5.6 rule it pins down; the oracles are the emulator's own answers (it does not import
+the adapters) and hand-written vendor bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+
+import reasonstate as rs
+from reasonstate.adapters import adapter_for
+from reasonstate.adapters.gemini_interactions import (
+    CHAIN_FALLBACK,
+    InteractionsAdapter,
+    InteractionsAssembler,
+    PreviousInteractionNotFound,
+)
+from reasonstate.prefix import Prefix
+from reasonstate.state import History
+from reasonstate.testing import ModelAction, ToolCallSpec
+from reasonstate.testing.gemini_interactions import InteractionsEmulator
+
+MODEL = "gemini-3-flash-preview"
+WEATHER = rs.Tool(
+    name="get_weather",
+    description="Weather for a city",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+SYSTEM = "You are terse."
+
+
+def chain(tag: str = "A") -> list[ModelAction]:
+    """Two sequential tool steps with thinking, then the answer."""
+    return [
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning=f"{tag}: Paris first."),
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Rome"}), reasoning=f"{tag}: now Rome."),
+        ModelAction.answer(f"{tag}: Rome is warmer.", reasoning=f"{tag}: compare."),
+    ]
+
+
+@pytest.fixture
+def emulator() -> Iterator[InteractionsEmulator]:
+    with InteractionsEmulator(cache_min_tokens=32) as emu:
+        yield emu
+
+
+def session_on(emu: InteractionsEmulator, **options: Any) -> rs.Session:
+    return rs.Session(
+        emu.client(),
+        model=MODEL,
+        adapter=InteractionsAdapter(min_cacheable=32),
+        system=SYSTEM,
+        tools=[WEATHER],
+        **options,
+    )
+
+
+def run_chain(session: rs.Session, question: str, *, stream: bool = False) -> rs.Reply:
+    def one(send: Any, arg: Any) -> rs.Reply:
+        if not stream:
+            return send(arg)  # type: ignore[no-any-return]
+        opener = session.stream if send == session.send else session.stream_tool_results
+        with opener(arg) as s:
+            for _ in s:
+                pass
+        return s.reply
+
+    reply = one(session.send, question)
+    while reply.tool_calls:
+        reply = one(session.send_tool_results, {c.id: {"temp_c": 20} for c in reply.tool_calls})
+    return reply
+
+
+def bodies(emu: InteractionsEmulator) -> list[dict[str, Any]]:
+    return [json.loads(r.body) for r in emu.requests]
+
+
+# -- the codec on a hand-written answer (§5.6) -------------------------------------------------------------
+
+DOCUMENTED = {
+    "id": "v1_ChdMU0FR",
+    "status": "requires_action",
+    "model": MODEL,
+    "steps": [
+        {"type": "thought", "signature": "EpYDCpMDAb4+9vs=", "summary": [{"type": "text", "text": "Plan."}]},
+        {"type": "function_call", "id": "fc_1", "name": "get_weather", "arguments": {"city": "Paris"}},
+    ],
+    "usage": {
+        "total_input_tokens": 5000,
+        "total_cached_tokens": 4096,
+        "total_output_tokens": 12,
+        "total_thought_tokens": 30,
+        "total_tokens": 5042,
+    },
+}
+
+
+def test_google_genai_clients_choose_the_interactions_room_only_when_asked() -> None:
+    with InteractionsEmulator() as emu:
+        client = emu.client()
+        assert adapter_for(client).api == "generate_content"
+        assert adapter_for(client, api="interactions").api == "interactions"
+        assert adapter_for(client.aio, api="interactions").api == "interactions"
+        with pytest.raises(rs.InvalidOption):
+            adapter_for(client, api="responses")
+
+
+def test_decode_keeps_each_step_verbatim_and_normalizes_usage() -> None:
+    """§5.6: thought steps are model-bound continuation, calls and outputs visible history; usage's
+    ``total_input_tokens`` includes the cached tokens."""
+    adapter = InteractionsAdapter()
+    request = adapter.encode(Prefix(), History(), MODEL, {}, [])
+    step = adapter.decode(json.loads(json.dumps(DOCUMENTED)), request)
+    assert [c.kind for c in step.continuation] == ["thought", "function_call"]
+    assert [c.model_bound for c in step.continuation] == [True, False]
+    assert (
+        step.continuation[0].payload
+        == json.dumps(DOCUMENTED["steps"][0], separators=(",", ":"), ensure_ascii=False).encode()
+    )
+    assert step.response_id == "v1_ChdMU0FR"
+    assert (step.usage.uncached_input, step.usage.cache_read, step.usage.output, step.usage.reasoning) == (
+        904,
+        4096,
+        42,
+        30,
+    )
+
+
+def test_the_assembler_rebuilds_the_answer_from_its_documented_deltas() -> None:
+    """§5.6 streaming: thought-signature deltas ``{"type": "thought_signature", "signature": ...}``, summary
+    pieces, arguments as ``arguments_delta`` strings: ``finish(stream(r)) == r``, key order included."""
+    events = [
+        {"event_type": "interaction.created", "interaction": {"id": "v1_ChdMU0FR", "status": "in_progress"}},
+        {"event_type": "step.start", "index": 0, "step": {"type": "thought"}},
+        {"event_type": "step.delta", "index": 0, "delta": {"type": "thought_summary",
+                                                            "content": {"type": "text", "text": "Pl"}}},
+        {"event_type": "step.delta", "index": 0, "delta": {"type": "thought_summary",
+                                                            "content": {"type": "text", "text": "an."}}},
+        {"event_type": "step.delta", "index": 0, "delta": {"type": "thought_signature",
+                                                            "signature": "EpYDCpMDAb4+9vs="}},
+        {"event_type": "step.stop", "index": 0},
+        {"event_type": "step.start", "index": 1,
+         "step": {"type": "function_call", "id": "fc_1", "name": "get_weather"}},
+        {"event_type": "step.delta", "index": 1, "delta": {"type": "arguments_delta", "arguments": '{"city":'}},
+        {"event_type": "step.delta", "index": 1, "delta": {"type": "arguments_delta", "arguments": '"Paris"}'}},
+        {"event_type": "step.stop", "index": 1},
+        {"event_type": "interaction.completed", "interaction": {
+            "id": "v1_ChdMU0FR", "status": "requires_action", "model": MODEL, "usage": DOCUMENTED["usage"]}},
+    ]  # fmt: skip
+    lines: list[str] = []
+    for e in events:
+        lines += [f"event: {e['event_type']}", "data: " + json.dumps(e), ""]
+    assembled = InteractionsAssembler.assemble(lines)
+    assert json.dumps(assembled) == json.dumps(DOCUMENTED)
+
+
+# -- end to end ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
+def test_a_stateless_tool_chain_sends_every_thought_step_back_verbatim(
+    emulator: InteractionsEmulator, stream: bool
+) -> None:
+    """§5.6 stateless: the full thought steps with their signatures go back in place, as received."""
+    emulator.script.extend(chain())
+    session = session_on(emulator)
+    assert run_chain(session, "Paris or Rome?", stream=stream).text == "A: Rome is warmer."
+    sent = bodies(emulator)
+    assert [b["store"] for b in sent] == [False] * 3  # the server's default is store=true
+    assert all("previous_interaction_id" not in b for b in sent)
+    answers = [s for s in session.history.turns[0].steps]
+    for k in (1, 2):
+        # every model step of every earlier answer is in the request, byte-equal in JSON
+        earlier = [json.loads(c.payload) for a in answers[:k] for c in a.continuation]
+        replayed = [s for s in sent[k]["input"] if s["type"] in ("thought", "function_call")]
+        assert replayed == earlier
+    assert [s["type"] for s in sent[2]["input"]] == [
+        "user_input",
+        "thought",
+        "function_call",
+        "function_result",
+        "thought",
+        "function_call",
+        "function_result",
+    ]
+
+
+def test_streamed_and_unstreamed_sessions_hold_the_same_state() -> None:
+    """The assembler gives the answer the non-streamed call returns: the same payload bytes, parts, usage
+    and request bytes (the emulator's signatures carry random nonces: each is named by its order, taken
+    from the emulator's own answers)."""
+    seen = []
+    for stream in (False, True):
+        with InteractionsEmulator(chain(), cache_min_tokens=32) as emu:
+            session = session_on(emu)
+            run_chain(session, "Paris or Rome?", stream=stream)
+            steps = session.history.turns[0].steps
+            signatures = [json.loads(c.payload).get("signature") for s in steps for c in s.continuation]
+            names = {sig: f"SIG{i}" for i, sig in enumerate(x for x in signatures if x)}
+
+            def named(text: str, names: dict[str, str] = names) -> str:
+                for sig, name in names.items():
+                    text = text.replace(sig, name)
+                return text
+
+            seen.append(
+                (
+                    [named(c.payload.decode()) for s in steps for c in s.continuation],
+                    [s.parts for s in steps],
+                    [s.usage for s in steps],
+                    # the streamed request differs by its ``"stream": true`` only
+                    [named(r.body.decode().replace(',"stream":true', "")) for r in emu.requests],
+                    [c.digest for s in steps for c in s.continuation if c.kind != "thought"],
+                )
+            )
+    assert len(seen[0][0]) == 6 and "SIG2" in seen[0][0][4]
+    assert seen[0] == seen[1]
+
+
+def test_a_stateful_session_chains_by_interaction_id(emulator: InteractionsEmulator) -> None:
+    """§5.6 stateful: ``store: true`` and ``previous_interaction_id`` + only the new steps; the cache read
+    the session predicts equals the emulator's on every request."""
+    emulator.script.extend([*chain(), ModelAction.answer("A: again.", reasoning="r")])
+    session = session_on(emulator, store=True)
+    run_chain(session, "Paris or Rome?")
+    session.send("And tomorrow?")
+    sent = bodies(emulator)
+    assert [b.get("previous_interaction_id") for b in sent] == [
+        None,
+        "int_emu_001",
+        "int_emu_002",
+        "int_emu_003",
+    ]
+    assert [[s["type"] for s in b["input"]] for b in sent[1:]] == [
+        ["function_result"],
+        ["function_result"],
+        ["user_input"],
+    ]
+    records = session.execution
+    assert [r.predicted_cache_read for r in records] == [r.usage.cache_read for r in records]
+    assert records[-1].usage.cache_read > 0
+    report = session.report()
+    assert report.predicted_matches == report.predicted_total == 4
+
+
+def test_a_model_switch_drops_the_interaction_id_and_the_thoughts(emulator: InteractionsEmulator) -> None:
+    """§5.6: the interaction id and the thought signatures are bound to their model: after
+    ``switch_model`` the request is a full replay without either (traced ``chain.fallback``)."""
+    emulator.script.extend([*chain(), ModelAction.answer("B: ok.", reasoning="r")])
+    session = session_on(emulator, store=True)
+    run_chain(session, "Paris or Rome?")
+    session.switch_model("gemini-3.1-pro-preview")
+    session.send("And tomorrow?")
+    last = bodies(emulator)[-1]
+    assert "previous_interaction_id" not in last and last["model"] == "gemini-3.1-pro-preview"
+    assert [s["type"] for s in last["input"]] == [
+        "user_input", "function_call", "function_result", "function_call", "function_result",
+        "model_output", "user_input",
+    ]  # fmt: skip
+    fallbacks = session.trace.of_kind(CHAIN_FALLBACK)
+    assert [e.data["reason"] for e in fallbacks] == ["model_switch"]
+
+
+def test_snapshot_restore_sends_the_same_next_request(emulator: InteractionsEmulator) -> None:
+    for store in (False, True):
+        emulator.script.extend([*chain(), ModelAction.answer("x", reasoning="r"), ModelAction.answer("x")])
+        session = session_on(emulator, store=store)
+        run_chain(session, "Paris or Rome?")
+        snap = session.snapshot().model_dump_json()
+        restored = rs.Session.restore(snap, emulator.client(), adapter=InteractionsAdapter(min_cacheable=32))
+        restored.send("Once more?")
+        session.send("Once more?")
+        assert emulator.requests[-1].body == emulator.requests[-2].body
+        restored_default = rs.Session.restore(snap, emulator.client())  # the room from the snapshot's api
+        assert restored_default.snapshot().api == "interactions"
+
+
+def test_the_async_client_streams_and_sends(emulator: InteractionsEmulator) -> None:
+    emulator.script.extend(chain())
+
+    async def main() -> str:
+        session = rs.AsyncSession(
+            emulator.client().aio,
+            model=MODEL,
+            api="interactions",
+            tools=[WEATHER],
+        )
+        async with session.stream("Paris or Rome?") as s:
+            async for _ in s:
+                pass
+        reply = s.reply
+        while reply.tool_calls:
+            reply = await session.send_tool_results({c.id: {"temp_c": 20} for c in reply.tool_calls})
+        return reply.text
+
+    assert asyncio.run(main()) == "A: Rome is warmer."
+
+
+def test_a_lost_interaction_is_its_own_error_and_the_retry_replays(emulator: InteractionsEmulator) -> None:
+    """§5.6: a ``previous_interaction_id`` the server no longer holds is a 404; the session is unchanged
+    and its retry is a full replay (``chain.fallback`` ``expired``)."""
+    emulator.script.extend([*chain(), ModelAction.answer("again", reasoning="r")])
+    session = session_on(emulator, store=True)
+    run_chain(session, "Paris or Rome?")
+    emulator.stored.clear()
+    before = session.snapshot().model_dump_json()
+    with pytest.raises(PreviousInteractionNotFound) as caught:
+        session.send("And tomorrow?")
+    assert caught.value.status == 404 and caught.value.response_id == "int_emu_003"
+    assert session.history == rs.Session.restore(before, emulator.client()).history
+    assert session.send("And tomorrow?").text == "again"
+    assert "previous_interaction_id" not in bodies(emulator)[-1]
+    assert [e.data["reason"] for e in session.trace.of_kind(CHAIN_FALLBACK)] == ["expired"]
+
+
+# -- the emulator's strictness, with hand-written bodies (§5.6) ---------------------------------------------
+
+
+def post(emu: InteractionsEmulator, body: Any, key: str | None = "test-key") -> httpx2.Response:
+    headers = {"x-goog-api-key": key} if key else {}
+    return httpx2.post(f"{emu.base_url}/v1/interactions", json=body, headers=headers, trust_env=False)
+
+
+def test_the_emulator_refuses_what_the_vendor_refuses(emulator: InteractionsEmulator) -> None:
+    emulator.script.extend([ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="r")])
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    assert post(emulator, {"model": MODEL, "input": "hi"}, key=None).status_code == 403
+    unknown = post(emulator, {"model": MODEL, "input": "hi", "temperature": 1})
+    assert unknown.status_code == 400
+    assert unknown.json() == {
+        "error": {
+            "code": 400,
+            "message": 'Invalid JSON payload received. Unknown name "temperature": Cannot find field.',
+            "status": "INVALID_ARGUMENT",
+        }
+    }
+    user = {"type": "user_input", "content": [{"type": "text", "text": "Paris?"}]}
+    step_field = post(emulator, {"model": MODEL, "input": [{**user, "role": "user"}]})
+    assert step_field.status_code == 400
+    assert "Unknown name \"role\" at 'input[0]'" in step_field.json()["error"]["message"]
+    ok = post(emulator, {"model": MODEL, "input": [user], "tools": tools, "store": True})
+    assert ok.status_code == 200
+    answer = ok.json()
+    thought, call = answer["steps"]
+    assert thought["type"] == "thought" and call["type"] == "function_call"
+    result = {"type": "function_result", "call_id": call["id"], "result": "20C"}
+
+    tampered = {**thought, "signature": thought["signature"][:-4] + "AAA="}
+    bad = post(emulator, {"model": MODEL, "input": [user, tampered, call, result], "tools": tools})
+    assert (bad.status_code, bad.json()["error"]["message"]) == (400, "Corrupted thought signature.")
+    other_model = post(
+        emulator, {"model": "gemini-3.1-pro-preview", "input": [user, thought, call, result], "tools": tools}
+    )
+    assert other_model.status_code == 400  # a signature is bound to the model that made it
+    missing = post(emulator, {"model": MODEL, "input": [user, call, result], "tools": tools})
+    assert missing.status_code == 400
+    assert "Function call is missing a thought_signature" in missing.json()["error"]["message"]
+    orphan = post(emulator, {"model": MODEL, "input": [user, result], "tools": tools})
+    assert orphan.status_code == 400
+
+    gone = post(emulator, {"model": MODEL, "input": [result], "previous_interaction_id": "int_nope"})
+    assert (gone.status_code, gone.json()["error"]["status"]) == (404, "NOT_FOUND")
+    foreign = post(
+        emulator,
+        {"model": "gemini-3.1-pro-preview", "input": [result], "previous_interaction_id": answer["id"]},
+    )
+    assert (foreign.status_code, foreign.json()["error"]["status"]) == (400, "INVALID_ARGUMENT")
+    assert emulator.script.taken == 1  # nothing refused consumed the script
