@@ -85,6 +85,7 @@ def test_every_emulator_is_exported_from_reasonstate_testing() -> None:
     assert defined == {
         "AnthropicEmulator",
         "GeminiEmulator",
+        "GeminiInteractionsEmulator",
         "OpenAIChatEmulator",
         "OpenAIResponsesEmulator",
         "VLLMCompletionsEmulator",

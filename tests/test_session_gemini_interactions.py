@@ -26,7 +26,7 @@ from reasonstate.adapters.gemini_interactions import (
 from reasonstate.prefix import Prefix
 from reasonstate.state import History
 from reasonstate.testing import ModelAction, ToolCallSpec
-from reasonstate.testing.gemini_interactions import InteractionsEmulator
+from reasonstate.testing.gemini_interactions import GeminiInteractionsEmulator
 
 MODEL = "gemini-3-flash-preview"
 WEATHER = rs.Tool(
@@ -47,12 +47,12 @@ def chain(tag: str = "A") -> list[ModelAction]:
 
 
 @pytest.fixture
-def emulator() -> Iterator[InteractionsEmulator]:
-    with InteractionsEmulator(cache_min_tokens=32) as emu:
+def emulator() -> Iterator[GeminiInteractionsEmulator]:
+    with GeminiInteractionsEmulator(cache_min_tokens=32) as emu:
         yield emu
 
 
-def session_on(emu: InteractionsEmulator, **options: Any) -> rs.Session:
+def session_on(emu: GeminiInteractionsEmulator, **options: Any) -> rs.Session:
     return rs.Session(
         emu.client(),
         model=MODEL,
@@ -79,7 +79,7 @@ def run_chain(session: rs.Session, question: str, *, stream: bool = False) -> rs
     return reply
 
 
-def bodies(emu: InteractionsEmulator) -> list[dict[str, Any]]:
+def bodies(emu: GeminiInteractionsEmulator) -> list[dict[str, Any]]:
     return [json.loads(r.body) for r in emu.requests]
 
 
@@ -104,7 +104,7 @@ DOCUMENTED = {
 
 
 def test_google_genai_clients_choose_the_interactions_room_only_when_asked() -> None:
-    with InteractionsEmulator() as emu:
+    with GeminiInteractionsEmulator() as emu:
         client = emu.client()
         assert adapter_for(client).api == "generate_content"
         assert adapter_for(client, api="interactions").api == "interactions"
@@ -149,8 +149,10 @@ def test_the_assembler_rebuilds_the_answer_from_its_documented_deltas() -> None:
         {"event_type": "step.stop", "index": 0},
         {"event_type": "step.start", "index": 1,
          "step": {"type": "function_call", "id": "fc_1", "name": "get_weather"}},
-        {"event_type": "step.delta", "index": 1, "delta": {"type": "arguments_delta", "arguments": '{"city":'}},
-        {"event_type": "step.delta", "index": 1, "delta": {"type": "arguments_delta", "arguments": '"Paris"}'}},
+        {"event_type": "step.delta", "index": 1,
+         "delta": {"type": "arguments_delta", "arguments": '{"city":'}},
+        {"event_type": "step.delta", "index": 1,
+         "delta": {"type": "arguments_delta", "arguments": '"Paris"}'}},
         {"event_type": "step.stop", "index": 1},
         {"event_type": "interaction.completed", "interaction": {
             "id": "v1_ChdMU0FR", "status": "requires_action", "model": MODEL, "usage": DOCUMENTED["usage"]}},
@@ -167,7 +169,7 @@ def test_the_assembler_rebuilds_the_answer_from_its_documented_deltas() -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["unstreamed", "streamed"])
 def test_a_stateless_tool_chain_sends_every_thought_step_back_verbatim(
-    emulator: InteractionsEmulator, stream: bool
+    emulator: GeminiInteractionsEmulator, stream: bool
 ) -> None:
     """§5.6 stateless: the full thought steps with their signatures go back in place, as received."""
     emulator.script.extend(chain())
@@ -199,7 +201,7 @@ def test_streamed_and_unstreamed_sessions_hold_the_same_state() -> None:
     from the emulator's own answers)."""
     seen = []
     for stream in (False, True):
-        with InteractionsEmulator(chain(), cache_min_tokens=32) as emu:
+        with GeminiInteractionsEmulator(chain(), cache_min_tokens=32) as emu:
             session = session_on(emu)
             run_chain(session, "Paris or Rome?", stream=stream)
             steps = session.history.turns[0].steps
@@ -225,7 +227,7 @@ def test_streamed_and_unstreamed_sessions_hold_the_same_state() -> None:
     assert seen[0] == seen[1]
 
 
-def test_a_stateful_session_chains_by_interaction_id(emulator: InteractionsEmulator) -> None:
+def test_a_stateful_session_chains_by_interaction_id(emulator: GeminiInteractionsEmulator) -> None:
     """§5.6 stateful: ``store: true`` and ``previous_interaction_id`` + only the new steps; the cache read
     the session predicts equals the emulator's on every request."""
     emulator.script.extend([*chain(), ModelAction.answer("A: again.", reasoning="r")])
@@ -251,7 +253,9 @@ def test_a_stateful_session_chains_by_interaction_id(emulator: InteractionsEmula
     assert report.predicted_matches == report.predicted_total == 4
 
 
-def test_a_model_switch_drops_the_interaction_id_and_the_thoughts(emulator: InteractionsEmulator) -> None:
+def test_a_model_switch_drops_the_interaction_id_and_the_thoughts(
+    emulator: GeminiInteractionsEmulator,
+) -> None:
     """§5.6: the interaction id and the thought signatures are bound to their model: after
     ``switch_model`` the request is a full replay without either (traced ``chain.fallback``)."""
     emulator.script.extend([*chain(), ModelAction.answer("B: ok.", reasoning="r")])
@@ -269,7 +273,7 @@ def test_a_model_switch_drops_the_interaction_id_and_the_thoughts(emulator: Inte
     assert [e.data["reason"] for e in fallbacks] == ["model_switch"]
 
 
-def test_snapshot_restore_sends_the_same_next_request(emulator: InteractionsEmulator) -> None:
+def test_snapshot_restore_sends_the_same_next_request(emulator: GeminiInteractionsEmulator) -> None:
     for store in (False, True):
         emulator.script.extend([*chain(), ModelAction.answer("x", reasoning="r"), ModelAction.answer("x")])
         session = session_on(emulator, store=store)
@@ -283,7 +287,7 @@ def test_snapshot_restore_sends_the_same_next_request(emulator: InteractionsEmul
         assert restored_default.snapshot().api == "interactions"
 
 
-def test_the_async_client_streams_and_sends(emulator: InteractionsEmulator) -> None:
+def test_the_async_client_streams_and_sends(emulator: GeminiInteractionsEmulator) -> None:
     emulator.script.extend(chain())
 
     async def main() -> str:
@@ -304,7 +308,9 @@ def test_the_async_client_streams_and_sends(emulator: InteractionsEmulator) -> N
     assert asyncio.run(main()) == "A: Rome is warmer."
 
 
-def test_a_lost_interaction_is_its_own_error_and_the_retry_replays(emulator: InteractionsEmulator) -> None:
+def test_a_lost_interaction_is_its_own_error_and_the_retry_replays(
+    emulator: GeminiInteractionsEmulator,
+) -> None:
     """§5.6: a ``previous_interaction_id`` the server no longer holds is a 404; the session is unchanged
     and its retry is a full replay (``chain.fallback`` ``expired``)."""
     emulator.script.extend([*chain(), ModelAction.answer("again", reasoning="r")])
@@ -324,12 +330,12 @@ def test_a_lost_interaction_is_its_own_error_and_the_retry_replays(emulator: Int
 # -- the emulator's strictness, with hand-written bodies (§5.6) ---------------------------------------------
 
 
-def post(emu: InteractionsEmulator, body: Any, key: str | None = "test-key") -> httpx2.Response:
+def post(emu: GeminiInteractionsEmulator, body: Any, key: str | None = "test-key") -> httpx2.Response:
     headers = {"x-goog-api-key": key} if key else {}
     return httpx2.post(f"{emu.base_url}/v1/interactions", json=body, headers=headers, trust_env=False)
 
 
-def test_the_emulator_refuses_what_the_vendor_refuses(emulator: InteractionsEmulator) -> None:
+def test_the_emulator_refuses_what_the_vendor_refuses(emulator: GeminiInteractionsEmulator) -> None:
     emulator.script.extend([ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="r")])
     tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
     assert post(emulator, {"model": MODEL, "input": "hi"}, key=None).status_code == 403

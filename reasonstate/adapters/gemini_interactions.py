@@ -513,7 +513,7 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
             items.append(_output_step(summary_note(summary)))
         items.extend(_step_items(step, keep, model, replayed, withheld))
         for r in step.tool_results:
-            value = {"type": "function_result", "call_id": r.call_id, "result": r.content}
+            value: dict[str, Any] = {"type": "function_result", "call_id": r.call_id, "result": r.content}
             if r.is_error:
                 value["is_error"] = True
             items.append(_Item(value, unit_digest(value)))
@@ -605,7 +605,7 @@ def _usage(raw: Any) -> Usage:
     )
 
 
-# -- the room -------------------------------------------------------------------------------------------------
+# -- the room ---------------------------------------------------------------------------------------------
 
 _PROMPT_KEYS = frozenset({"model", "tools", "system_instruction", "input"})
 
@@ -704,9 +704,10 @@ class InteractionsRoom(Room):
             before = [x for x in sent if x < first]
             if before and steps[before[-1]].get("summary") == came.get("summary"):
                 x = before[-1]
+                now = replay.digest(steps[x].get("signature"))
                 report.altered(
                     f"$.input[{x}].signature",
-                    f"signature {replay.digest(signature)} went back as {replay.digest(steps[x].get('signature'))}",
+                    f"signature {replay.digest(signature)} went back as {now}",
                     functools.partial(steps[x].__setitem__, "signature", signature),
                 )
             else:

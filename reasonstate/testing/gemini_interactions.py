@@ -104,7 +104,7 @@ from reasonstate.testing.script import ModelAction, Responder, Script, ScriptExh
 if TYPE_CHECKING:
     from google import genai
 
-__all__ = ["REQUEST_FIELDS", "InteractionsEmulator"]
+__all__ = ["REQUEST_FIELDS", "GeminiInteractionsEmulator"]
 
 #: the top-level fields of a model interaction (google-genai 3.6.1 ``CreateModelInteraction``)
 REQUEST_FIELDS = frozenset(
@@ -237,9 +237,8 @@ def _steps(value: Any) -> list[dict[str, Any]]:
                 raise _Reject(
                     f"Invalid value at '{where}.arguments' (type.googleapis.com/google.protobuf.Struct)"
                 )
-        elif kind == "function_result":
-            if not isinstance(step.get("call_id"), str) or "result" not in step:
-                raise _Reject(f"Invalid value at '{where}': function_result needs a call_id and a result.")
+        elif kind == "function_result" and (not isinstance(step.get("call_id"), str) or "result" not in step):
+            raise _Reject(f"Invalid value at '{where}': function_result needs a call_id and a result.")
         steps.append(dict(step))
     return steps
 
@@ -248,8 +247,9 @@ def _current_turn(history: Sequence[Mapping[str, Any]]) -> int:
     return max((i for i, s in enumerate(history) if s.get("type") == "user_input"), default=0)
 
 
-class InteractionsEmulator(ScriptedEmulator):
-    """The Interactions API on 127.0.0.1 (see the module docstring for every rule it enforces).
+class GeminiInteractionsEmulator(ScriptedEmulator):
+    """The Interactions API on 127.0.0.1: point ``genai.Client`` at its ``base_url`` (:meth:`client` does);
+    it will reject what the vendor rejects (see the module docstring for every rule it enforces).
 
     ``script``: what the model does (:class:`~reasonstate.testing.script.ModelAction` values or a responder).
     ``secret``: the HMAC key of the thought signatures. ``cache_min_tokens``: the implicit-cache minimum for
@@ -347,7 +347,7 @@ class InteractionsEmulator(ScriptedEmulator):
         version = request.path.split("/")[1]
         with self._lock:
             try:
-                model, history, new, stream = self._validate(body, version)
+                model, history, stream = self._validate(body, version)
             except _Reject as rejected:
                 return _error(rejected.status, rejected.message)
             try:
@@ -360,7 +360,7 @@ class InteractionsEmulator(ScriptedEmulator):
             return JSONResponse(200, response)
         return StreamResponse(list(_sse(response)))
 
-    def _validate(self, body: Any, version: str) -> tuple[str, list[dict[str, Any]], list[Any], bool]:
+    def _validate(self, body: Any, version: str) -> tuple[str, list[dict[str, Any]], bool]:
         if not isinstance(body, dict):
             raise _Reject("Invalid JSON payload received. Unexpected token.")
         for key in body:
@@ -371,7 +371,8 @@ class InteractionsEmulator(ScriptedEmulator):
             raise _Reject("model is required.")
         if not self.knows_model(name.removeprefix("models/")):
             raise _Reject(
-                f"models/{name} is not found for API version {version}, or is not supported for interactions.",
+                f"models/{name} is not found for API version {version}, or is not supported for "
+                "interactions.",
                 404,
             )
         model = self.resolve_model(name.removeprefix("models/"))
@@ -398,7 +399,7 @@ class InteractionsEmulator(ScriptedEmulator):
             stored = held[1]
         history = [*stored, *sent]
         self._check_thoughts(model, stored, sent)
-        return model, history, sent, body.get("stream") is True
+        return model, history, body.get("stream") is True
 
     def _check_thoughts(self, model: str, stored: list[dict[str, Any]], sent: list[dict[str, Any]]) -> None:
         history = [*stored, *sent]
