@@ -4,16 +4,16 @@ The emulators are written from the vendor facts (docs/protocols.md), never from 
 not import ``reasonstate.adapters`` or ``reasonstate.session``, so they cannot agree with our own bugs.
 Importing this package needs no vendor SDK: each emulator imports its SDK only inside ``client()``.
 
-==============================  ==================================================  =============================
-emulator                        API                                                 the SDK's ``base_url``
-==============================  ==================================================  =============================
-``AnthropicEmulator``           Anthropic Messages ``POST /v1/messages``            ``base_url`` (the root)
-``OpenAIResponsesEmulator``     OpenAI Responses ``POST /v1/responses``             ``base_url + "/v1"``
-``OpenAIChatEmulator``          Chat Completions (openai/deepseek/vllm/sglang)      ``+ "/v1"`` (deepseek: root)
-``GeminiEmulator``              Gemini ``generateContent`` (v1, v1beta)             ``base_url`` (the root)
-``GeminiInteractionsEmulator``  Gemini Interactions ``POST /v1/interactions``       ``base_url`` (the root)
-``VLLMCompletionsEmulator``     vLLM ``POST /v1/completions``, token-id prompts     ``base_url + "/v1"``
-==============================  ==================================================  =============================
+==============================  ===============================================  =============================
+emulator                        API                                              the SDK's ``base_url``
+==============================  ===============================================  =============================
+``AnthropicEmulator``           Anthropic Messages ``POST /v1/messages``         ``base_url`` (the root)
+``OpenAIResponsesEmulator``     OpenAI Responses ``POST /v1/responses``          ``base_url + "/v1"``
+``OpenAIChatEmulator``          Chat Completions (openai/deepseek/vllm/sglang)   ``+ "/v1"`` (deepseek: root)
+``GeminiEmulator``              Gemini ``generateContent`` (v1, v1beta)          ``base_url`` (the root)
+``GeminiInteractionsEmulator``  Gemini Interactions ``POST /v1/interactions``    ``base_url`` (the root)
+``VLLMCompletionsEmulator``     vLLM ``POST /v1/completions``, token-id prompts  ``base_url + "/v1"``
+==============================  ===============================================  =============================
 
 Each one's ``client()`` builds the real SDK client already pointed at it; ``reasonstate emulate VENDOR``
 runs one as a standalone server (:mod:`reasonstate.testing.standalone`).
