@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import httpx2
@@ -24,9 +25,12 @@ from reasonstate.adapters.gemini_interactions import (
     PreviousInteractionNotFound,
 )
 from reasonstate.prefix import Prefix
-from reasonstate.state import History
+from reasonstate.state import EventKind, History
 from reasonstate.testing import ModelAction, ToolCallSpec
+from reasonstate.testing.anthropic import AnthropicEmulator
+from reasonstate.testing.gemini import GeminiEmulator
 from reasonstate.testing.gemini_interactions import GeminiInteractionsEmulator
+from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 
 MODEL = "gemini-3-flash-preview"
 WEATHER = rs.Tool(
@@ -380,3 +384,79 @@ def test_the_emulator_refuses_what_the_vendor_refuses(emulator: GeminiInteractio
     )
     assert (foreign.status_code, foreign.json()["error"]["status"]) == (400, "INVALID_ARGUMENT")
     assert emulator.script.taken == 1  # nothing refused consumed the script
+
+
+# -- switching to and from the Interactions API (§0: nothing opaque crosses) --------------------------------
+
+
+def _family(name: str, stack: ExitStack) -> tuple[Any, Any, str, dict[str, Any], dict[str, Any]]:
+    """``(emulator, client, model, options, switch routing)`` of one API family."""
+    if name == "interactions":
+        emu: Any = stack.enter_context(GeminiInteractionsEmulator())
+        return emu, emu.client(), "gemini-3-flash", {}, {"api": "interactions"}
+    if name == "gemini":
+        emu = stack.enter_context(GeminiEmulator())
+        return emu, emu.client(), "gemini-3-flash", {"thinking_config": {"include_thoughts": True}}, {}
+    if name == "anthropic":
+        emu = stack.enter_context(AnthropicEmulator())
+        options = {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}}
+        return emu, emu.client(max_retries=0), "claude-sonnet-4-6", options, {}
+    emu = stack.enter_context(OpenAIResponsesEmulator())
+    options = {"reasoning": {"effort": "medium", "summary": "auto"}}
+    return emu, emu.client(max_retries=0), "gpt-5.5", options, {}
+
+
+def _secrets(session: rs.Session) -> list[str]:
+    """Every opaque string the session holds: signatures, encrypted content, interaction ids (a
+    generateContent response id is no continuation: calls without an id are named after it)."""
+    out = [
+        s.response_id
+        for t in session.history.turns
+        for s in t.steps
+        if s.response_id and s.continuation and s.continuation[0].api == "interactions"
+    ]
+    for c in session.continuation:
+        value = json.loads(c.payload)
+        if isinstance(value, dict):
+            for key in ("signature", "thoughtSignature", "encrypted_content", "data"):
+                if isinstance(value.get(key), str) and len(value[key]) >= 8:
+                    out.append(value[key])
+            if c.kind == "reasoning" and isinstance(value.get("id"), str):
+                out.append(value["id"])
+    return out
+
+
+_OTHERS = ("gemini", "anthropic", "responses")
+SWITCHES = [*(("interactions", o) for o in _OTHERS), *((o, "interactions") for o in _OTHERS)]
+
+
+@pytest.mark.parametrize(("first", "second"), SWITCHES, ids=[f"{a}-to-{b}" for a, b in SWITCHES])
+def test_switching_to_and_from_interactions_sends_no_foreign_byte(first: str, second: str) -> None:
+    """Pain points: openclaw/openclaw#120596, CommonstackAI/UncommonRoute#19 (another API's signature sent
+    after a switch). Between generateContent and Interactions the model is the same: the API binds."""
+    with ExitStack() as stack:
+        emu_a, client_a, model_a, options_a, _ = _family(first, stack)
+        emu_b, client_b, model_b, options_b, routing_b = _family(second, stack)
+        routing_a = {"api": "interactions"} if first == "interactions" else {}
+        store = {"store": True} if first == "interactions" else {}
+        emu_a.script.extend(chain("A"))
+        emu_b.script.extend([*chain("B"), *[ModelAction.answer("B: again.", reasoning="r")] * 2])
+        session = rs.Session(
+            client_a, model=model_a, system=SYSTEM, tools=[WEATHER], **routing_a, **options_a, **store
+        )
+        assert run_chain(session, "Paris or Rome?").text == "A: Rome is warmer."
+        secrets = _secrets(session)
+        assert len(secrets) >= 3, "the first API left opaque continuation to protect"
+        session.switch(client_b, model=model_b, **routing_b, **options_b)
+        assert run_chain(session, "And tomorrow?").text == "B: Rome is warmer."  # no 400 on the way
+        sent = [r.body.decode() for r in emu_b.requests]
+        assert len(sent) == 3
+        for text in sent:
+            assert not [s for s in secrets if s in text], "a foreign payload byte reached the new API"
+            assert "Paris or Rome?" in text and "A: Rome is warmer." in text
+        assert session.trace.of_kind(EventKind.CONTINUATION_WITHHELD)
+        snap = session.snapshot().model_dump_json()
+        restored = rs.Session.restore(snap, client_b)
+        restored.send("Once more?")
+        session.send("Once more?")
+        assert emu_b.requests[-1].body == emu_b.requests[-2].body  # byte-identical after restore
