@@ -460,3 +460,76 @@ def test_switching_to_and_from_interactions_sends_no_foreign_byte(first: str, se
         restored.send("Once more?")
         session.send("Once more?")
         assert emu_b.requests[-1].body == emu_b.requests[-2].body  # byte-identical after restore
+
+
+# -- the guard on a plain client (§5.6: chaining by id is not a divergence) -------------------------------
+
+_TOOLS = [{"type": "function", "name": "get_weather", "description": "w", "parameters": {"type": "object"}}]
+_USER = {"type": "user_input", "content": [{"type": "text", "text": "Paris?"}]}
+_NEXT = {"type": "user_input", "content": [{"type": "text", "text": "And tomorrow?"}]}
+
+
+def _plain_loop(client: Any, *, store: bool, drop: bool = False, stream: bool = False) -> None:
+    """An agent's own loop on ``client.interactions.create``: stateless (the steps sent back as dumped by
+    the SDK) or chained by ``previous_interaction_id``."""
+    common = {"model": MODEL, "tools": _TOOLS, "system_instruction": SYSTEM * 20, "store": store}
+    common["automatic_continuation"] = False
+    first = client.interactions.create(input=[_USER], **common)
+    steps = [s.model_dump(exclude_none=True) for s in first.steps]
+    result = {"type": "function_result", "call_id": steps[-1]["id"], "result": "18C"}
+    if store:
+        second = client.interactions.create(input=[result], previous_interaction_id=first.id, **common)
+        client.interactions.create(input=[_NEXT], previous_interaction_id=second.id, **common)
+        return
+    history = [_USER, *(s for s in steps if not (drop and s["type"] == "thought")), result]
+    if stream:
+        for _ in client.interactions.create(input=history, stream=True, **common):
+            pass
+        answer = [{"type": "model_output", "content": [{"type": "text", "text": "A: ok."}]}]
+    else:
+        second = client.interactions.create(input=history, **common)
+        answer = [s.model_dump(exclude_none=True) for s in second.steps]
+    client.interactions.create(input=[*history, *answer, _NEXT], **common)
+
+
+@pytest.mark.parametrize(
+    ("store", "stream"),
+    [(False, False), (False, True), (True, False)],
+    ids=["stateless", "streamed", "chained"],
+)
+def test_the_guard_predicts_every_read_and_sees_no_break_in_a_chain_by_id(store: bool, stream: bool) -> None:
+    import attrs
+
+    from reasonstate.adapters.gemini_interactions import INTERACTIONS
+
+    script = [
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="r1"),
+        ModelAction.answer("A: ok.", reasoning="r2"),
+        ModelAction.answer("A: again.", reasoning="r3"),
+    ]
+    with GeminiInteractionsEmulator(script, cache_min_tokens=32) as emu:
+        client = emu.client()
+        guard = rs.instrument(client, cache=attrs.evolve(INTERACTIONS, min_tokens=32, min_tokens_by_model=()))
+        _plain_loop(client, store=store, stream=stream)
+        records = guard.records
+    assert [r.api for r in records] == ["interactions"] * 3
+    assert [r.streamed for r in records] == [False, stream, False]
+    for record in records:
+        assert record.divergence is None and record.warnings == (), record
+        assert record.predicted_cache_read == record.reported_cache_read
+    assert records[2].reported_cache_read is not None and records[2].reported_cache_read > 0
+
+
+def test_the_guard_reports_a_thought_step_left_out() -> None:
+    """Pain point: frameworks that rebuild a transcript without the reasoning (LiteLLM 1.110 on Gemini):
+    inside the chain the emulator refuses it and the guard names what was lost."""
+    script = [ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="r1")]
+    with GeminiInteractionsEmulator(script) as emu:
+        client = emu.client()
+        guard = rs.instrument(client)
+        with pytest.raises(Exception, match="thought_signature"):
+            _plain_loop(client, store=False, drop=True)
+        records = guard.records
+    assert records[1].status == 400
+    lost = [w for w in records[1].warnings if w.kind == "continuation_lost"]
+    assert len(lost) == 1 and lost[0].path == "$.input[1]" and "sha256:" in lost[0].detail

@@ -63,7 +63,15 @@ from reasonstate.adapters.base import (
 )
 from reasonstate.adapters.declared import object_parameters, refuse_foreign
 from reasonstate.adapters.replay import ReplayFinding, Source
-from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
+from reasonstate.cache.divergence import (
+    Unit,
+    View,
+    ViewBuilder,
+    compact_key,
+    listed,
+    model_name,
+    request_body,
+)
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import InvalidOption, MalformedResponse, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
@@ -607,7 +615,9 @@ def _usage(raw: Any) -> Usage:
 
 # -- the room ---------------------------------------------------------------------------------------------
 
-_PROMPT_KEYS = frozenset({"model", "tools", "system_instruction", "input"})
+#: the prompt keys of a request body; ``previous_interaction_id`` names stored prompt (:meth:`continued`),
+#: so it is no option whose change breaks the cache
+_PROMPT_KEYS = frozenset({"model", "tools", "system_instruction", "input", "previous_interaction_id"})
 
 
 class _Reasoning:
@@ -653,6 +663,31 @@ class InteractionsRoom(Room):
         for i, step in enumerate(listed(steps)):
             b.add("history", f"$.input[{i}]", step, step)
         return b.view(_REASONING)
+
+    def continued(self, view: View, body: Mapping[str, Any], recent: Iterable[tuple[View, Any]]) -> View:
+        """A request chained with ``previous_interaction_id`` as the server reads it (§5.6): this request's
+        head, the stored interaction's history (its request's history units and its answer's steps, the
+        newest recent answer with that id), then the new input steps. Unchanged when the guard did not see
+        that interaction (the prompt it stands for is unknown)."""
+        previous = body.get("previous_interaction_id")
+        if not isinstance(previous, str):
+            return view
+        for earlier, answer in recent:
+            if earlier.api != API or not isinstance(answer, Mapping) or answer.get("id") != previous:
+                continue
+            stored = [
+                Unit("history", f"$.previous_interaction_id.steps[{i}]", step, compact_key(step, sort=True))
+                for i, step in enumerate(listed(answer.get("steps")))
+                if isinstance(step, Mapping) and step.get("type") not in ("user_input", "function_result")
+            ]
+            units = (
+                *view.units[: view.prefix_units],
+                *earlier.units[earlier.prefix_units :],
+                *stored,
+                *view.units[view.prefix_units :],
+            )
+            return View(API, view.model, units, (), view.prefix_units, _REASONING)
+        return view
 
     def usage(self, raw: Mapping[str, Any]) -> Usage:
         return _usage(raw)
