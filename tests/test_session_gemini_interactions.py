@@ -533,3 +533,18 @@ def test_the_guard_reports_a_thought_step_left_out() -> None:
     assert records[1].status == 400
     lost = [w for w in records[1].warnings if w.kind == "continuation_lost"]
     assert len(lost) == 1 and lost[0].path == "$.input[1]" and "sha256:" in lost[0].detail
+
+
+def test_the_demo_row_chains_by_id_and_predicts_every_read() -> None:
+    """The demo's Interactions row (reasonstate.demo.job): Keep chains every request after the first by
+    ``previous_interaction_id`` and sends the fewest bytes; every knowable cache read is predicted."""
+    from reasonstate.demo import job
+
+    vendor = next(v for v in job.VENDORS if v.key == "interactions")
+    table, stats = job.vendor_table(vendor, live=False)
+    keep, drop, last = stats
+    assert [s.protocol_errors for s in stats] == [0, 0, 0]
+    assert all(s.matches == s.requests - s.unknown for s in stats)
+    assert keep.unknown == 0 and keep.sent_bytes < min(drop.sent_bytes, last.sent_bytes)
+    assert keep.cache_share > drop.cache_share > 0
+    assert "previous_interaction_id" in table.reading[0] and "chain.fallback" in table.reading[0]

@@ -923,7 +923,7 @@ class _GenAIInteractions:
             _Capturing(api_client, is_async=flavor.is_async) as exchange,
         ):
             kwargs = sdk_kwargs(request.kwargs)
-            yield functools.partial(resource.create, **kwargs, automatic_continuation=False)
+            yield functools.partial(resource.with_raw_response.create, **kwargs, automatic_continuation=False)
         return _genai_result(adapter, exchange)
 
     def opening(
