@@ -42,9 +42,13 @@ SYSTEM = "You are terse."
 
 
 def chain(tag: str = "A") -> list[ModelAction]:
-    """Two sequential tool steps with thinking, then the answer."""
+    """Two sequential tool steps with thinking (the first with parallel calls), then the answer."""
     return [
-        ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning=f"{tag}: Paris first."),
+        ModelAction.call(
+            ToolCallSpec("get_weather", {"city": "Paris"}),
+            ToolCallSpec("get_weather", {"city": "Oslo"}),
+            reasoning=f"{tag}: Paris and Oslo first.",
+        ),
         ModelAction.call(ToolCallSpec("get_weather", {"city": "Rome"}), reasoning=f"{tag}: now Rome."),
         ModelAction.answer(f"{tag}: Rome is warmer.", reasoning=f"{tag}: compare."),
     ]
@@ -192,11 +196,18 @@ def test_a_stateless_tool_chain_sends_every_thought_step_back_verbatim(
         "user_input",
         "thought",
         "function_call",
+        "function_call",
+        "function_result",
         "function_result",
         "thought",
         "function_call",
         "function_result",
     ]
+    # the results in the model's declared call order
+    calls = [s["id"] for s in sent[2]["input"] if s["type"] == "function_call"]
+    assert [s["call_id"] for s in sent[2]["input"] if s["type"] == "function_result"] == calls
+    report = session.report()
+    assert report.predicted_matches == report.predicted_total == 3
 
 
 def test_streamed_and_unstreamed_sessions_hold_the_same_state() -> None:
@@ -227,7 +238,7 @@ def test_streamed_and_unstreamed_sessions_hold_the_same_state() -> None:
                     [c.digest for s in steps for c in s.continuation if c.kind != "thought"],
                 )
             )
-    assert len(seen[0][0]) == 6 and "SIG2" in seen[0][0][4]
+    assert len(seen[0][0]) == 7 and "SIG2" in seen[0][0][5]
     assert seen[0] == seen[1]
 
 
@@ -246,7 +257,7 @@ def test_a_stateful_session_chains_by_interaction_id(emulator: GeminiInteraction
         "int_emu_003",
     ]
     assert [[s["type"] for s in b["input"]] for b in sent[1:]] == [
-        ["function_result"],
+        ["function_result", "function_result"],
         ["function_result"],
         ["user_input"],
     ]
@@ -270,8 +281,8 @@ def test_a_model_switch_drops_the_interaction_id_and_the_thoughts(
     last = bodies(emulator)[-1]
     assert "previous_interaction_id" not in last and last["model"] == "gemini-3.1-pro-preview"
     assert [s["type"] for s in last["input"]] == [
-        "user_input", "function_call", "function_result", "function_call", "function_result",
-        "model_output", "user_input",
+        "user_input", "function_call", "function_call", "function_result", "function_result",
+        "function_call", "function_result", "model_output", "user_input",
     ]  # fmt: skip
     fallbacks = session.trace.of_kind(CHAIN_FALLBACK)
     assert [e.data["reason"] for e in fallbacks] == ["model_switch"]
@@ -329,6 +340,30 @@ def test_a_lost_interaction_is_its_own_error_and_the_retry_replays(
     assert session.send("And tomorrow?").text == "again"
     assert "previous_interaction_id" not in bodies(emulator)[-1]
     assert [e.data["reason"] for e in session.trace.of_kind(CHAIN_FALLBACK)] == ["expired"]
+
+
+def test_a_signature_the_server_cannot_verify_is_its_400_and_changes_nothing() -> None:
+    """§5.6: thought signatures are verified by the server that issued them; a transcript carried to
+    another organisation's server (another secret) is the vendor's 400 ``Corrupted thought signature.``,
+    a :class:`rs.VendorError` with the status and envelope; the session is left as it was."""
+    with GeminiInteractionsEmulator(chain()) as first:
+        session = session_on(first)
+        reply = session.send("Paris or Rome?")
+        snap = session.snapshot().model_dump_json()
+    with GeminiInteractionsEmulator(chain(), secret="another-organisation") as other:
+        moved = rs.Session.restore(snap, other.client(), adapter=InteractionsAdapter(min_cacheable=32))
+        before = moved.snapshot().model_dump_json()
+        with pytest.raises(rs.VendorError) as caught:
+            moved.send_tool_results({c.id: {"temp_c": 20} for c in reply.tool_calls})
+        assert caught.value.status == 400 and "Corrupted thought signature." in str(caught.value)
+        assert caught.value.body == {
+            "code": 400,
+            "message": "Corrupted thought signature.",
+            "status": "INVALID_ARGUMENT",
+        }
+        after = json.loads(moved.snapshot().model_dump_json())
+        assert after["history"] == json.loads(before)["history"]
+        assert other.script.taken == 0
 
 
 # -- the emulator's strictness, with hand-written bodies (§5.6) ---------------------------------------------
