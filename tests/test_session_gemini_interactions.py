@@ -583,3 +583,24 @@ def test_the_demo_row_chains_by_id_and_predicts_every_read() -> None:
     assert keep.unknown == 0 and keep.sent_bytes < min(drop.sent_bytes, last.sent_bytes)
     assert keep.cache_share > drop.cache_share > 0
     assert "previous_interaction_id" in table.reading[0] and "chain.fallback" in table.reading[0]
+
+
+def test_mend_puts_the_thought_step_back_and_the_chain_goes_through() -> None:
+    """The same framework loop under ``rs.instrument(client, mend=True)``: the thought step the loop left
+    out goes back, as it came, before its call; the emulator accepts the chain."""
+    script = [
+        ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="r1"),
+        ModelAction.answer("A: ok.", reasoning="r2"),
+        ModelAction.answer("A: again.", reasoning="r3"),
+    ]
+    with GeminiInteractionsEmulator(script) as emu:
+        client = emu.client()
+        guard = rs.instrument(client, mend=True)
+        _plain_loop(client, store=False, drop=True)
+        records = guard.records
+        first = json.loads(emu.requests[0].body)
+        sent = json.loads(emu.requests[1].body)["input"]
+    assert [r.status for r in records] == [200, 200, 200]
+    assert [w.kind for w in records[1].warnings] == ["continuation_lost", "mended"]
+    assert [s["type"] for s in sent] == ["user_input", "thought", "function_call", "function_result"]
+    assert first["store"] is False and sent[1]["summary"] == [{"type": "text", "text": "r1"}]

@@ -165,6 +165,8 @@ class InteractionsRules(ProtocolRules):
         owned = sorted(k for k in options if k in _OWNED)
         if owned:
             return f"{owned} are built by the session (transcript, prefix and chain are its state)"
+        if options.get("background"):
+            return "background=True returns before the answer exists; a session waits for its answer"
         unknown = sorted(k for k in options if k not in _OPTIONS)
         if unknown:
             return f"{unknown} are not options of google-genai interactions.create (docs/protocols.md §5.6)"
@@ -718,9 +720,12 @@ class InteractionsRoom(Room):
         request chained by ``previous_interaction_id`` carries them server-side: nothing to compare."""
         if body.get("previous_interaction_id"):
             return
-        steps = listed(body.get("input"))
+        steps = body.get("input")
+        if not isinstance(steps, list):
+            return
         report = replay.Report(out, mend)
         ids = {s.get("id") for s in source.items if s["type"] == "function_call"}
+        sent = [x for x, s in enumerate(steps) if isinstance(s, dict) and s.get("type") == "thought"]
         first = next(
             (
                 x
@@ -733,7 +738,6 @@ class InteractionsRoom(Room):
             return
         for came in (s for s in source.items if s["type"] == "thought"):
             signature = came.get("signature")
-            sent = [x for x, s in enumerate(steps) if isinstance(s, dict) and s.get("type") == "thought"]
             if any(steps[x].get("signature") == signature for x in sent):
                 continue
             before = [x for x in sent if x < first]

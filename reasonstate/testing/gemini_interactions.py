@@ -23,11 +23,12 @@ Request validation (first violation wins)
 2. ``generation_config`` keys: the SDK's ``GenerationConfig`` fields; ``tools[i]``: ``{"type":
    "function", "name", "description", "parameters"}`` (other keys of ``Function``: ``defer_loading``,
    ``short_description``); an unknown key → the same "Unknown name" 400 at ``'tools[i]'``.
-3. ``input``: a string, or a list of typed steps (``user_input`` / ``model_output`` with a ``content`` list
-   of ``{"type": "text", "text"}``; ``thought`` with ``signature`` and ``summary``; ``function_call`` with
-   ``id``, ``name``, ``arguments`` (object); ``function_result`` with ``call_id``, ``name``, ``result``,
-   ``is_error``). An unknown step type or field → 400 ``Invalid JSON payload received. Unknown name "x" at
-   'input[N]': Cannot find field.``
+3. ``input``: a string, a content or a list of contents (one ``user_input`` step), or a list of typed
+   steps (``user_input`` / ``model_output`` with a ``content`` list of ``{"type": "text", "text"}``;
+   ``thought`` with ``signature`` and ``summary``; ``function_call`` with ``id``, ``name``, ``arguments``
+   (object); ``function_result`` with ``call_id``, ``name``, ``result``, ``is_error``). An unknown step
+   type or field → 400 ``Invalid JSON payload received. Unknown name "x" at 'input[N]': Cannot find
+   field.``
 4. ``previous_interaction_id``: an id this emulator never stored → **404** ``NOT_FOUND`` ``Interaction
    <id> not found.``; one stored under another model → **400** ``INVALID_ARGUMENT`` ``Interaction <id>
    was created by model <a> and cannot be continued by model <b>.`` (the id is continuation state bound to
@@ -160,6 +161,8 @@ _STEP_FIELDS: dict[str, frozenset[str]] = {
     "function_result": frozenset({"type", "call_id", "name", "result", "is_error"}),
 }
 _MODEL_STEPS = frozenset({"model_output", "thought", "function_call"})
+#: the content types ``input`` may hold instead of steps (SDK ``content.py``)
+_CONTENT_TYPES = frozenset({"text", "image", "audio", "document", "video"})
 _STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 500: "INTERNAL"}
 _ERR_NO_KEY = (
     "Method doesn't allow unregistered callers (callers without established identity). Please use API Key "
@@ -213,6 +216,17 @@ def _steps(value: Any) -> list[dict[str, Any]]:
     """``input`` as a list of typed steps (a string is one user_input step), validated."""
     if isinstance(value, str):
         return [{"type": "user_input", "content": [{"type": "text", "text": value}]}]
+    if isinstance(value, Mapping) and value.get("type") in _CONTENT_TYPES:
+        value = [value]
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(c, Mapping) and c.get("type") in _CONTENT_TYPES for c in value)
+    ):
+        # a content or a list of contents is one user turn (SDK ``InteractionsInput``)
+        step = {"type": "user_input", "content": list(value)}
+        _texts(step["content"], "input")
+        return [step]
     if not isinstance(value, list):
         raise _Reject("Invalid value at 'input': a string or a list of steps is required.")
     steps = []
