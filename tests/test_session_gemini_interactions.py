@@ -375,7 +375,12 @@ def post(emu: GeminiInteractionsEmulator, body: Any, key: str | None = "test-key
 
 
 def test_the_emulator_refuses_what_the_vendor_refuses(emulator: GeminiInteractionsEmulator) -> None:
-    emulator.script.extend([ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="r")])
+    emulator.script.extend(
+        [
+            ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning="r"),
+            ModelAction.answer("ok"),
+        ]
+    )
     tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
     assert post(emulator, {"model": MODEL, "input": "hi"}, key=None).status_code == 403
     unknown = post(emulator, {"model": MODEL, "input": "hi", "temperature": 1})
@@ -418,7 +423,9 @@ def test_the_emulator_refuses_what_the_vendor_refuses(emulator: GeminiInteractio
         {"model": "gemini-3.1-pro-preview", "input": [result], "previous_interaction_id": answer["id"]},
     )
     assert (foreign.status_code, foreign.json()["error"]["status"]) == (400, "INVALID_ARGUMENT")
-    assert emulator.script.taken == 1  # nothing refused consumed the script
+    content = post(emulator, {"model": MODEL, "input": {"type": "text", "text": "hi"}})  # one user turn
+    assert content.status_code == 200 and content.json()["steps"][-1]["type"] == "model_output"
+    assert emulator.script.taken == 2  # nothing refused consumed the script
 
 
 # -- switching to and from the Interactions API (§0: nothing opaque crosses) --------------------------------

@@ -224,9 +224,8 @@ def _steps(value: Any) -> list[dict[str, Any]]:
         and all(isinstance(c, Mapping) and c.get("type") in _CONTENT_TYPES for c in value)
     ):
         # a content or a list of contents is one user turn (SDK ``InteractionsInput``)
-        step = {"type": "user_input", "content": list(value)}
-        _texts(step["content"], "input")
-        return [step]
+        _texts(value, "input")
+        return [{"type": "user_input", "content": list(value)}]
     if not isinstance(value, list):
         raise _Reject("Invalid value at 'input': a string or a list of steps is required.")
     steps = []
