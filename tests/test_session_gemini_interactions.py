@@ -611,3 +611,23 @@ def test_mend_puts_the_thought_step_back_and_the_chain_goes_through() -> None:
     assert [w.kind for w in records[1].warnings] == ["continuation_lost", "mended"]
     assert [s["type"] for s in sent] == ["user_input", "thought", "function_call", "function_result"]
     assert first["store"] is False and sent[1]["summary"] == [{"type": "text", "text": "r1"}]
+
+
+def test_a_stored_session_loads_onto_the_interactions_room(tmp_path: Any) -> None:
+    """``Session.load`` rebuilds an Interactions session from the embedded store (the room from the
+    stored API, not google-genai's default generateContent) and sends what the writer would."""
+    from reasonstate.store import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "sessions.db"))
+    with GeminiInteractionsEmulator([*chain(), ModelAction.answer("x"), ModelAction.answer("x")]) as emu:
+        writer = rs.Session(
+            emu.client(), model=MODEL, api="interactions", tools=[WEATHER], store=store, session_id="s1"
+        )
+        run_chain(writer, "Paris or Rome?")
+        loaded = rs.Session.load(store, "s1", emu.client())
+        assert loaded.snapshot().api == "interactions"
+        loaded.send("Once more?")
+        rs.Session.restore(writer.snapshot().model_dump_json(), emu.client()).send("Once more?")
+        assert emu.requests[-1].body == emu.requests[-2].body  # what the writer would send
+        body = json.loads(emu.requests[-1].body)
+    assert sum(s["type"] == "thought" for s in body["input"]) == 3  # every thought step went back
