@@ -631,3 +631,11 @@ def test_a_stored_session_loads_onto_the_interactions_room(tmp_path: Any) -> Non
         assert emu.requests[-1].body == emu.requests[-2].body  # what the writer would send
         body = json.loads(emu.requests[-1].body)
     assert sum(s["type"] == "thought" for s in body["input"]) == 3  # every thought step went back
+
+
+def test_reasonstate_diff_tells_an_interactions_body_from_a_responses_one() -> None:
+    from reasonstate.recordings import api_of_body
+
+    assert api_of_body({"model": MODEL, "input": [_USER], "store": False}) == "interactions"
+    assert api_of_body({"model": MODEL, "input": "hi", "previous_interaction_id": "int_1"}) == "interactions"
+    assert api_of_body({"model": "gpt-5.5", "input": [{"role": "user", "content": "hi"}]}) == "responses"
