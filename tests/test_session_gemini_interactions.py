@@ -639,3 +639,29 @@ def test_reasonstate_diff_tells_an_interactions_body_from_a_responses_one() -> N
     assert api_of_body({"model": MODEL, "input": [_USER], "store": False}) == "interactions"
     assert api_of_body({"model": MODEL, "input": "hi", "previous_interaction_id": "int_1"}) == "interactions"
     assert api_of_body({"model": "gpt-5.5", "input": [{"role": "user", "content": "hi"}]}) == "responses"
+
+
+def test_reasonstate_emulate_gemini_serves_the_interactions_api_too() -> None:
+    """``reasonstate emulate gemini``: one server, both Google APIs; its default responder reads an
+    Interactions body (tools, the user's text, function results)."""
+    from reasonstate.testing.standalone import build_emulator, environment
+
+    with build_emulator("gemini") as emu:
+        from google import genai
+        from google.genai import types
+
+        env = environment("gemini", emu.base_url)
+        client = genai.Client(
+            api_key=env["GEMINI_API_KEY"],
+            http_options=types.HttpOptions(
+                base_url=env["GOOGLE_GEMINI_BASE_URL"], client_args={"trust_env": False}
+            ),
+        )
+        session = rs.Session(client, model=MODEL, api="interactions", tools=[WEATHER])
+        reply = session.send("Paris")
+        assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {})]
+        assert (
+            session.send_tool_results({reply.tool_calls[0].id: "20C"}).text
+            == "Echo: 1 tool result(s) received"
+        )
+        assert [r.path for r in emu.requests] == ["/v1/interactions", "/v1/interactions"]

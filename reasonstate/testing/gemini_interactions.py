@@ -347,6 +347,11 @@ class GeminiInteractionsEmulator(ScriptedEmulator):
         return hmac.compare_digest(raw[-_MAC_LEN:], self._mac(self.resolve_model(model), nonce, summary))
 
     # -- the handler --------------------------------------------------------------------------------
+    def handle(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        """Answer one request to ``/{v1,v1beta}/interactions`` (the route of this emulator's server, or of
+        another server that serves it on its own path: ``reasonstate emulate gemini``)."""
+        return self._handle(request)
+
     def _handle(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
         key = request.headers.get("x-goog-api-key", "").strip() or "".join(request.query.get("key", []))
         if not key:
