@@ -393,15 +393,16 @@ _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_
 
 def api_of_body(body: Any) -> str | None:
     """Which vendor API a request body is for, from its shape: ``contents`` (Gemini generateContent),
-    ``input`` (OpenAI Responses); with ``messages``: Chat Completions when a message has a ``system`` /
-    ``developer`` / ``tool`` role or ``tool_calls``, Anthropic Messages when the body has ``system`` or
-    ``thinking`` or a message holds Anthropic-only blocks, else Chat Completions (``--api`` decides)."""
+    ``input`` (OpenAI Responses; the Gemini Interactions API by its own keys and step types); with
+    ``messages``: Chat Completions when a message has a ``system`` / ``developer`` / ``tool`` role or
+    ``tool_calls``, Anthropic Messages when the body has ``system`` or ``thinking`` or a message holds
+    Anthropic-only blocks, else Chat Completions (``--api`` decides)."""
     if not isinstance(body, Mapping):
         return None
     if "contents" in body:
         return "generate_content"
     if "input" in body:
-        return "responses"
+        return "interactions" if _interactions_shape(body) else "responses"
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
@@ -414,6 +415,20 @@ def api_of_body(body: Any) -> str | None:
     if "system" in body or "thinking" in body or any(b.get("type") in _ANTHROPIC_BLOCKS for b in blocks):
         return "messages"
     return "chat"
+
+
+#: the step types only the Gemini Interactions API's ``input`` holds (docs/protocols.md §5.6)
+_INTERACTIONS_STEPS = frozenset({"user_input", "model_output", "thought", "function_result"})
+
+
+def _interactions_shape(body: Mapping[str, Any]) -> bool:
+    """An ``input`` body of the Gemini Interactions API: its own top-level keys or its own step types."""
+    if "system_instruction" in body or "previous_interaction_id" in body or "generation_config" in body:
+        return True
+    steps = body.get("input")
+    return isinstance(steps, list) and any(
+        isinstance(s, Mapping) and s.get("type") in _INTERACTIONS_STEPS for s in steps
+    )
 
 
 def _apis_of_body(body: Any) -> frozenset[str]:

@@ -855,6 +855,8 @@ class _Core(Switching):
             routing["dialect"] = snapshot.vendor  # chat adapters are named after their dialect
         elif adapter is None and snapshot.api == "messages" and snapshot.platform in _MESSAGES_DIALECTS:
             routing["dialect"] = snapshot.platform  # an Anthropic-compatible endpoint (§10.8)
+        elif adapter is None and snapshot.api == "interactions":
+            routing["api"] = snapshot.api  # google-genai serves generateContent unless asked otherwise
         session = cls(client, adapter=adapter, **routing, **restore_args(snapshot, tools, policy, fold))
         adapter_route = (session._adapter.vendor, session._adapter.api, platform_of(session._adapter))
         if adapter_route != (snapshot.vendor, snapshot.api, snapshot.platform):

@@ -86,6 +86,7 @@ def test_every_emulator_is_exported_from_reasonstate_testing() -> None:
         "AnthropicEmulator",
         "BedrockConverseEmulator",
         "GeminiEmulator",
+        "GeminiInteractionsEmulator",
         "OpenAIChatEmulator",
         "OpenAIResponsesEmulator",
         "VLLMCompletionsEmulator",

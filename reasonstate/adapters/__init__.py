@@ -42,6 +42,7 @@ _ROOMS: dict[str, str] = {
     "responses": "reasonstate.adapters.openai_responses",
     "chat": "reasonstate.adapters.openai_chat",
     "generate_content": "reasonstate.adapters.gemini",
+    "interactions": "reasonstate.adapters.gemini_interactions",
 }
 #: the API names the registry knows, in registry order
 APIS: tuple[str, ...] = tuple(_ROOMS)
@@ -162,6 +163,12 @@ def _anthropic(platform: str, dialect: str = "anthropic") -> Callable[[], Adapte
     return lambda: AnthropicAdapter(platform=platform, dialect=dialect)
 
 
+def _interactions() -> Adapter:
+    from reasonstate.adapters.gemini_interactions import InteractionsAdapter
+
+    return InteractionsAdapter()
+
+
 def _gemini(platform: str) -> Callable[[], Adapter]:
     def build() -> Adapter:
         from reasonstate.adapters.gemini import GeminiAdapter
@@ -208,19 +215,27 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
 
     ``anthropic.Anthropic`` → Messages. ``openai.OpenAI`` → Responses by default; ``api="chat"`` or a
     ``dialect`` (``"openai"``, ``"deepseek"``, ``"vllm"``, ``"sglang"``) → Chat Completions.
-    ``google.genai.Client`` (or its ``.aio``) → Gemini generateContent. The platform comes from the client
-    too (:func:`platform_for`): ``AnthropicBedrock``/``AnthropicVertex`` → Messages on Bedrock/Vertex,
-    ``AzureOpenAI`` → Responses or Chat on Azure, google-genai with ``vertexai=True`` → Vertex. The adapter is
-    one shared per process for each API, platform (and dialect): adapters hold configuration only.
+    ``google.genai.Client`` (or its ``.aio``) → Gemini generateContent, or with ``api="interactions"`` the
+    Interactions API. The platform comes from the client too (:func:`platform_for`): ``AnthropicBedrock``/
+    ``AnthropicVertex`` → Messages on Bedrock/Vertex, ``AzureOpenAI`` → Responses or Chat on Azure,
+    google-genai with ``vertexai=True`` → Vertex; a boto3 ``bedrock-runtime`` client → Bedrock Converse. The
+    adapter is one shared per process for each API, platform (and dialect): adapters hold configuration only.
     """
     kind = _kind(client)
     platform = platform_for(client)
     at = "" if platform == FIRST_PARTY else f"@{platform}"
     if kind.genai is not None:
-        if dialect is not None or api not in (None, "generate_content"):
+        if dialect is not None or api not in (None, "generate_content", "interactions"):
             raise InvalidOption(
-                "the google-genai client speaks generateContent only here: pass no dialect= or api="
+                "the google-genai client speaks generateContent (the default) or api='interactions' "
+                "(the Interactions API) here: pass no dialect="
             )
+        if api == "interactions":
+            if platform != FIRST_PARTY:
+                raise InvalidOption(
+                    "the Interactions API is served here on the Gemini API only, not on Vertex AI"
+                )
+            return _default("interactions", _interactions)
         return _default(f"generate_content{at}", _gemini(platform))
     modules = kind.modules
     if "anthropic" in modules:

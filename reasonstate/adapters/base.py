@@ -1229,6 +1229,14 @@ class Room:
         (DeepSeek's persisted output, docs/protocols.md §3.4); None elsewhere."""
         return None
 
+    def continued(self, view: View, body: Mapping[str, Any], recent: Iterable[tuple[View, Any]]) -> View:
+        """``view`` as the server reads it: for a request that continues a stored answer by its id (the
+        Interactions API's ``previous_interaction_id``, docs/protocols.md §5.6), the stored prompt (the
+        earlier request's history and its answer's output, found in ``recent``: the guard's recent
+        ``(view, answer)`` pairs, newest first) before the new input. Chaining by id is not a divergence.
+        The default: every request holds its whole prompt."""
+        return view
+
     def cache_keys(self, view: View, raw_usage: Mapping[str, Any] | None) -> tuple[str, ...]:
         """``view``'s unit keys as the server that answered (``raw_usage`` tells dialects apart) renders
         them into its prompt: what the guard predicts the cache read from and records for later

@@ -690,7 +690,7 @@ class _GenAI:
         google-genai has no ``stream`` flag: the method is the difference."""
         models, api_client = _genai_target(client, is_async=flavor.is_async)
         _install_hooks(api_client, is_async=flavor.is_async)
-        stream = _GenAIStream(models, sdk_kwargs(request.kwargs), flavor)
+        stream = _GenAIStream(models.generate_content_stream, sdk_kwargs(request.kwargs), flavor)
         translated = functools.partial(
             _Translated, adapter, request, True, lambda: stream.exchange.response is not None
         )
@@ -706,12 +706,13 @@ class _GenAI:
 
 class _GenAIStream:
     """One streamed google-genai call: the SDK's stream stepped one chunk at a time, the exchange current
-    only while it runs."""
+    only while it runs. ``opener``: the SDK method that opens the stream (generateContent's
+    ``generate_content_stream``; ``interactions.create`` with ``stream=True``)."""
 
-    __slots__ = ("_flavor", "_kwargs", "_models", "_steps", "exchange")
+    __slots__ = ("_flavor", "_kwargs", "_opener", "_steps", "exchange")
 
-    def __init__(self, models: Any, kwargs: dict[str, Any], flavor: _Flavor) -> None:
-        self._models, self._kwargs, self._flavor = models, kwargs, flavor
+    def __init__(self, opener: Any, kwargs: dict[str, Any], flavor: _Flavor) -> None:
+        self._opener, self._kwargs, self._flavor = opener, kwargs, flavor
         self._steps: Any = None
         self.exchange = _Exchange(tee=[])
 
@@ -720,7 +721,7 @@ class _GenAIStream:
         token = _EXCHANGE.set(self.exchange)
         try:
             if self._steps is None:
-                opened = yield functools.partial(self._models.generate_content_stream, **self._kwargs)
+                opened = yield functools.partial(self._opener, **self._kwargs)
                 self._steps = self._flavor.iterate(opened)
             ended = (yield functools.partial(self._flavor.step, self._steps, _END)) is _END
         finally:
@@ -900,6 +901,74 @@ def _genai_failure(
     return exc
 
 
+class _GenAIInteractions:
+    """google-genai's Interactions API: ``client.interactions.create`` (``client.aio.interactions`` on an
+    async client), the bytes read through the same capture hooks (the SDK sends through the
+    ``genai.Client``'s own httpx2 client, docs/protocols.md §5.6). ``automatic_continuation=False``: one
+    call is one exchange (the SDK would otherwise resume a long decode in further requests and merge them);
+    no ``stream`` flag in the kwargs unless streamed."""
+
+    def call(self, adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
+        return _run(self._calling(adapter, client, request, _SYNC))
+
+    async def acall(self, adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
+        return await _arun(self._calling(adapter, client, request, _ASYNC))
+
+    def _calling(
+        self, adapter: Adapter, client: Any, request: VendorRequest, flavor: _Flavor
+    ) -> _Flow[CallResult]:
+        resource, api_client = _interactions_target(client, is_async=flavor.is_async)
+        with (
+            _Translated(adapter, request, False),
+            _Capturing(api_client, is_async=flavor.is_async) as exchange,
+        ):
+            kwargs = sdk_kwargs(request.kwargs)
+            yield functools.partial(resource.with_raw_response.create, **kwargs, automatic_continuation=False)
+        return _genai_result(adapter, exchange)
+
+    def opening(
+        self, adapter: Adapter, client: Any, request: VendorRequest, flavor: _Flavor
+    ) -> _Flow[_Opened]:
+        resource, api_client = _interactions_target(client, is_async=flavor.is_async)
+        _install_hooks(api_client, is_async=flavor.is_async)
+        kwargs = {**sdk_kwargs(request.kwargs), "stream": True, "automatic_continuation": False}
+        stream = _GenAIStream(resource.create, kwargs, flavor)
+        translated = functools.partial(
+            _Translated, adapter, request, True, lambda: stream.exchange.response is not None
+        )
+        with translated():
+            first = yield from stream.pulling()
+        return stream.pull, stream.close, stream.request_body, translated, first
+
+    def failure(
+        self, adapter: Adapter, request: VendorRequest, exc: Exception, *, stream: bool, sent: bool = False
+    ) -> Exception:
+        """The Interactions SDK's ``APIStatusError`` (``status_code``, ``body`` = Google's error envelope)
+        → :class:`VendorError` (or the codec's specific error); everything else as generateContent's."""
+        if isinstance(exc, ReasonStateError):
+            return exc
+        status = getattr(exc, "status_code", None)
+        if isinstance(status, int) and hasattr(exc, "body"):
+            specific = adapter.endpoint.status_error
+            found = specific(exc, request) if specific is not None else None
+            if found is not None:
+                return found
+            body = exc.body
+            error = body.get("error") if isinstance(body, Mapping) else None
+            shown = error.get("message") if isinstance(error, Mapping) else exc
+            kind = error.get("status") if isinstance(error, Mapping) else None
+            return VendorError(
+                f"{adapter.endpoint.label} {status} {kind}: {shown}", status=status, body=error
+            )
+        return _genai_failure(adapter, request, exc, stream=stream, sent=sent)
+
+
+def _interactions_target(client: Any, *, is_async: bool) -> tuple[Any, Any]:
+    """``(interactions resource, the SDK's API client)`` (see :func:`_genai_target`)."""
+    owner = client.aio if is_async and hasattr(client, "aio") else client
+    return owner.interactions, owner._api_client
+
+
 #: what google-genai raises reading a streamed chunk it cannot parse (pydantic's errors are ValueErrors; a
 #: number where it expects an enum name is an AttributeError inside the SDK)
 _UNREADABLE: tuple[type[Exception], ...] = (ValueError, TypeError, KeyError, AttributeError)
@@ -1021,4 +1090,5 @@ _TRANSPORTS: dict[str, _Transport] = {
     "openai": _RawResponse(),
     "google.genai": _GenAI(),
     "boto3": _Boto3(),
+    "google.genai.interactions": _GenAIInteractions(),
 }

@@ -8,9 +8,9 @@ between-turn policies, side by side.
    them.
 2. **With reasonstate** (:mod:`reasonstate.demo.job`): 12 user turns of a travel-desk agent (every third
    turn a tool chain with parallel calls) under ``Keep``, ``Drop`` and ``KeepLast(1)``, per vendor
-   (Anthropic Messages, OpenAI Responses stateless and stateful, DeepSeek chat, Gemini); then one
-   conversation that switches vendor between turns, the token-level PRR matrix and a token-in/token-out
-   session.
+   (Anthropic Messages, OpenAI Responses stateless and stateful, DeepSeek chat, Gemini generateContent
+   and the Gemini Interactions API chained by id); then one conversation that switches vendor between
+   turns, the token-level PRR matrix and a token-in/token-out session.
 3. **A cache-first coding agent** (:mod:`reasonstate.demo.agent`): 32 user turns of search, read and edit
    tools through ``Session.run`` on the DeepSeek emulator, with a fold and a tool-call storm: the
    cumulative cache-hit ratio against the theoretical maximum, fold events and storm breaks.

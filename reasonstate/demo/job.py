@@ -3,9 +3,9 @@
 The job: 12 user turns of a travel-desk agent; every third turn runs a tool chain (two parallel weather
 calls, then a long itinerary lookup), the others are plain follow-ups. Reasoning is long and answers short,
 as with real reasoning models. It runs on the embedded emulators (Anthropic Messages, OpenAI Responses
-stateless and stateful, DeepSeek chat, Gemini; no API key) or, with ``live=True``, against the real APIs.
-Every function here returns data (:class:`PolicyStats`, :class:`reasonstate.demo.render.Table`); printing
-is :mod:`reasonstate.demo.sections`.
+stateless and stateful, DeepSeek chat, Gemini generateContent and the Interactions API; no API key) or,
+with ``live=True``, against the real APIs. Every function here returns data (:class:`PolicyStats`,
+:class:`reasonstate.demo.render.Table`); printing is :mod:`reasonstate.demo.sections`.
 """
 
 from __future__ import annotations
@@ -156,6 +156,12 @@ def _gemini_emulator(actions: list[Any]) -> Any:
     return GeminiEmulator(actions)
 
 
+def _interactions_emulator(actions: list[Any]) -> Any:
+    from reasonstate.testing.gemini_interactions import GeminiInteractionsEmulator
+
+    return GeminiInteractionsEmulator(actions)
+
+
 def _gemini_live() -> Any:
     from google import genai
 
@@ -231,6 +237,17 @@ VENDORS = [
         _gemini_emulator,
         _gemini_live,
         key="gemini",
+    ),
+    Vendor(
+        "Gemini Interactions API, stateful (store=True, previous_interaction_id)",
+        "GEMINI_API_KEY",
+        "gemini-3-flash",
+        os.environ.get("REASONSTATE_DEMO_GEMINI_MODEL", "gemini-3-flash"),
+        {"store": True},
+        _interactions_emulator,
+        _gemini_live,
+        session_kwargs={"api": "interactions"},
+        key="interactions",
     ),
 ]
 
@@ -409,6 +426,13 @@ def reading(vendor: Vendor, stats: Sequence[PolicyStats], live: bool = False) ->
             f"Same tokens as stateless, but Keep sends only the new items after previous_response_id "
             f"(Keep/Drop/KeepLast {kb}); a policy that rewrites closed turns forces a full replay at the "
             "next turn (traced as chain.fallback)."
+        )
+    if vendor.key == "interactions":
+        return (
+            f"Chained by previous_interaction_id, Keep sends only the new steps (Keep/Drop/KeepLast {kb}) "
+            f"and reads {keep.cache_share:.0%} from cache; Drop and KeepLast(1) rewrite closed turns, so the "
+            "next turn is a full replay without the id (traced as chain.fallback) and the prefix breaks: "
+            f"{drop.cache_share:.0%} and {last.cache_share:.0%} (docs/protocols.md §5.6)."
         )
     if vendor.key == "anthropic" and last.cache_share < drop.cache_share:
         return (

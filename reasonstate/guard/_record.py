@@ -72,6 +72,8 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
     model = room.model_from_path(capture.path, body)
     usage, raw_usage = _usage(room, response, capture.status, warnings)
     view = room.view(body, model) if body is not None else None
+    if view is not None and isinstance(body, Mapping):
+        view = room.continued(view, body, ((e[1], e[2]) for e in reversed(guard._recent)))
 
     at = capture.answered_at
     previous = _conversation(guard, view, capture.conversation) if view is not None else None

@@ -4,7 +4,9 @@
 [--host 127.0.0.1] [--dialect openai|deepseek|vllm|sglang|openrouter] [--tokenizer NAME] [--secret TEXT]
 [--api-key KEY]`` starts the emulator, prints its base URL and the environment variables that point the
 vendor SDK at it, and serves until SIGINT or SIGTERM (then it stops the server and exits 0). ``--port 0``
-picks a free port; the printed URL has the real one.
+picks a free port; the printed URL has the real one. ``gemini`` serves both of Google's APIs on one server:
+``generateContent`` and the Interactions API (``POST /{v1,v1beta}/interactions``,
+:class:`~reasonstate.testing.gemini_interactions.GeminiInteractionsEmulator`), one script for both.
 
 Keys and signing secret. The emulator accepts the keys ``test-key`` and ``emulator-key``
 (:data:`~reasonstate.testing._server.API_KEYS`; the printout exports ``emulator-key``), or only ``--api-key
@@ -216,6 +218,8 @@ def _read_turn(vendor: Vendor, body: Any) -> _Turn:
             tools.append((str(tool.get("name")), tool.get("parameters") or {}))
         elif vendor == "chat" and isinstance(tool.get("function"), dict):
             tools.append((str(tool["function"].get("name")), tool["function"].get("parameters") or {}))
+        elif vendor == "gemini" and tool.get("type") == "function":  # the Interactions API's tools
+            tools.append((str(tool.get("name")), tool.get("parameters") or {}))
         elif vendor == "gemini":
             for decl in tool.get("functionDeclarations") or tool.get("function_declarations") or []:
                 schema: Mapping[str, Any] = next(
@@ -254,6 +258,20 @@ def _read_turn(vendor: Vendor, body: Any) -> _Turn:
         if outputs:
             return _Turn(tuple(tools), None, outputs)
         last = items[-1] if items else {}
+        return _Turn(tuple(tools), _text_of(last.get("content"), "text"), 0)
+    if "contents" not in body and "input" in body:  # the Interactions API (docs/protocols.md §5.6)
+        steps = body.get("input")
+        if isinstance(steps, str):
+            return _Turn(tuple(tools), steps, 0)
+        steps = [x for x in steps or [] if isinstance(x, dict)] if isinstance(steps, list) else []
+        results = 0
+        for step in reversed(steps):
+            if step.get("type") != "function_result":
+                break
+            results += 1
+        if results:
+            return _Turn(tuple(tools), None, results)
+        last = steps[-1] if steps else {}
         return _Turn(tuple(tools), _text_of(last.get("content"), "text"), 0)
     contents = [c for c in body.get("contents") or [] if isinstance(c, dict)]
     parts = [p for p in (contents[-1].get("parts") or []) if isinstance(p, dict)] if contents else []
@@ -328,9 +346,15 @@ def build_emulator(
 
         return AnthropicEmulator(plan, secret=secret, api_key=api_key)
     if vendor == "gemini":
+        from reasonstate.testing._server import Route
         from reasonstate.testing.gemini import GeminiEmulator
+        from reasonstate.testing.gemini_interactions import GeminiInteractionsEmulator
 
-        return GeminiEmulator(plan, secret=secret, api_key=api_key)
+        gemini = GeminiEmulator(plan, secret=secret, api_key=api_key)
+        # the Interactions API on the same server, its own path and state, the same script
+        interactions = GeminiInteractionsEmulator(plan, secret=secret, api_key=api_key)
+        gemini.server.add_route(Route("POST", r"/(v1|v1beta)/interactions", interactions.handle))
+        return gemini
     if vendor == "responses":
         from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 
