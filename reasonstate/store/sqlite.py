@@ -62,6 +62,22 @@ _MOVE = """UPDATE reasonstate_sessions SET version = ?, checkpoint = coalesce(?,
 _INSERT = "INSERT INTO reasonstate_entries (session_id, seq, kind, body) VALUES (?, ?, ?, ?)"
 
 
+def _wal(db: sqlite3.Connection, timeout: float) -> None:
+    """Put the database in WAL mode, waiting up to ``timeout`` seconds for other processes. SQLite answers
+    ``PRAGMA journal_mode=WAL`` with "database is locked" at once, without its busy handler, while another
+    connection opens the same new file and converts it (seen with 8 worker processes opening one store at
+    the same moment), so the wait is ours."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
+
+
 class SQLiteStore(Store):
     """``SQLiteStore(path)``: a file (created when missing, WAL mode) or ``":memory:"``.
 
@@ -90,7 +106,7 @@ class SQLiteStore(Store):
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
             if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
+                _wal(self._db, timeout)
                 self._db.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite store {self.path!r}: {exc}") from exc
