@@ -79,6 +79,7 @@ from reasonstate.state import (
     Turn,
     freeze,
 )
+from reasonstate.state.continuation import recorded_platform
 from reasonstate.state.execution import common_prefix_len
 from reasonstate.switching import SDK_OWNED, Switching, check_model
 
@@ -857,11 +858,13 @@ class _Core(Switching):
             routing["dialect"] = snapshot.platform  # an Anthropic-compatible endpoint (§10.8)
         session = cls(client, adapter=adapter, **routing, **restore_args(snapshot, tools, policy, fold))
         adapter_route = (session._adapter.vendor, session._adapter.api, platform_of(session._adapter))
-        if adapter_route != (snapshot.vendor, snapshot.api, snapshot.platform):
+        # a Converse snapshot taken before its payloads were bound to Bedrock reads first-party (§11)
+        platform = recorded_platform(snapshot.vendor, snapshot.platform)
+        if adapter_route != (snapshot.vendor, snapshot.api, platform):
             # a snapshot's payloads were issued by its platform: another one would refuse them
             # (docs/protocols.md §10.1); switch() after restoring to move the session on
             raise IllegalTransition(
-                f"snapshot is from {_route(snapshot.vendor, snapshot.api, snapshot.platform)}; this client "
+                f"snapshot is from {_route(snapshot.vendor, snapshot.api, platform)}; this client "
                 f"gives {_route(*adapter_route)} (pass adapter=, or restore on the snapshot's platform and "
                 "switch())"
             )

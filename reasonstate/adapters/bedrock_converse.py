@@ -68,6 +68,8 @@ __all__ = ["BEDROCK_CONVERSE", "BedrockConverseAdapter", "ConverseAssembler", "E
 
 API = "converse"
 VENDOR = "bedrock"
+#: where Converse runs: its payloads' platform, so their provenance reads (bedrock, converse, model)
+PLATFORM = "bedrock"
 _KIND = "message"
 #: Bedrock's prompt cache for Claude (docs/protocols.md §11.3): explicit ``cachePoint`` checkpoints (at most
 #: 4), 1,024 tokens at least, an earlier entry found up to 20 blocks before a checkpoint, 5 minutes
@@ -304,6 +306,8 @@ class BedrockConverseAdapter:
 
     api = API
     vendor = VENDOR
+    #: the payloads are served by Bedrock and bound to it (docs/protocols.md §10.1, §11)
+    platform = PLATFORM
     label: ClassVar[str] = "bedrock converse"
 
     def __init__(self) -> None:
@@ -426,7 +430,7 @@ class BedrockConverseAdapter:
         if not isinstance(payload, Mapping) or not isinstance(payload.get("content"), Sequence):
             raise ContinuationMismatch("a Converse message payload is not a message object")
         keep = turn.view is None or turn.view.keep_reasoning[index]
-        if not c.replayable_to(VENDOR, API, model):
+        if not c.replayable_to(VENDOR, API, model, PLATFORM):
             keep = False  # another model's signed reasoning is never sent to this one
             withheld.append(c)
         content = [
@@ -449,7 +453,13 @@ class BedrockConverseAdapter:
         parts = _parts(message["content"])
         reasoning = any("reasoningContent" in b for b in message["content"] if isinstance(b, Mapping))
         payload = Continuation.capture(
-            vendor=VENDOR, api=API, model=request.model, kind=_KIND, value=message, model_bound=reasoning
+            vendor=VENDOR,
+            api=API,
+            model=request.model,
+            kind=_KIND,
+            value=message,
+            model_bound=reasoning,
+            platform=PLATFORM,
         )
         stop = response.get("stopReason")
         return DecodedStep(
