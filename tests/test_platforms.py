@@ -790,3 +790,36 @@ def test_the_bedrock_messages_assembler_reads_hand_framed_chunks_cut_anywhere() 
     cut_short.feed_bytes(body[:-10])
     with pytest.raises(rs.StreamInterrupted):
         cut_short.finish()
+
+
+def test_minimax_usage_reads_its_documented_anthropic_fields() -> None:
+    """docs/protocols.md §10.8: MiniMax's Anthropic-compatible usage is Anthropic's four fields; its own
+    documented pair of answers (a cache write, then a read of the same 188,086 tokens), hand-copied from
+    https://platform.minimax.io/docs/api-reference/anthropic-api-compatible-cache, normalizes to the
+    disjoint parts (uncached input, cache written, cache read)."""
+    import anthropic
+
+    from reasonstate.adapters import adapter_for
+    from reasonstate.adapters.base import VendorRequest
+
+    adapter = adapter_for(
+        anthropic.Anthropic(api_key="k", base_url="http://127.0.0.1:9/anthropic"), dialect="minimax"
+    )
+    request = VendorRequest(kwargs={}, units=(), model="MiniMax-M2.7")
+
+    def body(usage: dict[str, int]) -> dict[str, Any]:
+        return {"id": "m1", "type": "message", "role": "assistant", "model": "MiniMax-M2.7",
+                "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "stop_sequence": None,
+                "usage": usage}  # fmt: skip
+
+    first = adapter.decode(body({"cache_creation_input_tokens": 188086, "cache_read_input_tokens": 0,
+                                 "input_tokens": 21, "output_tokens": 393}), request).usage  # fmt: skip
+    second = adapter.decode(body({"cache_creation_input_tokens": 0, "cache_read_input_tokens": 188086,
+                                  "input_tokens": 21, "output_tokens": 393}), request).usage  # fmt: skip
+    assert (first.uncached_input, first.cache_write, first.cache_read, first.output) == (21, 188086, 0, 393)
+    assert (second.uncached_input, second.cache_write, second.cache_read, second.output) == (
+        21,
+        0,
+        188086,
+        393,
+    )
