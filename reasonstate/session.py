@@ -25,6 +25,7 @@ import attrs
 
 from reasonstate.adapters import Adapter, adapter_for, transport
 from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, StreamEvent, VendorRequest, platform_of
+from reasonstate.adapters.openai_chat import REPORTED_COST
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
@@ -146,6 +147,10 @@ class Report:
     cost_per_turn: tuple[tuple[int, Cost | None], ...] = ()
     #: cached / prefilled / recomputed tokens, active context and its KV bytes (docs/protocols.md §8)
     metrics: Metrics | None = None
+    #: what the vendor itself reported the calls cost, summed from the trace (OpenRouter's ``usage.cost``,
+    #: in its credits, docs/protocols.md §2.3, §8): the bill as reported, beside ``cost`` (the price-table
+    #: estimate); None when no answer reported one
+    reported_cost: float | None = None
 
     @property
     def cache_read_share(self) -> float:
@@ -764,6 +769,7 @@ class _Core(Switching):
         for r, c in zip(recs, per_request, strict=True):
             turns.setdefault(r.turn, []).append(c)
         metrics = cache_metrics(recs, kv)
+        reported = [e.data["cost"] for e in self.trace.of_kind(REPORTED_COST)]
         return Report(
             requests=len(recs),
             prompt_tokens=sum(r.usage.prompt_tokens for r in recs),
@@ -779,6 +785,7 @@ class _Core(Switching):
             cost_per_request=per_request,
             cost_per_turn=tuple((t, total_cost(cs)) for t, cs in sorted(turns.items())),
             metrics=metrics,
+            reported_cost=sum(reported) if reported else None,
         )
 
     def next_request(
