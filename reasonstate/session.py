@@ -25,6 +25,7 @@ import attrs
 
 from reasonstate.adapters import Adapter, adapter_for, transport
 from reasonstate.adapters.base import FOREIGN_REASONING, Encodings, StreamEvent, VendorRequest, platform_of
+from reasonstate.adapters.openai_chat import REPORTED_COST
 from reasonstate.cache.pricing import Cost, KVConfig, Metrics, Pricing
 from reasonstate.cache.pricing import metrics as cache_metrics
 from reasonstate.cache.pricing import total as total_cost
@@ -79,6 +80,7 @@ from reasonstate.state import (
     Turn,
     freeze,
 )
+from reasonstate.state.continuation import recorded_platform
 from reasonstate.state.execution import common_prefix_len
 from reasonstate.switching import SDK_OWNED, Switching, check_model
 
@@ -145,6 +147,10 @@ class Report:
     cost_per_turn: tuple[tuple[int, Cost | None], ...] = ()
     #: cached / prefilled / recomputed tokens, active context and its KV bytes (docs/protocols.md §8)
     metrics: Metrics | None = None
+    #: what the vendor itself reported the calls cost, summed from the trace (OpenRouter's ``usage.cost``,
+    #: in its credits, docs/protocols.md §2.3, §8): the bill as reported, beside ``cost`` (the price-table
+    #: estimate); None when no answer reported one
+    reported_cost: float | None = None
 
     @property
     def cache_read_share(self) -> float:
@@ -763,6 +769,7 @@ class _Core(Switching):
         for r, c in zip(recs, per_request, strict=True):
             turns.setdefault(r.turn, []).append(c)
         metrics = cache_metrics(recs, kv)
+        reported = [e.data["cost"] for e in self.trace.of_kind(REPORTED_COST)]
         return Report(
             requests=len(recs),
             prompt_tokens=sum(r.usage.prompt_tokens for r in recs),
@@ -778,6 +785,7 @@ class _Core(Switching):
             cost_per_request=per_request,
             cost_per_turn=tuple((t, total_cost(cs)) for t, cs in sorted(turns.items())),
             metrics=metrics,
+            reported_cost=sum(reported) if reported else None,
         )
 
     def next_request(
@@ -859,11 +867,13 @@ class _Core(Switching):
             routing["api"] = snapshot.api  # google-genai serves generateContent unless asked otherwise
         session = cls(client, adapter=adapter, **routing, **restore_args(snapshot, tools, policy, fold))
         adapter_route = (session._adapter.vendor, session._adapter.api, platform_of(session._adapter))
-        if adapter_route != (snapshot.vendor, snapshot.api, snapshot.platform):
+        # a Converse snapshot taken before its payloads were bound to Bedrock reads first-party (§11)
+        platform = recorded_platform(snapshot.vendor, snapshot.platform)
+        if adapter_route != (snapshot.vendor, snapshot.api, platform):
             # a snapshot's payloads were issued by its platform: another one would refuse them
             # (docs/protocols.md §10.1); switch() after restoring to move the session on
             raise IllegalTransition(
-                f"snapshot is from {_route(snapshot.vendor, snapshot.api, snapshot.platform)}; this client "
+                f"snapshot is from {_route(snapshot.vendor, snapshot.api, platform)}; this client "
                 f"gives {_route(*adapter_route)} (pass adapter=, or restore on the snapshot's platform and "
                 "switch())"
             )

@@ -44,7 +44,7 @@ from reasonstate.state import (
     parse_arguments,
     thaw,
 )
-from reasonstate.state.continuation import FIRST_PARTY, compact
+from reasonstate.state.continuation import FIRST_PARTY, compact, recorded_platform
 
 if TYPE_CHECKING:
     from reasonstate.engine import Layers
@@ -400,7 +400,8 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
     no longer matches the capture digests raises :class:`~reasonstate.errors.ContinuationMismatch`."""
     names = [_shared(n) for n in data["names"]]
     # an origin's sixth field is its platform, absent for first-party payloads (and in every snapshot
-    # written before platforms were recorded: they are first-party, docs/protocols.md §10.1)
+    # written before platforms were recorded: they are first-party, docs/protocols.md §10.1, but for a
+    # vendor that is a platform, Bedrock's Converse, §11)
     origins = [
         (
             _shared(o[0]),
@@ -408,7 +409,7 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
             _shared(o[2]),
             _shared(o[3]),
             bool(o[4]),
-            _shared(o[5]) if len(o) > 5 else FIRST_PARTY,
+            _shared(o[5]) if len(o) > 5 else recorded_platform(o[0], FIRST_PARTY),
         )
         for o in data["origins"]
     ]

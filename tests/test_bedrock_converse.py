@@ -365,3 +365,56 @@ def test_an_option_converse_does_not_take_is_refused_before_anything_is_sent() -
             rs.Session(emu.client(), model=MODEL, max_tokens=1024)
         session = rs.Session(emu.client(), model=MODEL, inferenceConfig={"maxTokens": 1024})
         assert emu.requests == [] and session.history.turns == ()
+
+
+def test_converse_payloads_are_bound_to_bedrock_and_never_go_to_messages() -> None:
+    """Issue 27: a Converse payload's provenance reads (bedrock, converse, model) on the Bedrock platform
+    (docs/protocols.md §10.1, §11), so neither the Messages API on Bedrock (``AnthropicBedrock``, the same
+    model id) nor the first-party API ever gets its signed reasoning."""
+    with (
+        BedrockConverseEmulator([*chain()[:1], ModelAction.answer("back", reasoning="r")]) as converse,
+        AnthropicEmulator([ModelAction.answer("messages", reasoning="m")], platform="bedrock") as messages,
+        AnthropicEmulator([ModelAction.answer("first-party", reasoning="fp")]) as first,
+    ):
+        session = session_on(converse)
+        reply = session.send("Weather?")
+        session.send_tool_results({c.id: {"ok": True} for c in reply.tool_calls})
+        own = [c for c in session.continuation if c.api == "converse"]
+        assert own and {(c.vendor, c.api, c.model, c.platform) for c in own} == {
+            ("bedrock", "converse", MODEL, "bedrock")
+        }
+        for c in own:
+            assert not c.replayable_to("bedrock", "converse", MODEL)  # first-party: another platform
+            assert not c.replayable_to("anthropic", "messages", MODEL, "bedrock")
+            assert c.replayable_to("bedrock", "converse", MODEL, "bedrock")
+        signed = [s for c in own for s in json.loads(c.payload).get("content", []) if "reasoningContent" in s]
+        signatures = [s["reasoningContent"]["reasoningText"]["signature"] for s in signed]
+        assert signatures
+        session.switch(messages.client(), model=MODEL, **{"max_tokens": 2048})
+        assert session.send("And now?").text == "messages"
+        session.switch(first.client(), model="claude-sonnet-4-5", **{"max_tokens": 2048})
+        assert session.send("And then?").text == "first-party"
+        sent = b"".join(r.body for r in [*messages.requests, *first.requests])
+        assert b"reasoningContent" not in sent and not [s for s in signatures if s.encode() in sent]
+
+
+def test_a_converse_snapshot_from_before_the_platform_binding_restores_on_bedrock() -> None:
+    """A Converse snapshot written before its payloads were bound to Bedrock (five-field origins, header
+    platform first-party) restores on Converse, its payloads read as Bedrock's, and the next request is
+    byte-identical to the live session's."""
+    with BedrockConverseEmulator([*chain()[:1], ModelAction.answer("a", reasoning="x")] * 2) as emu:
+        session = session_on(emu)
+        reply = session.send("Weather?")
+        data = json.loads(session.snapshot().model_dump_json())
+        assert data["platform"] == "bedrock"
+        assert {o[5] for o in data["history"]["origins"]} == {"bedrock"}
+        data["platform"] = "first-party"  # as the earlier reasonstate wrote it
+        data["history"]["origins"] = [o[:5] for o in data["history"]["origins"]]
+        old = rs.SessionSnapshot.model_validate(data).sealed()
+        restored = rs.Session.restore(old, emu.client())
+        assert restored.continuation == session.continuation
+        assert {c.platform for c in restored.continuation} == {"bedrock"}
+        results = {c.id: {"ok": True} for c in reply.tool_calls}
+        session.send_tool_results(results)
+        restored.send_tool_results(results)
+        assert emu.requests[-1].body == emu.requests[-2].body

@@ -333,3 +333,22 @@ def test_reasonstate_emulate_serves_the_openrouter_dialect() -> None:
         stop.set()
         server.join()
     assert details[0]["format"] == "anthropic-claude-v1" and details[0]["signature"]
+
+
+def test_the_reported_cost_is_summed_in_the_report() -> None:
+    """docs/protocols.md §2.3, §8: each OpenRouter answer's ``usage.cost`` (credits), here written by hand
+    into the answers, sums into ``session.report().reported_cost``, beside the price-table ``cost``; a
+    session whose vendor reports none has ``None``."""
+    costs = iter([0.0042, 0.00125, 0.0003])
+
+    def billed(completion: dict[str, Any]) -> dict[str, Any]:
+        return {**completion, "usage": {**completion["usage"], "cost": next(costs)}}
+
+    with OpenAIChatEmulator(chain(), dialect="openrouter", transform=billed) as emu:
+        session = session_on(emu)
+        run_chain(session)
+    assert session.report().reported_cost == pytest.approx(0.00575)
+    with OpenAIChatEmulator([ModelAction.answer("hi")]) as plain:
+        other = rs.Session(plain.client(), model="gpt-5.5", api="chat")
+        other.send("Hi?")
+    assert other.report().reported_cost is None

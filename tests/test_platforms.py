@@ -345,9 +345,9 @@ def _assert_claude_route(name: str, model: str, stack: ExitStack, *, streams: bo
 
 def test_a_bedrock_chain_through_the_real_sdk_is_byte_exact(stack: ExitStack) -> None:
     """``anthropic.AnthropicBedrock`` (a Bedrock API key) against the Bedrock emulator: the signed chain
-    goes back byte for byte, and a snapshot restores to the same next request. (Bedrock streaming needs
-    botocore to decode its event-stream framing: streamed = unstreamed is shown on Vertex.)"""
-    _assert_claude_route("bedrock", "anthropic.claude-sonnet-4-5-20250929-v1:0", stack, streams=False)
+    goes back byte for byte, streamed (``invoke-with-response-stream``: the AWS event stream) and
+    unstreamed equal in state, and a snapshot restores to the same next request."""
+    _assert_claude_route("bedrock", "anthropic.claude-sonnet-4-5-20250929-v1:0", stack, streams=True)
 
 
 def test_a_vertex_chain_through_the_real_sdk_is_byte_exact(stack: ExitStack) -> None:
@@ -685,3 +685,141 @@ def test_a_route_streams_into_the_same_state_and_restores_byte_identically(
     restored.send("Once more?")
     plain.send("Once more?")
     assert plain_route.emulator.requests[-1].body == plain_route.emulator.requests[-2].body
+
+
+BEDROCK_MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+
+
+def test_a_streamed_bedrock_session_restores_to_a_byte_identical_next_request(stack: ExitStack) -> None:
+    """Issue 27: ``AnthropicBedrock`` streamed (``/invoke-with-response-stream``, docs/protocols.md §10.4):
+    the requests go to the streaming path, the session's state equals the unstreamed one's, and a restored
+    streamed session sends the same next request as the live one."""
+    plain_emu, plain, _ = _claude_chain("bedrock", BEDROCK_MODEL, stack, stream=False)
+    emu, streamed, _ = _claude_chain("bedrock", BEDROCK_MODEL, stack, stream=True)
+    assert all(r.path.endswith("/invoke-with-response-stream") for r in emu.requests)
+    assert [r.body for r in emu.requests] == [r.body for r in plain_emu.requests]
+    assert streamed.continuation == plain.continuation and streamed.history == plain.history
+    emu.script.extend([ModelAction.answer("again", reasoning="r")] * 2)
+    restored = rs.Session.restore(streamed.snapshot().model_dump_json(), emu.client())
+    assert restored.send("Once more?").text == streamed.send("Once more?").text == "again"
+    assert emu.requests[-1].body == emu.requests[-2].body
+
+
+def _frame(event_type: str, payload: bytes) -> bytes:
+    """One AWS event-stream message, written from the format's documentation (docs/protocols.md §11.4)."""
+    import binascii
+    import struct
+
+    headers = b""
+    for name, value in ((":event-type", event_type), (":content-type", "application/json")):
+        headers += (
+            bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(value)) + value.encode()
+        )
+    headers += b"\x0d:message-type\x07\x00\x05event"
+    prelude = struct.pack(">II", 16 + len(headers) + len(payload), len(headers))
+    message = prelude + struct.pack(">I", binascii.crc32(prelude)) + headers + payload
+    return message + struct.pack(">I", binascii.crc32(message))
+
+
+def test_the_bedrock_messages_assembler_reads_hand_framed_chunks_cut_anywhere() -> None:
+    """Bedrock's ``invoke-with-response-stream`` chunks (``{"bytes": base64 of a Messages stream event}``,
+    per the SDK's ``anthropic/lib/bedrock/_stream_decoder.py``), framed by hand, fed in every two-piece cut:
+    the message the events describe; a bad CRC is malformed, a cut body interrupted."""
+    import base64
+
+    from reasonstate.adapters.anthropic import BedrockMessagesAssembler
+
+    usage = {"input_tokens": 7, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    events = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5-20250929",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {**usage, "output_tokens": 1},
+            },
+        },
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+        },
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Hmm é"}},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "signature_delta", "signature": "c2ln"},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 5},
+        },
+        {"type": "message_stop"},
+    ]
+    body = b"".join(
+        _frame("chunk", json.dumps({"bytes": base64.b64encode(json.dumps(e).encode()).decode()}).encode())
+        for e in events
+    )
+    expected = {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+        "content": [
+            {"type": "thinking", "thinking": "Hmm é", "signature": "c2ln"}, {"type": "text", "text": "Hi"}
+        ],
+        "stop_reason": "end_turn", "stop_sequence": None, "usage": {**usage, "output_tokens": 5},
+    }  # fmt: skip
+    for cut in range(0, len(body), 7):
+        assembler = BedrockMessagesAssembler()
+        assembler.feed_bytes(body[:cut])
+        assembler.feed_bytes(body[cut:])
+        assert assembler.finish() == expected
+    broken = bytearray(body)
+    broken[20] ^= 1
+    with pytest.raises(rs.MalformedResponse):
+        BedrockMessagesAssembler().feed_bytes(bytes(broken))
+    cut_short = BedrockMessagesAssembler()
+    cut_short.feed_bytes(body[:-10])
+    with pytest.raises(rs.StreamInterrupted):
+        cut_short.finish()
+
+
+def test_minimax_usage_reads_its_documented_anthropic_fields() -> None:
+    """docs/protocols.md §10.8: MiniMax's Anthropic-compatible usage is Anthropic's four fields; its own
+    documented pair of answers (a cache write, then a read of the same 188,086 tokens), hand-copied from
+    https://platform.minimax.io/docs/api-reference/anthropic-api-compatible-cache, normalizes to the
+    disjoint parts (uncached input, cache written, cache read)."""
+    import anthropic
+
+    from reasonstate.adapters import adapter_for
+    from reasonstate.adapters.base import VendorRequest
+
+    adapter = adapter_for(
+        anthropic.Anthropic(api_key="k", base_url="http://127.0.0.1:9/anthropic"), dialect="minimax"
+    )
+    request = VendorRequest(kwargs={}, units=(), model="MiniMax-M2.7")
+
+    def body(usage: dict[str, int]) -> dict[str, Any]:
+        return {"id": "m1", "type": "message", "role": "assistant", "model": "MiniMax-M2.7",
+                "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "stop_sequence": None,
+                "usage": usage}  # fmt: skip
+
+    first = adapter.decode(body({"cache_creation_input_tokens": 188086, "cache_read_input_tokens": 0,
+                                 "input_tokens": 21, "output_tokens": 393}), request).usage  # fmt: skip
+    second = adapter.decode(body({"cache_creation_input_tokens": 0, "cache_read_input_tokens": 188086,
+                                  "input_tokens": 21, "output_tokens": 393}), request).usage  # fmt: skip
+    assert (first.uncached_input, first.cache_write, first.cache_read, first.output) == (21, 188086, 0, 393)
+    assert (second.uncached_input, second.cache_write, second.cache_read, second.output) == (
+        21,
+        0,
+        188086,
+        393,
+    )

@@ -22,6 +22,7 @@ Rules encoded here, each from docs/protocols.md §4.3/§4.4:
 from __future__ import annotations
 
 import array
+import base64
 import bisect
 import copy
 import functools
@@ -55,6 +56,7 @@ from reasonstate.adapters.base import (
     unit_digest,
 )
 from reasonstate.adapters.declared import check_call, declared, object_parameters
+from reasonstate.adapters.eventstream import EventStreamParser
 from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.cache.divergence import (
     Section,
@@ -444,6 +446,50 @@ DIALECTS = ("anthropic", "deepseek", "kimi", "minimax")
 _UNSIGNED_DIALECTS = frozenset({"deepseek", "kimi"})
 
 
+class BedrockMessagesAssembler(AnthropicAssembler):
+    """The Messages ``message`` object from Bedrock's ``invoke-with-response-stream`` (docs/protocols.md
+    §10.4): AWS event-stream messages (:class:`EventStreamParser`, CRCs checked) whose ``chunk`` payload
+    ``{"bytes": base64}`` holds one Messages stream event's JSON, assembled as the first-party SSE stream
+    is (the SDK's ``anthropic/lib/bedrock/_stream_decoder.py`` reads them so). An exception message is
+    :class:`VendorError`; a body cut inside a message or before ``message_stop`` is
+    :class:`StreamInterrupted`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._frames = EventStreamParser()
+
+    def feed_bytes(self, chunk: bytes) -> None:
+        for headers, payload in self._frames.feed(chunk):
+            if headers.get(":message-type") == "exception":
+                kind = headers.get(":exception-type", "exception")
+                try:
+                    detail = json.loads(payload).get("message")
+                except (ValueError, AttributeError):
+                    detail = payload[:80]
+                raise VendorError(f"Bedrock stream {kind}: {detail}", body={"type": kind, "message": detail})
+            if headers.get(":event-type") != "chunk":
+                continue
+            try:
+                data = base64.b64decode(json.loads(payload)["bytes"], validate=True).decode()
+            except (ValueError, KeyError, TypeError) as exc:
+                raise MalformedResponse(
+                    f"a Bedrock stream chunk is not {{bytes: base64}}: {payload[:80]!r}"
+                ) from exc
+            self._dispatch(SSEEvent(None, data))
+
+    def feed(self, line: str) -> None:  # pragma: no cover - the event stream is binary
+        raise MalformedResponse("a Bedrock Messages stream is binary (AWS event stream), not lines")
+
+    def finish(self) -> dict[str, Any]:
+        pending = self._frames.pending()
+        try:
+            return self._result()
+        except StreamInterrupted as exc:
+            if not pending:
+                raise
+            raise StreamInterrupted(f"{exc}; the body ended inside an event-stream message") from exc
+
+
 class AnthropicAdapter:
     """The Messages API codec. ``min_cacheable`` overrides the per-model minimum cacheable length,
     ``lookback_units`` the vendor's breakpoint lookback (docs/protocols.md §4.4). ``dialect``: an
@@ -473,6 +519,8 @@ class AnthropicAdapter:
         #: where the client's requests are served (docs/protocols.md §10): payloads go back only there; a
         #: compatible endpoint is a platform of its own
         self.platform = platform if dialect == "anthropic" else dialect
+        if self.platform == "bedrock":  # invoke-with-response-stream: the AWS event stream (§10.4)
+            self.endpoint = attrs.evolve(self.endpoint, assembler=BedrockMessagesAssembler)
         cache = attrs.evolve(ANTHROPIC, lookback_units=lookback_units)
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())

@@ -24,9 +24,7 @@ Rules encoded here, each from docs/protocols.md §11:
 from __future__ import annotations
 
 import base64
-import binascii
 import json
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -39,6 +37,7 @@ from reasonstate.adapters.base import (
     VendorRequest,
     count,
 )
+from reasonstate.adapters.eventstream import EventStreamParser
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import (
     ContinuationMismatch,
@@ -68,6 +67,8 @@ __all__ = ["BEDROCK_CONVERSE", "BedrockConverseAdapter", "ConverseAssembler", "E
 
 API = "converse"
 VENDOR = "bedrock"
+#: where Converse runs: its payloads' platform, so their provenance reads (bedrock, converse, model)
+PLATFORM = "bedrock"
 _KIND = "message"
 #: Bedrock's prompt cache for Claude (docs/protocols.md §11.3): explicit ``cachePoint`` checkpoints (at most
 #: 4), 1,024 tokens at least, an earlier entry found up to 20 blocks before a checkpoint, 5 minutes
@@ -87,61 +88,6 @@ def _unit(value: Any) -> str:
 
 
 # -- the AWS event stream (docs/protocols.md §11.4) -----------------------------------------------------
-
-
-class EventStreamParser:
-    """AWS event-stream messages from raw bytes: ``(headers, payload)`` per whole message. Each message is
-    ``total length``, ``headers length`` (big-endian uint32), the CRC32 of those 8 bytes, the headers
-    (name length byte, name, type byte, value), the payload and the CRC32 of everything before it; a CRC
-    that does not match is :class:`MalformedResponse`."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, chunk: bytes) -> list[tuple[dict[str, Any], bytes]]:
-        self._buffer += chunk
-        out: list[tuple[dict[str, Any], bytes]] = []
-        while len(self._buffer) >= 12:
-            total, headers_length = struct.unpack(">II", self._buffer[:8])
-            if struct.unpack(">I", self._buffer[8:12])[0] != binascii.crc32(self._buffer[:8]):
-                raise MalformedResponse("an event-stream message's prelude CRC does not match")
-            if total < 16 + headers_length:
-                raise MalformedResponse("an event-stream message is shorter than its headers")
-            if len(self._buffer) < total:
-                break
-            message, self._buffer = self._buffer[:total], self._buffer[total:]
-            if struct.unpack(">I", message[-4:])[0] != binascii.crc32(message[:-4]):
-                raise MalformedResponse("an event-stream message's CRC does not match")
-            headers = _headers(message[12 : 12 + headers_length])
-            out.append((headers, message[12 + headers_length : -4]))
-        return out
-
-    def pending(self) -> int:
-        return len(self._buffer)
-
-
-def _headers(raw: bytes) -> dict[str, Any]:
-    headers: dict[str, Any] = {}
-    i = 0
-    while i < len(raw):
-        n = raw[i]
-        name = raw[i + 1 : i + 1 + n].decode()
-        kind = raw[i + 1 + n]
-        i += 2 + n
-        if kind in (6, 7):  # byte array, string: uint16 length
-            (length,) = struct.unpack(">H", raw[i : i + 2])
-            value: Any = raw[i + 2 : i + 2 + length]
-            headers[name] = value.decode() if kind == 7 else value
-            i += 2 + length
-        elif kind in (0, 1):  # true, false
-            headers[name] = kind == 0
-        else:
-            size = {2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16}.get(kind)
-            if size is None:
-                raise MalformedResponse(f"an event-stream header has unknown type {kind}")
-            headers[name] = raw[i : i + size]
-            i += size
-    return headers
 
 
 class ConverseAssembler(StreamAssembler):
@@ -304,6 +250,8 @@ class BedrockConverseAdapter:
 
     api = API
     vendor = VENDOR
+    #: the payloads are served by Bedrock and bound to it (docs/protocols.md §10.1, §11)
+    platform = PLATFORM
     label: ClassVar[str] = "bedrock converse"
 
     def __init__(self) -> None:
@@ -426,7 +374,7 @@ class BedrockConverseAdapter:
         if not isinstance(payload, Mapping) or not isinstance(payload.get("content"), Sequence):
             raise ContinuationMismatch("a Converse message payload is not a message object")
         keep = turn.view is None or turn.view.keep_reasoning[index]
-        if not c.replayable_to(VENDOR, API, model):
+        if not c.replayable_to(VENDOR, API, model, PLATFORM):
             keep = False  # another model's signed reasoning is never sent to this one
             withheld.append(c)
         content = [
@@ -449,7 +397,13 @@ class BedrockConverseAdapter:
         parts = _parts(message["content"])
         reasoning = any("reasoningContent" in b for b in message["content"] if isinstance(b, Mapping))
         payload = Continuation.capture(
-            vendor=VENDOR, api=API, model=request.model, kind=_KIND, value=message, model_bound=reasoning
+            vendor=VENDOR,
+            api=API,
+            model=request.model,
+            kind=_KIND,
+            value=message,
+            model_bound=reasoning,
+            platform=PLATFORM,
         )
         stop = response.get("stopReason")
         return DecodedStep(

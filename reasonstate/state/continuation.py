@@ -22,12 +22,24 @@ import attrs
 from reasonstate.errors import ContinuationMismatch, MalformedResponse
 from reasonstate.state.frozen import compact_encoder, freeze
 
-__all__ = ["FIRST_PARTY", "Continuation", "compact", "digest_of", "unicode_reply"]
+__all__ = ["FIRST_PARTY", "Continuation", "compact", "digest_of", "recorded_platform", "unicode_reply"]
 
 #: the platform of a vendor's own API (api.anthropic.com, api.openai.com, the Gemini API, a chat dialect's
 #: own endpoint); the others are cloud platforms serving the same models: ``"bedrock"``, ``"vertex"``,
 #: ``"azure"`` (docs/protocols.md §10). Payloads captured before platforms were recorded are first-party
 FIRST_PARTY = "first-party"
+
+#: vendor names that are platforms (Bedrock's Converse API, docs/protocols.md §11): a payload of theirs
+#: recorded before its platform was is still theirs, never first-party
+_VENDOR_PLATFORMS = frozenset({"bedrock"})
+
+
+def recorded_platform(vendor: str, platform: str) -> str:
+    """Where a payload of ``vendor`` recorded as served on ``platform`` was served: ``platform``, except
+    that a vendor which is itself a platform (``"bedrock"``, whose Converse payloads were recorded as
+    first-party before they were bound to it) was served there (docs/protocols.md §10.1, §11)."""
+    return vendor if platform == FIRST_PARTY and vendor in _VENDOR_PLATFORMS else platform
+
 
 #: a payload whose JSON value was not parsed (a codec that replays the bytes, or bytes that are not JSON)
 _UNPARSED: Any = object()

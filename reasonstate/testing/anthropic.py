@@ -210,6 +210,7 @@ from urllib.parse import unquote
 import attrs
 
 from reasonstate._extras import needs
+from reasonstate.testing._eventstream import event_message
 from reasonstate.testing._server import (
     DEFAULT_SECRET,
     Fault,
@@ -561,6 +562,14 @@ def _bedrock_error(status: int, kind: str, message: str) -> JSONResponse:
     )
 
 
+def _bedrock_chunk(event: bytes) -> bytes:
+    """A Messages stream event (its SSE frame) as Bedrock's ``invoke-with-response-stream`` sends it: an
+    AWS event-stream ``chunk`` message whose payload is ``{"bytes": base64 of the event's JSON}``
+    (docs/protocols.md §10.4; the SDK's ``anthropic/lib/bedrock/_stream_decoder.py`` reads it back)."""
+    data = next(line[6:] for line in event.split(b"\n") if line.startswith(b"data: "))
+    return event_message("chunk", {"bytes": base64.b64encode(data).decode()})
+
+
 def _google_error(code: int, message: str, status: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "status": status}}
 
@@ -654,7 +663,7 @@ class AnthropicEmulator(ScriptedEmulator):
                 Route("POST", r"/v1/messages", self._handle_messages),
                 Route("POST", r"/v1/messages/count_tokens", self._handle_count_tokens),
             ],
-            "bedrock": [Route("POST", r"/model/[^/]+/invoke", self._handle_bedrock)],
+            "bedrock": [Route("POST", r"/model/[^/]+/invoke(-with-response-stream)?", self._handle_bedrock)],
             "vertex": [Route("POST", _VERTEX_PATH, self._handle_vertex)],
         }.get(platform, [Route("POST", r"/anthropic/v1/messages", self._handle_messages)])
         if platform != "anthropic" and secret is None:
@@ -771,10 +780,18 @@ class AnthropicEmulator(ScriptedEmulator):
         body = _platform_body(request)
         if isinstance(body, str):
             return _bedrock_error(400, "ValidationException", body)
+        streamed = request.path.endswith("/invoke-with-response-stream")
+        if streamed:
+            body = {**body, "stream": True}  # the SDK takes it out: the path says it (§10.4)
         answer = self._handle_messages(_as_messages(request, body, model, key))
         if isinstance(answer, JSONResponse) and answer.status != 200:
             error = answer.payload.get("error", {}) if isinstance(answer.payload, dict) else {}
             return _bedrock_error(answer.status, "ValidationException", str(error.get("message", "")))
+        if streamed and isinstance(answer, StreamResponse):
+            return StreamResponse(
+                [_bedrock_chunk(event) for event in answer.events],
+                headers={"content-type": "application/vnd.amazon.eventstream"},
+            )
         return answer
 
     def _handle_vertex(self, request: RecordedRequest) -> JSONResponse | StreamResponse:

@@ -54,16 +54,15 @@ uint32), the prelude's CRC32, headers (``:event-type``, ``:content-type: applica
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import json
 import re
-import struct
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from reasonstate._extras import needs
+from reasonstate.testing._eventstream import event_message
 from reasonstate.testing._server import (
     JSONResponse,
     RecordedRequest,
@@ -99,24 +98,6 @@ _CHUNK = 8
 #: Claude's minimum cacheable prompt on Bedrock, and how far before a checkpoint an entry is found
 _MIN_CACHED = 1024
 _LOOKBACK = 20
-
-
-def event_message(event_type: str, payload: Mapping[str, Any]) -> bytes:
-    """One AWS event-stream message (module docstring): prelude, its CRC32, headers, payload, CRC32."""
-    headers = b""
-    for name, value in (
-        (":event-type", event_type),
-        (":content-type", "application/json"),
-        (":message-type", "event"),
-    ):
-        raw = value.encode()
-        headers += bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(raw)) + raw
-    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-    total = 12 + len(headers) + len(body) + 4
-    prelude = struct.pack(">II", total, len(headers))
-    head = prelude + struct.pack(">I", binascii.crc32(prelude))
-    message = head + headers + body
-    return message + struct.pack(">I", binascii.crc32(message))
 
 
 def _error(message: str, status: int = 400, kind: str = _ERROR_TYPE) -> JSONResponse:
