@@ -1,0 +1,133 @@
+"""Anthropic context editing as a session option (docs/protocols.md §4.7, issue 26 item 3), through the real
+``anthropic`` SDK against the strict emulator. Oracles: the hand-written request fields below."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import reasonstate as rs
+from reasonstate.state import EventKind
+from reasonstate.testing import ModelAction, ToolCallSpec
+from reasonstate.testing.anthropic import AnthropicEmulator
+
+MODEL = "claude-sonnet-4-6"
+THINKING = {"type": "enabled", "budget_tokens": 2048}
+SYSTEM = "You are a careful assistant for a weather desk. Answer briefly and cite the tool. " * 60
+BETA = "context-management-2025-06-27"
+KEEP_ALL = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+KEEP_ONE = {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]}
+WEATHER = ToolCallSpec("get_weather", {"city": "Paris"})
+
+
+TOOLS = [
+    rs.Tool(
+        name="get_weather",
+        description="Current weather for a city.",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    )
+]
+
+
+@pytest.fixture
+def emu() -> Iterator[AnthropicEmulator]:
+    with AnthropicEmulator() as emulator:
+        yield emulator
+
+
+def _chain(emu: AnthropicEmulator, edits: Any, *, stream: bool = False) -> rs.Session:
+    """Two tool-chain turns with thinking, then a plain turn, under ``context_management=edits``."""
+    emu.script.extend(
+        [
+            ModelAction.call(WEATHER, reasoning="Need the weather."),
+            ModelAction(text="Sunny in Paris.", reasoning="Tool said sunny."),
+            ModelAction.call(WEATHER, reasoning="Check again."),
+            ModelAction(text="Still sunny.", reasoning="Same answer."),
+            ModelAction(text="Yes.", reasoning="Nothing new."),
+        ]
+    )
+    session = rs.Session(
+        emu.client(),
+        model=MODEL,
+        system=SYSTEM,
+        tools=TOOLS,
+        thinking=THINKING,
+        context_management=edits,
+        stream=stream,
+    )
+    for question in ("Weather in Paris?", "And now?"):
+        reply = session.send(question)
+        session.send_tool_results({reply.tool_calls[0].id: "sunny"})
+    session.send("Sure?")
+    return session
+
+
+def test_every_request_carries_the_edits_and_the_beta_header(emu: AnthropicEmulator) -> None:
+    _chain(emu, KEEP_ALL)
+    assert len(emu.requests) == 5
+    for request in emu.requests:
+        assert json.loads(request.body)["context_management"] == KEEP_ALL
+        assert BETA in request.headers["anthropic-beta"].split(",")
+
+
+def test_keep_all_clears_nothing_and_every_cache_prediction_is_exact(emu: AnthropicEmulator) -> None:
+    """issue 26: ``keep: "all"`` keeps the most cache hits; nothing is cleared, nothing breaks."""
+    session = _chain(emu, KEEP_ALL)
+    predicted = [r.predicted_cache_read for r in session.execution]
+    reported = [r.usage.cache_read for r in session.execution]
+    assert reported[1:] == predicted[1:] and all(r >= 1024 for r in reported[1:])
+    assert predicted[0] == reported[0] == 0
+    assert not [e for e in session.trace.events if e.kind == EventKind.CONTEXT_CLEARED]
+
+
+def test_a_server_clear_is_traced_with_the_vendors_applied_edits(emu: AnthropicEmulator) -> None:
+    session = _chain(emu, KEEP_ONE)
+    cleared = [e for e in session.trace.events if e.kind == EventKind.CONTEXT_CLEARED]
+    assert cleared, "the vendor reported applied_edits: the session must trace them"
+    assert cleared[0].data["applied_edits"][0]["type"] == "clear_thinking_20251015"
+    assert cleared[0].data["applied_edits"][0]["cleared_thinking_turns"] >= 1
+    # the client's history is not edited: the thinking still goes back verbatim (the server clears it)
+    last = json.loads(emu.requests[-1].body)["messages"]
+    assert (
+        sum(b.get("type") == "thinking" for m in last if m["role"] == "assistant" for b in m["content"]) == 4
+    )
+
+
+def test_streamed_and_unstreamed_give_the_same_state() -> None:
+    states = []
+    for stream in (False, True):
+        with AnthropicEmulator() as emu:
+            session = _chain(emu, KEEP_ONE, stream=stream)
+            steps = [(s.parts, s.usage, s.stop_reason) for t in session.history.turns for s in t.steps]
+            cleared = [e.data for e in session.trace.events if e.kind == EventKind.CONTEXT_CLEARED]
+            states.append((steps, [c["applied_edits"] for c in cleared]))
+    assert states[0] == states[1]
+
+
+def test_a_restored_session_sends_the_same_request_byte_identically(emu: AnthropicEmulator) -> None:
+    session = _chain(emu, KEEP_ALL)
+    expected = session.next_request("Again?").kwargs
+    snap = rs.SessionSnapshot.model_validate_json(session.snapshot().model_dump_json())
+    restored = rs.Session.restore(snap, emu.client())
+    assert json.dumps(restored.next_request("Again?").kwargs) == json.dumps(expected)
+    emu.script.extend([ModelAction(text="Yes.", reasoning="r")])
+    restored.send("Again?")
+
+
+@pytest.mark.parametrize(
+    ("edits", "thinking"),
+    [
+        ({"edits": [{"type": "clear_thinking_20251015"}]}, {"type": "disabled"}),
+        ({"edits": [{"type": "clear_tool_uses_20250919"}, {"type": "clear_thinking_20251015"}]}, THINKING),
+        ({"edits": [{"type": "clear_everything"}]}, THINKING),
+    ],
+)
+def test_edits_the_vendor_refuses_are_refused_before_any_request(
+    emu: AnthropicEmulator, edits: Any, thinking: Any
+) -> None:
+    with pytest.raises(rs.errors.InvalidOption, match=r"docs/protocols\.md §4\.7"):
+        rs.Session(emu.client(), model=MODEL, thinking=thinking, context_management=edits)
+    assert emu.requests == []
