@@ -131,3 +131,57 @@ def test_edits_the_vendor_refuses_are_refused_before_any_request(
     with pytest.raises(rs.errors.InvalidOption, match=r"docs/protocols\.md §4\.7"):
         rs.Session(emu.client(), model=MODEL, thinking=thinking, context_management=edits)
     assert emu.requests == []
+
+
+# -- the policies: rs.policies.ServerClear / ServerCompact (issue 26 items 2, 3) ----------------------------
+
+
+def test_server_clear_sends_the_documented_edits(emu: AnthropicEmulator) -> None:
+    emu.script.extend([ModelAction(text="a", reasoning="r")] * 2)
+    rs.Session(emu.client(), model=MODEL, thinking=THINKING, fold=rs.policies.ServerClear()).send("hi")
+    assert json.loads(emu.requests[-1].body)["context_management"] == KEEP_ALL
+    policy = rs.policies.ServerClear(
+        thinking_keep=2,
+        clear_tool_uses={"trigger": {"type": "tool_uses", "value": 4}, "exclude_tools": ["x"]},
+    )
+    rs.Session(emu.client(), model=MODEL, thinking=THINKING, fold=policy).send("hi")
+    assert json.loads(emu.requests[-1].body)["context_management"] == {
+        "edits": [
+            {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 2}},
+            {
+                "type": "clear_tool_uses_20250919",
+                "trigger": {"type": "tool_uses", "value": 4},
+                "exclude_tools": ["x"],
+            },
+        ]
+    }
+
+
+def test_server_policies_run_only_on_their_api(emu: AnthropicEmulator) -> None:
+    with pytest.raises(rs.errors.InvalidOption, match="responses API"):
+        rs.Session(emu.client(), model=MODEL, fold=rs.policies.ServerCompact(threshold_tokens=1000))
+    with pytest.raises(rs.errors.InvalidOption, match="not both"):
+        rs.Session(
+            emu.client(),
+            model=MODEL,
+            thinking=THINKING,
+            fold=rs.policies.ServerClear(),
+            context_management=KEEP_ALL,
+        )
+    with pytest.raises(rs.errors.InvalidOption):
+        rs.policies.ServerClear(thinking_keep=0)
+
+
+def test_server_compact_asks_the_responses_api_to_compact_and_keeps_the_item_bound() -> None:
+    from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+
+    with OpenAIResponsesEmulator() as emu:
+        emu.script.extend([ModelAction(text="Done.", reasoning="Short.")])
+        session = rs.Session(
+            emu.client(), model="gpt-5.5", store=False, fold=rs.policies.ServerCompact(threshold_tokens=40)
+        )
+        session.send("Summarize the whole design discussion so far. " * 8)
+        body = json.loads(emu.requests[0].body)
+        assert body["context_management"] == [{"type": "compaction", "compact_threshold": 40}]
+        assert next((c.kind, c.model_bound) for c in session.continuation) == ("compaction", True)
+        assert [e for e in session.trace.events if e.kind == EventKind.CONTEXT_COMPACTED]
