@@ -185,3 +185,80 @@ def test_server_compact_asks_the_responses_api_to_compact_and_keeps_the_item_bou
         assert body["context_management"] == [{"type": "compaction", "compact_threshold": 40}]
         assert next((c.kind, c.model_bound) for c in session.continuation) == ("compaction", True)
         assert [e for e in session.trace.events if e.kind == EventKind.CONTEXT_COMPACTED]
+
+
+def test_a_switch_to_responses_and_back_sends_no_foreign_bytes(emu: AnthropicEmulator) -> None:
+    """The edits are Anthropic options: a switch replaces them; no signature crosses to OpenAI."""
+    from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+
+    session = _chain(emu, KEEP_ONE)
+    signatures = [
+        b["signature"]
+        for m in json.loads(emu.requests[-1].body)["messages"]
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b.get("type") == "thinking"
+    ]
+    with OpenAIResponsesEmulator() as other:
+        other.script.extend([ModelAction(text="Sunny.", reasoning="r")])
+        session.switch(other.client(), model="gpt-5.5", store=False)
+        session.send("Weather?")
+        body = other.requests[-1].body
+        assert "context_management" not in json.loads(body)
+        assert not [s for s in signatures if s.encode() in body]
+        encrypted = [
+            json.loads(c.payload)["encrypted_content"]
+            for c in session.continuation
+            if c.vendor == "openai" and c.kind == "reasoning"
+        ]
+        emu.script.extend([ModelAction(text="Back.", reasoning="r")])
+        session.switch(emu.client(), model=MODEL, thinking=THINKING, context_management=KEEP_ONE)
+        session.send("Back?")
+    back = emu.requests[-1].body
+    assert json.loads(back)["context_management"] == KEEP_ONE
+    assert encrypted and not [e for e in encrypted if e.encode() in back]
+
+
+# -- guard mode on a plain client (issue 26 item 5) ----------------------------------------------------------
+
+
+def _plain(edits: Any) -> list[Any]:
+    """Four plain-client turns with thinking through ``client.beta.messages.create(context_management=)``,
+    every assistant answer marked for caching; the guard's records."""
+    with AnthropicEmulator() as emu:
+        client = emu.client()
+        guard = rs.instrument(client)
+        emu.script.extend([ModelAction(text=f"A{i}", reasoning=f"think {i}") for i in range(4)])
+        messages: list[Any] = [{"role": "user", "content": "Q0"}]
+        system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+        for i in range(4):
+            r = client.beta.messages.create(
+                model=MODEL,
+                max_tokens=4096,
+                thinking=THINKING,  # type: ignore[arg-type]
+                system=system,  # type: ignore[arg-type]
+                messages=messages,
+                context_management=edits,
+                betas=[BETA],
+            )
+            answer = [b.model_dump(exclude_none=True) for b in r.content]
+            answer[-1]["cache_control"] = {"type": "ephemeral"}
+            messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": f"Q{i + 1}"}]
+        return list(guard.records)
+
+
+def test_the_guard_predicts_keep_all_exactly() -> None:
+    records = _plain(KEEP_ALL)
+    assert all(r.divergence is None and r.warnings == () for r in records)
+    assert [r.predicted_cache_read for r in records] == [r.reported_cache_read for r in records]
+    assert records[-1].reported_cache_read >= 1024
+
+
+def test_the_guard_reads_a_server_clear_as_dropped_reasoning_not_a_provider_miss() -> None:
+    """Before: the guard predicted the unedited prompt and warned ``provider_miss`` on every clear."""
+    records = _plain(KEEP_ONE)
+    assert [r.predicted_cache_read for r in records[:3]] == [r.reported_cache_read for r in records[:3]]
+    third = records[2]
+    assert third.divergence is not None and third.divergence.cause == "reasoning_dropped"
+    assert third.divergence.path == "$.messages[1].content[0]"  # the first thinking the vendor clears
+    assert third.warnings == ()

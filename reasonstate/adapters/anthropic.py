@@ -743,6 +743,32 @@ _CLEAR_THINKING = "clear_thinking_20251015"
 _EDITS = frozenset({_CLEAR_THINKING, "clear_tool_uses_20250919"})
 
 
+def _server_cleared(value: Any, messages: Sequence[Any]) -> frozenset[int]:
+    """The messages whose thinking a ``clear_thinking_20251015`` edit with ``keep: {"type":
+    "thinking_turns", "value": N}`` (default N = 1) removes server-side: every assistant message with
+    thinking but the last N (docs/protocols.md §4.7). ``keep: "all"``, no such edit: none."""
+    edits = value.get("edits") if isinstance(value, Mapping) else None
+    first = edits[0] if isinstance(edits, list) and edits else None
+    if not isinstance(first, Mapping) or first.get("type") != _CLEAR_THINKING:
+        return frozenset()
+    keep = first.get("keep", {"type": "thinking_turns", "value": 1})
+    if not isinstance(keep, Mapping) or keep.get("type") != "thinking_turns":
+        return frozenset()
+    n = keep.get("value")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        return frozenset()
+    turns = [
+        i
+        for i, m in enumerate(messages)
+        if isinstance(m, Mapping)
+        and m.get("role") == "assistant"
+        and any(
+            isinstance(b, Mapping) and b.get("type") in _REASONING_KINDS for b in listed(m.get("content"))
+        )
+    ]
+    return frozenset(turns[: max(0, len(turns) - n)])
+
+
 def _refuse_context_management(value: Any, thinking: Any) -> str | None:
     """Why the vendor would refuse ``context_management`` (docs/protocols.md §4.7), else None."""
     edits = value.get("edits") if isinstance(value, Mapping) else None
@@ -1111,12 +1137,16 @@ class MessagesRoom(Room):
         for i, block in enumerate(listed(system)):
             add("system", f"$.system[{i}]", block, _without(block, _CACHE_CONTROL))
         b.prefix = len(b.units)
-        for i, message in enumerate(listed(body.get("messages"))):
+        messages = listed(body.get("messages"))
+        cleared = _server_cleared(body.get("context_management"), messages)
+        for i, message in enumerate(messages):
             m = message if isinstance(message, Mapping) else {}
             role, content = f"{m.get('role')}:", m.get("content")
             if isinstance(content, str):
                 add("history", f"$.messages[{i}].content", content, {"type": "text", "text": content}, role)
             for j, block in enumerate(listed(content)):
+                if i in cleared and isinstance(block, Mapping) and block.get("type") in _REASONING_KINDS:
+                    continue  # the vendor clears it before it reads (and caches) the prompt (§4.7)
                 add("history", f"$.messages[{i}].content[{j}]", block, _without(block, _CACHE_CONTROL), role)
         if body.get("cache_control") and b.units:
             b.breakpoints.append(len(b.units))
