@@ -51,7 +51,7 @@ from reasonstate.errors import (
 )
 from reasonstate.export import ExportContext, Exporter, Publisher
 from reasonstate.journal import CHECKPOINT, DELTA, AsyncLog, Entry, Log, Mark, Replayed, delta_body, replay
-from reasonstate.policies import Fold, Keep, Policy, is_policy
+from reasonstate.policies import Fold, Keep, Policy, ServerClear, ServerCompact, is_policy
 from reasonstate.prefix import Prefix, Tool, check_timeout
 from reasonstate.runtime import repair
 from reasonstate.runtime.dispatch import (
@@ -203,7 +203,7 @@ class _Core(Switching):
         tools: Sequence[Tool] = (),
         few_shots: Sequence[tuple[str, str]] = (),
         policy: Policy | None = None,
-        fold: Fold | None = None,
+        fold: Fold | ServerClear | ServerCompact | None = None,
         adapter: Adapter | None = None,
         dialect: str | None = None,
         api: str | None = None,
@@ -233,10 +233,10 @@ class _Core(Switching):
             raise InvalidOption(
                 f"policy= must be a policy object such as reasonstate.policies.Drop(), got {policy!r:.80}"
             )
-        if fold is not None and not isinstance(fold, Fold):
+        if fold is not None and not isinstance(fold, (Fold, ServerClear, ServerCompact)):
             raise InvalidOption(
                 f"fold= must be a reasonstate.policies.Fold(threshold_tokens, keep_tail_tokens, summarize), "
-                f"got {fold!r:.80}"
+                f"ServerClear(...) or ServerCompact(...), got {fold!r:.80}"
             )
         if not isinstance(stream, bool):
             raise InvalidOption(f"stream= must be True or False, got {stream!r}")
@@ -253,6 +253,18 @@ class _Core(Switching):
         # the session's encoding memo (an adapter holds configuration only); a switch starts a new one
         self._encodings = Encodings()
         self._model = model
+        if isinstance(fold, (ServerClear, ServerCompact)):  # the vendor folds: a request option (§1.9, §4.7)
+            if self._adapter.api != fold.api:
+                raise InvalidOption(
+                    f"fold={type(fold).__name__}(...) runs on the {fold.api} API, this session is on "
+                    f"{self._adapter.api} (docs/protocols.md §1.9, §4.7)"
+                )
+            if "context_management" in request_options:
+                raise InvalidOption(
+                    "pass fold=ServerClear/ServerCompact(...) or context_management=, not both"
+                )
+            request_options["context_management"] = fold.request_option()
+            fold = None
         prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
         self._refuse_options(self._adapter, client, model, request_options, prefix.tools)
         self._set_prefix(prefix)

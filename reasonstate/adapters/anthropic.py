@@ -78,6 +78,7 @@ from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import (
     FIRST_PARTY,
     Continuation,
+    EventKind,
     ExecutionRecord,
     History,
     OpaquePart,
@@ -167,6 +168,8 @@ class AnthropicRules(ProtocolRules):
         choice = options.get("tool_choice")
         if kind == "enabled" and isinstance(choice, Mapping) and choice.get("type") in ("any", "tool"):
             return "thinking may not be enabled when tool_choice forces tool use (docs/protocols.md §4.1)"
+        if "context_management" in options:
+            return _refuse_context_management(options["context_management"], kind)
         return None
 
 
@@ -241,7 +244,8 @@ class AnthropicAssembler(StreamAssembler):
       set on the message and every non-null ``usage`` field replaces the ``message_start`` one (counts are
       cumulative; a null or absent one leaves the ``message_start`` value: what the SDK's accumulator
       does), so ``output_tokens`` comes from the delta and the cache fields from ``message_start`` unless
-      the delta has them;
+      the delta has them; a non-null ``context_management`` (context editing's ``applied_edits``,
+      docs/protocols.md §4.7) is set on the message;
     * ``message_stop`` ends the message; later events are ignored. Without it: :class:`StreamInterrupted`;
     * ``error`` → :class:`VendorError` with the event as body; ``ping`` and unknown event types are ignored
       (Anthropic may add event types).
@@ -379,6 +383,9 @@ class AnthropicAssembler(StreamAssembler):
             merged = dict(start) if isinstance(start, Mapping) else {}
             merged.update((k, v) for k, v in usage.items() if v is not None)
             message["usage"] = merged
+        managed = data.get("context_management")
+        if managed is not None:  # context editing's applied_edits come in the final delta (§4.7)
+            message["context_management"] = managed
 
     def _close(self) -> None:
         for i, block in enumerate(self._blocks):
@@ -550,6 +557,7 @@ class AnthropicAdapter:
             vendor=VENDOR if self.dialect == "anthropic" else self.dialect,
             model=model,
             options=options,
+            own=frozenset({"context_management"}),  # a beta field, sent in extra_body (§4.7)
             family="claude-",
         )
         object_parameters(tools, "Anthropic's input_schema", "docs/protocols.md §4.2")
@@ -636,7 +644,23 @@ class AnthropicAdapter:
             kwargs["tools"] = tools
         kwargs["messages"] = messages
         for key, value in options.items():
-            if key != "max_tokens":
+            if key == "context_management":  # the beta field and its header (docs/protocols.md §4.7)
+                kwargs["extra_body"] = {**kwargs.get("extra_body", {}), key: value}
+                headers = dict(kwargs.get("extra_headers") or {})
+                betas = [b.strip() for b in str(headers.get("anthropic-beta", "")).split(",") if b.strip()]
+                if CONTEXT_MANAGEMENT_BETA not in betas:
+                    betas.append(CONTEXT_MANAGEMENT_BETA)
+                kwargs["extra_headers"] = {**headers, "anthropic-beta": ",".join(betas)}
+            elif key == "extra_headers":
+                merged = {**dict(value), **dict(kwargs.get("extra_headers") or {})}
+                if "anthropic-beta" in value and "anthropic-beta" in merged:
+                    own = [b for b in str(value["anthropic-beta"]).split(",") if b.strip()]
+                    ours = [b for b in str(merged["anthropic-beta"]).split(",") if b.strip() not in own]
+                    merged["anthropic-beta"] = ",".join([*own, *ours])
+                kwargs["extra_headers"] = merged
+            elif key == "extra_body":
+                kwargs["extra_body"] = {**dict(value), **kwargs.get("extra_body", {})}
+            elif key != "max_tokens":
                 kwargs[key] = value
         return VendorRequest(
             kwargs=kwargs,
@@ -715,9 +739,25 @@ class AnthropicAdapter:
                 )
             )
         stop = response.get("stop_reason")
+        events: list[tuple[str, Mapping[str, Any]]] = []
+        managed = response.get("context_management")
+        applied = managed.get("applied_edits") if isinstance(managed, Mapping) else None
+        if isinstance(applied, list) and applied:  # §4.7: the vendor edited the prompt it read
+            events.append(
+                (
+                    EventKind.CONTEXT_CLEARED,
+                    {
+                        "response_id": response.get("id"),
+                        "applied_edits": [dict(e) for e in applied if isinstance(e, Mapping)],
+                        "summary": "the vendor cleared context server-side before the model read the prompt "
+                        "(docs/protocols.md §4.7)",
+                    },
+                )
+            )
         return DecodedStep(
             parts=tuple(parts),
             continuation=tuple(payloads),
+            events=tuple(events),
             stop_reason=stop if isinstance(stop, str) else "unknown",
             usage=_usage(response.get("usage")),
             model=produced_by,
@@ -744,6 +784,53 @@ def _blamed_blocks(request: VendorRequest, error: VendorError) -> tuple[Any, ...
 
 
 _RULE = "docs/protocols.md §4.3"
+
+#: the beta header context editing needs (docs/protocols.md §4.7)
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
+_CLEAR_THINKING = "clear_thinking_20251015"
+_EDITS = frozenset({_CLEAR_THINKING, "clear_tool_uses_20250919"})
+
+
+def _server_cleared(value: Any, messages: Sequence[Any]) -> frozenset[int]:
+    """The messages whose thinking a ``clear_thinking_20251015`` edit with ``keep: {"type":
+    "thinking_turns", "value": N}`` (default N = 1) removes server-side: every assistant message with
+    thinking but the last N (docs/protocols.md §4.7). ``keep: "all"``, no such edit: none."""
+    edits = value.get("edits") if isinstance(value, Mapping) else None
+    first = edits[0] if isinstance(edits, list) and edits else None
+    if not isinstance(first, Mapping) or first.get("type") != _CLEAR_THINKING:
+        return frozenset()
+    keep = first.get("keep", {"type": "thinking_turns", "value": 1})
+    if not isinstance(keep, Mapping) or keep.get("type") != "thinking_turns":
+        return frozenset()
+    n = keep.get("value")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        return frozenset()
+    turns = [
+        i
+        for i, m in enumerate(messages)
+        if isinstance(m, Mapping)
+        and m.get("role") == "assistant"
+        and any(
+            isinstance(b, Mapping) and b.get("type") in _REASONING_KINDS for b in listed(m.get("content"))
+        )
+    ]
+    return frozenset(turns[: max(0, len(turns) - n)])
+
+
+def _refuse_context_management(value: Any, thinking: Any) -> str | None:
+    """Why the vendor would refuse ``context_management`` (docs/protocols.md §4.7), else None."""
+    edits = value.get("edits") if isinstance(value, Mapping) else None
+    if not isinstance(edits, list):
+        return "context_management must be {'edits': [...]} (docs/protocols.md §4.7)"
+    for i, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, Mapping) else None
+        if kind not in _EDITS:
+            return f"context_management edit {i}: unknown type {kind!r} (docs/protocols.md §4.7)"
+        if kind == _CLEAR_THINKING and i != 0:
+            return f"context_management: {_CLEAR_THINKING} must be the first edit (docs/protocols.md §4.7)"
+        if kind == _CLEAR_THINKING and thinking not in ("enabled", "adaptive"):
+            return f"context_management: {_CLEAR_THINKING} needs thinking enabled (docs/protocols.md §4.7)"
+    return None
 
 
 def _head(prefix: Prefix) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], tuple[str, ...]]:
@@ -1098,12 +1185,16 @@ class MessagesRoom(Room):
         for i, block in enumerate(listed(system)):
             add("system", f"$.system[{i}]", block, _without(block, _CACHE_CONTROL))
         b.prefix = len(b.units)
-        for i, message in enumerate(listed(body.get("messages"))):
+        messages = listed(body.get("messages"))
+        cleared = _server_cleared(body.get("context_management"), messages)
+        for i, message in enumerate(messages):
             m = message if isinstance(message, Mapping) else {}
             role, content = f"{m.get('role')}:", m.get("content")
             if isinstance(content, str):
                 add("history", f"$.messages[{i}].content", content, {"type": "text", "text": content}, role)
             for j, block in enumerate(listed(content)):
+                if i in cleared and isinstance(block, Mapping) and block.get("type") in _REASONING_KINDS:
+                    continue  # the vendor clears it before it reads (and caches) the prompt (§4.7)
                 add("history", f"$.messages[{i}].content[{j}]", block, _without(block, _CACHE_CONTROL), role)
         if body.get("cache_control") and b.units:
             b.breakpoints.append(len(b.units))

@@ -35,6 +35,8 @@ __all__ = [
     "Keep",
     "KeepLast",
     "Policy",
+    "ServerClear",
+    "ServerCompact",
     "is_policy",
     "policy_from_spec",
 ]
@@ -332,3 +334,58 @@ def policy_from_spec(spec: Mapping[str, Any]) -> Policy:
             future_turns=float(spec["future_turns"]),
         )
     raise InvalidOption(f"cannot rebuild policy {name!r} from a snapshot; pass policy= to restore()")
+
+
+def _keep_thinking(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value != "all":
+        _positive(instance, attribute, value)
+
+
+@attrs.frozen(slots=True)
+class ServerClear:
+    """Anthropic context editing as the session's choice (docs/protocols.md §4.7): the vendor clears old
+    thinking (and, with ``clear_tool_uses``, old tool results) server-side before the model reads the prompt.
+
+    Passed as ``Session(..., fold=ServerClear(...))`` on the Messages API: every request then carries
+    ``context_management={"edits": [...]}`` and the beta header; the session's history is never edited
+    (thinking and tool results still go back verbatim, the latest turn's thinking included, so the open
+    tool chain is untouched), and each clear the vendor reports is traced as ``context.cleared``.
+    ``thinking_keep="all"`` (the default) keeps every thinking turn: the most cache hits. An integer keeps
+    that many of the most recent thinking turns: each clear rewrites the prompt the vendor caches from the
+    first cleared block on. ``clear_tool_uses`` is the ``clear_tool_uses_20250919`` edit's fields
+    (``trigger``, ``keep``, ``clear_at_least``, ``exclude_tools``, ``clear_tool_inputs``), sent as given.
+    """
+
+    thinking_keep: int | str = attrs.field(default="all", validator=_keep_thinking)
+    clear_tool_uses: Mapping[str, Any] | None = None
+    name: str = attrs.field(default="server_clear", init=False)
+    api: str = attrs.field(default="messages", init=False)
+
+    def request_option(self) -> dict[str, Any]:
+        """The ``context_management`` request option this policy sends."""
+        keep: Any = (
+            "all" if self.thinking_keep == "all" else {"type": "thinking_turns", "value": self.thinking_keep}
+        )
+        edits: list[dict[str, Any]] = [{"type": "clear_thinking_20251015", "keep": keep}]
+        if self.clear_tool_uses is not None:
+            edits.append({**dict(self.clear_tool_uses), "type": "clear_tool_uses_20250919"})
+        return {"edits": edits}
+
+
+@attrs.frozen(slots=True)
+class ServerCompact:
+    """OpenAI Responses server-side compaction as the session's choice (docs/protocols.md §1.9).
+
+    Passed as ``Session(..., fold=ServerCompact(threshold_tokens=N))`` on the Responses API: every request
+    carries ``context_management=[{"type": "compaction", "compact_threshold": N}]``; the compaction item
+    the vendor returns is model-bound continuation state and the rewrite a declared ``compacted`` break
+    (what the session already does for that option).
+    """
+
+    threshold_tokens: int = attrs.field(validator=_positive)
+    name: str = attrs.field(default="server_compact", init=False)
+    api: str = attrs.field(default="responses", init=False)
+
+    def request_option(self) -> list[dict[str, Any]]:
+        """The ``context_management`` request option this policy sends."""
+        return [{"type": "compaction", "compact_threshold": self.threshold_tokens}]

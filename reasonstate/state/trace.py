@@ -84,6 +84,9 @@ class EventKind:
     #: the vendor compacted the context server-side and sent an opaque item that stands for what came
     #: before it (OpenAI Responses compaction, docs/protocols.md §1.9): a declared cache break
     CONTEXT_COMPACTED = "context.compacted"
+    #: the vendor cleared thinking or tool results server-side before the model read the prompt
+    #: (Anthropic context editing, docs/protocols.md §4.7): the prompt it cached is the edited one
+    CONTEXT_CLEARED = "context.cleared"
     #: a stream sent data that is no JSON event after its final event: skipped, the answer committed
     #: (``events``, ``bytes``: how much; never the data itself)
     STREAM_TRAILING = "stream.trailing_data"

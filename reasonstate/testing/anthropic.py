@@ -210,6 +210,11 @@ from urllib.parse import unquote
 import attrs
 
 from reasonstate._extras import needs
+from reasonstate.testing._context_editing import (
+    ContextEditReject,
+    apply_context_management,
+    check_context_management,
+)
 from reasonstate.testing._eventstream import event_message
 from reasonstate.testing._server import (
     DEFAULT_SECRET,
@@ -904,7 +909,17 @@ class AnthropicEmulator(ScriptedEmulator):
             try:
                 body = self._parse(request)
                 thinking, dropped = self._validate(body, betas)
-                blocks = _prompt_blocks(_without_blocks(body, dropped))
+                prompt = _without_blocks(body, dropped)
+                applied: list[dict[str, Any]] | None = None
+                if "context_management" in body:  # §4.7: the edited prompt is what the model sees
+                    try:
+                        edits = check_context_management(body["context_management"], betas, thinking.on)
+                    except ContextEditReject as exc:
+                        raise _Reject(str(exc)) from None
+                    prompt, applied = apply_context_management(
+                        prompt, edits, lambda b: sum(x.tokens for x in _prompt_blocks(b))
+                    )
+                blocks = _prompt_blocks(prompt)
             except _Reject as exc:
                 return JSONResponse(exc.status, _envelope(exc.kind, exc.message, rid), {"request-id": rid})
             try:
@@ -920,6 +935,8 @@ class AnthropicEmulator(ScriptedEmulator):
                     {"type": "thinking_dropped", "path": f"messages.{n}.content.{m}", "reason": reason}
                     for n, m, reason in dropped
                 ]
+            if applied is not None:
+                message["context_management"] = {"applied_edits": applied}
         message = self._transformed(message)
         if body.get("stream") is True:
             return StreamResponse(list(_stream_events(message)), headers={"request-id": rid})
@@ -1616,7 +1633,11 @@ def _stream_events(message: Mapping[str, Any]) -> Iterable[bytes]:
     usage = dict(message.get("usage") or {})
     start_usage = {k: v for k, v in usage.items() if k not in ("output_tokens", "output_tokens_details")}
     start_usage["output_tokens"] = 1
-    head = {k: v for k, v in message.items() if k not in ("content", "stop_reason", "stop_sequence", "usage")}
+    head = {
+        k: v
+        for k, v in message.items()
+        if k not in ("content", "stop_reason", "stop_sequence", "usage", "context_management")
+    }
     head.update({"content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage})
     yield sse_event("message_start", {"type": "message_start", "message": head})
     yield sse_event("ping", {"type": "ping"})
@@ -1649,17 +1670,17 @@ def _stream_events(message: Mapping[str, Any]) -> Iterable[bytes]:
         )
         if k in usage
     }
-    yield sse_event(
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": {
-                "stop_reason": message.get("stop_reason"),
-                "stop_sequence": message.get("stop_sequence"),
-            },
-            "usage": delta_usage,
+    delta: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {
+            "stop_reason": message.get("stop_reason"),
+            "stop_sequence": message.get("stop_sequence"),
         },
-    )
+        "usage": delta_usage,
+    }
+    if "context_management" in message:  # the SDK's BetaRawMessageDeltaEvent.context_management (§4.7)
+        delta["context_management"] = message["context_management"]
+    yield sse_event("message_delta", delta)
     yield sse_event("message_stop", {"type": "message_stop"})
 
 
