@@ -269,6 +269,8 @@ def test_fold_and_scratch_how_to(monkeypatch: pytest.MonkeyPatch, out: Callable[
         ModelAction.call(ToolCallSpec("read_file", {"path": "setup.cfg"}), reasoning="And this."),
         ModelAction.answer("Hatchling.", reasoning="Found it."),
     ]
+    # the ServerCompact example builds an openai client and sends nothing
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-docs")
     with AnthropicEmulator(script) as emulator:
         anthropic_env(monkeypatch, emulator.base_url)
         run_page("howto/fold-and-scratch.md")
