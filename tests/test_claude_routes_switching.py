@@ -1,9 +1,10 @@
 """Switching among the routes of one model family never sends a foreign payload (issue 27, "every ordered
-pair"): Claude through the first-party Messages API, through Bedrock Converse (boto3) and through
-OpenRouter's chat dialect. Each route's strict emulator refuses a signature it did not issue, and the
-oracle is every signature the first route produced, looked for in every byte the second route received.
-pydantic/pydantic-ai#3757: after a fallback between platforms, "final assistant message must start with a
-thinking block" or an invalid signature."""
+pair"): Claude through the first-party Messages API, through Bedrock Converse (boto3), through the Messages
+API on Bedrock (``AnthropicBedrock``, invoke) and on Vertex AI (``AnthropicVertex``), and through
+OpenRouter's chat dialect: every ordered pair of the five. Each route's strict emulator refuses a
+signature it did not issue, and the oracle is every signature the first route produced, looked for in
+every byte the second route received. pydantic/pydantic-ai#3757: after a fallback between platforms,
+"final assistant message must start with a thinking block" or an invalid signature."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from reasonstate.testing.bedrock import BedrockConverseEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
 from tests.conftest import THINKING, WEATHER
 
-ROUTES = ("anthropic", "bedrock", "openrouter")
+ROUTES = ("anthropic", "bedrock", "openrouter", "bedrock-invoke", "vertex")
 
 
 def actions(tag: str) -> list[ModelAction]:
@@ -41,6 +42,15 @@ def route(name: str) -> Iterator[tuple[Any, Any, str, dict[str, Any]]]:
     if name == "anthropic":
         with AnthropicEmulator(script) as emu:
             yield emu, emu.client(), "claude-sonnet-4-6", {"max_tokens": 4096, "thinking": THINKING}
+    elif name in ("bedrock-invoke", "vertex"):
+        platform = "bedrock" if name == "bedrock-invoke" else "vertex"
+        model = (
+            "anthropic.claude-sonnet-4-5-20250929-v1:0"
+            if platform == "bedrock"
+            else "claude-sonnet-4-5@20250929"
+        )
+        with AnthropicEmulator(script, platform=platform) as emu:
+            yield emu, emu.client(), model, {"max_tokens": 4096, "thinking": THINKING}
     elif name == "bedrock":
         with BedrockConverseEmulator(script) as emu:
             options = {
