@@ -59,6 +59,7 @@ from reasonstate.adapters.declared import check_call, declared, object_parameter
 from reasonstate.adapters.eventstream import EventStreamParser
 from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.cache.divergence import (
+    ReasoningUnits,
     Section,
     View,
     ViewBuilder,
@@ -1120,16 +1121,6 @@ def _without(value: Any, keys: frozenset[str]) -> Any:
     return value
 
 
-class _Reasoning:
-    """Thinking blocks are units of their own (§4.3): a unit is reasoning or it is not."""
-
-    def reasoning_only(self, value: Any) -> bool:
-        return isinstance(value, Mapping) and value.get("type") in _REASONING_KINDS
-
-    def without_reasoning(self, value: Any) -> Any:
-        return value
-
-
 #: a Messages call on a platform: Bedrock ``/model/{id}/invoke``, Vertex AI ``.../publishers/anthropic/models/
 #: {model}:rawPredict`` or ``:streamRawPredict`` (docs/protocols.md §10.4, §10.5)
 _PLATFORM_PATH = re.compile(
@@ -1337,7 +1328,7 @@ class MessagesRoom(Room):
                     )
 
 
-_REASONING = _Reasoning()
+_REASONING = ReasoningUnits(_REASONING_KINDS)  # thinking blocks are units of their own (§4.3)
 ROOM = MessagesRoom()
 
 

@@ -64,6 +64,7 @@ from reasonstate.adapters.base import (
 from reasonstate.adapters.declared import object_parameters, refuse_foreign
 from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.cache.divergence import (
+    ReasoningUnits,
     Unit,
     View,
     ViewBuilder,
@@ -622,16 +623,6 @@ def _usage(raw: Any) -> Usage:
 _PROMPT_KEYS = frozenset({"model", "tools", "system_instruction", "input", "previous_interaction_id"})
 
 
-class _Reasoning:
-    """Thought steps are units of their own (§5.6)."""
-
-    def reasoning_only(self, value: Any) -> bool:
-        return isinstance(value, Mapping) and value.get("type") == "thought"
-
-    def without_reasoning(self, value: Any) -> Any:
-        return value
-
-
 class InteractionsRoom(Room):
     """The Gemini Interactions API (docs/protocols.md §5.6) as the guard and the commit read it."""
 
@@ -757,5 +748,5 @@ class InteractionsRoom(Room):
                 )
 
 
-_REASONING = _Reasoning()
+_REASONING = ReasoningUnits(frozenset({"thought"}))  # thought steps are units of their own (§5.6)
 ROOM = InteractionsRoom()

@@ -83,7 +83,7 @@ from reasonstate.adapters.base import (
 from reasonstate.adapters.declared import check_call, declared, object_parameters
 from reasonstate.adapters.replay import ReplayFinding, Source
 from reasonstate.adapters.transport import status_message
-from reasonstate.cache.divergence import View, ViewBuilder, listed, model_name, request_body
+from reasonstate.cache.divergence import ReasoningUnits, View, ViewBuilder, listed, model_name, request_body
 from reasonstate.cache.rules import CacheRules
 from reasonstate.errors import MalformedResponse, PolicyConflict, StreamInterrupted, VendorError
 from reasonstate.prefix import Prefix, Tool
@@ -849,16 +849,6 @@ _PROMPT_KEYS = frozenset({"model", "tools", "instructions", "input"})
 _ITEM_METADATA = frozenset({"id", "status"})
 
 
-class _Reasoning:
-    """Reasoning items are units of their own (§1.4): a unit is reasoning or it is not."""
-
-    def reasoning_only(self, value: Any) -> bool:
-        return isinstance(value, Mapping) and value.get("type") == "reasoning"
-
-    def without_reasoning(self, value: Any) -> Any:
-        return value
-
-
 class ResponsesRoom(Room):
     """The Responses API (docs/protocols.md §1) as the guard and the commit read it."""
 
@@ -1021,5 +1011,5 @@ _REPLAYED = {
     "function_call": ("type", "id", "call_id", "name", "arguments"),
 }
 
-_REASONING = _Reasoning()
+_REASONING = ReasoningUnits(frozenset({"reasoning"}))  # reasoning items are units of their own (§1.4)
 ROOM = ResponsesRoom()

@@ -134,6 +134,20 @@ NO_REASONING: Reasoning = _NoReasoning()
 
 
 @attrs.frozen(slots=True)
+class ReasoningUnits:
+    """Units that are reasoning by their ``type`` alone (a thinking block, a reasoning item, a thought step):
+    a unit is reasoning or it is not, and none carries reasoning inside."""
+
+    types: frozenset[str]
+
+    def reasoning_only(self, value: Any) -> bool:
+        return isinstance(value, Mapping) and value.get("type") in self.types
+
+    def without_reasoning(self, value: Any) -> Any:
+        return value
+
+
+@attrs.frozen(slots=True)
 class Unit:
     """One prefix unit: its section, its JSON path in the body, the value sent, and ``key``: the bytes the
     vendor's cache compares (compact JSON; sorted keys where the vendor renders through a template)."""
