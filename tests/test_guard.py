@@ -559,6 +559,8 @@ def test_a_session_break_from_its_policy_names_the_decision_and_agrees_with_the_
 def test_a_prefix_change_is_named_by_what_changed(
     claude: AnthropicEmulator, change: Any, cause: str, path: str
 ) -> None:
+    """Pain point: anthropics/claude-code#92033 (a tool list changed mid-session re-bills the whole
+    prefix): the guard names the change that broke the cache, here the tools, as it names a system edit."""
     session, guard = _session_on(claude)
     claude.script.extend([ModelAction(text="one"), ModelAction(text="two")])
     session.send("first")

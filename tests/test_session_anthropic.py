@@ -534,7 +534,8 @@ def test_a_snapshot_edited_on_disk_is_refused_on_restore(emulator: AnthropicEmul
 def test_thinking_from_another_model_is_never_sent_and_the_withholding_is_traced(
     emulator: AnthropicEmulator,
 ) -> None:
-    """Pain point: anomalyco/opencode#25005 (Sonnet-to-Opus switch: "Invalid signature")."""
+    """Pain points: anomalyco/opencode#25005 (Sonnet-to-Opus switch: "Invalid signature"),
+    vybestack/llxprt-code#2335 and tailcallhq/forgecode#2646 (the same after a mid-session model switch)."""
     emulator.script.extend([*three_step_chain(), answer(1)])
     session = make_session(emulator)
     run_chain(session)
@@ -699,7 +700,8 @@ def test_deepseek_style_rules_clamp_a_policy_and_the_clamp_is_traced() -> None:
 
 
 def test_a_clock_time_in_the_system_prompt_is_flagged(emulator: AnthropicEmulator) -> None:
-    """Pain point: dimagi/open-chat-studio#3625 (a second-precision time in the system prompt)."""
+    """Pain points: dimagi/open-chat-studio#3625 and earendil-works/pi#1873 (a second-precision time in the
+    system prompt busts the cache every turn)."""
     # dimagi/open-chat-studio#3625, HKUDS/nanobot#226: second-precision time in the prefix
     session = make_session(emulator, system="Now is 2026-11-29 14:03:59 UTC. Be brief.")
     event = session.trace.of_kind(EventKind.PREFIX_VOLATILE)[0]

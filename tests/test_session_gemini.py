@@ -106,7 +106,8 @@ def test_the_documented_response_decodes_to_one_payload_per_part_as_received() -
 
 
 def test_usage_is_normalized_prompt_includes_cached_and_output_includes_thoughts() -> None:
-    """Pain point: microsoft/agent-framework#6637 (Gemini cached and thoughts counts dropped)."""
+    """Pain points: microsoft/agent-framework#6637 and google-gemini/gemini-cli#14524 (Gemini cached and
+    thoughts counts dropped)."""
     # §5.3: promptTokenCount includes cachedContentTokenCount; total = prompt + candidates + thoughts
     step = GeminiAdapter().decode(DOCUMENTED_RESPONSE, _request())
     assert step.usage == Usage(uncached_input=176, cache_read=1024, cache_write=0, output=120, reasoning=100)
@@ -429,8 +430,9 @@ def _layers(session: rs.Session) -> tuple[Any, ...]:
 def test_every_signature_goes_back_on_its_part_with_its_bytes_in_the_chain_and_in_later_turns(
     emulator: GeminiEmulator, stream: bool
 ) -> None:
-    """Pain points: google/adk-python#3705 (thought_signature lost after several tool calls) and #4650 (a
-    LiteLLM regression lost the signatures of parallel calls)."""
+    """Pain points: google/adk-python#3705 and google/adk-js#149 (thought_signature lost after several tool
+    calls), google/adk-python#4650 (a LiteLLM regression lost the signatures of parallel calls) and
+    vercel/ai#10344 (Gemini 3 in a tool loop)."""
     recorder = Recorder()
     emulator.transform = recorder
     emulator.script.extend([*chain(), answer(1), answer(2)])

@@ -159,7 +159,8 @@ def test_tool_outputs_follow_the_models_declared_order_whatever_order_they_are_g
 def test_stateless_requests_ask_for_encrypted_content_and_pass_reasoning_options_through(
     emulator: OpenAIResponsesEmulator,
 ) -> None:
-    """Pain points: openai/openai-agents-python#919 (store=False without reasoning.encrypted_content: 404)
+    """Pain points: openai/openai-agents-python#919 and openai/openai-agents-js#546 (store=False without
+    reasoning.encrypted_content: 404)
     and PR #2068 (stored ``rs_`` ids fail under zero data retention behind a load balancer; only
     ``encrypted_content`` is portable)."""
     emulator.script.extend([answer(0)])
