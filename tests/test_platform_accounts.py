@@ -319,3 +319,117 @@ def test_a_switch_between_two_azure_resources_sends_nothing_of_the_other(
     session.switch(one.client(), model="gpt-5.5", stream=stream, **RESPONSES)
     assert run_chain(session, "And the day after?").text == "C: Paris is mild."
     assert on_a & set(blobs([r.body for r in one.requests[start_one + 2 :]])), "A's own blobs go back to A"
+
+
+def shared_accounts(emulator: AnthropicEmulator) -> tuple[Any, Any]:
+    """Two ``AnthropicBedrock`` clients of accounts A and B sending through one HTTP client (a
+    framework's own): one guard watches both."""
+    import anthropic
+
+    http = anthropic.DefaultHttpxClient()
+    return (
+        emulator.client(aws_access_key=KEY_A, aws_secret_key=SECRET_A, http_client=http),
+        emulator.client(aws_access_key=KEY_B, aws_secret_key=SECRET_B, http_client=http),
+    )
+
+
+def test_the_guard_sees_and_explains_a_switch_between_two_bedrock_accounts(
+    bedrock: AnthropicEmulator,
+) -> None:
+    """docs/protocols.md §10.7: each guard record names its origin, the server and the account its
+    ``Authorization`` header was signed for (an access key id and region, never a secret). A session
+    moving from account A to account B: the request after the switch has B's origin where its previous
+    one had A's, its divergence is the dropped reasoning, and no warning claims a continuation was lost
+    (account A's signatures are not B's to need)."""
+    a, b = shared_accounts(bedrock)
+    guard = rs.instrument(a)
+    assert rs.instrument(b) is guard
+    bedrock.script.extend(chain("A") + chain("B"))
+    session = rs.Session(a, model=MODEL, tools=[WEATHER], **THINKING)
+    run_chain(session, "Paris weather?")
+    session.switch(b, model=MODEL, **THINKING)
+    run_chain(session, "And tomorrow?")
+    records = guard.records[-4:]
+    origins = [r.origin.partition("#")[2] for r in records]
+    assert origins == [f"key:{KEY_A}/us-east-1"] * 2 + [f"key:{KEY_B}/us-east-1"] * 2
+    moved = records[2]
+    assert moved.previous == records[1].index  # the same conversation, now on another account
+    assert moved.divergence is not None and moved.divergence.cause == "reasoning_dropped"
+    assert [r.warnings for r in records] == [()] * 4
+    assert not [r for r in records if SECRET_A in r.origin or SECRET_B in r.origin]
+
+
+def test_guard_mend_never_gives_one_accounts_signature_to_another(bedrock: AnthropicEmulator) -> None:
+    """Mend mode restores a signature a framework lost only for the account that issued it: the open
+    chain sent to account A without A's thinking is mended (A accepts it); the same body sent to account
+    B is not (B would refuse A's signature as invalid): it goes as the framework wrote it, and B's refusal
+    is its own rule, that the chain's assistant message start with thinking, not a foreign signature."""
+    import anthropic
+
+    a, b = shared_accounts(bedrock)
+    guard = rs.instrument(a, mend=True)
+    bedrock.script.extend(chain("A")[:1])
+    tools = [{"name": WEATHER.name, "description": WEATHER.description, "input_schema": WEATHER.parameters}]
+    first = a.messages.create(
+        model=MODEL, messages=[{"role": "user", "content": "Paris weather?"}], tools=tools, **THINKING
+    )
+    thinking, call = first.content[0].model_dump(), first.content[-1].model_dump()
+    assert thinking["type"] == "thinking" and call["type"] == "tool_use"
+    stripped: list[Any] = [  # a framework that kept the tool call and lost the thinking
+        {"role": "user", "content": "Paris weather?"},
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "18C"}]},
+    ]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        b.messages.create(model=MODEL, messages=stripped, tools=tools, **THINKING)
+    assert "signature" not in str(refused.value.body), refused.value.body
+    assert thinking["signature"] not in bedrock.requests[-1].body.decode()
+    bedrock.script.extend(chain("A")[1:])
+    assert a.messages.create(model=MODEL, messages=stripped, tools=tools, **THINKING).content
+    assert thinking["signature"] in bedrock.requests[-1].body.decode()  # mended for its own account
+    kinds = [[w.kind for w in r.warnings] for r in guard.records[-2:]]
+    assert "mended" not in kinds[0] and "mended" in kinds[1]
+
+
+def test_the_guard_sees_a_switch_between_two_azure_resources(
+    azure_resources: tuple[OpenAIResponsesEmulator, OpenAIResponsesEmulator],
+) -> None:
+    """Two ``AzureOpenAI`` resources through one HTTP client: the records' origins are the two resource
+    hosts, the request after the switch names the other one, and nothing warns (resource A's blobs are
+    not B's to need)."""
+    import openai
+
+    one, two = azure_resources
+    http = openai.DefaultHttpxClient()
+    a, b = one.client(http_client=http), two.client(http_client=http)
+    guard = rs.instrument(a)
+    assert rs.instrument(b) is guard
+    one.script.extend(chain("A"))
+    two.script.extend(chain("B"))
+    session = rs.Session(a, model="gpt-5.5", tools=[WEATHER], **RESPONSES)
+    run_chain(session, "Paris weather?")
+    session.switch(b, model="gpt-5.5", **RESPONSES)
+    run_chain(session, "And tomorrow?")
+    records = guard.records[-4:]
+    hosts = [one.base_url, one.base_url, two.base_url, two.base_url]
+    assert [r.origin.rstrip(":") for r in records] == [h.rstrip("/") for h in hosts]
+    assert records[2].previous == records[1].index and records[2].divergence is not None
+    assert [r.warnings for r in records] == [()] * 4
+
+
+def test_the_wire_scope_reads_the_authorization_header_as_the_client_scope_reads_the_client() -> None:
+    """``wire_scope`` (the guard's): a SigV4 credential scope's access key id and region, a Bedrock API
+    key's identity with a ``bedrock-runtime`` host's region; nothing for another header. Never a secret."""
+    from reasonstate.adapters import wire_scope
+
+    sigv4 = f"AWS4-HMAC-SHA256 Credential={KEY_A}/20260101/eu-west-1/bedrock/aws4_request, SignedHeaders=host"
+    assert wire_scope("bedrock-runtime.eu-west-1.amazonaws.com", sigv4 + ", Signature=abc") == (
+        f"key:{KEY_A}/eu-west-1"
+    )
+    long_term = "Bearer " + long_term_key("123456789012", "s3cr3t")
+    assert (
+        wire_scope("bedrock-runtime.us-west-2.amazonaws.com", long_term) == "account:123456789012/us-west-2"
+    )
+    assert wire_scope("127.0.0.1", long_term) == "account:123456789012"
+    assert wire_scope("api.anthropic.com", "Bearer sk-ant-xyz") == ""
+    assert wire_scope("x", "") == ""

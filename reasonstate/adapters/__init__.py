@@ -39,6 +39,7 @@ __all__ = [
     "room_for_path",
     "scope_for",
     "view_of",
+    "wire_scope",
 ]
 
 #: the registry: each API name (``Adapter.api``) and the module of its room (its ``ROOM``). Adding a vendor
@@ -228,6 +229,31 @@ def _azure_scope(client: Any) -> str:
     if not host:
         return ""
     return host.lower() + (f":{port}" if port is not None and port != 443 else "")
+
+
+#: SigV4's ``Authorization`` header: ``AWS4-HMAC-SHA256 Credential=<key id>/<date>/<region>/<service>/...``
+_SIGV4_CREDENTIAL = re.compile(r"AWS4-HMAC-SHA256 Credential=([A-Z0-9]{16,128})/\d{8}/([a-z0-9-]+)/")
+#: a Bedrock runtime host names its region: ``bedrock-runtime.us-east-1.amazonaws.com``
+_BEDROCK_HOST = re.compile(r"bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com")
+
+
+def wire_scope(host: str, authorization: str) -> str:
+    """The AWS account scope a request was sent for, read from the wire as :func:`scope_for` reads it from
+    the client (``key:AKIA…/us-east-1``, ``account:123456789012/us-east-1``), ``""`` when its
+    ``Authorization`` header says none (another platform, an API key of no known form). The access key
+    id and region of a SigV4 signature's credential scope; a Bedrock API key's identity with the region
+    of a ``bedrock-runtime`` host. Never the signature, the secret or a token (docs/protocols.md §10.1,
+    §10.7)."""
+    signed = _SIGV4_CREDENTIAL.match(authorization)
+    if signed is not None:
+        return f"key:{signed.group(1)}/{signed.group(2)}"
+    if authorization[:7].lower() != "bearer ":
+        return ""
+    identity = _bedrock_api_key_identity(authorization[7:].strip())
+    if identity is None:
+        return ""
+    region = _BEDROCK_HOST.fullmatch(host.lower())
+    return f"{identity}/{region.group(1)}" if region else identity
 
 
 def scope_for(client: Any) -> str:
