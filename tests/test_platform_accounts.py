@@ -131,6 +131,10 @@ def test_the_scope_is_read_from_the_client_and_never_holds_a_secret() -> None:
     short = short_term_key("ASIAEXAMPLE123456789", "eu-west-1")
     assert scope_for(bedrock_client(api_key=short)) == "key:ASIAEXAMPLE123456789/eu-west-1"
     assert scope_for(bedrock_client(api_key="test-key")) == ""
+    on_async = anthropic.AsyncAnthropicBedrock(
+        base_url="http://127.0.0.1:9", aws_region="eu-west-1", aws_access_key=KEY_A, aws_secret_key=SECRET_A
+    )
+    assert scope_for(on_async) == f"key:{KEY_A}/eu-west-1"
     assert scope_for(bedrock_client(api_key="ABSK!!not-base64")) == ""
     azure = openai.AzureOpenAI(
         azure_endpoint="https://My-Res.openai.azure.com/", api_key="k", api_version="2025-04-01-preview"
