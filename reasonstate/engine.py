@@ -66,9 +66,9 @@ from reasonstate.adapters.base import (
     DecodedStep,
     Encodings,
     VendorRequest,
+    binding_of,
     compact,
     foreign_reasoning_as_text,
-    platform_of,
     request_digest,
     without_payloads,
 )
@@ -591,7 +591,7 @@ def encoded(
         history = without_payloads(history, stripped, encodings=encodings)
     if foreign_reasoning == "text":
         history = foreign_reasoning_as_text(
-            history, adapter.vendor, adapter.api, model, encodings=encodings, platform=platform_of(adapter)
+            history, adapter.vendor, adapter.api, model, encodings=encodings, platform=binding_of(adapter)
         )
     return adapter.encode(
         prefix,

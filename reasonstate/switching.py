@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reasonstate.adapters import Adapter, adapter_for, client_is_async
-from reasonstate.adapters.base import Encodings, platform_of
+from reasonstate.adapters.base import Encodings, binding_of
 from reasonstate.engine import Engine
 from reasonstate.errors import InvalidOption
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import FIRST_PARTY, EventKind, freeze
+from reasonstate.state.continuation import SCOPE_SEPARATOR
 
 __all__ = ["SDK_OWNED", "Switching", "check_model"]
 
@@ -31,11 +32,16 @@ def check_model(model: Any) -> None:
         raise InvalidOption(f"model= must be the vendor's model name (a non-empty string), got {model!r}")
 
 
-def _route(vendor: str, api: str, model: str, platform: str) -> dict[str, str]:
-    """A ``vendor.changed`` side: ``platform`` only when not first-party (the event as before platforms)."""
+def _route(vendor: str, api: str, model: str, binding: str) -> dict[str, str]:
+    """A ``vendor.changed`` side: ``platform`` only when not first-party (the event as before platforms),
+    ``scope`` only when the platform binds payloads to a known account or resource (docs/protocols.md
+    §10.1: an identifier such as an access key id or a resource host, never a secret)."""
     route = {"vendor": vendor, "api": api, "model": model}
+    platform, _, scope = binding.partition(SCOPE_SEPARATOR)
     if platform != FIRST_PARTY:
         route["platform"] = platform
+    if scope:
+        route["scope"] = scope
     return route
 
 
@@ -153,7 +159,10 @@ class Switching(Engine):
         A move to another platform serving the same vendor and model (``AnthropicBedrock`` →
         ``Anthropic``, ``AzureOpenAI`` → ``OpenAI``, google-genai ``vertexai=True`` → the Gemini API) is a
         switch like any other: a payload is never sent to a platform that did not issue it
-        (pydantic/pydantic-ai#3757; docs/protocols.md §10.1), so it is withheld the same way.
+        (pydantic/pydantic-ai#3757; docs/protocols.md §10.1), so it is withheld the same way. So is a move
+        to another account or resource of one platform (two ``AnthropicBedrock`` clients of different AWS
+        credentials, two ``AzureOpenAI`` resources): the platform binds payloads to the account that issued
+        them (:func:`reasonstate.adapters.scope_for`).
         """
         self._require("switch")
         check_model(model)
@@ -166,7 +175,7 @@ class Switching(Engine):
         new = adapter if adapter is not None else adapter_for(client, dialect=dialect, api=api)
         self._refuse_options(new, client, model, request_options, self._prefix.tools)
         old = (self._adapter.vendor, self._adapter.api, self._model)
-        old_platform, new_platform = platform_of(self._adapter), platform_of(new)
+        old_platform, new_platform = binding_of(self._adapter), binding_of(new)
         self._traced(
             EventKind.VENDOR_CHANGED,
             old=_route(old[0], old[1], old[2], old_platform),

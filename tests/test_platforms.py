@@ -61,6 +61,11 @@ RESPONSES_OPTIONS: dict[str, Any] = {
 }
 
 
+def resource(emulator: Any) -> str:
+    """An Azure emulator's resource, as a client's base URL names it: its host and port."""
+    return emulator.base_url.partition("://")[2].rstrip("/")
+
+
 def encrypted_blobs(bodies: list[bytes]) -> list[str]:
     """Every ``encrypted_content`` in the Responses request bodies, in order."""
     return [
@@ -165,7 +170,8 @@ def test_a_snapshot_names_its_platform_and_restores_only_there(stack: ExitStack)
     snap = session.snapshot()
     assert snap.platform == "azure"
     data = json.loads(snap.model_dump_json())
-    assert {tuple(o[5:]) for o in data["history"]["origins"]} == {("azure",)}
+    # bound to the Azure resource that issued them: its host (docs/protocols.md §10.1)
+    assert {tuple(o[5:]) for o in data["history"]["origins"]} == {(f"azure#{resource(azure)}",)}
     with pytest.raises(rs.IllegalTransition, match="openai/responses@azure"):
         rs.Session.restore(snap.model_dump_json(), stack.enter_context(OpenAIResponsesEmulator()).client())
     azure.script.extend([ModelAction.answer("again", reasoning="r")] * 2)
@@ -532,7 +538,7 @@ def test_a_stored_azure_session_loads_on_azure_in_another_worker(stack: ExitStac
     run_chain(session, "Paris weather?")
     loaded = rs.Session.load(store, "azure-1", azure.client(), tools=[WEATHER])
     assert loaded.continuation == session.continuation
-    assert {c.platform for c in loaded.continuation} == {"azure"}
+    assert {c.platform for c in loaded.continuation} == {f"azure#{resource(azure)}"}
     azure.script.extend([ModelAction.answer("again", reasoning="r")])
     assert loaded.send("Once more?").text == "again"  # Azure accepts what the loaded session sends
     with pytest.raises(rs.IllegalTransition):
@@ -570,7 +576,8 @@ def test_azure_streamed_and_async_sessions_equal_the_plain_one(stack: ExitStack,
     on_async = asyncio.run(run_async())
     assert parts(streamed) == parts(plain) == parts(on_async)
     for session in (plain, streamed, on_async):
-        assert {c.platform for c in session.continuation} == {"azure"}
+        assert {c.platform.partition("#")[0] for c in session.continuation} == {"azure"}
+        assert len({c.platform for c in session.continuation}) == 1  # one resource: the emulator's host
 
 
 def test_a_messages_dialect_is_a_compatible_endpoint_on_a_plain_anthropic_client(

@@ -7,9 +7,13 @@ Vendor SDKs are imported only inside the adapter's call, so this package imports
 
 from __future__ import annotations
 
+import base64
+import binascii
 import importlib
+import re
 from collections.abc import Callable
 from typing import Any, cast
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
@@ -18,6 +22,7 @@ from reasonstate.adapters.base import Adapter, DecodedStep, ProtocolRules, Room,
 from reasonstate.cache.divergence import View
 from reasonstate.errors import InvalidOption
 from reasonstate.state import FIRST_PARTY
+from reasonstate.state.continuation import bound
 
 __all__ = [
     "APIS",
@@ -32,7 +37,9 @@ __all__ = [
     "platform_for",
     "room",
     "room_for_path",
+    "scope_for",
     "view_of",
+    "wire_scope",
 ]
 
 #: the registry: each API name (``Adapter.api``) and the module of its room (its ``ROOM``). Adding a vendor
@@ -146,6 +153,121 @@ def platform_for(client: Any) -> str:
     return "vertex" if flag is True else FIRST_PARTY
 
 
+#: a long-term Bedrock API key: ``ABSK`` + base64 of ``BedrockAPIKey-<id>-at-<account id>:<secret>``; only the
+#: part before ``:`` is ever read (the IAM user it names and its account), never the secret after it
+_LONG_TERM_KEY = re.compile(r"BedrockAPIKey-[A-Za-z0-9]+-at-(\d{12})")
+#: an AWS access key id (``AKIA…`` long-term, ``ASIA…`` temporary): an identifier, not a secret
+_ACCESS_KEY_ID = re.compile(r"[A-Z0-9]{16,128}")
+_REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d+")
+
+
+def _b64_text(data: str) -> str | None:
+    try:
+        return base64.b64decode(data + "=" * (-len(data) % 4), validate=True).decode("ascii")
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _bedrock_api_key_identity(key: str) -> str | None:
+    """Who a Bedrock API key acts for, read from the key's documented public part, or None (not a form
+    known here). A long-term key (``ABSK…``) names its account: ``account:<12 digits>``; a short-term key
+    (``bedrock-api-key-`` + base64 of a SigV4 pre-signed URL) names the access key id of the credentials
+    that signed it in ``X-Amz-Credential``: ``key:<id>``. The secret, the signature and the session token in
+    the key are never kept (docs/protocols.md §10.4)."""
+    if key.startswith("ABSK"):
+        text = _b64_text(key[4:])
+        found = _LONG_TERM_KEY.fullmatch(text.partition(":")[0]) if text else None
+        return f"account:{found.group(1)}" if found else None
+    if key.startswith("bedrock-api-key-"):
+        text = _b64_text(key[len("bedrock-api-key-") :])
+        if text is None:
+            return None
+        query = parse_qs(urlsplit(text if "://" in text else "https://" + text).query)
+        credential = unquote(query.get("X-Amz-Credential", [""])[0]).split("/")
+        if _ACCESS_KEY_ID.fullmatch(credential[0]):
+            return f"key:{credential[0]}"
+    return None
+
+
+def _bedrock_scope(client: Any) -> str:
+    """The account scope of an ``AnthropicBedrock`` client: ``<identity>/<region>``, or ``""`` (unknown).
+
+    The account id itself is not on the client (it would take an STS call), so the identity is the most
+    the client states: a long-term API key's account (``account:123456789012``), else the access key id of
+    the credentials (``key:AKIA…``: ``aws_access_key``, or the one a short-term API key was signed with),
+    else the named profile (``profile:<name>``). Two keys or profiles of one account are two scopes, and
+    the region is part of the scope: a switch between them withholds payloads the other might have taken,
+    never the other way. Credentials resolved by botocore's default chain at request time are not on the
+    client: the scope is unknown (docs/protocols.md §10.1)."""
+    region = getattr(client, "aws_region", None)
+    api_key = getattr(client, "api_key", None)
+    access_key = getattr(client, "aws_access_key", None)
+    profile = getattr(client, "aws_profile", None)
+    identity: str | None = None
+    if isinstance(api_key, str) and api_key:
+        identity = _bedrock_api_key_identity(api_key)
+    elif isinstance(access_key, str) and _ACCESS_KEY_ID.fullmatch(access_key):
+        identity = f"key:{access_key}"
+    elif isinstance(profile, str) and profile:
+        identity = f"profile:{profile}"
+    if identity is None or not isinstance(region, str) or not _REGION.fullmatch(region):
+        return ""
+    return f"{identity}/{region}"
+
+
+def _azure_scope(client: Any) -> str:
+    """The resource of an ``AzureOpenAI`` client: the host (and a non-default port) of its base URL
+    (``azure_endpoint`` or ``base_url``), lower-cased: ``res.openai.azure.com`` (docs/protocols.md §10.3)."""
+    url = getattr(client, "base_url", None)
+    if url is None:
+        return ""
+    try:
+        parts = urlsplit(str(url))
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return ""
+    if not host:
+        return ""
+    return host.lower() + (f":{port}" if port is not None and port != 443 else "")
+
+
+#: SigV4's ``Authorization`` header: ``AWS4-HMAC-SHA256 Credential=<key id>/<date>/<region>/<service>/...``
+_SIGV4_CREDENTIAL = re.compile(r"AWS4-HMAC-SHA256 Credential=([A-Z0-9]{16,128})/\d{8}/([a-z0-9-]+)/")
+#: a Bedrock runtime host names its region: ``bedrock-runtime.us-east-1.amazonaws.com``
+_BEDROCK_HOST = re.compile(r"bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com")
+
+
+def wire_scope(host: str, authorization: str) -> str:
+    """The AWS account scope a request was sent for, read from the wire as :func:`scope_for` reads it from
+    the client (``key:AKIA…/us-east-1``, ``account:123456789012/us-east-1``), ``""`` when its
+    ``Authorization`` header says none (another platform, an API key of no known form). The access key
+    id and region of a SigV4 signature's credential scope; a Bedrock API key's identity with the region
+    of a ``bedrock-runtime`` host. Never the signature, the secret or a token (docs/protocols.md §10.1,
+    §10.7)."""
+    signed = _SIGV4_CREDENTIAL.match(authorization)
+    if signed is not None:
+        return f"key:{signed.group(1)}/{signed.group(2)}"
+    if authorization[:7].lower() != "bearer ":
+        return ""
+    identity = _bedrock_api_key_identity(authorization[7:].strip())
+    if identity is None:
+        return ""
+    region = _BEDROCK_HOST.fullmatch(host.lower())
+    return f"{identity}/{region.group(1)}" if region else identity
+
+
+def scope_for(client: Any) -> str:
+    """The account or resource a vendor client's platform binds its payloads to, ``""`` when the platform
+    binds none or the client does not say (docs/protocols.md §10.1): for ``AnthropicBedrock`` the AWS
+    identity and region (:func:`_bedrock_scope`), for ``AzureOpenAI`` the resource host. Never a secret."""
+    platform = platform_for(client)
+    if platform == "bedrock":
+        return _bedrock_scope(client)
+    if platform == "azure":
+        return _azure_scope(client)
+    return ""
+
+
 #: the adapters :func:`adapter_for` builds with their default configuration, one per API (and chat
 #: dialect) and process: an adapter holds configuration only (never per-session state: that is in the
 #: session's ``Encodings``), so every session may share it
@@ -159,8 +281,8 @@ def _default(key: str, build: Callable[[], Adapter]) -> Adapter:
     return adapter
 
 
-def _anthropic(platform: str, dialect: str = "anthropic") -> Callable[[], Adapter]:
-    return lambda: AnthropicAdapter(platform=platform, dialect=dialect)
+def _anthropic(platform: str, dialect: str = "anthropic", scope: str = "") -> Callable[[], Adapter]:
+    return lambda: AnthropicAdapter(platform=platform, dialect=dialect, scope=scope)
 
 
 def _interactions() -> Adapter:
@@ -192,20 +314,20 @@ def _service(client: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _responses(platform: str) -> Callable[[], Adapter]:
+def _responses(platform: str, scope: str = "") -> Callable[[], Adapter]:
     def build() -> Adapter:
         from reasonstate.adapters.openai_responses import OpenAIResponsesAdapter
 
-        return OpenAIResponsesAdapter(platform=platform)
+        return OpenAIResponsesAdapter(platform=platform, scope=scope)
 
     return build
 
 
-def _chat(dialect: str, platform: str) -> Callable[[], Adapter]:
+def _chat(dialect: str, platform: str, scope: str = "") -> Callable[[], Adapter]:
     def build() -> Adapter:
         from reasonstate.adapters.openai_chat import OpenAIChatAdapter
 
-        return OpenAIChatAdapter(dialect=dialect, platform=platform)
+        return OpenAIChatAdapter(dialect=dialect, platform=platform, scope=scope)
 
     return build
 
@@ -219,11 +341,13 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
     Interactions API. The platform comes from the client too (:func:`platform_for`): ``AnthropicBedrock``/
     ``AnthropicVertex`` → Messages on Bedrock/Vertex, ``AzureOpenAI`` → Responses or Chat on Azure,
     google-genai with ``vertexai=True`` → Vertex; a boto3 ``bedrock-runtime`` client → Bedrock Converse. The
-    adapter is one shared per process for each API, platform (and dialect): adapters hold configuration only.
+    adapter is one shared per process for each API, platform (and dialect) and the account or resource the
+    platform binds payloads to (:func:`scope_for`): adapters hold configuration only.
     """
     kind = _kind(client)
     platform = platform_for(client)
-    at = "" if platform == FIRST_PARTY else f"@{platform}"
+    scope = scope_for(client)
+    at = "" if platform == FIRST_PARTY else f"@{bound(platform, scope)}"
     if kind.genai is not None:
         if dialect is not None or api not in (None, "generate_content", "interactions"):
             raise InvalidOption(
@@ -251,7 +375,7 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
                     f"{MESSAGES_DIALECTS} on an anthropic.Anthropic client"
                 )
             return _default(f"messages@{dialect}", _anthropic(platform, dialect))
-        return _default(f"messages{at}", _anthropic(platform))
+        return _default(f"messages{at}", _anthropic(platform, scope=scope))
     if "openai" in modules:
         if dialect is not None or api == "chat":
             from reasonstate.adapters.openai_chat import DIALECTS
@@ -259,7 +383,7 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
             chosen = dialect or "openai"
             if chosen not in DIALECTS:
                 raise InvalidOption(f"unknown chat dialect {dialect!r}; expected one of {DIALECTS}")
-            return _default(f"chat:{chosen}{at}", _chat(chosen, platform))
+            return _default(f"chat:{chosen}{at}", _chat(chosen, platform, scope))
         if api not in (None, "responses"):
             raise InvalidOption(f"unknown api {api!r} for an OpenAI client; use 'responses' or 'chat'")
         host = str(getattr(client, "base_url", ""))
@@ -269,7 +393,7 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
                     f"this is an OpenAI client for {host}: for an OpenAI-compatible server pass "
                     f"dialect={name!r} (the Responses API is OpenAI's own)"
                 )
-        return _default(f"responses{at}", _responses(platform))
+        return _default(f"responses{at}", _responses(platform, scope))
     if "botocore" in modules and _service(client) == "bedrock-runtime":
         if dialect is not None or api not in (None, "converse"):
             raise InvalidOption(

@@ -91,6 +91,7 @@ from reasonstate.state import (
     Turn,
     Usage,
     as_records,
+    bound,
     parse_arguments,
 )
 
@@ -520,6 +521,7 @@ class AnthropicAdapter:
         lookback_units: int = 20,
         platform: str = FIRST_PARTY,
         dialect: str = "anthropic",
+        scope: str = "",
     ) -> None:
         if dialect not in DIALECTS:
             raise InvalidOption(f"unknown Messages dialect {dialect!r}; expected one of {DIALECTS}")
@@ -527,6 +529,9 @@ class AnthropicAdapter:
         #: where the client's requests are served (docs/protocols.md §10): payloads go back only there; a
         #: compatible endpoint is a platform of its own
         self.platform = platform if dialect == "anthropic" else dialect
+        #: the platform and the account it binds payloads to (``scope``: "" when unknown or unbound,
+        #: docs/protocols.md §10.1): what payloads are captured with and replayed to
+        self.binding = bound(self.platform, scope if dialect == "anthropic" else "")
         if self.platform == "bedrock":  # invoke-with-response-stream: the AWS event stream (§10.4)
             self.endpoint = attrs.evolve(self.endpoint, assembler=BedrockMessagesAssembler)
         cache = attrs.evolve(ANTHROPIC, lookback_units=lookback_units)
@@ -589,7 +594,7 @@ class AnthropicAdapter:
             few.append(("assistant", *_text_block(answer, memo)))
         offset = n_head + sum(len(d) for _, _, d in few)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, offset, memo, self.platform)
+        run = _closed_run(closed, model, offset, memo, self.binding)
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
@@ -604,7 +609,7 @@ class AnthropicAdapter:
         run.check()
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model, memo=memo, platform=self.platform)
+            build = functools.partial(_encode_turn, model=model, memo=memo, platform=self.binding)
             encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
             withheld.extend(encoded.withheld)
             for role, blocks, digests in encoded.messages:
@@ -736,7 +741,7 @@ class AnthropicAdapter:
                     # too (as the chat dialect's reasoning_content, §3.3)
                     model_bound=kind not in _UNBOUND_KINDS and self.dialect not in _UNSIGNED_DIALECTS,
                     parsed=False,  # replayed from the bytes (``checked``), never as ``value``
-                    platform=self.platform,
+                    platform=self.binding,
                 )
             )
         stop = response.get("stop_reason")

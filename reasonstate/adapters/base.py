@@ -108,6 +108,7 @@ __all__ = [
     "StreamAssembler",
     "StreamEvent",
     "VendorRequest",
+    "binding_of",
     "closed_run",
     "compact",
     "count",
@@ -1116,6 +1117,14 @@ def platform_of(adapter: Any) -> str:
     docs/protocols.md §10), first-party for an adapter that names none (one of the caller's own)."""
     platform = getattr(adapter, "platform", FIRST_PARTY)
     return platform if isinstance(platform, str) else FIRST_PARTY
+
+
+def binding_of(adapter: Any) -> str:
+    """Where ``adapter``'s payloads are bound: its ``binding`` (the platform and the account or resource
+    it binds payloads to, ``"bedrock#account:…/us-east-1"``, docs/protocols.md §10.1), else its platform
+    (:func:`platform_of`: an adapter that names no scope binds to its platform only)."""
+    binding = getattr(adapter, "binding", None)
+    return binding if isinstance(binding, str) else platform_of(adapter)
 
 
 # -- the room: what a vendor API means, beyond its codec ----------------------------------------------------

@@ -108,6 +108,7 @@ from reasonstate.state import (
     ToolCallPart,
     Turn,
     Usage,
+    bound,
     digest_of,
     parse_arguments,
     thaw,
@@ -481,12 +482,14 @@ class OpenAIChatAdapter:
 
     api = API
 
-    def __init__(self, dialect: str = "openai", *, platform: str = FIRST_PARTY) -> None:
+    def __init__(self, dialect: str = "openai", *, platform: str = FIRST_PARTY, scope: str = "") -> None:
         if dialect not in DIALECTS:
             raise InvalidOption(f"unknown chat dialect {dialect!r}; expected one of {DIALECTS}")
         #: where the client's requests are served (Azure for ``openai.AzureOpenAI``, docs/protocols.md §10):
         #: this dialect's messages go back verbatim only there
         self.platform = platform
+        #: the platform and the resource it binds payloads to (``scope``: "" when unknown or unbound, §10.1)
+        self.binding = bound(platform, scope)
         self.dialect: Dialect = dialect
         self.vendor: str = dialect
         self.rules = ProtocolRules(vendor=dialect, api=API, tool_steps_keep_reasoning=dialect == "deepseek")
@@ -601,7 +604,7 @@ class OpenAIChatAdapter:
             return self._encode_turn(turn, model=model)
 
         empty = ListRun(join=_JOINS.get(self.dialect))
-        return closed_run(turns, (API, "run", self.dialect, model, self.platform), encode, empty, encodings)
+        return closed_run(turns, (API, "run", self.dialect, model, self.binding), encode, empty, encodings)
 
     def _encode_turn(self, turn: Turn, *, model: str) -> _TurnEncoding:
         messages: list[Mapping[str, Any]] = [{"role": "user", "content": turn.user}]
@@ -645,7 +648,7 @@ class OpenAIChatAdapter:
         withheld: list[Continuation],
     ) -> Mapping[str, Any]:
         summary = turn.view.summary if turn.view is not None and index == len(turn.steps) - 1 else None
-        c = _own_message(step, self.vendor, self.platform)
+        c = _own_message(step, self.vendor, self.binding)
         if c is None:
             withheld.extend(step.continuation)
             if self._flattens(step):
@@ -658,7 +661,7 @@ class OpenAIChatAdapter:
         keep = turn.view is None or turn.view.keep_reasoning[index]
         if self.rules.tool_steps_keep_reasoning and payload.get("tool_calls"):
             keep = True  # DeepSeek §3.3, whatever the view says: no policy can override it
-        elif not c.replayable_to(self.vendor, API, model, self.platform):
+        elif not c.replayable_to(self.vendor, API, model, self.binding):
             keep = False  # another model's reasoning is never sent to this one
             withheld.append(c)
         rename = self.dialect == "vllm" and "reasoning" not in payload and "reasoning_content" in payload
@@ -690,7 +693,7 @@ class OpenAIChatAdapter:
         ``tool_calls`` (§3.3); a step another vendor produced has none to give, so its tool exchange goes as
         plain text (the calls in the assistant message, the results in a user message) — nothing vanishes
         and no reasoning is invented."""
-        foreign = _own_message(step, self.vendor, self.platform) is None
+        foreign = _own_message(step, self.vendor, self.binding) is None
         return self.dialect == "deepseek" and bool(step.tool_calls) and foreign
 
     # -- decode ------------------------------------------------------------------------------------------
@@ -718,7 +721,7 @@ class OpenAIChatAdapter:
             # DeepSeek's reasoning_content is unsigned text the API requires back (§3.3), even after a
             # model switch; elsewhere reasoning is the producing model's own and is not shown to another
             model_bound=has_reasoning and self.dialect != "deepseek",
-            platform=self.platform,
+            platform=self.binding,
         )
         finish = choices[0].get("finish_reason")
         rid = response.get("id")
@@ -803,7 +806,7 @@ def _own_message(step: Step, vendor: str, platform: str = FIRST_PARTY) -> Contin
         (
             p
             for p in step.continuation
-            if p.kind == _KIND and p.api == API and p.vendor == vendor and p.platform == platform
+            if p.kind == _KIND and p.api == API and p.vendor == vendor and p.goes_to(platform)
         ),
         None,
     )

@@ -103,6 +103,7 @@ from reasonstate.state import (
     TurnView,
     Usage,
     as_records,
+    bound,
     parse_arguments,
     thaw,
 )
@@ -378,10 +379,14 @@ class OpenAIResponsesAdapter:
     )
     cache = OPENAI_RESPONSES
 
-    def __init__(self, *, strict_tools: bool | None = None, platform: str = FIRST_PARTY) -> None:
+    def __init__(
+        self, *, strict_tools: bool | None = None, platform: str = FIRST_PARTY, scope: str = ""
+    ) -> None:
         self._strict = strict_tools
         #: where the client's requests are served (docs/protocols.md §10): payloads go back only there
         self.platform = platform
+        #: the platform and the resource it binds payloads to (``scope``: "" when unknown or unbound, §10.1)
+        self.binding = bound(platform, scope)
         self.rules: ProtocolRules = ResponsesRules(
             vendor=VENDOR, api=API, reasoning_only_steps_keep_reasoning=False
         )
@@ -444,13 +449,13 @@ class OpenAIResponsesAdapter:
                 units.append(item.unit)
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
         memo = encodings if encodings is not None else Encodings()
-        run = _closed_run(closed, model, store, memo, self.platform)
+        run = _closed_run(closed, model, store, memo, self.binding)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         values.extend(run.values)
         units.extend(run.units)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model, by_reference=store, platform=self.platform)
+            build = functools.partial(_encode_turn, model=model, by_reference=store, platform=self.binding)
             encoded = open_turn_encoding(history.turns[-1], build, model, "docs/protocols.md §1.4")
             values.extend(encoded.values)
             units.extend(encoded.units)
@@ -541,7 +546,7 @@ class OpenAIResponsesAdapter:
                     kind=kind,
                     value=item,
                     model_bound=kind not in _UNBOUND_KINDS,
-                    platform=self.platform,
+                    platform=self.binding,
                 )
             )
         rid = response.get("id")

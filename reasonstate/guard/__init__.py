@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from reasonstate.adapters import room_for_path
+from reasonstate.adapters import room_for_path, wire_scope
 from reasonstate.adapters.replay import ReplayFinding
 from reasonstate.cache.divergence import CAUSES, Cause, Divergence, View
 from reasonstate.cache.rules import CacheRules
@@ -80,6 +80,11 @@ class GuardRecord:
     ``at``: when the vendor answered, in seconds since the epoch: the answer's ``Date`` header (the
     vendor's clock, whole seconds), else the guard's clock when the answer's headers came.
     ``conversation``: the key the caller set with :meth:`Guard.conversation` (None: none set).
+    ``origin``: the server the request went to and, on a platform that binds payloads to an account, the
+    account it was sent for, read from its ``Authorization`` header (``http://host:port#key:AKIA…/us-east-1``:
+    an access key id and region, never a secret; docs/protocols.md §10.7): a request whose origin differs
+    from its ``previous`` one's moved to another account, and answers of one account are never checked
+    against, nor mended into, a request to another.
     """
 
     index: int
@@ -97,6 +102,7 @@ class GuardRecord:
     previous: int | None = None
     at: float | None = None
     conversation: str | None = None
+    origin: str = ""
 
 
 @attrs.define(slots=True)
@@ -149,9 +155,16 @@ _CONVERSATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 
-def _origin(url: Any) -> str:
-    """The server a request went to (answers are compared within one server: one vendor)."""
-    return f"{url.scheme}://{url.host}:{url.port or ''}"
+def _origin(request: Any) -> str:
+    """The server a request went to and, on a platform that binds payloads to an account, the account it
+    was sent for (:func:`reasonstate.adapters.wire_scope`: an access key id and region, never a secret):
+    answers are compared, checked and mended within one server and account, so a request to another
+    AWS account is never told it lost, nor given, the other account's signatures (docs/protocols.md
+    §10.1, §10.7)."""
+    url = request.url
+    server = f"{url.scheme}://{url.host}:{url.port or ''}"
+    scope = wire_scope(str(url.host), request.headers.get("authorization", ""))
+    return f"{server}#{scope}" if scope else server
 
 
 class Guard:
@@ -219,7 +232,7 @@ class Guard:
             if room is None:
                 return
             content = bytes(request.content)
-            answers = self._answers.candidates(room.api, _origin(request.url))
+            answers = self._answers.candidates(room.api, _origin(request))
             new, findings = _replay.mend(room, answers, path, content)
             if findings:
                 request.extensions[_FINDINGS] = findings
@@ -246,7 +259,7 @@ class Guard:
                 int(response.status_code),
                 body,
                 {k.lower(): v for k, v in response.headers.items()},
-                origin=_origin(request.url),
+                origin=_origin(request),
                 replay=request.extensions.get(_FINDINGS, ()),
                 at=time.time(),
                 conversation=_CONVERSATION.get(),
@@ -291,7 +304,7 @@ class Guard:
                 capture.index, _api_of(capture.path) or "", "", capture.path, capture.status,
                 len(capture.request or b""), False, None, None,
                 (GuardWarning("hook_error", f"{type(exc).__name__}: {exc}"),), None, None,
-                conversation=capture.conversation,
+                conversation=capture.conversation, origin=capture.origin,
             )  # fmt: skip
 
 

@@ -121,6 +121,7 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
         previous=previous[0].index if previous is not None else None,
         at=at,
         conversation=capture.conversation,
+        origin=capture.origin,
     )
     if view is not None and 200 <= capture.status < 300:
         lifetime = None

@@ -4,7 +4,7 @@ Every value here is immutable (frozen, slotted attrs); a change is a new value. 
 else of reasonstate but the errors.
 """
 
-from reasonstate.state.continuation import FIRST_PARTY, Continuation, digest_of
+from reasonstate.state.continuation import FIRST_PARTY, Continuation, bound, digest_of
 from reasonstate.state.execution import (
     UNIT_WINDOW,
     ExecutionRecord,
@@ -63,6 +63,7 @@ __all__ = [
     "UnitChain",
     "Usage",
     "as_records",
+    "bound",
     "digest_of",
     "freeze",
     "ids_digest",

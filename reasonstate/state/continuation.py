@@ -22,7 +22,16 @@ import attrs
 from reasonstate.errors import ContinuationMismatch, MalformedResponse
 from reasonstate.state.frozen import compact_encoder, freeze
 
-__all__ = ["FIRST_PARTY", "Continuation", "compact", "digest_of", "recorded_platform", "unicode_reply"]
+__all__ = [
+    "FIRST_PARTY",
+    "Continuation",
+    "bound",
+    "compact",
+    "digest_of",
+    "platform_part",
+    "recorded_platform",
+    "unicode_reply",
+]
 
 #: the platform of a vendor's own API (api.anthropic.com, api.openai.com, the Gemini API, a chat dialect's
 #: own endpoint); the others are cloud platforms serving the same models: ``"bedrock"``, ``"vertex"``,
@@ -32,6 +41,22 @@ FIRST_PARTY = "first-party"
 #: vendor names that are platforms (Bedrock's Converse API, docs/protocols.md §11): a payload of theirs
 #: recorded before its platform was is still theirs, never first-party
 _VENDOR_PLATFORMS = frozenset({"bedrock"})
+
+
+#: between a platform and the scope it binds payloads to, in a binding (``"bedrock#account:…/us-east-1"``)
+SCOPE_SEPARATOR = "#"
+
+
+def bound(platform: str, scope: str = "") -> str:
+    """The binding of a payload served on ``platform`` for the account or resource ``scope``: ``platform``
+    itself when the scope is unknown (``""``), else ``platform#scope`` (docs/protocols.md §10.1). A scope is
+    an identifier (an AWS account id, an access key *id*, an Azure resource host), never a secret."""
+    return f"{platform}{SCOPE_SEPARATOR}{scope}" if scope else platform
+
+
+def platform_part(binding: str) -> str:
+    """The platform of a binding (:func:`bound`): ``"bedrock"`` for ``"bedrock#account:…"``."""
+    return binding.partition(SCOPE_SEPARATOR)[0]
 
 
 def recorded_platform(vendor: str, platform: str) -> str:
@@ -122,8 +147,10 @@ class Continuation:
 
     ``kind`` is the vendor's own type name (``thinking``, ``redacted_thinking``, ``reasoning``, ...);
     ``model_bound`` says whether only the producing model may receive it; ``platform`` is where the
-    request was served (:data:`FIRST_PARTY` or a cloud platform): a payload goes back only to the platform
-    that issued it, whatever ``model_bound`` says (docs/protocols.md §10.1).
+    request was served (:data:`FIRST_PARTY` or a cloud platform), with the account or resource the platform
+    binds payloads to when it is known (:func:`bound`: ``"bedrock#account:…/us-east-1"``,
+    ``"azure#res.openai.azure.com"``): a payload goes back only to the platform (and scope) that issued it,
+    whatever ``model_bound`` says (docs/protocols.md §10.1).
     """
 
     vendor: str
@@ -267,11 +294,23 @@ class Continuation:
         return freeze(json.loads(self.payload))
 
     def replayable_to(self, vendor: str, api: str, model: str, platform: str = FIRST_PARTY) -> bool:
-        """True when this payload may be sent to ``vendor``/``api``/``model`` on ``platform``: never to
-        another platform, even for the same model (docs/protocols.md §10.1)."""
-        if self.vendor != vendor or self.api != api or self.platform != platform:
+        """True when this payload may be sent to ``vendor``/``api``/``model`` on ``platform`` (a binding,
+        :func:`bound`): never to another platform, even for the same model, nor to another account or
+        resource of one platform (docs/protocols.md §10.1).
+
+        A payload whose scope is unknown (captured before scopes were recorded, or from a client whose
+        account the SDK could not tell) is bound to its platform only, as before: it goes to any scope of
+        that platform. A payload whose scope is known goes only to that very scope, never to a client whose
+        scope is unknown (nothing shows it is the same account)."""
+        if self.vendor != vendor or self.api != api or not self.goes_to(platform):
             return False
         return not self.model_bound or self.model == model
+
+    def goes_to(self, platform: str) -> bool:
+        """True when this payload may go to ``platform`` (a binding, :func:`bound`) as far as the platform
+        and scope go (:meth:`replayable_to` without the vendor, API and model)."""
+        mine = self.platform
+        return mine == platform or (SCOPE_SEPARATOR not in mine and platform_part(platform) == mine)
 
 
 def _check(payload: bytes, digest: str) -> _Checked | None:

@@ -197,6 +197,7 @@ other non-text block: complete in the start event; text: ``text_delta`` chunks; 
 from __future__ import annotations
 
 import base64
+import contextvars
 import hashlib
 import hmac
 import itertools
@@ -533,6 +534,11 @@ _VERTEX_PATH = (
 )
 #: Bedrock's 403 for a key or token it did not issue (UnrecognizedClientException)
 _BEDROCK_BAD_TOKEN = "The security token included in the request is invalid."
+#: SigV4's ``Authorization`` header: the access key id is the first element of the credential scope
+_SIGV4 = re.compile(r"AWS4-HMAC-SHA256 Credential=([A-Za-z0-9]+)/")
+#: the signing key of the account a Bedrock request is served for (None: the emulator's own secret), set
+#: around the Messages handler of that one request
+_ACCOUNT_SECRET: contextvars.ContextVar[bytes | None] = contextvars.ContextVar("account_secret", default=None)
 _VERTEX_UNAUTHENTICATED = (
     "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
     "valid authentication credential."
@@ -656,6 +662,7 @@ class AnthropicEmulator(ScriptedEmulator):
         api_key: str | Iterable[str] | None = None,
         models: Iterable[str] = (),
         platform: str = "anthropic",
+        accounts: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(deterministic, bool):
             raise TypeError(f"deterministic= is True or False, got {deterministic!r}")
@@ -684,6 +691,11 @@ class AnthropicEmulator(ScriptedEmulator):
             known_models=COMPATIBLE_MODELS.get(platform, KNOWN_MODELS),
             models=models,
         )
+        if accounts is not None and platform != "bedrock":
+            raise ValueError("accounts= is Bedrock's: it binds thinking signatures to an AWS account")
+        #: Bedrock: credential (an API key, or a SigV4 access key id) → the AWS account it acts for; a
+        #: credential not named here acts for the emulator's own account (docs/protocols.md §10.4)
+        self.accounts: dict[str, str] = dict(accounts or {})
         self.cache_min_tokens = cache_min_tokens
         self.lookback_blocks = lookback_blocks
         self.deterministic = deterministic
@@ -759,7 +771,15 @@ class AnthropicEmulator(ScriptedEmulator):
 
     def _platform_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
         if self.platform == "bedrock":
-            base = {"api_key": "test-key", "aws_region": "us-east-1"}
+            signed = "aws_access_key" in kw or "aws_secret_key" in kw or "aws_profile" in kw
+            base: dict[str, Any] = (
+                {"aws_region": "us-east-1"}
+                if signed
+                else {
+                    "api_key": "test-key",
+                    "aws_region": "us-east-1",
+                }
+            )
         else:
             base = {"access_token": "test-key", "region": "us-east5", "project_id": "emulator-project"}
         return {
@@ -773,11 +793,27 @@ class AnthropicEmulator(ScriptedEmulator):
     def _handle_bedrock(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
         """``POST /model/{modelId}/invoke``: the Messages body with ``anthropic_version`` and without
         ``model`` (it is in the path), answered as the Messages API answers it; errors in Bedrock's shape,
-        ``{"message": ...}`` with an ``x-amzn-errortype`` header."""
+        ``{"message": ...}`` with an ``x-amzn-errortype`` header.
+
+        Authentication: a Bedrock API key (``Authorization: Bearer``) or SigV4 (``AWS4-HMAC-SHA256
+        Credential=<access key id>/...``: the access key id must be one of ``api_key``; the signature is
+        not verified). The credential's account (``accounts``) signs the thinking: a signature issued for
+        another account is refused as an invalid one (docs/protocols.md §10.1, §10.4)."""
         auth = request.headers.get("authorization", "")
-        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        sigv4 = _SIGV4.match(auth)
+        key = sigv4.group(1) if sigv4 else auth[7:].strip() if auth.lower().startswith("bearer ") else ""
         if not key or not self.key_accepted(key):
             return _bedrock_error(403, "UnrecognizedClientException", _BEDROCK_BAD_TOKEN)
+        account = self.accounts.get(key)
+        token = _ACCOUNT_SECRET.set(
+            None if account is None else self.secret + b":account:" + account.encode()
+        )
+        try:
+            return self._handle_bedrock_as(request, key)
+        finally:
+            _ACCOUNT_SECRET.reset(token)
+
+    def _handle_bedrock_as(self, request: RecordedRequest, key: str) -> JSONResponse | StreamResponse:
         model_id = unquote(request.path.split("/")[2])
         model = bedrock_model(model_id)
         if model is None or not self.knows_model(model):
@@ -825,7 +861,10 @@ class AnthropicEmulator(ScriptedEmulator):
     # -- signatures ------------------------------------------------------------------------------------
     # Every helper resolves its ``model`` first: an alias and its dated id sign and verify alike.
     def _mac(self, *parts: bytes) -> bytes:
-        return hmac.new(self.secret, b"\x00".join(parts), hashlib.sha256).digest()
+        secret = _ACCOUNT_SECRET.get()
+        return hmac.new(
+            self.secret if secret is None else secret, b"\x00".join(parts), hashlib.sha256
+        ).digest()
 
     def sign_thinking(
         self, model: str, thinking: str, *, prefix_digest: bytes | None = None, nonce: bytes | None = None

@@ -250,6 +250,8 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
     denied due to invalid subscription key or wrong API endpoint. ..."}}`` (SciSharp/BotSharp#386), and
     its own default secret: an ``encrypted_content`` blob issued by Azure does not verify on OpenAI's own
     API or the other way round (another service, another key), the 400 ``invalid_encrypted_content``.
+    ``resource=`` names the Azure resource this emulator stands for: each resource seals with a key of its
+    own, so another resource's blob is refused alike (docs/protocols.md §10.1).
     """
 
     sdk_path = "/v1"
@@ -268,15 +270,18 @@ class OpenAIFamilyEmulator(ScriptedEmulator):
         known_models: Iterable[str] = KNOWN_MODELS,
         models: Iterable[str] = (),
         platform: str = "openai",
+        resource: str | None = None,
     ) -> None:
         if platform not in ("openai", "azure"):
             raise ValueError(f"platform must be 'openai' or 'azure', got {platform!r}")
+        if resource is not None and platform != "azure":
+            raise ValueError("resource= names an Azure OpenAI resource: pass platform='azure'")
         self.platform = platform
         routes = self._routes()
         if platform == "azure":
             routes = [_on_azure(r) for r in routes]
-            if secret is None:
-                secret = AZURE_SECRET
+            if secret is None:  # each resource seals with its own key (docs/protocols.md §10.1, §10.3)
+                secret = AZURE_SECRET if resource is None else AZURE_SECRET + b":" + resource.encode()
         super().__init__(
             routes,
             name=name,

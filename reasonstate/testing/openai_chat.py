@@ -360,6 +360,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
         api_key: str | Iterable[str] | None = None,
         models: Iterable[str] = (),
         platform: str = "openai",
+        resource: str | None = None,
     ) -> None:
         if dialect not in _DIALECTS:
             raise ValueError(f"unknown dialect {dialect!r}; expected one of {_DIALECTS}")
@@ -377,6 +378,7 @@ class OpenAIChatEmulator(OpenAIFamilyEmulator):
             known_models=_DIALECT_MODELS[dialect],
             models=models,
             platform=platform,
+            resource=resource,
         )
         # a vLLM/SGLang server started without ``--api-key`` checks no key and serves any model name it
         # was started under: the emulator does the same unless ``api_key=`` / ``models=`` name some

@@ -339,6 +339,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
         api_key: str | Iterable[str] | None = None,
         models: Iterable[str] = (),
         platform: str = "openai",
+        resource: str | None = None,
     ) -> None:
         super().__init__(
             script,
@@ -349,6 +350,7 @@ class OpenAIResponsesEmulator(OpenAIFamilyEmulator):
             api_key=api_key,
             models=models,
             platform=platform,
+            resource=resource,
         )
         self._counters: Counter[str] = Counter()
         self._minted: dict[str, _Minted] = {}
