@@ -1019,10 +1019,12 @@ class KeptEffect:
         "encodings",
         "foreign_reasoning",
         "history",
-        "layers",
+        "lost",
         "model",
         "options",
         "prefix",
+        "records",
+        "stripped",
     )
 
     def __init__(
@@ -1037,7 +1039,10 @@ class KeptEffect:
         foreign_reasoning: str,
     ) -> None:
         self.adapter, self.prefix, self.history, self.model = adapter, prefix, history, model
-        self.options, self.layers, self.encodings = options, layers, encodings
+        # only what the next request is built on from the layers (records, lost, stripped): not their
+        # history or trace, which a held decision would keep alive until read (issue 21)
+        self.records, self.lost, self.stripped = layers.records, layers.lost, layers.stripped
+        self.options, self.encodings = options, encodings
         self.foreign_reasoning = foreign_reasoning
 
     def __call__(self) -> dict[str, Any]:
@@ -1047,33 +1052,32 @@ class KeptEffect:
             self.history,
             self.model,
             self.options,
-            self.layers,
+            Layers(records=self.records, lost=self.lost, stripped=self.stripped),
             foreign_reasoning=self.foreign_reasoning,
             encodings=self.encodings,
         )
-        records = self.layers.records
-        return self.figures(request, predict(self.adapter, request, records))
+        return self.figures(request, predict(self.adapter, request, self.records))
 
     def figures(self, request: VendorRequest, predicted: int | None) -> dict[str, Any]:
         """The effect, from a request on this history (or one that only adds a user message) and its
         prediction over these records."""
-        d = divergence(request.units, self.layers.records.newest_units())
+        d = divergence(request.units, self.records.newest_units())
         return {"divergence_unit": d, "predicted_cache_read": predicted, "reprefill_tokens": 0}
 
     def fits(self, engine: Engine, attempt: Attempt) -> bool:
         """Whether ``attempt`` is a user message sent on exactly the state this decision was made on."""
-        layers, now = self.layers, engine._layers
+        now = engine._layers
         return (
             attempt.action == "send"
             and attempt.base is self.history
-            and now.records is layers.records
+            and now.records is self.records
             and engine._adapter is self.adapter
             and engine._prefix is self.prefix
             and engine._options is self.options
             and engine._model == self.model
             and engine._foreign_reasoning == self.foreign_reasoning
-            and now.lost == layers.lost
-            and now.stripped == layers.stripped
+            and now.lost == self.lost
+            and now.stripped == self.stripped
         )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import sys
 
+import attrs
 import pytest
 
 from reasonstate.state import UNIT_WINDOW, ExecutionRecord, Records, Usage
@@ -62,7 +63,7 @@ def test_every_record_reads_back_equal_to_what_was_appended() -> None:
 def test_the_newest_records_are_the_objects_appended() -> None:
     originals = [_record(i) for i in range(N)]
     records = _grown(originals)
-    assert all(records[i] is originals[i] for i in range(N - UNIT_WINDOW, N))
+    assert all(records[i] is originals[i] for i in range(N - 2, N))
 
 
 def test_two_values_appended_to_one_base_never_see_each_others_records() -> None:
@@ -87,3 +88,19 @@ def test_packed_records_cost_a_small_constant_each() -> None:
     )
     size += sys.getsizeof(packed.outputs)
     assert size / len(packed) < 150  # each built record with its own ints and digest: ~500 bytes
+
+
+def test_the_cache_reads_each_requests_figures_without_building_its_record() -> None:
+    """Issue 21: only the newest records stay built; the cache prediction reads the unit count, usage and
+    output unit of every request in the window from the packed columns, equal to the records'."""
+    originals = [_record(i) for i in range(N)]
+    originals[N - 10] = attrs.evolve(originals[N - 10], request_bytes=1 << 31)  # past a C int: kept whole
+    records = _grown(originals)
+    shares = records.shares([f"u{k}" for k in range(N + 3)])
+    assert [p for p, _, _ in shares] == list(range(N - UNIT_WINDOW, N))
+    for position, use, shared in shares:
+        r = originals[position]
+        assert (use.units, use.usage, use.output_unit) == (r.units, r.usage, r.output_unit)
+        assert shared == r.units
+    assert records[N - 10] is originals[N - 10] and list(records) == originals
+    assert [r.breakpoints for r in records] == [(2, i + 3) for i in range(N)]

@@ -154,6 +154,57 @@ def test_events_read_alike_before_and_after_their_batch_is_encoded() -> None:
         assert [(e.seq, e.kind, e.data, e.at) for e in trace] == expected
 
 
+def test_forks_reads_and_kind_lookups_agree_across_compressed_chunks() -> None:
+    """Issue 21: the store keeps its events in compressed chunks of 48; a value read, forked or copied at
+    any length (inside a chunk, at its edge, in the open one) sees exactly its own events, and the kind
+    lookups (no per-kind index is kept) agree with a scan of the events."""
+    values = []
+    trace = Trace()
+    for turn in range(40):  # 200 events: four full chunks and an open one
+        values.append(trace)
+        trace = trace.extended(_batch(turn))
+    expected = [(e.seq, e.kind, e.data, e.at) for e in trace]
+    assert [(e.seq, e.kind, e.data, e.at) for e in reversed(trace.events)] == expected[::-1]
+    for base in values[9:12] + values[19:21] + [values[-1]]:  # lengths 45..55, 95, 100, 195
+        n = len(base)
+        assert [(e.seq, e.kind, e.data, e.at) for e in base] == expected[:n]
+        fork = base.appended("custom.fork", n=n)  # the store holds more: a copy of this value's events
+        assert [(e.seq, e.kind, e.data, e.at) for e in fork][:n] == expected[:n]
+        assert fork.events[-1].data == {"n": n} and len(fork) == n + 1
+        grown = fork.extended(_batch(99))
+        assert [(e.kind, e.data) for e in grown][n + 1 :] == [(k, freeze(d)) for k, d in _batch(99)]
+        back = Trace.from_compact(grown.to_compact())
+        assert [(e.seq, e.kind, e.data, e.at) for e in back] == [(e.seq, e.kind, e.data, e.at) for e in grown]
+        for t in (base, fork, back):
+            for kind in (EventKind.REQUEST_SENT, EventKind.TURN_CLOSED, "custom.fork", "never.seen"):
+                scan = [e.seq for e in t if e.kind == kind]
+                assert list(t.positions(kind)) == scan and [e.seq for e in t.of_kind(kind)] == scan
+                newest = t.last_of((kind,))
+                assert (newest.seq if newest else None) == (scan[-1] if scan else None)
+                before = t.last_of((kind,), before=len(t) // 2)
+                half = [s for s in scan if s < len(t) // 2]
+                assert (before.seq if before else None) == (half[-1] if half else None)
+    assert [(e.seq, e.kind, e.data, e.at) for e in trace] == expected  # no fork changed the newest
+
+
+def test_a_compact_trace_with_a_line_break_in_an_event_is_refused() -> None:
+    """The store ends each event's bytes with a line break (compact JSON never holds one): an event whose
+    bytes hold one (JSON whitespace, valid elsewhere) is refused when the trace is read."""
+    import base64
+    import zlib
+
+    compact = Trace().extended([("custom.kind", {"k": [1, 2]})] * 9).to_compact()
+    payload = zlib.decompress(base64.b64decode(compact["z"]))
+    head, blob = payload.split(b"\n", 1)
+    header = json.loads(head)
+    spaced = b"[0,\n[-1,1,2]]"
+    assert json.loads(spaced) == json.loads(blob[: header["len"][0]])
+    header["len"][0] = len(spaced)
+    edited = json.dumps(header).encode() + b"\n" + spaced + blob[len(b"[0,[-1,1,2]]") :]
+    with pytest.raises(ValueError, match="line break"):
+        Trace.from_compact({**compact, "z": base64.b64encode(zlib.compress(edited)).decode()})
+
+
 def test_a_sessions_snapshot_holds_its_trace_compactly_reads_it_back_and_refuses_an_edit(
     emulator: AnthropicEmulator,
 ) -> None:

@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 import attrs
 
 from reasonstate.state import UNIT_WINDOW, ExecutionRecord, Records, TokenIds, as_records
-from reasonstate.state.execution import common_prefix_len
+from reasonstate.state.execution import UnitUse, common_prefix_len
 
 __all__ = [
     "NEVER",
@@ -299,7 +299,7 @@ def _messages(
     return rules.block * (max(reusable, 0) // rules.block)
 
 
-def _known_chains(chains: Sequence[tuple[tuple[str, ...], ExecutionRecord, int]]) -> set[tuple[str, ...]]:
+def _known_chains(chains: Sequence[tuple[tuple[str, ...], UnitUse, int]]) -> set[tuple[str, ...]]:
     """Every unit chain whose size DeepSeek reported: each request's, and each request's with its output."""
     known: set[tuple[str, ...]] = set()
     for blocks, r, _ in chains:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NoReturn, overload
+from typing import Any, NamedTuple, NoReturn, overload
 
 import attrs
 
@@ -28,6 +28,7 @@ __all__ = [
     "ExecutionRecord",
     "Records",
     "UnitChain",
+    "UnitUse",
     "Usage",
     "as_records",
     "common_prefix_len",
@@ -182,6 +183,15 @@ class ExecutionRecord:
             raise ContinuationMismatch(f"request {self.index}: token ids changed since they were recorded")
 
 
+class UnitUse(NamedTuple):
+    """What a cache prediction reads of an earlier request (:meth:`Records.shares`): its unit count, usage
+    and output unit, the same values as its :class:`ExecutionRecord`'s, read without building the record."""
+
+    units: int
+    usage: Usage
+    output_unit: str | None
+
+
 def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
     """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed)."""
     n = min(len(a), len(b))
@@ -270,20 +280,23 @@ class UnitChain:
         return self if keep == len(self.older) else attrs.evolve(self, older=self.older[:keep])
 
 
-#: how many of the newest records a :class:`Records` value keeps as built objects (the cache prediction,
-#: the store's next delta and the engine read these; older ones are packed and rebuilt on access)
-_BUILT = UNIT_WINDOW
+#: how many of the newest records a :class:`Records` value keeps as built objects (the engine reads the
+#: previous one, a store's next delta the newest; older ones are packed and rebuilt on access, and the
+#: cache prediction reads their :class:`UnitUse` from the columns)
+_BUILT = 2
 _SHA256 = "sha256:"
 _HEXDIGITS = frozenset("0123456789abcdef")
 #: the int columns of a packed record, in order (None is -1 for the two that may be None)
 _INT_FIELDS = ("index", "turn", "step", "request_bytes", "units", "divergence", "predicted_cache_read")
+_INT_MAX = 1 << 31  # a column is a C int: a record with a larger figure is kept whole
 
 
 class _Packed:
-    """The records older than a :class:`Records` value's built tail, packed: per record seven ints, its
-    request digest's 32 bytes, its duration, and shared references (its usage, the step's own value; the
-    fingerprint, model and breakpoints as ids in tables of shared objects). A record the columns cannot
-    hold exactly (token ids, a digest of another form) is kept as built in ``raw``.
+    """The records older than a :class:`Records` value's built tail, packed: per record seven 4-byte ints,
+    its request digest's 32 bytes, its duration, its breakpoints (4 bytes each, record ``i``'s are
+    ``bps[bp_ends[i-1]:bp_ends[i]]``) and shared references (its usage, the step's own value; the
+    fingerprint and model as ids in a table of shared strings). A record the columns cannot hold exactly
+    (token ids, a digest of another form, a figure of 2**31 or more) is kept as built in ``raw``.
 
     Append-only and shared by every value extended from one another, as the trace's store is: a value
     reads the first ``n`` rows it was made with, so later appends never change what it sees; a value
@@ -291,6 +304,8 @@ class _Packed:
     """
 
     __slots__ = (
+        "bp_ends",
+        "bps",
         "digests",
         "durations",
         "ints",
@@ -304,10 +319,12 @@ class _Packed:
     )
 
     def __init__(self) -> None:
-        self.ints = array("q")
+        self.ints = array("i")
         self.digests = bytearray()
         self.durations = array("d")
-        self.refs = array("I")  # per record: fingerprint id, model id, breakpoints id
+        self.refs = array("I")  # per record: fingerprint id, model id
+        self.bps = array("I")
+        self.bp_ends = array("I")
         self.usages: list[Usage] = []
         self.outputs: list[str | None] = []
         self.names: list[Any] = []
@@ -323,7 +340,9 @@ class _Packed:
         new.ints = self.ints[: n * len(_INT_FIELDS)]
         new.digests = self.digests[: n * 32]
         new.durations = self.durations[:n]
-        new.refs = self.refs[: n * 3]
+        new.refs = self.refs[: n * 2]
+        new.bp_ends = self.bp_ends[:n]
+        new.bps = self.bps[: self.bp_ends[n - 1] if n else 0]
         new.usages = self.usages[:n]
         new.outputs = self.outputs[:n]
         new.names, new.name_ids = list(self.names), dict(self.name_ids)
@@ -354,21 +373,24 @@ class _Packed:
             and type(r.model) is str
             and type(r.prefix_fingerprint) is str
             and type(r.breakpoints) is tuple
+            and all(type(b) is int and 0 <= b < _INT_MAX for b in r.breakpoints)
         )
         if packable:
             ints = (r.index, r.turn, r.step, r.request_bytes, r.units, r.divergence, r.predicted_cache_read)
-            packable = all(v is None or 0 <= v < 1 << 62 for v in ints)
+            packable = all(v is None or 0 <= v < _INT_MAX for v in ints)
         if not packable:
             self.raw[i] = r
             self.ints.extend((0,) * len(_INT_FIELDS))
             self.digests += bytes(32)
             self.durations.append(0.0)
-            self.refs.extend((0, 0, 0))
+            self.refs.extend((0, 0))
         else:
             self.ints.extend(-1 if v is None else v for v in ints)
             self.digests += bytes.fromhex(digest[7:])
             self.durations.append(r.duration_s)
-            self.refs.extend((self._id(r.prefix_fingerprint), self._id(r.model), self._id(r.breakpoints)))
+            self.refs.extend((self._id(r.prefix_fingerprint), self._id(r.model)))
+            self.bps.extend(r.breakpoints)
+        self.bp_ends.append(len(self.bps))
         self.usages.append(r.usage)
         self.outputs.append(r.output_unit)
 
@@ -378,7 +400,7 @@ class _Packed:
             return raw
         k = i * len(_INT_FIELDS)
         index, turn, step, size, units, divergence, predicted = self.ints[k : k + len(_INT_FIELDS)]
-        fingerprint, model, breakpoints = self.refs[i * 3 : i * 3 + 3]
+        fingerprint, model = self.refs[i * 2 : i * 2 + 2]
         return ExecutionRecord(
             index=index,
             turn=turn,
@@ -387,7 +409,7 @@ class _Packed:
             request_bytes=size,
             prefix_fingerprint=self.names[fingerprint],
             units=units,
-            breakpoints=self.names[breakpoints],
+            breakpoints=tuple(self.bps[self.bp_ends[i - 1] if i else 0 : self.bp_ends[i]]),
             divergence=None if divergence < 0 else divergence,
             predicted_cache_read=None if predicted < 0 else predicted,
             usage=self.usages[i],
@@ -395,6 +417,13 @@ class _Packed:
             model=self.names[model],
             output_unit=self.outputs[i],
         )
+
+    def use(self, i: int) -> UnitUse:
+        """Record ``i``'s :class:`UnitUse`, read from the columns (nothing else built)."""
+        raw = self.raw.get(i) if self.raw else None
+        if raw is not None:
+            return UnitUse(raw.units, raw.usage, raw.output_unit)
+        return UnitUse(self.ints[i * len(_INT_FIELDS) + 4], self.usages[i], self.outputs[i])
 
 
 _EMPTY_PACK = _Packed()
@@ -600,13 +629,12 @@ class Records(Sequence[ExecutionRecord]):
                 break
         chains.append(chain)
         offset = self._offset
-        if keep is not None and len(self) + 1 > keep:
-            cut = len(self) + 1 - keep
-            offset += cut
-            kept = Records((*self[cut:], record))
-            packed, n, tail = kept._packed, kept._n, kept._tail
-            chains = [c.from_seq(offset) for c in chains if c.seq >= offset]
-            return Records._of(packed, n, tail, tuple(chains), offset)
+        if keep is not None:  # a guard's few newest records stay built (never packed: no repacking)
+            cut = max(len(self) + 1 - keep, 0)
+            if cut:
+                offset += cut
+                chains = [c.from_seq(offset) for c in chains if c.seq >= offset]
+            return Records._of(_EMPTY_PACK, 0, (*self[cut:], record), tuple(chains), offset)
         packed, n, tail = self._packed, self._n, (*self._tail, record)
         if len(tail) > _BUILT:
             # the oldest built record moves to the packed rows: in place when this value's rows are the
@@ -643,13 +671,14 @@ class Records(Sequence[ExecutionRecord]):
 
     def shares(
         self, units: Sequence[str], *, model: str | None = None, since: int = 0, limit: int = UNIT_WINDOW
-    ) -> list[tuple[int, ExecutionRecord, int]]:
-        """``(position, record, common_prefix_len(units, its units))`` for every kept request at or after
-        position ``since`` (of ``model`` only, and its newest ``limit`` of them, when given), oldest first.
-        One comparison with each model's newest tuple, then a few small ones per request."""
+    ) -> list[tuple[int, UnitUse, int]]:
+        """``(position, what the cache reads of its record, common_prefix_len(units, its units))`` for
+        every kept request at or after position ``since`` (of ``model`` only, and its newest ``limit`` of
+        them, when given), oldest first. One comparison with each model's newest tuple, then a few small
+        ones per request; no record is built."""
         q = tuple(units)
         start = self._offset + since
-        out: list[tuple[int, ExecutionRecord, int]] = []
+        out: list[tuple[int, UnitUse, int]] = []
         offset = self._offset
         for c in self._chains:
             if model is not None and c.model != model:
@@ -657,9 +686,16 @@ class Records(Sequence[ExecutionRecord]):
             if c.seq < start:
                 continue
             for seq, s in c.shared(q, start, limit):
-                out.append((seq - offset, self[seq - offset], s))
+                out.append((seq - offset, self._use(seq - offset), s))
         out.sort(key=_POSITION)
         return out
+
+    def _use(self, i: int) -> UnitUse:
+        n = self._n
+        if i >= n:
+            r = self._tail[i - n]
+            return UnitUse(r.units, r.usage, r.output_unit)
+        return self._packed.use(i)
 
     def tuples(self, *, model: str, since: int = 0) -> dict[int, tuple[str, ...]]:
         """position → units of every kept request of ``model`` at or after ``since``, rebuilt."""
@@ -669,7 +705,7 @@ class Records(Sequence[ExecutionRecord]):
         return {seq - self._offset: u for seq, u in chain.tuples(self._offset + since)}
 
 
-def _position(entry: tuple[int, ExecutionRecord, int]) -> int:
+def _position(entry: tuple[int, UnitUse, int]) -> int:
     return entry[0]
 
 

@@ -12,10 +12,13 @@ Storage (the cost of a long session grows by a small constant per event):
     of the trace); a value extended from an older length (a retry, a discarded attempt: a fork) first
     copies its own ``n`` events into a new store, so two values extended from one base never see each
     other's events.
-  * Each event is kept as compact JSON bytes in one ``bytearray`` (dict keys as an interned shape, a
+  * Each event is kept as compact JSON bytes (dict keys as an interned shape, a
     ``sha256:<hex>`` digest as its 32 bytes in base64, a string equal to the one at the same place of the
-    previous event of that shape as a reference to one shared copy), its kind as an interned id, its wall
-    time once per batch. :class:`TraceEvent` values are built on access (``events``, iteration,
+    previous event of that shape as a reference to one shared copy), one line each in chunks of
+    :data:`_CHUNK` events compressed once full (a chunk of a turn's events compresses to ~40%: the same
+    shapes and values turn after turn), its kind as an interned id (one byte), its wall time once per
+    batch; no per-kind index is kept (a kind's positions are a C-speed scan of the kind bytes).
+    :class:`TraceEvent` values are built on access (``events``, iteration,
     :meth:`Trace.of_kind`); the newest events (the newest batches, up to :data:`_TAIL_MAX` events) are
     kept as built, so a reader of what was just appended (a store's delta entry) builds none. The events
     are encoded in batches of up to :data:`_TAIL_MAX` (their kinds at once): until then the store holds
@@ -34,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import itertools
 import json
 import threading
 import time
@@ -122,6 +126,12 @@ _SHARED_MIN = 6
 _MAX_SHAPES = 4096
 #: how many of the newest events a trace value keeps as built (a store's next delta reads them all)
 _TAIL_MAX = 8
+#: events per compressed chunk of the store (~8 turns: a chunk compresses to ~40% of its bytes)
+_CHUNK = 48
+#: one id per store (the key of the newest chunk read, :meth:`_Store._lines`)
+_TOKENS = itertools.count()
+#: the newest chunk read, process-wide: (store token, chunk index, its event bytes)
+_READ: tuple[int, int, list[bytes]] | None = None
 _LIST = -1  # the head of an encoded list; a dict is ``[shape id, *values]``
 _dumps = compact_encoder()
 _loads = json.loads
@@ -146,6 +156,12 @@ def _intern_kind(kind: str) -> int:
     return len(_KIND_NAMES) - 1
 
 
+def _deflate(data: bytes | bytearray) -> bytes:
+    """``data`` raw-deflate compressed (no zlib header: a chunk is read back by this module only)."""
+    z = zlib.compressobj(6, zlib.DEFLATED, -15)
+    return z.compress(data) + z.flush()
+
+
 def _learnable(keys: tuple[Any, ...]) -> bool:
     return all(type(k) is str and not k[:1].isdigit() for k in keys)
 
@@ -154,21 +170,22 @@ class _Store:
     """The append-only events behind every :class:`Trace` value extended from one another.
 
     Invariants: events ``0..len-1`` never change once appended (only appended to, under ``lock``);
-    ``kinds[i]`` is event ``i``'s kind id from its append on; the events from ``pending[0]`` on are
-    ``pending[1]`` as built (not encoded yet, fewer than :data:`_TAIL_MAX`), every earlier event ``i`` has
-    its bytes ``blob[ends[i-1]:ends[i]]`` (empty for an event kept whole in ``raw``) and its time
-    ``run_at[k]`` for the last ``run_start[k] <= i``; the shape and string tables only grow, so an event
-    decodes the same forever. ``pending`` is replaced, never emptied in place, so a reader that took it
-    before an encoding still finds its event there.
+    ``kinds[i]`` is event ``i``'s kind id from its append on (one byte each while the ids fit); the events
+    from ``pending[0]`` on are ``pending[1]`` as built (not encoded yet, fewer than :data:`_TAIL_MAX`), every
+    earlier event ``i`` has its bytes (empty for an event kept whole in ``raw``; never a line break: compact
+    JSON) as line ``i % _CHUNK`` of chunk ``i // _CHUNK``, and its time ``run_at[k]`` for the last
+    ``run_start[k] <= i``. A chunk is :data:`_CHUNK` events, each ended by ``\n``: ``chunks[k]`` raw-deflate
+    compressed once full, ``open`` the one being filled, as is; the shape and string tables only grow, so
+    an event decodes the same forever. ``pending`` is replaced, never emptied in place, so a reader that
+    took it before an encoding still finds its event there.
     """
 
     __slots__ = (
-        "blob",
-        "by_kind",
-        "ends",
+        "chunks",
         "kinds",
         "last",
         "lock",
+        "open",
         "pending",
         "raw",
         "run_at",
@@ -177,13 +194,14 @@ class _Store:
         "shapes",
         "string_ids",
         "strings",
+        "token",
     )
 
     def __init__(self) -> None:
-        self.blob = bytearray()
-        self.ends = array("I")
-        self.kinds = array("H")
-        self.by_kind: dict[int, array[int]] = {}
+        self.chunks: list[bytes] = []
+        self.open = bytearray()
+        self.kinds = array("B")
+        self.token = next(_TOKENS)
         self.run_start = array("I")
         self.run_at = array("d")
         self.raw: dict[int, TraceEvent] = {}
@@ -204,13 +222,11 @@ class _Store:
         """A new store holding this one's first ``n`` events (a fork; under ``lock``)."""
         self.encode_pending()
         new = _Store()
-        new.blob = self.blob[: self.ends[n - 1]] if n else bytearray()
-        new.ends = self.ends[:n]
+        full, part = divmod(n, _CHUNK)
+        new.chunks = self.chunks[:full]
+        if part:
+            new.open = bytearray(b"".join(line + b"\n" for line in self._lines(full)[:part]))
         new.kinds = self.kinds[:n]
-        for kid, seqs in self.by_kind.items():
-            cut = seqs[: bisect.bisect_left(seqs, n)]
-            if cut:
-                new.by_kind[kid] = cut
         runs = bisect.bisect_left(self.run_start, n)
         new.run_start, new.run_at = self.run_start[:runs], self.run_at[:runs]
         new.raw = {i: e for i, e in self.raw.items() if i < n}
@@ -223,16 +239,10 @@ class _Store:
     # -- appending (under lock) ----------------------------------------------------------------------------
     def append(self, event: TraceEvent) -> None:
         """Append ``event`` (at position ``len``): its kind now, its bytes with the next batch encoded."""
-        i = len(self.kinds)
         kid = _kind_id(event.kind)
-        if kid > 0xFFFF and self.kinds.typecode == "H":
+        if kid > 0xFF and self.kinds.typecode != "I":
             self.kinds = array("I", self.kinds)
         self.kinds.append(kid)
-        seqs = self.by_kind.get(kid)
-        if seqs is None:
-            self.by_kind[kid] = array("I", (i,))
-        else:
-            seqs.append(i)
         pending = self.pending[1]
         pending.append(event)
         if len(pending) >= _TAIL_MAX:
@@ -257,11 +267,11 @@ class _Store:
         except (_Raw, ValueError, TypeError, RecursionError):
             self.raw[i] = event
             encoded = b""
-        self.blob += encoded
-        end = len(self.blob)
-        if end > 0xFFFFFFFF and self.ends.typecode == "I":
-            self.ends = array("Q", self.ends)
-        self.ends.append(end)
+        self.open += encoded
+        self.open += b"\n"
+        if (i + 1) % _CHUNK == 0:  # a full chunk: compressed once, for good
+            self.chunks.append(_deflate(self.open))
+            self.open = bytearray()
         if not encoded and i in self.raw:
             return  # its time is its own
         if not self.run_at or self.run_at[-1] != at:
@@ -324,8 +334,7 @@ class _Store:
             kept = raw.get(i)
             if kept is not None:
                 return kept
-        start = self.ends[i - 1] if i else 0
-        data = self._dec(_loads(self.blob[start : self.ends[i]].decode("utf-8", "surrogatepass")))
+        data = self._dec(_loads(self.line(i).decode("utf-8", "surrogatepass")))
         at = self.run_at[bisect.bisect_right(self.run_start, i) - 1]
         return TraceEvent(i, _KIND_NAMES[self.kinds[i]], data, at)
 
@@ -334,8 +343,53 @@ class _Store:
         the checks of :meth:`event` without building the event (a restore reads every event once)."""
         if i in self.raw:
             return
-        start = self.ends[i - 1] if i else 0
-        self._valid(_loads(self.blob[start : self.ends[i]].decode("utf-8", "surrogatepass")))
+        self._valid(_loads(self.line(i).decode("utf-8", "surrogatepass")))
+
+    def line(self, i: int) -> bytes:
+        """Event ``i``'s bytes (``i`` encoded: before ``pending[0]``)."""
+        return self._lines(i // _CHUNK)[i % _CHUNK]
+
+    def _lines(self, k: int) -> list[bytes]:
+        """The event bytes of chunk ``k`` (the open one when ``k == len(chunks)``). The newest chunk read
+        is kept once per process (a read in order decompresses each chunk once), never per store."""
+        global _READ
+        chunks = self.chunks
+        if k >= len(chunks):
+            return bytes(self.open).split(b"\n")[:-1]
+        read = _READ
+        if read is not None and read[0] == self.token and read[1] == k:
+            return read[2]
+        lines = zlib.decompress(chunks[k], wbits=-15).split(b"\n")[:-1]
+        _READ = (self.token, k, lines)
+        return lines
+
+    def lines(self, n: int) -> list[bytes]:
+        """The bytes of events ``0..n-1`` (all encoded), in order."""
+        out: list[bytes] = []
+        for k in range(min(-(-n // _CHUNK), len(self.chunks))):
+            out += zlib.decompress(self.chunks[k], wbits=-15).split(b"\n")[:-1]
+        if len(out) < n:
+            out += self._lines(len(self.chunks))
+        return out[:n]
+
+    def positions(self, kid: int, end: int) -> list[int]:
+        """The positions before ``end`` of the events of kind id ``kid``, in order (no event built)."""
+        kinds = self.kinds
+        if kinds.typecode != "B":
+            return [i for i, k in enumerate(kinds[:end]) if k == kid]
+        flat, mark, out = kinds.tobytes(), bytes((kid,)), []
+        i = flat.find(mark, 0, end)
+        while i >= 0:
+            out.append(i)
+            i = flat.find(mark, i + 1, end)
+        return out
+
+    def last_position(self, kid: int, end: int) -> int:
+        """The position of the newest event of kind id ``kid`` before ``end`` (-1: none)."""
+        kinds = self.kinds
+        if kinds.typecode != "B":
+            return next((i for i in range(min(end, len(kinds)) - 1, -1, -1) if kinds[i] == kid), -1)
+        return kinds.tobytes().rfind(bytes((kid,)), 0, end)
 
     def _valid(self, x: Any) -> None:
         """:meth:`_dec`'s checks of ``x``, building nothing."""
@@ -598,10 +652,7 @@ class Trace:
         """The positions (``seq``) of the events of ``kind``, in order (no event built)."""
         self._settled()
         kid = _KIND_IDS.get(kind)
-        seqs = self._store.by_kind.get(kid) if kid is not None else None
-        if not seqs:
-            return ()
-        return seqs[: bisect.bisect_left(seqs, self._n)]
+        return () if kid is None else self._store.positions(kid, self._n)
 
     def last_of(self, kinds: Iterable[str], before: int | None = None) -> TraceEvent | None:
         """The newest event of one of ``kinds`` before position ``before`` (default: the end), or None."""
@@ -610,11 +661,8 @@ class Trace:
         best = -1
         for kind in kinds:
             kid = _KIND_IDS.get(kind)
-            seqs = self._store.by_kind.get(kid) if kid is not None else None
-            if seqs:
-                j = bisect.bisect_left(seqs, end)
-                if j:
-                    best = max(best, seqs[j - 1])
+            if kid is not None:
+                best = max(best, self._store.last_position(kid, end))
         return self.event(best) if best >= 0 else None
 
     def of_kind(self, kind: str) -> list[TraceEvent]:
@@ -651,7 +699,7 @@ class Trace:
         store, n = self._store, self._n
         with store.lock:
             store.encode_pending()
-        ends = store.ends[:n]
+            lines = store.lines(n)
         runs = bisect.bisect_left(store.run_start, n)
         used = store.kinds[:n]
         header = {
@@ -659,13 +707,13 @@ class Trace:
             "k": used.tolist(),
             "rs": store.run_start[:runs].tolist(),
             "ra": store.run_at[:runs].tolist(),
-            "len": [b - a for a, b in pairwise((0, *ends))],
+            "len": [len(line) for line in lines],
             "shapes": [list(s) for s in store.shapes],
             "strings": store.strings,
             "raw": [[i, e.seq, e.kind, e.at, _thawed(e.data)] for i, e in sorted(store.raw.items()) if i < n],
         }
         head = json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=jsonable)
-        payload = head.encode("utf-8", "surrogatepass") + b"\n" + store.blob[: ends[-1] if n else 0]
+        payload = head.encode("utf-8", "surrogatepass") + b"\n" + b"".join(lines)
         return {"codec": "trace/1", "events": n, "z": base64.b64encode(zlib.compress(payload)).decode()}
 
     @classmethod
@@ -700,19 +748,21 @@ class Trace:
         if type(n) is not int or len(lengths) != n or len(kinds) != n:
             raise ValueError("a compact trace whose event count, lengths and kinds disagree")
         store = _Store()
-        store.blob = bytearray(payload[cut + 1 :])
+        blob = payload[cut + 1 :]
         store.pending = (n, [])
-        store.ends = array("Q" if len(store.blob) > 0xFFFFFFFF else "I", accumulate(lengths))
-        if (store.ends[-1] if n else 0) != len(store.blob) or any(x < 0 for x in lengths):
+        if any(type(x) is not int or x < 0 for x in lengths) or sum(lengths) != len(blob):
             raise ValueError("a compact trace whose event bytes do not add up")
+        if b"\n" in blob:
+            raise ValueError("a compact trace's event holds a line break")
+        lines = [blob[a:b] for a, b in pairwise((0, *accumulate(lengths)))]
+        full = n // _CHUNK
+        store.chunks = [
+            _deflate(b"".join(line + b"\n" for line in lines[k * _CHUNK : (k + 1) * _CHUNK]))
+            for k in range(full)
+        ]
+        store.open = bytearray(b"".join(line + b"\n" for line in lines[full * _CHUNK :]))
         ids = [_kind_id(str(k)) for k in header["kinds"]]
-        store.kinds = array("H" if max(ids, default=0) <= 0xFFFF else "I", (ids[k] for k in kinds))
-        for i, kid in enumerate(store.kinds):
-            seqs = store.by_kind.get(kid)
-            if seqs is None:
-                store.by_kind[kid] = array("I", (i,))
-            else:
-                seqs.append(i)
+        store.kinds = array("B" if max(ids, default=0) <= 0xFF else "I", (ids[k] for k in kinds))
         store.run_start, store.run_at = array("I", header["rs"]), array("d", header["ra"])
         starts = store.run_start
         if len(starts) != len(store.run_at) or any(b <= a for a, b in pairwise(starts)):
@@ -728,7 +778,8 @@ class Trace:
         for i in range(n):  # every event decodes, and has a time
             if i not in store.raw and (not starts or starts[0] > i):
                 raise ValueError("a compact trace's event has no time")
-            store.check(i)
+            if i not in store.raw:
+                store._valid(_loads(lines[i].decode("utf-8", "surrogatepass")))
         return cls._of(store, n, ())
 
 
