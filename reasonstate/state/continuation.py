@@ -125,7 +125,7 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-@attrs.frozen(slots=True, init=False)
+@attrs.frozen(slots=True, init=False, weakref_slot=False)
 class Continuation:
     """One vendor-opaque payload (a thinking block, a reasoning item, a content block we do not model).
 
