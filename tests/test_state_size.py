@@ -14,6 +14,8 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.policies import Keep
+from reasonstate.state import FrozenDict, FrozenList
+from reasonstate.state.continuation import compact, sharing
 from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
@@ -97,3 +99,66 @@ def test_the_previous_request_reads_back_as_the_body_the_vendor_received(vendor:
     else:
         assert not isinstance(kept, bytes)
         assert kept == json.loads(sent)
+
+
+def _frozen(root: object) -> list[object]:
+    return [o for o in _reachable(root) if isinstance(o, (FrozenDict, FrozenList))]
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "responses", "deepseek", "gemini"])
+def test_a_payload_is_kept_once_as_its_bytes(vendor: str) -> None:
+    """A continuation keeps its payload's bytes and no parsed copy beside them (on Responses the frozen
+    copy was ~0.5x the content, and the codec's memo held a third, plain form); what the memo sends shares
+    the history's strings: the text a part holds is the very string object in the request."""
+    answers = [ModelAction.answer(f"Answer {i}.", reasoning=f"Thinking {i}.") for i in range(3)]
+    emu: Any
+    if vendor == "anthropic":
+        emu = AnthropicEmulator(answers, secret=b"s")
+        make = lambda e: make_session(e, policy=Keep())  # noqa: E731
+    elif vendor == "responses":
+        emu = OpenAIResponsesEmulator(answers)
+        make = lambda e: rs.Session(e.client(), model="gpt-5.5", system="Be brief.")  # noqa: E731
+    elif vendor == "deepseek":
+        emu = OpenAIChatEmulator(answers, dialect="deepseek")
+        make = lambda e: rs.Session(  # noqa: E731
+            e.client(),
+            model="deepseek-v4-pro",
+            dialect="deepseek",
+            system="Be brief.",
+            thinking={"type": "enabled"},
+        )
+    else:
+        emu = GeminiEmulator(answers)
+        make = lambda e: rs.Session(e.client(), model="gemini-3-flash", system="Be brief.")  # noqa: E731
+    with emu:
+        session = make(emu)
+        for i in range(3):
+            session.send(f"Question {i}?")
+        request = session.next_request("Next?")
+        sent = json.loads(emu.requests[-1].body)
+    history = session._layers.history
+    payloads = [c for t in history.turns for s in t.steps for c in s.continuation]
+    assert payloads and all(type(c.payload) is bytes for c in payloads)
+    assert _frozen(history) == []  # no parsed copy of a payload (no tool calls here: no frozen arguments)
+    assert not any(hasattr(c, "_value") for c in payloads)
+    # the request still carries each payload as received (the emulator's own record of what it got)
+    assert f"Answer {1}." in json.dumps(sent, ensure_ascii=False)
+    # the first closed turn's answer text, as the request holds it, is the history's own string object
+    text = history.turns[0].steps[-1].text
+    strings = [o for o in _reachable(dict(request.kwargs)) if type(o) is str and o == text]
+    assert strings and all(s is text for s in strings)
+
+
+def test_sharing_keeps_the_value_and_shares_strings() -> None:
+    """``sharing`` changes no byte of the value (key order kept), interns keys and names, and puts the
+    history's own text in place of an equal string."""
+    raw = '{"type":"message","id":"m1","content":[{"type":"output_text","text":"Hi é"}],"role":"assistant"}'
+    text = "".join(["Hi ", "é"])  # built, not a literal: not interned
+    shared = sharing(json.loads(raw), (text,))
+    assert compact(shared) == raw.encode()
+    assert list(shared) == ["type", "id", "content", "role"]
+    assert shared["content"][0]["text"] is text
+    other = sharing(json.loads(raw))
+    assert other["type"] is shared["type"] and other["role"] is shared["role"]
+    assert next(iter(other)) is next(iter(shared))  # one key object for every payload
+    assert type(shared) is dict and type(shared["content"]) is list  # plain, for the SDK's fast path

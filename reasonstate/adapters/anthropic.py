@@ -28,7 +28,6 @@ import copy
 import functools
 import json
 import re
-import sys
 import urllib.parse
 from collections.abc import Callable, Mapping, MutableSequence, Sequence
 from typing import Any, ClassVar
@@ -51,6 +50,7 @@ from reasonstate.adapters.base import (
     in_wire_order,
     json_object,
     open_turn_encoding,
+    part_strings,
     payload_of,
     summary_note,
     unit_digest,
@@ -94,6 +94,7 @@ from reasonstate.state import (
     bound,
     parse_arguments,
 )
+from reasonstate.state.continuation import sharing
 
 __all__ = ["ANTHROPIC", "ROOM", "AnthropicAdapter", "AnthropicAssembler", "MessagesRoom"]
 
@@ -996,7 +997,8 @@ def _assistant_content(
             replayed.append(payload)
             # a plain value parsed from the digest-verified bytes: the bytes captured are the bytes sent,
             # and the SDK's exact-type fast path applies (it walks frozen subclasses through slow ABC checks)
-            value = _sharing_strings(payload.checked(), part)
+            # (kept in the memoized run for the session's life, sharing the history's strings: issue 21)
+            value = sharing(payload.checked(), part_strings(part))
             if payload.kind == "tool_use" and isinstance(value.get("input"), str):
                 # broken streamed arguments: the vendor takes only an object here (§4.2), so the call goes
                 # back with an empty one; its result tells the model the arguments were invalid
@@ -1012,26 +1014,6 @@ def _assistant_content(
             blocks.append(block)
             digests.append(unit_digest(block))
     return blocks, digests
-
-
-def _sharing_strings(value: Any, part: Part) -> Any:
-    """``value`` (a block parsed from its payload, kept in the memoized run for the session's life) holding
-    the history's own strings where it can: its keys and type interned, its text or thinking the very string
-    of ``part`` (equal by value, so the bytes sent are the same; issue 21: one copy in memory, not two)."""
-    if type(value) is not dict:
-        return value
-    text = part.text if isinstance(part, (TextPart, ReasoningPart)) else None
-    shared: dict[str, Any] = {}
-    for key, item in value.items():
-        if key == "type" and type(item) is str:
-            item = sys.intern(item)
-        elif text is not None and item == text and key in _TEXT_FIELDS:
-            item = text
-        shared[sys.intern(key)] = item
-    return shared
-
-
-_TEXT_FIELDS = frozenset({"text", "thinking"})
 
 
 def _canonical_block(part: Part) -> dict[str, Any] | None:

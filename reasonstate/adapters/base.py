@@ -81,6 +81,7 @@ from reasonstate.state import (
     ReasoningPart,
     Step,
     TextPart,
+    ToolCallPart,
     Turn,
     TurnView,
     Usage,
@@ -117,6 +118,7 @@ __all__ = [
     "in_wire_order",
     "json_object",
     "open_turn_encoding",
+    "part_strings",
     "payload_digest",
     "payload_of",
     "platform_of",
@@ -915,6 +917,16 @@ class ListRun:
             self.join,
         )
         return run, j
+
+
+def part_strings(part: Part) -> tuple[str, ...]:
+    """The history's own strings of ``part`` (its text, or a call's id, name and argument text): what a
+    payload's value parsed for a memo shares (:func:`~reasonstate.state.continuation.sharing`)."""
+    if isinstance(part, (TextPart, ReasoningPart)):
+        return (part.text,) if part.text else ()
+    if isinstance(part, ToolCallPart):
+        return (part.id, part.name, part.raw_arguments)
+    return ()
 
 
 def payload_of(step: Step, part: Part) -> Continuation | None:

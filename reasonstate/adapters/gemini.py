@@ -70,6 +70,7 @@ from reasonstate.adapters.base import (
     in_wire_order,
     json_object,
     open_turn_encoding,
+    part_strings,
     payload_of,
     summary_note,
     unit_digest,
@@ -104,6 +105,7 @@ from reasonstate.state import (
     digest_of,
     freeze,
 )
+from reasonstate.state.continuation import sharing
 from reasonstate.state.frozen import thaw
 
 __all__ = ["GEMINI", "ROOM", "GeminiAdapter", "GeminiAssembler", "GeminiRules", "GenerateContentRoom"]
@@ -820,7 +822,9 @@ def _model_parts(
             if payload.kind == THOUGHT and not keep_reasoning:
                 continue  # dropped as a whole Part, never edited
             replayed.append(payload)
-            value = payload.value  # digest-verified, frozen: the Part as received
+            # digest-verified, frozen: the Part as received, parsed once for the memoized run and sharing the
+            # history's strings (issue 21: nothing parsed is kept in the continuation)
+            value = freeze(sharing(payload.checked(), part_strings(part)))
             if isinstance(part, ToolCallPart):
                 vendor_id = value[FUNCTION_CALL].get("id")
                 if isinstance(vendor_id, str):

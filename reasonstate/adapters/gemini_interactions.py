@@ -57,6 +57,7 @@ from reasonstate.adapters.base import (
     in_wire_order,
     json_object,
     open_turn_encoding,
+    part_strings,
     payload_of,
     summary_note,
     unit_digest,
@@ -91,6 +92,7 @@ from reasonstate.state import (
     as_records,
     thaw,
 )
+from reasonstate.state.continuation import sharing
 
 __all__ = [
     "CHAIN_FALLBACK",
@@ -545,7 +547,9 @@ def _step_items(
         if c.kind == "thought" and not keep:
             continue  # a closed turn's reasoning a policy dropped: the whole thought step (§5.6)
         replayed.append(c)
-        yield _Item(thaw(c.value), c.digest)
+        # parsed once for the memoized run, sharing the history's strings (issue 21: nothing parsed is kept
+        # in the continuation); a plain value
+        yield _Item(sharing(c.checked(), part_strings(part)), c.digest)
 
 
 def _canonical_item(part: Part) -> _Item | None:

@@ -73,6 +73,7 @@ from reasonstate.adapters.base import (
     extend_joined,
     json_object,
     open_turn_encoding,
+    part_strings,
     payload_digest,
     summary_note,
 )
@@ -113,6 +114,7 @@ from reasonstate.state import (
     parse_arguments,
     thaw,
 )
+from reasonstate.state.continuation import sharing
 
 __all__ = [
     "DEEPSEEK",
@@ -654,7 +656,9 @@ class OpenAIChatAdapter:
             if self._flattens(step):
                 return _with_summary(_calls_as_text(step), summary)
             return _with_summary(_canonical_message(step), summary)
-        payload = c.value  # digest-verified, frozen
+        # digest-verified, parsed once for the memoized run, sharing the history's strings (nothing parsed
+        # is kept in the continuation: issue 21); a plain value, for the SDK's exact-type fast path
+        payload = sharing(c.checked(), tuple(s for p in step.parts for s in part_strings(p)))
         if not isinstance(payload, Mapping):
             raise ContinuationMismatch("a chat message payload is not a JSON object")
         replayed.append(c)
@@ -669,7 +673,7 @@ class OpenAIChatAdapter:
         # required unless there are tool calls (§2), so it goes back as ""
         empty = payload.get("content") is None and not payload.get("tool_calls")
         if keep and summary is None and not rename and not empty:
-            verbatim: Mapping[str, Any] = thaw(payload)  # a plain copy: the SDK's exact-type fast path
+            verbatim: Mapping[str, Any] = payload
             return verbatim
         message: dict[str, Any] = {}
         for key, value in payload.items():

@@ -76,6 +76,7 @@ from reasonstate.adapters.base import (
     count,
     json_object,
     open_turn_encoding,
+    part_strings,
     payload_of,
     summary_note,
     unit_digest,
@@ -105,8 +106,8 @@ from reasonstate.state import (
     as_records,
     bound,
     parse_arguments,
-    thaw,
 )
+from reasonstate.state.continuation import sharing
 
 __all__ = [
     "CHAIN_FALLBACK",
@@ -728,7 +729,9 @@ def _step_items(
             if item is not None:
                 yield item
             continue
-        value = c.value  # digest-verified, frozen (id-less copies are new dicts)
+        # digest-verified, parsed once for the memoized run, sharing the history's strings (nothing parsed
+        # is kept in the continuation: issue 21); a plain value, for the SDK's exact-type fast path
+        value = sharing(c.checked(), part_strings(part))
         if c.kind == "reasoning":
             k = part.continuation or 0
             following = payloads[k + 1] if k + 1 < len(payloads) else None
@@ -737,15 +740,15 @@ def _step_items(
             reasoning_absent = not (keep and paired and replayable)
             if not reasoning_absent:
                 replayed.append(c)
-                yield _Item(thaw(value), c.digest)
+                yield _Item(value, c.digest)
             continue
         strip = _ID_KEYS.get(c.kind)
         replayed.append(c)  # the source of what is sent, verified with the turn's seal
         if reasoning_absent and strip is not None:
-            idless = {key: thaw(v) for key, v in value.items() if key not in strip}
+            idless = {key: v for key, v in value.items() if key not in strip}
             yield _Item(idless, unit_digest(idless))
             continue
-        yield _Item(thaw(value), c.digest)  # a plain copy: the SDK's fast path (see anthropic.py)
+        yield _Item(value, c.digest)
 
 
 def _canonical_item(part: Part) -> _Item | None:

@@ -30,6 +30,7 @@ __all__ = [
     "digest_of",
     "platform_part",
     "recorded_platform",
+    "sharing",
     "unicode_reply",
 ]
 
@@ -66,10 +67,11 @@ def recorded_platform(vendor: str, platform: str) -> str:
     return vendor if platform == FIRST_PARTY and vendor in _VENDOR_PLATFORMS else platform
 
 
-#: a payload whose JSON value was not parsed (a codec that replays the bytes, or bytes that are not JSON)
+#: a value not given (:meth:`Continuation.restored`)
 _UNPARSED: Any = object()
-#: (payload, digest, frozen value or _UNPARSED): what was found true of those very objects
-_Checked = tuple[bytes, str, Any]
+#: (payload, digest): objects found to match (``sha256(payload) == digest``), or (payload, digest, value): the
+#: same, with a value a caller of an earlier version handed along (never kept: the bytes are what is kept)
+_Checked = tuple[bytes, str] | tuple[bytes, str, Any]
 
 _DUMPS = compact_encoder()
 
@@ -141,7 +143,7 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-@attrs.frozen(slots=True, init=False)
+@attrs.frozen(slots=True, init=False, weakref_slot=False)
 class Continuation:
     """One vendor-opaque payload (a thinking block, a reasoning item, a content block we do not model).
 
@@ -162,15 +164,18 @@ class Continuation:
     model_bound: bool = True
     platform: str = FIRST_PARTY
     #: what is known of these very ``payload`` and ``digest`` objects: that they match (``_seen_payload``
-    #: and ``_seen_digest`` are they), and the payload's frozen JSON value (``_value``, :data:`_UNPARSED`
-    #: when not parsed). Taken when the value is built (``known``: at capture from the decoded value, else
-    #: by hashing and parsing once), never changed; it is read only while the attributes still hold those
-    #: objects (``bytes`` and ``str`` are immutable), so an edit in memory is hashed and parsed again, and a
-    #: replaced payload can never be read through it. Three slots, not a tuple: 48 bytes less per payload
-    #: (issue 21: state in proportion to the content)
+    #: and ``_seen_digest`` are they). Taken when the value is built (``known``: at capture, else by hashing
+    #: once), never changed; it is read only while the attributes still hold those objects (``bytes`` and
+    #: ``str`` are immutable), so an edit in memory is hashed again, and a replaced payload can never pass
+    #: through it. Two slots, not a tuple: 48 bytes less per payload (issue 21: state in proportion to the
+    #: content).
+    #:
+    #: The payload is kept once, as its bytes: no parsed copy is kept here (issue 21: the frozen value was
+    #: ~0.5x the content on Responses). A codec parses the bytes when it encodes the step (once per closed
+    #: turn, in its memo: :class:`~reasonstate.adapters.base.Encodings`), sharing strings with the
+    #: history's own (:func:`sharing`).
     _seen_payload: bytes | None = attrs.field(init=False, eq=False, repr=False)
     _seen_digest: str | None = attrs.field(init=False, eq=False, repr=False)
-    _value: Any = attrs.field(init=False, eq=False, repr=False)
 
     def __init__(
         self,
@@ -195,10 +200,9 @@ class Continuation:
         set_(self, "model_bound", model_bound)
         set_(self, "platform", platform)
         checked = _check(payload, digest) if known is None else known
-        seen_payload, seen_digest, value = (None, None, _UNPARSED) if checked is None else checked
+        seen_payload, seen_digest = (None, None) if checked is None else checked[:2]
         set_(self, "_seen_payload", seen_payload)
         set_(self, "_seen_digest", seen_digest)
-        set_(self, "_value", value)
 
     @classmethod
     def capture(
@@ -215,9 +219,9 @@ class Continuation:
     ) -> Continuation:
         """Capture a decoded JSON value as received (key order and string bytes preserved).
 
-        ``value`` is a JSON value as decoded (``json.loads``), so ``json.loads(payload) == value``: with
-        ``parsed`` (for codecs that replay :attr:`value`) its frozen copy is kept as the payload's parsed
-        value at once, not parsed again from the bytes on the first replay.
+        ``value`` is a JSON value as decoded (``json.loads``), so ``json.loads(payload) == value``. Only the
+        bytes are kept (``parsed`` is accepted for callers of earlier versions and changes nothing): a codec
+        parses them when it encodes the step, once per closed turn in its memo.
         """
         payload = compact(value)
         digest = digest_of(payload)  # taken of these very bytes: they match
@@ -230,7 +234,7 @@ class Continuation:
             digest=digest,
             model_bound=model_bound,
             platform=platform,
-            known=(payload, digest, freeze(value) if parsed else _UNPARSED),
+            known=(payload, digest),
         )
 
     @classmethod
@@ -247,11 +251,9 @@ class Continuation:
         platform: str = FIRST_PARTY,
     ) -> Continuation:
         """A payload read back from storage, its digest taken of these very bytes (a snapshot stores the
-        bytes, not the digest: it is derived). ``value``, when given, is a JSON value whose compact form is
-        ``payload`` (the caller built ``payload`` from it), kept frozen as the payload's parsed value;
-        without it the bytes are parsed once, as for any continuation built from bytes."""
+        bytes, not the digest: it is derived). ``value`` (a JSON value whose compact form is ``payload``) is
+        accepted for callers of earlier versions and not kept: only the bytes are (nothing is parsed here)."""
         digest = digest_of(payload)
-        known = _parsed(payload) if value is _UNPARSED else freeze(value)
         return cls(
             vendor=vendor,
             api=api,
@@ -261,7 +263,7 @@ class Continuation:
             digest=digest,
             model_bound=model_bound,
             platform=platform,
-            known=(payload, digest, known),
+            known=(payload, digest),
         )
 
     def verify(self) -> None:
@@ -283,14 +285,10 @@ class Continuation:
     def value(self) -> Any:
         """The payload's JSON value, frozen (:func:`~reasonstate.state.frozen.freeze`), after :meth:`verify`.
 
-        Parsed once (when the continuation was built: from the verified bytes, or at capture from the very
-        value the bytes were serialized from) and shared between requests: nothing can change it, so what a
-        request sends is what was captured.
+        Parsed from the verified bytes on each read (nothing parsed is kept here: a codec keeps what it
+        sends in its memo), so what a request sends is what was captured.
         """
         self.verify()
-        value = self._value
-        if self._seen_payload is self.payload and value is not _UNPARSED:
-            return value
         return freeze(json.loads(self.payload))
 
     def replayable_to(self, vendor: str, api: str, model: str, platform: str = FIRST_PARTY) -> bool:
@@ -318,12 +316,38 @@ def _check(payload: bytes, digest: str) -> _Checked | None:
     will say so)."""
     if not isinstance(payload, bytes) or digest_of(payload) != digest:
         return None
-    return (payload, digest, _parsed(payload))
+    return (payload, digest)
 
 
-def _parsed(payload: bytes) -> Any:
-    """The payload's frozen JSON value, parsed once (:data:`_UNPARSED` when it is not JSON)."""
-    try:
-        return freeze(json.loads(payload))
-    except ValueError:
-        return _UNPARSED
+#: the fields whose string values are names from a small set (a block's type, a message's role and status):
+#: one object per name however many payloads hold it
+_NAME_FIELDS = frozenset({"type", "role", "status"})
+
+
+def sharing(value: Any, texts: tuple[str, ...] = ()) -> Any:
+    """``value`` (a plain JSON value just parsed from a payload, to be kept in a codec's memo for the
+    session's life) rebuilt to hold shared strings where it can: every key and every name (``type``,
+    ``role``, ``status``) interned, and every string equal to one of ``texts`` (the history's own text of
+    the part) that very object. Equal by value, key order kept, so the bytes sent are the same (issue 21:
+    one copy of a string in memory, not one per form). Plain ``dict``/``list`` come back plain."""
+    kind = type(value)
+    if kind is dict:
+        shared: dict[str, Any] = {}
+        for key, item in value.items():
+            if type(item) is str:
+                if key in _NAME_FIELDS:
+                    item = sys.intern(item)
+                elif item in texts:
+                    item = texts[texts.index(item)]
+            elif type(item) is dict or type(item) is list:
+                item = sharing(item, texts)
+            shared[sys.intern(key) if type(key) is str else key] = item
+        return shared
+    if kind is list:
+        return [
+            sharing(item, texts)
+            if type(item) is dict or type(item) is list
+            else (texts[texts.index(item)] if type(item) is str and item in texts else item)
+            for item in value
+        ]
+    return value

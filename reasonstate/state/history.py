@@ -10,6 +10,9 @@ Invariants:
   * the open turn (if any) is the last one, and has no view;
   * ``Step.tool_results`` follow the model's declared call order: ``[r.call_id for r in tool_results] ==
     [c.id for c in tool_calls]``.
+
+Size (issue 21: state in proportion to the content): the values a turn holds many of (steps, parts, views)
+have no ``__weakref__`` slot (8 bytes each; only a :class:`Turn` is weakly referenced, by the codecs' memo).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, weakref_slot=False)
 class TextPart:
     """Visible text of a step (the answer, or text between tool calls), exactly as decoded.
 
@@ -59,7 +62,7 @@ class TextPart:
     continuation: int | None = None
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, weakref_slot=False)
 class ReasoningPart:
     """Reasoning text as the vendor showed it (may be empty for omitted/redacted reasoning).
 
@@ -77,7 +80,7 @@ def frozen_arguments(value: Any) -> Mapping[str, Any] | None:
     return None if value is None else freeze(value)
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, weakref_slot=False)
 class ToolCallPart:
     """A tool call: ``arguments`` parsed for execution, ``raw_arguments`` exactly as received.
 
@@ -122,7 +125,7 @@ def parse_json_object(raw: str) -> tuple[Mapping[str, Any] | None, str | None]:
     return value, None
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, weakref_slot=False)
 class ToolResultPart:
     """A tool result as sent: ``content`` is the exact string (JSON values are serialized canonically)."""
 
@@ -171,7 +174,7 @@ def result_text(value: Any) -> tuple[str, bool]:
     return text, is_error
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, weakref_slot=False)
 class OpaquePart:
     """A block of a type we do not model; kept verbatim in its continuation, never dropped."""
 
@@ -200,7 +203,7 @@ def _shared_name(name: str) -> str:
     return sys.intern(name) if type(name) is str else name
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, weakref_slot=False)
 class Step:
     """One model call: its output parts, verbatim continuation payloads, stop reason, and tool results."""
 
@@ -232,7 +235,7 @@ class Step:
         return "".join(p.text for p in self.parts if isinstance(p, TextPart))
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, weakref_slot=False)
 class TurnView:
     """How a closed turn is replayed from now on.
 
