@@ -378,3 +378,19 @@ def test_an_edit_field_the_sdk_does_not_declare_is_refused_before_any_request(em
     with pytest.raises(rs.errors.InvalidOption, match=r"unknown field\(s\) keep_all.*§4\.7"):
         rs.Session(emu.client(), model=MODEL, thinking=THINKING, fold=policy)
     assert emu.requests == []
+
+
+def test_the_demo_row_shows_declared_clears_and_exact_predictions() -> None:
+    from reasonstate.demo.compaction import context_editing_table
+
+    table = context_editing_table()
+    assert [r[5] for r in table.rows] == [
+        "-",
+        "-",
+        "-",
+        "server_cleared (declared)",
+        "-",
+        "server_cleared (declared)",
+    ]
+    assert all(r[3] == r[4] for r in table.rows)  # predicted == the vendor's read, every request
+    assert [r[1] for r in table.rows][3] == "3 sent, 1 turn(s) cleared"
