@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -394,3 +397,19 @@ def test_the_demo_row_shows_declared_clears_and_exact_predictions() -> None:
     ]
     assert all(r[3] == r[4] for r in table.rows)  # predicted == the vendor's read, every request
     assert [r[1] for r in table.rows][3] == "3 sent, 1 turn(s) cleared"
+
+
+def test_reasonstate_diff_names_the_clear_and_what_it_cleared(emu: AnthropicEmulator, tmp_path: Path) -> None:
+    """``reasonstate diff`` on the session's own request bodies: the clear's cause and the blocks cleared."""
+    from reasonstate.cli import main
+
+    _clearing(emu, rs.policies.ServerClear(thinking_keep=1), turns=2)
+    first, second = tmp_path / "2.json", tmp_path / "3.json"
+    first.write_bytes(emu.requests[2].body)
+    second.write_bytes(emu.requests[3].body)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["diff", str(first), str(second)]) == 0
+    text = buffer.getvalue()
+    assert "cause: server_cleared" in text and "path $.messages[1].content[0]" in text
+    assert text.rstrip().endswith("$.messages[1].content[0], $.messages[3].content[0]")
