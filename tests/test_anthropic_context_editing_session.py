@@ -321,12 +321,27 @@ def test_a_session_predicts_every_request_through_several_thinking_clears(emu: A
     assert sum(b["type"] == "thinking" for m in last if m["role"] == "assistant" for b in m["content"]) == 7
 
 
-def test_the_guard_on_the_sessions_client_predicts_what_the_session_predicts(emu: AnthropicEmulator) -> None:
+@pytest.mark.parametrize(
+    "policy",
+    [
+        rs.policies.ServerClear(thinking_keep=1),
+        rs.policies.ServerClear(
+            clear_tool_uses={
+                "trigger": {"type": "tool_uses", "value": 2},
+                "keep": {"type": "tool_uses", "value": 1},
+            }
+        ),
+    ],
+    ids=["clear_thinking", "clear_tool_uses"],
+)
+def test_the_guard_on_the_sessions_client_predicts_what_the_session_predicts(
+    emu: AnthropicEmulator, policy: rs.policies.ServerClear
+) -> None:
     """One rule (issue 21 item 5): the guard reading the session's own bytes sees the same edited prompt,
     predicts the same figures and explains each clear as ``server_cleared``."""
     client = emu.client()
     guard = rs.instrument(client)
-    session = _clearing(emu, rs.policies.ServerClear(thinking_keep=1), turns=3, client=client)
+    session = _clearing(emu, policy, turns=3, client=client)
     records = list(guard.records)
     assert [r.predicted_cache_read for r in records] == [r.predicted_cache_read for r in session.execution]
     assert [r.reported_cache_read for r in records] == [r.usage.cache_read for r in session.execution]
