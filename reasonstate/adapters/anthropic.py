@@ -628,6 +628,10 @@ class AnthropicAdapter:
         # (and the breakpoints, counted in them) are the edited prompt's; the messages sent are unchanged
         edits = server_edits(options.get("context_management"), messages)
         sent_units = units
+        # one unit per content block from the first message on (what :func:`_edited_units` maps); counted
+        # only when the vendor edits something (the edits walk the messages anyway)
+        if edits and starts and len(units) - starts[0] != sum(len(m["content"]) for m in messages):
+            edits = ServerEdits(known=False)  # not this request's layout: predict nothing rather than wrong
         if edits:
             units, at = _edited_units(sent_units, messages, starts, edits)
             breakpoints = self._breakpoints(units, prefix_units, records, lambda q: markable(at[q]))
