@@ -53,6 +53,7 @@ import bisect
 import enum
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
@@ -823,6 +824,7 @@ def _why_diverged(
     compacted = [trace.event(i) for i in _between(trace, EventKind.CONTEXT_COMPACTED, after, since)]
     cause: str
     decision: str | None = None
+    out_cleared: list[str] | None = None
     declared = True  # a model or prefix change the session made (traced, or seen in the records)
     if record.model != previous.model:
         cause, path = "model_changed", "$.model"
@@ -858,12 +860,36 @@ def _why_diverged(
             cause = "compacted"
             decision = why = f"{compacted[-1].kind}: {compacted[-1].data.get('summary', '')}".strip()
             declared = True
+        if cause == "server_cleared":
+            # the request's own context_management asked the vendor to clear these blocks before it read
+            # (and cached) the prompt (docs/protocols.md §4.7): declared by the request, and predicted
+            cleared = _newly_cleared(api, before, body, previous.model, record.model)
+            why = (
+                f"server_cleared at {path}: the request's context_management clears {len(cleared)} "
+                "block(s) server-side (docs/protocols.md §4.7)"
+            )
+            declared = True
+            out_cleared = cleared
     # ``declared``: the break's cause is a change the trace declared before this request (the exporters
     # and the logger read this field, never the sentence in ``why``)
     out: dict[str, Any] = {"cause": cause, "path": path, "why": why, "declared": declared}
     if decision is not None:
         out["decision"] = decision
+    if out_cleared is not None:
+        out["cleared"] = out_cleared
     return out
+
+
+def _newly_cleared(api: str, before: _Sent, body: _Sent, was: str, model: str) -> list[str]:
+    """The JSON paths the vendor clears server-side in ``body`` and did not in ``before`` (§4.7)."""
+    if before is None or body is None or api not in APIS:
+        return []
+    try:
+        old = view_of(api, _parsed(before), was).cleared
+        new = view_of(api, _parsed(body), model).cleared
+    except ValueError:
+        return []
+    return sorted(new - old, key=lambda p: [int(n) for n in re.findall(r"\d+", p)])
 
 
 def _changes_a_view(views: Any) -> bool:

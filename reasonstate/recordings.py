@@ -11,6 +11,7 @@ their bytes; a file that is neither form raises :class:`RecordingError` naming t
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -495,4 +496,12 @@ def diff_text(
         f"  cause: {found.cause}",
         f"  the cache can serve at most the first {found.unit} units of the second request",
     ]
+    if found.cause == "server_cleared":
+        cleared = sorted(
+            second.cleared - first.cleared, key=lambda p: [int(n) for n in re.findall(r"\d+", p)]
+        )
+        lines.append(
+            "  the second request's context_management clears, server-side, before the vendor reads and "
+            f"caches it (docs/protocols.md §4.7): {', '.join(cleared)}"
+        )
     return "\n".join(lines)

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +24,7 @@ BETA = "context-management-2025-06-27"
 KEEP_ALL = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
 KEEP_ONE = {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]}
 WEATHER = ToolCallSpec("get_weather", {"city": "Paris"})
+RESULT = "Sunny, 21C, a light wind from the west, no rain expected before the evening. " * 3
 
 
 TOOLS = [
@@ -254,11 +258,173 @@ def test_the_guard_predicts_keep_all_exactly() -> None:
     assert records[-1].reported_cache_read >= 1024
 
 
-def test_the_guard_reads_a_server_clear_as_dropped_reasoning_not_a_provider_miss() -> None:
-    """Before: the guard predicted the unedited prompt and warned ``provider_miss`` on every clear."""
+def test_the_guard_reads_a_server_clear_as_server_cleared_and_never_mispredicts() -> None:
+    """Before: the guard predicted the unedited prompt and warned ``provider_miss`` on every clear; then it
+    read the clear as ``reasoning_dropped`` and predicted 1,237 where the vendor read 1,251 at the second
+    clear (an entry the plain client's marker on an earlier answer wrote, whose size no request tells)."""
     records = _plain(KEEP_ONE)
     assert [r.predicted_cache_read for r in records[:3]] == [r.reported_cache_read for r in records[:3]]
     third = records[2]
-    assert third.divergence is not None and third.divergence.cause == "reasoning_dropped"
+    assert third.divergence is not None and third.divergence.cause == "server_cleared"
     assert third.divergence.path == "$.messages[1].content[0]"  # the first thinking the vendor clears
-    assert third.warnings == ()
+    assert all(r.warnings == () for r in records)
+    fourth = records[3]
+    assert fourth.divergence is not None and fourth.divergence.cause == "server_cleared"
+    assert fourth.divergence.path == "$.messages[3].content[0]"
+    assert fourth.reported_cache_read == 1251 and fourth.predicted_cache_read is None
+
+
+# -- the session models the clear (issue 26: prediction == reported through several clears) -----------------
+
+
+def _clearing(
+    emu: AnthropicEmulator, policy: rs.policies.ServerClear, turns: int = 4, client: Any = None
+) -> rs.Session:
+    """``turns`` user turns, each a weather call with thinking then an answer with thinking."""
+    for i in range(turns):
+        emu.script.extend(
+            [
+                ModelAction.call(WEATHER, reasoning=f"Need the weather {i}."),
+                ModelAction(text=f"Sunny {i}.", reasoning=f"Tool said sunny {i}."),
+            ]
+        )
+    session = rs.Session(
+        client or emu.client(), model=MODEL, system=SYSTEM, tools=TOOLS, thinking=THINKING, fold=policy
+    )
+    for i in range(turns):
+        reply = session.send(f"Weather {i}?")
+        session.send_tool_results({reply.tool_calls[0].id: RESULT})
+    return session
+
+
+def test_a_session_predicts_every_request_through_several_thinking_clears(emu: AnthropicEmulator) -> None:
+    """Before: the session predicted the unedited prompt (1,360 where the vendor read 1,288) and declared no
+    break. Now its units are the edited prompt's: every prediction is exact, and each clear is a declared
+    ``server_cleared`` break naming the blocks the vendor cleared (the whole earlier turn: a tool loop is
+    one assistant turn, so the open loop is never cleared)."""
+    session = _clearing(emu, rs.policies.ServerClear(thinking_keep=1))
+    predicted = [r.predicted_cache_read for r in session.execution]
+    reported = [r.usage.cache_read for r in session.execution]
+    assert predicted == reported and all(r >= 1024 for r in reported[1:])
+    breaks = [e.data for e in session.trace.events if e.kind == EventKind.CACHE_BREAK]
+    assert [b["index"] for b in breaks] == [3, 5, 7]  # the second request of each later turn
+    assert all(b["cause"] == "server_cleared" and b["declared"] for b in breaks)
+    # turn 0's two assistant messages (the call, the answer): messages 1 and 3, thinking first
+    assert breaks[0]["cleared"] == ["$.messages[1].content[0]", "$.messages[3].content[0]"]
+    assert breaks[0]["path"] == "$.messages[1].content[0]"
+    cleared = [
+        e.data["applied_edits"][0] for e in session.trace.events if e.kind == EventKind.CONTEXT_CLEARED
+    ]
+    assert [c["cleared_thinking_turns"] for c in cleared] == [1, 1, 2, 2, 3]
+    # the client's history is never edited: every thinking block still goes back verbatim
+    last = json.loads(emu.requests[-1].body)["messages"]
+    assert sum(b["type"] == "thinking" for m in last if m["role"] == "assistant" for b in m["content"]) == 7
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        rs.policies.ServerClear(thinking_keep=1),
+        rs.policies.ServerClear(
+            clear_tool_uses={
+                "trigger": {"type": "tool_uses", "value": 2},
+                "keep": {"type": "tool_uses", "value": 1},
+            }
+        ),
+    ],
+    ids=["clear_thinking", "clear_tool_uses"],
+)
+def test_the_guard_on_the_sessions_client_predicts_what_the_session_predicts(
+    emu: AnthropicEmulator, policy: rs.policies.ServerClear
+) -> None:
+    """One rule (issue 21 item 5): the guard reading the session's own bytes sees the same edited prompt,
+    predicts the same figures and explains each clear as ``server_cleared``."""
+    client = emu.client()
+    guard = rs.instrument(client)
+    session = _clearing(emu, policy, turns=3, client=client)
+    records = list(guard.records)
+    assert [r.predicted_cache_read for r in records] == [r.predicted_cache_read for r in session.execution]
+    assert [r.reported_cache_read for r in records] == [r.usage.cache_read for r in session.execution]
+    assert [r.index for r in records if r.divergence is not None] == [3, 5]
+    assert {r.divergence.cause for r in records if r.divergence is not None} == {"server_cleared"}
+    assert all(r.warnings == () for r in records)
+
+
+def test_clear_tool_uses_is_predicted_and_declared(emu: AnthropicEmulator) -> None:
+    """``clear_tool_uses_20250919`` with a ``tool_uses`` trigger: once two tool uses are in the prompt the
+    vendor replaces every result but the last one's (and, with ``clear_tool_inputs``, its input); the
+    session predicts the edited prompt exactly and declares each clear."""
+    policy = rs.policies.ServerClear(
+        clear_tool_uses={
+            "trigger": {"type": "tool_uses", "value": 2},
+            "keep": {"type": "tool_uses", "value": 1},
+            "clear_tool_inputs": True,
+        }
+    )
+    session = _clearing(emu, policy, turns=3)
+    predicted = [r.predicted_cache_read for r in session.execution]
+    assert predicted == [r.usage.cache_read for r in session.execution]
+    breaks = [e.data for e in session.trace.events if e.kind == EventKind.CACHE_BREAK]
+    # the second call (request 2) answered: request 3 holds two tool uses, the first one's input and
+    # result cleared; request 5 clears the second one's
+    assert [(b["index"], b["cause"], b["declared"]) for b in breaks] == [
+        (3, "server_cleared", True),
+        (5, "server_cleared", True),
+    ]
+    assert breaks[0]["cleared"] == ["$.messages[1].content[1]", "$.messages[2].content[0]"]
+    applied = [e.data["applied_edits"] for e in session.trace.events if e.kind == EventKind.CONTEXT_CLEARED]
+    assert [a[0]["cleared_tool_uses"] for a in applied] == [1, 1, 2]
+    # the client's history is not edited: the results still go back as given
+    sent = json.loads(emu.requests[-1].body)["messages"]
+    assert [
+        b["content"] for m in sent if m["role"] == "user" for b in m["content"] if b["type"] == "tool_result"
+    ] == [RESULT] * 3
+
+
+def test_a_clear_the_vendors_token_count_triggers_is_not_predicted(emu: AnthropicEmulator) -> None:
+    """An ``input_tokens`` trigger (the edit's default) depends on the vendor's own count: None, not a
+    guess."""
+    policy = rs.policies.ServerClear(clear_tool_uses={"trigger": {"type": "input_tokens", "value": 1300}})
+    session = _clearing(emu, policy, turns=2)
+    assert [r.predicted_cache_read for r in session.execution] == [None] * 4
+
+
+def test_an_edit_field_the_sdk_does_not_declare_is_refused_before_any_request(emu: AnthropicEmulator) -> None:
+    policy = rs.policies.ServerClear(
+        clear_tool_uses={"trigger": {"type": "tool_uses", "value": 2}, "keep_all": 1}
+    )
+    with pytest.raises(rs.errors.InvalidOption, match=r"unknown field\(s\) keep_all.*§4\.7"):
+        rs.Session(emu.client(), model=MODEL, thinking=THINKING, fold=policy)
+    assert emu.requests == []
+
+
+def test_the_demo_row_shows_declared_clears_and_exact_predictions() -> None:
+    from reasonstate.demo.compaction import context_editing_table
+
+    table = context_editing_table()
+    assert [r[5] for r in table.rows] == [
+        "-",
+        "-",
+        "-",
+        "server_cleared (declared)",
+        "-",
+        "server_cleared (declared)",
+    ]
+    assert all(r[3] == r[4] for r in table.rows)  # predicted == the vendor's read, every request
+    assert [r[1] for r in table.rows][3] == "3 sent, 1 turn(s) cleared"
+
+
+def test_reasonstate_diff_names_the_clear_and_what_it_cleared(emu: AnthropicEmulator, tmp_path: Path) -> None:
+    """``reasonstate diff`` on the session's own request bodies: the clear's cause and the blocks cleared."""
+    from reasonstate.cli import main
+
+    _clearing(emu, rs.policies.ServerClear(thinking_keep=1), turns=2)
+    first, second = tmp_path / "2.json", tmp_path / "3.json"
+    first.write_bytes(emu.requests[2].body)
+    second.write_bytes(emu.requests[3].body)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["diff", str(first), str(second)]) == 0
+    text = buffer.getvalue()
+    assert "cause: server_cleared" in text and "path $.messages[1].content[0]" in text
+    assert text.rstrip().endswith("$.messages[1].content[0], $.messages[3].content[0]")

@@ -106,17 +106,45 @@ def edited(client: anthropic.Anthropic, messages: list[dict[str, Any]], edits: l
 def test_clear_thinking_keeps_the_last_turn_and_reports_the_cleared_tokens(
     emu: AnthropicEmulator, client: anthropic.Anthropic
 ) -> None:
+    """A turn runs from one human message to the next: a tool loop is one assistant turn ("an assistant
+    conversation turn may include multiple content blocks (e.g. when using tools)", the context-editing
+    page), so ``keep: 1`` never clears inside the open loop and clears every block of an earlier turn."""
     messages = chain(client, emu, ["get_weather", "get_time", "get_weather"])
-    emu.script.extend([ModelAction.answer("18C, noon.", reasoning="Done.")])
+    emu.script.extend([ModelAction.answer("x", reasoning="r")])
+    assert edited(client, messages, [CLEAR_THINKING_KEEP_1]).context_management.applied_edits == []
+    emu.script.extend(
+        [
+            ModelAction.answer("18C, noon.", reasoning="Done."),
+            ModelAction.call(ToolCallSpec("get_weather", {"city": "Rome"}), reasoning="Now Rome."),
+            ModelAction.answer("Rome: 20C.", reasoning="Answer."),
+        ]
+    )
+    for question in (None, "And Rome?"):
+        if question is not None:
+            messages.append({"role": "user", "content": question})
+        resp = client.messages.create(
+            model=MODEL,
+            max_tokens=4096,
+            tools=TOOLS,
+            thinking=THINKING,
+            messages=messages,  # type: ignore[arg-type]
+        )
+        messages.append(
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in resp.content]}
+        )
+    use = next(b for b in messages[-1]["content"] if b["type"] == "tool_use")
+    messages.append(
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": "20C"}]}
+    )
     resp = edited(client, messages, [CLEAR_THINKING_KEEP_1])
     thinking = [
         b for m in messages if m["role"] == "assistant" for b in m["content"] if b["type"] == "thinking"
     ]
-    assert len(thinking) == 3
-    cleared = tokens(thinking[0]) + tokens(thinking[1])
+    assert len(thinking) == 5  # turn 1: three calls and the answer; turn 2: one call (the open loop)
+    cleared = sum(tokens(t) for t in thinking[:4])
     assert resp.context_management.to_dict() == {
         "applied_edits": [
-            {"type": "clear_thinking_20251015", "cleared_thinking_turns": 2, "cleared_input_tokens": cleared}
+            {"type": "clear_thinking_20251015", "cleared_thinking_turns": 1, "cleared_input_tokens": cleared}
         ]
     }
     assert resp.usage.input_tokens == prompt_tokens(messages) - cleared
@@ -126,6 +154,8 @@ def test_keep_all_clears_nothing_and_keeps_the_cache_hit(
     emu: AnthropicEmulator, client: anthropic.Anthropic
 ) -> None:
     messages = chain(client, emu, ["get_weather", "get_time"])
+    # a text beside the first tool result is a human message: the second call opens a turn of its own
+    messages[2]["content"].append({"type": "text", "text": "And the time?"})
     messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
     emu.script.extend([ModelAction.answer("a"), ModelAction.answer("b"), ModelAction.answer("c")])
     first = edited(client, messages, [{"type": "clear_thinking_20251015", "keep": "all"}])
@@ -224,6 +254,25 @@ def test_clear_tool_uses_replaces_old_results_and_spares_excluded_tools(
             "or adaptive",
         ),
         ([CLEAR_THINKING_KEEP_1], THINKING, [], "context_management: Extra inputs are not permitted"),
+        # the SDK's BetaClearToolUses20250919EditParam declares six fields; pydantic refuses any other
+        (
+            [{"type": "clear_tool_uses_20250919", "keep_all": True}],
+            THINKING,
+            [BETA],
+            "context_management.edits.0.keep_all: Extra inputs are not permitted",
+        ),
+        (
+            [{**CLEAR_THINKING_KEEP_1, "trigger": {"type": "tool_uses", "value": 1}}],
+            THINKING,
+            [BETA],
+            "context_management.edits.0.trigger: Extra inputs are not permitted",
+        ),
+        (
+            [{"type": "clear_tool_uses_20250919", "clear_tool_inputs": "yes"}],
+            THINKING,
+            [BETA],
+            "context_management.edits.0.clear_tool_inputs: Input should be a valid boolean or a valid list",
+        ),
     ],
 )
 def test_invalid_context_management_is_the_vendors_400(

@@ -120,6 +120,18 @@ def _rewrite_question(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _answer_again(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The closed turn, then a second one answered with thinking: the first turn is no longer the last."""
+    # the closed turn's last thinking block again (its signature covers its text, not its place)
+    thinking = next(b for b in history[3]["content"] if b["type"] == "thinking")
+    again = [copy.deepcopy(thinking), {"type": "text", "text": "Warmer tomorrow."}]
+    return [
+        *copy.deepcopy(history),
+        {"role": "assistant", "content": again},
+        {"role": "user", "content": "Sure?"},
+    ]
+
+
 def _compact(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {"role": "user", "content": "Summary so far: Paris is 18C and warmer than Rome."},
@@ -166,6 +178,21 @@ VARIANTS: dict[str, tuple[dict[str, Any], Callable[[list[dict[str, Any]]], list[
     "arguments_reserialized": ({}, _reorder_arguments, "$.messages[1].content[1].input"),
     "history_rewritten": ({}, _rewrite_question, "$.messages[0].content"),
     "compacted": ({}, _compact, "$.messages[0].content"),
+    # Anthropic context editing (docs/protocols.md §4.7): the vendor clears the closed turn's thinking
+    "server_cleared": (
+        {
+            "extra_body": {
+                "context_management": {
+                    "edits": [
+                        {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}
+                    ]
+                }
+            },
+            "extra_headers": {"anthropic-beta": "context-management-2025-06-27"},
+        },
+        _answer_again,
+        "$.messages[1].content[0]",
+    ),
 }
 
 

@@ -665,3 +665,42 @@ def test_reasonstate_emulate_gemini_serves_the_interactions_api_too() -> None:
             == "Echo: 1 tool result(s) received"
         )
         assert [r.path for r in emu.requests] == ["/v1/interactions", "/v1/interactions"]
+
+
+# -- Vertex AI serves the Interactions API too (§5.6) ------------------------------------------------------
+
+
+def test_on_vertex_a_tool_chain_goes_to_the_project_path_bound_to_vertex() -> None:
+    """google-genai 3.6.1 sends a Vertex client's ``interactions.create`` to
+    ``/v1beta1/projects/P/locations/L/interactions`` with its OAuth token: the session works there as on the
+    Gemini API, and every thought step is bound to the Vertex platform (provenance (vertex, interactions,
+    model)), so it never goes to the Gemini API's Interactions room with the same model."""
+    with (
+        GeminiInteractionsEmulator(chain(), cache_min_tokens=32, platform="vertex") as vertex,
+        GeminiInteractionsEmulator(chain("B"), cache_min_tokens=32) as gemini,
+    ):
+        client = vertex.client()
+        assert adapter_for(client, api="interactions").platform == "vertex"
+        session = rs.Session(client, model=MODEL, api="interactions", system=SYSTEM, tools=[WEATHER])
+        assert run_chain(session, "Paris or Rome?").text == "A: Rome is warmer."
+        assert [r.path for r in vertex.requests] == [
+            "/v1beta1/projects/emulator-project/locations/us-central1/interactions"
+        ] * 3
+        assert all(r.headers["authorization"] == "Bearer test-key" for r in vertex.requests)
+        thoughts = [c for c in session.continuation if c.kind == "thought"]
+        assert thoughts and {c.platform for c in thoughts} == {"vertex"}
+        sent = bodies(vertex)
+        assert sum(s["type"] == "thought" for s in sent[2]["input"]) == 2  # replayed in place, verbatim
+        # the same model on the Gemini API: another service, the Vertex signatures stay behind
+        session.switch(gemini.client(), model=MODEL, api="interactions")
+        assert run_chain(session, "And Oslo?").text == "B: Rome is warmer."
+        wire = b"".join(r.body for r in gemini.requests)
+        assert not [c for c in thoughts if json.loads(c.payload)["signature"].encode() in wire]
+    # a request without the token is Google's 401
+    with GeminiInteractionsEmulator(platform="vertex") as vertex:
+        response = httpx2.post(
+            f"{vertex.base_url}/v1beta1/projects/p/locations/l/interactions",
+            json={"model": MODEL, "input": "hi"},
+        )
+        assert response.status_code == 401
+        assert response.json()["error"]["status"] == "UNAUTHENTICATED"

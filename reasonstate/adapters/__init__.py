@@ -285,10 +285,13 @@ def _anthropic(platform: str, dialect: str = "anthropic", scope: str = "") -> Ca
     return lambda: AnthropicAdapter(platform=platform, dialect=dialect, scope=scope)
 
 
-def _interactions() -> Adapter:
-    from reasonstate.adapters.gemini_interactions import InteractionsAdapter
+def _interactions(platform: str) -> Callable[[], Adapter]:
+    def build() -> Adapter:
+        from reasonstate.adapters.gemini_interactions import InteractionsAdapter
 
-    return InteractionsAdapter()
+        return InteractionsAdapter(platform=platform)
+
+    return build
 
 
 def _gemini(platform: str) -> Callable[[], Adapter]:
@@ -355,11 +358,9 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
                 "(the Interactions API) here: pass no dialect="
             )
         if api == "interactions":
-            if platform != FIRST_PARTY:
-                raise InvalidOption(
-                    "the Interactions API is served here on the Gemini API only, not on Vertex AI"
-                )
-            return _default("interactions", _interactions)
+            # Vertex AI serves it too: the SDK sends it to {api_version}/projects/P/locations/L/interactions
+            # (docs/protocols.md §5.6)
+            return _default(f"interactions{at}", _interactions(platform))
         return _default(f"generate_content{at}", _gemini(platform))
     modules = kind.modules
     if "anthropic" in modules:

@@ -630,9 +630,23 @@ class AnthropicAdapter:
             content, bi = block_at(k)
             return content[bi].get("type") not in _REASONING_KINDS
 
-        breakpoints = self._breakpoints(units, prefix_units, records, markable)
+        # the vendor's context editing (§4.7): the prompt it reads and caches is the edited one, so the units
+        # (and the breakpoints, counted in them) are the edited prompt's; the messages sent are unchanged
+        edits = server_edits(options.get("context_management"), messages)
+        sent_units = units
+        # one unit per content block from the first message on (what :func:`_edited_units` maps); counted
+        # only when the vendor edits something (the edits walk the messages anyway)
+        if edits and starts and len(units) - starts[0] != sum(len(m["content"]) for m in messages):
+            edits = ServerEdits(known=False)  # not this request's layout: predict nothing rather than wrong
+        if edits:
+            units, at = _edited_units(sent_units, messages, starts, edits)
+            breakpoints = self._breakpoints(units, prefix_units, records, lambda q: markable(at[q]))
+            marked = tuple(at[b - 1] + 1 for b in breakpoints)  # in the units of the messages sent
+        else:
+            breakpoints = self._breakpoints(units, prefix_units, records, markable)
+            marked = breakpoints
         n_tools = len(tools)
-        for b in breakpoints:
+        for b in marked:
             k = b - 1  # the unit that carries the marker
             if k < n_tools:
                 tools[k] = {**tools[k], "cache_control": _EPHEMERAL}
@@ -676,6 +690,7 @@ class AnthropicAdapter:
             breakpoints=breakpoints,
             prefix_units=n_head,
             withheld=tuple(withheld),
+            predictable=edits.known,
         )
 
     def _breakpoints(
@@ -796,32 +811,162 @@ _RULE = "docs/protocols.md §4.3"
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 _CLEAR_THINKING = "clear_thinking_20251015"
 _EDITS = frozenset({_CLEAR_THINKING, "clear_tool_uses_20250919"})
+#: each edit's fields (the SDK's ``BetaClearThinking20251015EditParam`` and
+#: ``BetaClearToolUses20250919EditParam``, docs/protocols.md §4.7)
+_EDIT_FIELDS = {
+    _CLEAR_THINKING: frozenset({"type", "keep"}),
+    "clear_tool_uses_20250919": frozenset(
+        {"type", "trigger", "keep", "clear_at_least", "exclude_tools", "clear_tool_inputs"}
+    ),
+}
 
 
-def _server_cleared(value: Any, messages: Sequence[Any]) -> frozenset[int]:
-    """The messages whose thinking a ``clear_thinking_20251015`` edit with ``keep: {"type":
-    "thinking_turns", "value": N}`` (default N = 1) removes server-side: every assistant message with
-    thinking but the last N (docs/protocols.md §4.7). ``keep: "all"``, no such edit: none."""
+#: what a tool result cleared by ``clear_tool_uses_20250919`` reads (the docs say "placeholder text"; this
+#: wording is the emulator's, [UNCONFIRMED]: docs/protocols.md §4.7)
+CLEARED_TOOL_RESULT = "[cleared to save context]"
+_CLEAR_TOOL_USES = "clear_tool_uses_20250919"
+
+
+@attrs.frozen(slots=True)
+class ServerEdits:
+    """What a request's ``context_management`` edits change in the prompt the vendor reads and caches
+    (docs/protocols.md §4.7), over the messages as sent.
+
+    ``thinking``: the messages whose thinking and redacted-thinking blocks are cleared; ``blocks``: the
+    blocks replaced, by ``(message, block)`` index, as the vendor reads them (a cleared tool result, a tool
+    use with its input cleared); ``known``: False when an edit's effect depends on the vendor's own token
+    count (a ``clear_tool_uses_20250919`` with an ``input_tokens`` trigger or a ``clear_at_least``), so
+    nothing about the edited prompt can be predicted.
+    """
+
+    thinking: frozenset[int] = frozenset()
+    blocks: Mapping[tuple[int, int], Any] = attrs.field(factory=dict)
+    known: bool = True
+
+    def __bool__(self) -> bool:
+        return bool(self.thinking or self.blocks)
+
+
+def _turns(messages: Sequence[Any]) -> list[list[int]]:
+    """The assistant messages of each assistant turn: a turn runs from one human message (a user message
+    that is not tool results only) to the next, so a tool loop is one turn (docs/protocols.md §4.7)."""
+    turns: list[list[int]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            continue
+        content = m.get("content")
+        human = m.get("role") == "user" and (
+            not isinstance(content, list)
+            or any(not isinstance(b, Mapping) or b.get("type") != "tool_result" for b in content)
+        )
+        if human or not turns:
+            turns.append([])
+        if m.get("role") == "assistant":
+            turns[-1].append(i)
+    return turns
+
+
+def server_edits(value: Any, messages: Sequence[Any]) -> ServerEdits:
+    """The edits of a ``context_management`` option as the vendor applies them to ``messages``
+    (docs/protocols.md §4.7); the one rule the session's request units and the guard's view both read.
+
+    ``clear_thinking_20251015`` with ``keep: {"type": "thinking_turns", "value": N}`` (default N = 1)
+    clears the thinking of every assistant turn with thinking but the last N (``keep: "all"``: none).
+    ``clear_tool_uses_20250919`` with a ``tool_uses`` trigger, once the request holds that many tool uses,
+    replaces the result of every tool use but the last ``keep`` (default 3) whose tool is not in
+    ``exclude_tools`` by :data:`CLEARED_TOOL_RESULT`, and clears its input when ``clear_tool_inputs`` is
+    true or names its tool.
+    """
     edits = value.get("edits") if isinstance(value, Mapping) else None
-    first = edits[0] if isinstance(edits, list) and edits else None
-    if not isinstance(first, Mapping) or first.get("type") != _CLEAR_THINKING:
-        return frozenset()
-    keep = first.get("keep", {"type": "thinking_turns", "value": 1})
+    if not isinstance(edits, list):
+        return ServerEdits()
+    thinking: frozenset[int] = frozenset()
+    blocks: dict[tuple[int, int], Any] = {}
+    known = True
+    for edit in edits:
+        if not isinstance(edit, Mapping):
+            continue
+        if edit.get("type") == _CLEAR_THINKING:
+            thinking = _cleared_thinking(edit.get("keep", {"type": "thinking_turns", "value": 1}), messages)
+        elif edit.get("type") == _CLEAR_TOOL_USES:
+            trigger = edit.get("trigger", {"type": "input_tokens", "value": 100_000})
+            least = edit.get("clear_at_least")
+            if not isinstance(trigger, Mapping) or trigger.get("type") != "tool_uses" or least:
+                known = False  # the vendor's token count decides
+                continue
+            blocks.update(_cleared_tool_uses(edit, trigger, messages))
+    return ServerEdits(thinking, blocks, known)
+
+
+def _cleared_thinking(keep: Any, messages: Sequence[Any]) -> frozenset[int]:
     if not isinstance(keep, Mapping) or keep.get("type") != "thinking_turns":
-        return frozenset()
+        return frozenset()  # "all" or {"type": "all"}: nothing cleared
     n = keep.get("value")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         return frozenset()
-    turns = [
-        i
-        for i, m in enumerate(messages)
-        if isinstance(m, Mapping)
-        and m.get("role") == "assistant"
-        and any(
-            isinstance(b, Mapping) and b.get("type") in _REASONING_KINDS for b in listed(m.get("content"))
+    with_thinking = [
+        t
+        for t in _turns(messages)
+        if any(
+            isinstance(b, Mapping) and b.get("type") in _REASONING_KINDS
+            for i in t
+            for b in listed(messages[i].get("content"))
         )
     ]
-    return frozenset(turns[: max(0, len(turns) - n)])
+    return frozenset(i for t in with_thinking[: max(0, len(with_thinking) - n)] for i in t)
+
+
+def _cleared_tool_uses(
+    edit: Mapping[str, Any], trigger: Mapping[str, Any], messages: Sequence[Any]
+) -> dict[tuple[int, int], Any]:
+    uses = [
+        (i, j, b)
+        for i, m in enumerate(messages)
+        if isinstance(m, Mapping) and m.get("role") == "assistant"
+        for j, b in enumerate(listed(m.get("content")))
+        if isinstance(b, Mapping) and b.get("type") == "tool_use"
+    ]
+    if len(uses) < int(trigger.get("value", 0)):
+        return {}
+    keep = edit.get("keep", {"type": "tool_uses", "value": 3})
+    kept = int(keep.get("value", 3)) if isinstance(keep, Mapping) else 3
+    excluded = set(edit.get("exclude_tools") or ())
+    inputs = edit.get("clear_tool_inputs") or False
+    results = {
+        b.get("tool_use_id"): (i, j, b)
+        for i, m in enumerate(messages)
+        if isinstance(m, Mapping) and m.get("role") == "user"
+        for j, b in enumerate(listed(m.get("content")))
+        if isinstance(b, Mapping) and b.get("type") == "tool_result"
+    }
+    out: dict[tuple[int, int], Any] = {}
+    for i, j, use in uses[: max(0, len(uses) - kept)]:
+        found = results.get(use.get("id"))
+        if use.get("name") in excluded or found is None:
+            continue
+        ri, rj, result = found
+        out[ri, rj] = {**_without(result, _CACHE_CONTROL), "content": CLEARED_TOOL_RESULT}
+        if inputs is True or (isinstance(inputs, list) and use.get("name") in inputs):
+            out[i, j] = {**_without(use, _CACHE_CONTROL), "input": {}}
+    return out
+
+
+def _edited_units(
+    units: Sequence[str], messages: Sequence[Mapping[str, Any]], starts: Sequence[int], edits: ServerEdits
+) -> tuple[list[str], list[int]]:
+    """The unit chain of the prompt as the vendor edits it (:func:`server_edits`) and, for each of its
+    units, the index of the unit sent it stands for. Units before the first message are never edited."""
+    out: list[str] = list(units[: starts[0]]) if starts else list(units)
+    at: list[int] = list(range(len(out)))
+    for i, first in enumerate(starts):
+        for j, block in enumerate(messages[i]["content"]):
+            k = first + j
+            if i in edits.thinking and isinstance(block, Mapping) and block.get("type") in _REASONING_KINDS:
+                continue
+            replaced = edits.blocks.get((i, j))
+            out.append(units[k] if replaced is None else unit_digest(replaced))
+            at.append(k)
+    return out, at
 
 
 def _refuse_context_management(value: Any, thinking: Any) -> str | None:
@@ -837,6 +982,12 @@ def _refuse_context_management(value: Any, thinking: Any) -> str | None:
             return f"context_management: {_CLEAR_THINKING} must be the first edit (docs/protocols.md §4.7)"
         if kind == _CLEAR_THINKING and thinking not in ("enabled", "adaptive"):
             return f"context_management: {_CLEAR_THINKING} needs thinking enabled (docs/protocols.md §4.7)"
+        unknown = sorted(set(edit) - _EDIT_FIELDS[kind])
+        if unknown:
+            return (
+                f"context_management edit {i} ({kind}): unknown field(s) {', '.join(unknown)}; it takes "
+                f"{', '.join(sorted(_EDIT_FIELDS[kind]))} (docs/protocols.md §4.7)"
+            )
     return None
 
 
@@ -1098,7 +1249,8 @@ def _usage(raw: Any) -> Usage:
 # -- the room: what the guard, the commit and the exporters read of the Messages API ------------------------
 
 #: the prompt keys of a Messages body (the model, tools, system and history units); the rest are options
-_PROMPT_KEYS = frozenset({"model", "tools", "system", "messages"})
+#: ``context_management`` is read as part of the prompt: the view is of the prompt its edits leave (§4.7)
+_PROMPT_KEYS = frozenset({"model", "tools", "system", "messages", "context_management"})
 _CACHE_CONTROL = frozenset({"cache_control"})
 
 
@@ -1164,16 +1316,25 @@ class MessagesRoom(Room):
             add("system", f"$.system[{i}]", block, _without(block, _CACHE_CONTROL))
         b.prefix = len(b.units)
         messages = listed(body.get("messages"))
-        cleared = _server_cleared(body.get("context_management"), messages)
+        # the vendor edits the prompt before it reads (and caches) it: the view is of the edited prompt
+        edits = server_edits(body.get("context_management"), messages)  # (§4.7)
+        b.predictable = edits.known
         for i, message in enumerate(messages):
             m = message if isinstance(message, Mapping) else {}
             role, content = f"{m.get('role')}:", m.get("content")
             if isinstance(content, str):
                 add("history", f"$.messages[{i}].content", content, {"type": "text", "text": content}, role)
             for j, block in enumerate(listed(content)):
-                if i in cleared and isinstance(block, Mapping) and block.get("type") in _REASONING_KINDS:
-                    continue  # the vendor clears it before it reads (and caches) the prompt (§4.7)
-                add("history", f"$.messages[{i}].content[{j}]", block, _without(block, _CACHE_CONTROL), role)
+                reasoning = isinstance(block, Mapping) and block.get("type") in _REASONING_KINDS
+                if i in edits.thinking and reasoning:
+                    b.cleared.append(f"$.messages[{i}].content[{j}]")
+                    continue
+                key = edits.blocks.get((i, j))
+                if key is not None:
+                    b.cleared.append(f"$.messages[{i}].content[{j}]")
+                else:
+                    key = _without(block, _CACHE_CONTROL)
+                add("history", f"$.messages[{i}].content[{j}]", block, key, role)
         if body.get("cache_control") and b.units:
             b.breakpoints.append(len(b.units))
         return b.view(_REASONING)

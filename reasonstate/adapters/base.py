@@ -1021,6 +1021,9 @@ class VendorRequest:
     prompt_ids: Sequence[int] | None = None
     #: the declared tools in the vendor's shape, for a decode that must read arguments by their types
     tools: tuple[Any, ...] = ()
+    #: False when the prompt the vendor caches depends on something only the vendor knows (an Anthropic
+    #: context edit triggered by its own token count, docs/protocols.md §4.7): no cache read is predicted
+    predictable: bool = True
 
 
 def request_digest(kwargs: Mapping[str, Any], body: bytes | None = None) -> tuple[str, int]:

@@ -92,7 +92,7 @@ from reasonstate.state import (
     as_records,
     thaw,
 )
-from reasonstate.state.continuation import sharing
+from reasonstate.state.continuation import FIRST_PARTY, sharing
 
 __all__ = [
     "CHAIN_FALLBACK",
@@ -324,7 +324,10 @@ class InteractionsAdapter:
         status_error=_previous_lost,
     )
 
-    def __init__(self, *, min_cacheable: int | None = None) -> None:
+    def __init__(self, *, min_cacheable: int | None = None, platform: str = FIRST_PARTY) -> None:
+        #: the Gemini API (first-party) or ``"vertex"`` (Vertex AI serves the Interactions API too,
+        #: docs/protocols.md §5.6): thought signatures go back only to the platform that made them
+        self.platform = platform
         cache = INTERACTIONS
         if min_cacheable is not None:
             cache = attrs.evolve(cache, min_tokens=min_cacheable, min_tokens_by_model=())
@@ -379,16 +382,18 @@ class InteractionsAdapter:
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
         memo = encodings if encodings is not None else Encodings()
 
-        def encode(turn: Turn) -> _TurnEncoding:
-            return _encode_turn(turn, model=model)
+        platform = self.platform
 
-        run = closed_run(closed, (API, "run", model), encode, _EMPTY_RUN, memo)
+        def encode(turn: Turn) -> _TurnEncoding:
+            return _encode_turn(turn, model=model, platform=platform)
+
+        run = closed_run(closed, (API, "run", model, platform), encode, _EMPTY_RUN, memo)
         run.check()
         values.extend(run.values)
         units.extend(run.units)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
-            build = functools.partial(_encode_turn, model=model)
+            build = functools.partial(_encode_turn, model=model, platform=platform)
             encoded = open_turn_encoding(history.turns[-1], build, model, _RULE)
             values.extend(encoded.values)
             units.extend(encoded.units)
@@ -453,6 +458,7 @@ class InteractionsAdapter:
                     kind=kind,
                     value=step,
                     model_bound=kind not in _UNBOUND_KINDS,
+                    platform=self.platform,
                 )
             )
         iid = response.get("id")
@@ -513,7 +519,7 @@ def _chain(
     return len(chain), None
 
 
-def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
+def _encode_turn(turn: Turn, *, model: str, platform: str = FIRST_PARTY) -> _TurnEncoding:
     """The turn's steps: its user input, each model step's steps, each step's function results."""
     items: list[_Item] = [_user_step(turn.user)]
     replayed: list[Continuation] = []
@@ -524,7 +530,7 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
         summary = turn.view.summary if turn.view is not None and i == last else None
         if summary is not None:
             items.append(_output_step(summary_note(summary)))
-        items.extend(_step_items(step, keep, model, replayed, withheld))
+        items.extend(_step_items(step, keep, model, replayed, withheld, platform))
         for r in step.tool_results:
             value: dict[str, Any] = {"type": "function_result", "call_id": r.call_id, "result": r.content}
             if r.is_error:
@@ -534,12 +540,17 @@ def _encode_turn(turn: Turn, *, model: str) -> _TurnEncoding:
 
 
 def _step_items(
-    step: Step, keep: bool, model: str, replayed: list[Continuation], withheld: list[Continuation]
+    step: Step,
+    keep: bool,
+    model: str,
+    replayed: list[Continuation],
+    withheld: list[Continuation],
+    platform: str = FIRST_PARTY,
 ) -> Iterable[_Item]:
-    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model))
+    withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model, platform))
     for part in step.parts:
         c = payload_of(step, part)
-        if c is None or not c.replayable_to(VENDOR, API, model):
+        if c is None or not c.replayable_to(VENDOR, API, model, platform):
             item = _canonical_item(part)
             if item is not None:
                 yield item

@@ -60,6 +60,7 @@ Cause = Literal[
     "history_rewritten",
     "reasoning_dropped",
     "compacted",
+    "server_cleared",
     "arguments_reserialized",
     "timestamp_in_prefix",
     "model_changed",
@@ -174,6 +175,11 @@ class View:
     keys: tuple[str, ...] = attrs.field(
         init=False, default=attrs.Factory(lambda v: tuple(u.key for u in v.units), takes_self=True)
     )
+    #: JSON paths of the blocks the vendor clears server-side before it reads the prompt (Anthropic
+    #: context editing, docs/protocols.md §4.7): left out of ``units``, or keyed as the vendor reads them
+    cleared: frozenset[str] = attrs.field(default=frozenset(), eq=False, repr=False)
+    #: False when what the vendor caches depends on its own token count (an edit triggered by it, §4.7)
+    predictable: bool = attrs.field(default=True, eq=False, repr=False)
 
     @property
     def history_units(self) -> int:
@@ -263,6 +269,9 @@ class ViewBuilder:
         self.breakpoints: list[int] = []
         #: how many units the stable prefix holds (set by the room once its system prompt is in)
         self.prefix = 0
+        #: the paths the vendor clears server-side (:attr:`View.cleared`)
+        self.cleared: list[str] = []
+        self.predictable = True
 
     def add(self, section: Section, path: str, value: Any, key_value: Any, role: str = "") -> None:
         """One unit: ``value`` as sent at ``path``, keyed on ``role`` + the compact JSON of ``key_value``."""
@@ -276,6 +285,8 @@ class ViewBuilder:
             tuple(sorted(set(self.breakpoints))),
             self.prefix,
             reasoning,
+            frozenset(self.cleared),
+            self.predictable,
         )
 
 
@@ -317,7 +328,11 @@ def explain(previous: View, current: View) -> Divergence | None:
     before = previous.units[d]
     after = current.units[d] if d < len(current.units) else None
     cause = _cause(previous, current, d, before, after)
-    if after is None or (cause == "reasoning_dropped" and previous.reasoning.reasoning_only(before.value)):
+    if (
+        after is None
+        or cause == "server_cleared"
+        or (cause == "reasoning_dropped" and previous.reasoning.reasoning_only(before.value))
+    ):
         path = before.path  # where the earlier request had what this one lacks
     elif cause == "tools_reordered" or before.path != after.path:
         path = after.path
@@ -344,6 +359,10 @@ def _cause(previous: View, current: View, d: int, before: Unit, after: Unit | No
         if after is not None and _masked(before.value) == _masked(after.value):
             return "timestamp_in_prefix"
         return "system_changed"
+    if before.path in current.cleared and before.path not in previous.cleared:
+        # the vendor's context editing cleared this block from the prompt it caches (Anthropic,
+        # docs/protocols.md §4.7): the request asked for it, the client's history is unchanged
+        return "server_cleared"
     if after is None:
         return "history_rewritten"  # the later request is a strict prefix: a rewind
     if isinstance(after.value, Mapping) and after.value.get("type") == "compaction":

@@ -121,6 +121,8 @@ class PredictedRequest(Protocol):
     def prefix_units(self) -> int: ...
     @property
     def prompt_ids(self) -> Sequence[int] | None: ...
+    @property
+    def predictable(self) -> bool: ...
 
 
 def predict_request(
@@ -129,7 +131,10 @@ def predict_request(
     records: Sequence[ExecutionRecord],
 ) -> int | None:
     """:func:`predict_cache_read` for ``request``: the cache read the vendor will report for it (None: not
-    knowable)."""
+    knowable). A request that is not ``predictable`` (what the vendor caches depends on something only it
+    knows: an Anthropic context edit triggered by its own token count, docs/protocols.md §4.7): None."""
+    if not request.predictable:
+        return None
     return predict_cache_read(
         rules,
         request.model,
@@ -194,6 +199,7 @@ def _breakpoints(
     # (position, record, shared units with this request): a record is a prefix when it shares all of it
     entries = records.shares(q, model=model, limit=rules.recent)
     best, lookback = 0, rules.lookback_units
+    best_units = 0
     for _, rec, shared in entries:
         n = rec.units
         # only entries a breakpoint reaches can be read
@@ -205,7 +211,17 @@ def _breakpoints(
         if shared == n:
             tokens = rec.usage.prompt_tokens
             if tokens >= minimum and tokens > best:
-                best = tokens
+                best, best_units = tokens, n
+    # every breakpoint of an earlier request wrote an entry (§4.4); one that ends inside that request, is
+    # a prefix of this one, lies beyond the best known entry and a breakpoint here reaches has a size no
+    # record tells (a plain client marking every answer, after a server-side clear: §4.7)
+    for _, rec, shared in entries:
+        if rec.usage.prompt_tokens < minimum:
+            continue
+        for p in rec.breakpoints:
+            inside = prefix_units < p < rec.units and best_units < p <= shared
+            if inside and any(p <= b <= p + lookback for b in breakpoints):
+                return None
     if best == 0 and prefix_units:
         # a prefix-alone entry is no longer than its request: below the minimum, it was never cached
         head = min(len(q), prefix_units)  # rec[:prefix_units] == q[:prefix_units], from the shared length

@@ -89,6 +89,7 @@ def main(argv: Sequence[str] = ()) -> int:
         sections.policies(out, live=False)
         sections.switching(out)
         sections.compaction(out)
+        sections.context_editing(out)
         sections.tokens(out)
     if args.only in (None, "agent"):
         sections.agent(out)

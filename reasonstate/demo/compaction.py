@@ -15,7 +15,7 @@ from typing import Any
 from reasonstate.demo.render import Table
 from reasonstate.state import EventKind
 
-__all__ = ["compaction_table"]
+__all__ = ["compaction_table", "context_editing_table"]
 
 
 def _cause(broken: Mapping[str, Any] | None) -> str:
@@ -86,6 +86,82 @@ def compaction_table() -> Table:
             f"(here {compacted}), kept as continuation bound to gpt-5.5, never sent to another model. The "
             "next request starts at the newest item (what the server renders): a cache break the trace "
             "declares; the requests that extend their predecessor are predicted exactly.",
+        ),
+        labels=2,
+    )
+
+
+def context_editing_table() -> Table:
+    """The context-editing row (docs/protocols.md §4.7): one Anthropic session under
+    ``ServerClear(thinking_keep=1)`` on a fresh emulator, three user turns with a tool call each; one row per
+    request with the thinking blocks sent and the ones the vendor read, the figures and the break declared.
+
+    Invariant: the session's history is never edited (every thinking block goes back); the vendor clears
+    the thinking of all but the last turn before it reads and caches, and the prediction is of that prompt.
+    """
+    import reasonstate as rs
+    from reasonstate.testing import ModelAction, ToolCallSpec
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    tool = rs.Tool(
+        name="get_weather",
+        description="The weather in a city.",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    )
+    turns = 3
+    script: list[ModelAction] = []
+    for i in range(turns):
+        script.append(
+            ModelAction.call(ToolCallSpec("get_weather", {"city": "Paris"}), reasoning=f"Need it {i}.")
+        )
+        script.append(ModelAction(text=f"Sunny ({i}).", reasoning=f"The tool said sunny {i}."))
+    with AnthropicEmulator(script) as emu, emu.client() as client:
+        session = rs.Session(
+            client,
+            model="claude-sonnet-4-6",
+            system=_SYSTEM,
+            tools=[tool],
+            thinking={"type": "enabled", "budget_tokens": 2048},
+            fold=rs.policies.ServerClear(thinking_keep=1),
+        )
+        for i in range(turns):
+            reply = session.send(f"Weather in Paris, take {i}?")
+            session.send_tool_results({reply.tool_calls[0].id: "sunny"})
+        sent = [json.loads(r.body) for r in emu.requests]
+    breaks = {e.data["index"]: e.data for e in session.trace.of_kind(EventKind.CACHE_BREAK)}
+    cleared = {
+        e.data["response_id"]: sum(a.get("cleared_thinking_turns", 0) for a in e.data["applied_edits"])
+        for e in session.trace.of_kind(EventKind.CONTEXT_CLEARED)
+    }
+    rows = []
+    for record, body, step in zip(
+        session.execution, sent, (s for t in session.history.turns for s in t.steps), strict=True
+    ):
+        thinking = sum(
+            b.get("type") == "thinking"
+            for m in body["messages"]
+            if m["role"] == "assistant"
+            for b in m["content"]
+        )
+        rows.append(
+            (
+                str(record.index),
+                f"{thinking} sent, {cleared.get(step.response_id or '', 0)} turn(s) cleared",
+                str(record.usage.prompt_tokens),
+                str(record.usage.cache_read),
+                "n/a" if record.predicted_cache_read is None else str(record.predicted_cache_read),
+                _cause(breaks.get(record.index)),
+            )
+        )
+    return Table(
+        "Context editing (Anthropic, emulated): one session under ServerClear(thinking_keep=1)",
+        ("request", "thinking blocks", "prompt tokens", "cache read, vendor", "SDK predicted", "cache break"),
+        tuple(rows),
+        (
+            "Every thinking block goes back verbatim; the vendor clears those of all but the last turn "
+            "(a tool loop is one turn) before it reads and caches the prompt. The session predicts that "
+            "edited prompt: each clear is a declared server_cleared break and every prediction equals the "
+            "vendor's read.",
         ),
         labels=2,
     )

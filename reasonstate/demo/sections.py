@@ -148,6 +148,16 @@ def compaction(out: Output) -> None:
     out.table(table)
 
 
+def context_editing(out: Output) -> None:
+    """Part 3c: one session whose vendor clears old thinking server-side (docs/protocols.md §4.7)."""
+    from reasonstate.demo.compaction import context_editing_table
+
+    out.heading("3c. Context editing: the vendor clears old thinking, the session predicts what it caches")
+    with out.status("Running an Anthropic session under ServerClear(thinking_keep=1)…"):
+        table = context_editing_table()
+    out.table(table)
+
+
 def tokens(out: Output) -> None:
     """Part 4: the token-level PRR matrix and a token-in/token-out session (needs the ``tokens`` extra)."""
     out.heading("4. Self-hosted models: token-level prefix reuse")

@@ -37,6 +37,7 @@ class _Request:
     breakpoints: tuple[int, ...]
     prefix_units: int
     prompt_ids: None = None
+    predictable: bool = True
 
 
 #: how many earlier requests a new one is matched against (its conversation) and predicted from
@@ -92,7 +93,14 @@ def analyse(guard: Guard, capture: _Exchange) -> GuardRecord:
         rules = guard._cache if guard._cache is not None else room.cache_rules(model, raw_usage)
         # the session's predictor (``reasonstate.engine.predict``) on the same kind of input: the unit keys
         # as the server renders them, and every recent record (the predictor reads each vendor's own)
-        request = _Request(model, room.cache_keys(view, raw_usage), view.breakpoints, view.prefix_units)
+        request = _Request(
+            model,
+            room.cache_keys(view, raw_usage),
+            view.breakpoints,
+            view.prefix_units,
+            None,
+            view.predictable,
+        )
         predicted = predict_request(rules, request, guard._executed)
         if divergence is None and predicted is not None and reported is not None and predicted != reported:
             why = f"predicted {predicted}, reported {reported}"

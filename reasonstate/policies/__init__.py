@@ -351,9 +351,16 @@ class ServerClear:
     (thinking and tool results still go back verbatim, the latest turn's thinking included, so the open
     tool chain is untouched), and each clear the vendor reports is traced as ``context.cleared``.
     ``thinking_keep="all"`` (the default) keeps every thinking turn: the most cache hits. An integer keeps
-    that many of the most recent thinking turns: each clear rewrites the prompt the vendor caches from the
+    that many of the most recent thinking turns (a turn runs from one user prompt to the next, its tool loop
+    included, so the open loop is never cleared): each clear rewrites the prompt the vendor caches from the
     first cleared block on. ``clear_tool_uses`` is the ``clear_tool_uses_20250919`` edit's fields
-    (``trigger``, ``keep``, ``clear_at_least``, ``exclude_tools``, ``clear_tool_inputs``), sent as given.
+    (``trigger``, ``keep``, ``clear_at_least``, ``exclude_tools``, ``clear_tool_inputs``), sent as given;
+    another field is refused before any request.
+
+    Invariant: the session's request units are those of the prompt the vendor reads after the edits, so
+    its cache prediction equals the reported read, and each clear is a declared ``cache.break`` with cause
+    ``server_cleared``; a ``tool_uses`` trigger is predicted, an ``input_tokens`` trigger or a
+    ``clear_at_least`` (the vendor's own token count decides) gives a None prediction.
     """
 
     thinking_keep: int | str = attrs.field(default="all", validator=_keep_thinking)

@@ -35,6 +35,14 @@ _DEFAULT_TRIGGER = {"type": "input_tokens", "value": 100_000}
 _DEFAULT_TOOL_KEEP = {"type": "tool_uses", "value": 3}
 _DEFAULT_THINKING_KEEP = {"type": "thinking_turns", "value": 1}
 _REASONING = ("thinking", "redacted_thinking")
+#: the fields of each edit (the SDK's ``BetaClearThinking20251015EditParam`` /
+#: ``BetaClearToolUses20250919EditParam``); any other is refused as pydantic's extra input
+_FIELDS = {
+    CLEAR_THINKING: frozenset({"type", "keep"}),
+    CLEAR_TOOL_USES: frozenset(
+        {"type", "trigger", "keep", "clear_at_least", "exclude_tools", "clear_tool_inputs"}
+    ),
+}
 
 
 class ContextEditReject(Exception):
@@ -58,6 +66,9 @@ def check_context_management(value: Any, betas: frozenset[str], thinking_on: boo
         raise ContextEditReject("context_management: Extra inputs are not permitted")
     if not isinstance(value, dict) or not isinstance(value.get("edits", []), list):
         raise ContextEditReject("context_management.edits: Input should be a valid list")
+    for key in value:
+        if key != "edits":
+            raise ContextEditReject(f"context_management.{key}: Extra inputs are not permitted")
     edits: list[dict[str, Any]] = value.get("edits", [])
     for i, edit in enumerate(edits):
         kind = edit.get("type") if isinstance(edit, dict) else None
@@ -68,6 +79,9 @@ def check_context_management(value: Any, betas: frozenset[str], thinking_on: boo
                 f"'{CLEAR_TOOL_USES}', '{CLEAR_THINKING}'"
             )
         assert isinstance(edit, dict)
+        for key in edit:
+            if key not in _FIELDS[kind]:
+                raise ContextEditReject(f"{path}.{key}: Extra inputs are not permitted")
         if kind == CLEAR_THINKING:
             if i != 0:
                 raise ContextEditReject(
@@ -90,6 +104,15 @@ def check_context_management(value: Any, betas: frozenset[str], thinking_on: boo
                 isinstance(excluded, list) and all(isinstance(t, str) for t in excluded)
             ):
                 raise ContextEditReject(f"{path}.exclude_tools: Input should be a valid list")
+            inputs = edit.get("clear_tool_inputs")
+            if not (
+                inputs is None
+                or isinstance(inputs, bool)
+                or (isinstance(inputs, list) and all(isinstance(t, str) for t in inputs))
+            ):
+                raise ContextEditReject(
+                    f"{path}.clear_tool_inputs: Input should be a valid boolean or a valid list"
+                )
     return edits
 
 
@@ -119,9 +142,9 @@ def apply_context_management(
             if not cleared:
                 continue
             saved = before - tokens({**out, "messages": trial})
-            least = (edit.get("clear_at_least") or {}).get("value", 0)
-            if saved < least:
-                continue
+            least = edit.get("clear_at_least")
+            if least is not None and saved < least["value"]:
+                continue  # "context will only be modified if at least this many tokens can be removed"
             out["messages"] = trial
             applied.append(
                 {"type": CLEAR_TOOL_USES, "cleared_tool_uses": cleared, "cleared_input_tokens": saved}
@@ -134,20 +157,37 @@ def _content(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     return content if isinstance(content, list) else []
 
 
+def _human(message: Mapping[str, Any]) -> bool:
+    """A user message that starts a turn: anything but a message of tool results only."""
+    content = message.get("content")
+    if message.get("role") != "user":
+        return False
+    return not isinstance(content, list) or any(b.get("type") != "tool_result" for b in content)
+
+
 def _clear_thinking(messages: list[dict[str, Any]], keep: Any) -> int:
+    """Clear the thinking of all but the last ``keep`` assistant turns with thinking. An assistant turn runs
+    from one human message to the next: with tools it spans several assistant messages ("an assistant
+    conversation turn may include multiple content blocks (e.g. when using tools) and multiple thinking
+    blocks", the context-editing page), so the open tool loop is one turn and is never cleared first."""
     if keep == "all" or (isinstance(keep, dict) and keep.get("type") == "all"):
         return 0
-    turns = [
-        n
-        for n, m in enumerate(messages)
-        if m.get("role") == "assistant" and any(b.get("type") in _REASONING for b in _content(m))
+    turns: list[list[int]] = []
+    for n, m in enumerate(messages):
+        if _human(m) or not turns:
+            turns.append([])
+        if m.get("role") == "assistant":
+            turns[-1].append(n)
+    thinking = [
+        t for t in turns if any(b.get("type") in _REASONING for n in t for b in _content(messages[n]))
     ]
-    doomed = turns[: max(0, len(turns) - int(keep["value"]))]
-    for n in doomed:
-        messages[n] = {
-            **messages[n],
-            "content": [b for b in _content(messages[n]) if b.get("type") not in _REASONING],
-        }
+    doomed = thinking[: max(0, len(thinking) - int(keep["value"]))]
+    for turn in doomed:
+        for n in turn:
+            messages[n] = {
+                **messages[n],
+                "content": [b for b in _content(messages[n]) if b.get("type") not in _REASONING],
+            }
     return len(doomed)
 
 

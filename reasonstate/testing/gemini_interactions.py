@@ -82,8 +82,11 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from reasonstate._extras import needs
 from reasonstate.testing._server import (
+    DEFAULT_SECRET,
     JSONResponse,
     RecordedRequest,
     Route,
@@ -163,7 +166,20 @@ _STEP_FIELDS: dict[str, frozenset[str]] = {
 _MODEL_STEPS = frozenset({"model_output", "thought", "function_call"})
 #: the content types ``input`` may hold instead of steps (SDK ``content.py``)
 _CONTENT_TYPES = frozenset({"text", "image", "audio", "document", "video"})
-_STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 500: "INTERNAL"}
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    500: "INTERNAL",
+}
+#: Vertex AI's path for the Interactions API: google-genai 3.6.1's ``get_google_genai_api_version`` puts
+#: ``projects/{project}/locations/{location}`` after the version for a Vertex client (docs/protocols.md §5.6)
+_VERTEX_ROUTE = r"/(v1|v1beta1)/projects/[^/]+/locations/[^/]+/interactions"
+_VERTEX_UNAUTHENTICATED = (
+    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
+    "valid authentication credential."
+)
 _ERR_NO_KEY = (
     "Method doesn't allow unregistered callers (callers without established identity). Please use API Key "
     "or other form of API consumer identity to call this API."
@@ -278,9 +294,19 @@ class GeminiInteractionsEmulator(ScriptedEmulator):
         transform: Transform | None = None,
         api_key: str | Iterable[str] | None = None,
         models: Iterable[str] = (),
+        platform: str = "gemini",
     ) -> None:
+        if platform not in ("gemini", "vertex"):
+            raise ValueError(f"platform must be 'gemini' or 'vertex', got {platform!r}")
+        #: ``"gemini"`` (the Gemini API) or ``"vertex"`` (Vertex AI: ``/{v1,v1beta1}/projects/P/locations/L/
+        #: interactions`` with an OAuth access token, docs/protocols.md §5.6)
+        self.platform = platform
+        if platform == "vertex" and secret is None:
+            secret = DEFAULT_SECRET + b":vertex"  # another service: another signing key
         super().__init__(
-            [Route("POST", r"/(v1|v1beta)/interactions", self._handle)],
+            [Route("POST", _VERTEX_ROUTE, self._handle_vertex)]
+            if platform == "vertex"
+            else [Route("POST", r"/(v1|v1beta)/interactions", self._handle)],
             name="gemini-interactions-emulator",
             script=script,
             secret=secret,
@@ -319,8 +345,35 @@ class GeminiInteractionsEmulator(ScriptedEmulator):
             retry_options=types.HttpRetryOptions(attempts=1),
         )
         options: dict[str, Any] = {"api_key": api_key, "vertexai": False, "http_options": http_options}
+        if self.platform == "vertex":
+            # Vertex AI with a static OAuth2 token (no network, no application default credentials); the
+            # SDK's Vertex default version is v1beta1
+            import google.oauth2.credentials
+
+            http_options.api_version = "v1beta1" if api_version == "v1" else api_version
+            token = google.oauth2.credentials.Credentials(token=api_key)  # type: ignore[no-untyped-call]
+            options = {
+                "vertexai": True,
+                "project": "emulator-project",
+                "location": "us-central1",
+                "credentials": token,
+                "http_options": http_options,
+            }
         options.update(kw)
         return genai.Client(**options)
+
+    def _handle_vertex(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
+        """Vertex AI: a Bearer access token; a missing or unknown one is Google's 401 ``UNAUTHENTICATED``;
+        then the request is the Gemini API's (docs/protocols.md §5.6, §10.6)."""
+        auth = request.headers.get("authorization", "")
+        key = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not key or not self.key_accepted(key):
+            return _error(401, _VERTEX_UNAUTHENTICATED)
+        version = "v1" if request.path.split("/")[1] == "v1" else "v1beta"
+        inner = attrs.evolve(
+            request, path=f"/{version}/interactions", headers={**request.headers, "x-goog-api-key": key}
+        )
+        return self._handle(inner)
 
     # -- signatures ---------------------------------------------------------------------------------
     def _mac(self, model: str, nonce: bytes, summary: Any) -> bytes:
