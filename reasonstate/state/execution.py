@@ -190,6 +190,7 @@ class UnitUse(NamedTuple):
     units: int
     usage: Usage
     output_unit: str | None
+    breakpoints: tuple[int, ...] = ()
 
 
 def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -422,8 +423,9 @@ class _Packed:
         """Record ``i``'s :class:`UnitUse`, read from the columns (nothing else built)."""
         raw = self.raw.get(i) if self.raw else None
         if raw is not None:
-            return UnitUse(raw.units, raw.usage, raw.output_unit)
-        return UnitUse(self.ints[i * len(_INT_FIELDS) + 4], self.usages[i], self.outputs[i])
+            return UnitUse(raw.units, raw.usage, raw.output_unit, raw.breakpoints)
+        bps = tuple(self.bps[self.bp_ends[i - 1] if i else 0 : self.bp_ends[i]])
+        return UnitUse(self.ints[i * len(_INT_FIELDS) + 4], self.usages[i], self.outputs[i], bps)
 
 
 _EMPTY_PACK = _Packed()
@@ -694,7 +696,7 @@ class Records(Sequence[ExecutionRecord]):
         n = self._n
         if i >= n:
             r = self._tail[i - n]
-            return UnitUse(r.units, r.usage, r.output_unit)
+            return UnitUse(r.units, r.usage, r.output_unit, r.breakpoints)
         return self._packed.use(i)
 
     def tuples(self, *, model: str, since: int = 0) -> dict[int, tuple[str, ...]]:
