@@ -143,7 +143,27 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-@attrs.frozen(slots=True, init=False, weakref_slot=False)
+#: a payload's provenance: (vendor, api, model, model_bound, platform)
+_Origin = tuple[str, str, str, bool, str]
+#: the shared provenance tuples: every payload of one model on one route holds the same one (issue 21: one
+#: slot per payload, not five); bounded, beyond it a payload's provenance is its own tuple
+_ORIGINS: dict[_Origin, _Origin] = {}
+_ORIGINS_MAX = 4096
+
+
+def _shared_origin(origin: _Origin) -> _Origin:
+    try:
+        found = _ORIGINS.get(origin)
+    except TypeError:  # an unhashable field: the caller's odd value, kept as it is
+        return origin
+    if found is not None:
+        return found
+    if len(_ORIGINS) < _ORIGINS_MAX:
+        return _ORIGINS.setdefault(origin, origin)
+    return origin
+
+
+@attrs.frozen(slots=True, init=False, weakref_slot=False, repr=False)
 class Continuation:
     """One vendor-opaque payload (a thinking block, a reasoning item, a content block we do not model).
 
@@ -153,16 +173,17 @@ class Continuation:
     binds payloads to when it is known (:func:`bound`: ``"bedrock#account:…/us-east-1"``,
     ``"azure#res.openai.azure.com"``): a payload goes back only to the platform (and scope) that issued it,
     whatever ``model_bound`` says (docs/protocols.md §10.1).
+
+    ``vendor``, ``api``, ``model``, ``model_bound`` and ``platform`` are read from one provenance tuple
+    shared by every payload of the same origin (issue 21: state in proportion to the content);
+    ``attrs.evolve(c, vendor=...)`` still makes the changed value.
     """
 
-    vendor: str
-    api: str
-    model: str
     kind: str
-    payload: bytes = attrs.field(repr=False)
+    payload: bytes
     digest: str
-    model_bound: bool = True
-    platform: str = FIRST_PARTY
+    #: (vendor, api, model, model_bound, platform), shared (:func:`_shared_origin`)
+    _origin: _Origin
     #: what is known of these very ``payload`` and ``digest`` objects: that they match (``_seen_payload``
     #: and ``_seen_digest`` are they). Taken when the value is built (``known``: at capture, else by hashing
     #: once), never changed; it is read only while the attributes still hold those objects (``bytes`` and
@@ -174,35 +195,73 @@ class Continuation:
     #: ~0.5x the content on Responses). A codec parses the bytes when it encodes the step (once per closed
     #: turn, in its memo: :class:`~reasonstate.adapters.base.Encodings`), sharing strings with the
     #: history's own (:func:`sharing`).
-    _seen_payload: bytes | None = attrs.field(init=False, eq=False, repr=False)
-    _seen_digest: str | None = attrs.field(init=False, eq=False, repr=False)
+    _seen_payload: bytes | None = attrs.field(init=False, eq=False)
+    _seen_digest: str | None = attrs.field(init=False, eq=False)
 
     def __init__(
         self,
-        vendor: str,
-        api: str,
-        model: str,
-        kind: str,
-        payload: bytes,
-        digest: str,
-        model_bound: bool = True,
-        platform: str = FIRST_PARTY,
+        vendor: str | None = None,
+        api: str | None = None,
+        model: str | None = None,
+        kind: str = "",
+        payload: bytes = b"",
+        digest: str = "",
+        model_bound: bool | None = None,
+        platform: str | None = None,
         *,
+        origin: _Origin | None = None,
         known: _Checked | None = None,
     ) -> None:
+        # ``origin`` (what ``attrs.evolve`` hands back) gives every provenance field not named
+        was = origin if origin is not None else ("", "", "", True, FIRST_PARTY)
         set_ = object.__setattr__  # the frozen class's own construction, as attrs' generated __init__
-        set_(self, "vendor", vendor)
-        set_(self, "api", api)
-        set_(self, "model", model)
         set_(self, "kind", kind)
         set_(self, "payload", payload)
         set_(self, "digest", digest)
-        set_(self, "model_bound", model_bound)
-        set_(self, "platform", platform)
+        set_(
+            self,
+            "_origin",
+            _shared_origin(
+                (
+                    was[0] if vendor is None else vendor,
+                    was[1] if api is None else api,
+                    was[2] if model is None else model,
+                    was[3] if model_bound is None else model_bound,
+                    was[4] if platform is None else platform,
+                )
+            ),
+        )
         checked = _check(payload, digest) if known is None else known
         seen_payload, seen_digest = (None, None) if checked is None else checked[:2]
         set_(self, "_seen_payload", seen_payload)
         set_(self, "_seen_digest", seen_digest)
+
+    @property
+    def vendor(self) -> str:
+        return self._origin[0]
+
+    @property
+    def api(self) -> str:
+        return self._origin[1]
+
+    @property
+    def model(self) -> str:
+        return self._origin[2]
+
+    @property
+    def model_bound(self) -> bool:
+        return self._origin[3]
+
+    @property
+    def platform(self) -> str:
+        return self._origin[4]
+
+    def __repr__(self) -> str:
+        return (
+            f"Continuation(vendor={self.vendor!r}, api={self.api!r}, model={self.model!r}, "
+            f"kind={self.kind!r}, digest={self.digest!r}, model_bound={self.model_bound!r}, "
+            f"platform={self.platform!r})"
+        )
 
     @classmethod
     def capture(
