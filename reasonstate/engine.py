@@ -528,6 +528,10 @@ class ToolCall:
         return cls(part.id, part.name, part.arguments, part.raw_arguments, part.arguments_error)
 
 
+#: the empty set of ids, one object shared by every layers value that has none
+_NO_IDS: frozenset[str] = frozenset()
+
+
 @attrs.frozen(slots=True)
 class Layers:
     """The session's history, trace and execution records: swapped as one value, so a commit is atomic.
@@ -541,8 +545,8 @@ class Layers:
     trace: Trace = attrs.field(factory=Trace)
     #: the execution records with the unit digests of the newest requests (kept once, not per record)
     records: Records = attrs.field(factory=Records)
-    lost: frozenset[str] = frozenset()
-    stripped: frozenset[str] = frozenset()
+    lost: frozenset[str] = _NO_IDS
+    stripped: frozenset[str] = _NO_IDS
     #: the newest request as sent (for the cause of the next cache break; not snapshotted): its body as
     #: the SDK kwargs it was sent from where the vendor's room reads a body from them (values the memoized
     #: runs hold anyway), else the exact bytes (issue 21: one request body was ~0.5x the content)
@@ -556,16 +560,18 @@ class Layers:
 
 def lost_responses(trace: Trace) -> frozenset[str]:
     """Response ids the vendor said it no longer holds (a traced 404 for ``previous_response_id``)."""
-    return frozenset(
+    lost = frozenset(
         str(e.data["lost_response_id"])
         for e in trace.of_kind(EventKind.CALL_FAILED)
         if e.data.get("lost_response_id") is not None
     )
+    return lost or _NO_IDS
 
 
 def stripped_payloads(trace: Trace) -> frozenset[str]:
     """Digests of the payloads a vendor rejected and the session left out (``continuation.stripped``)."""
-    return frozenset(d for e in trace.of_kind(EventKind.CONTINUATION_STRIPPED) for d in e.data["digests"])
+    stripped = frozenset(d for e in trace.of_kind(EventKind.CONTINUATION_STRIPPED) for d in e.data["digests"])
+    return stripped or _NO_IDS
 
 
 def encoded(

@@ -14,7 +14,7 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.policies import Keep
-from reasonstate.state import FrozenDict, FrozenList
+from reasonstate.state import EventKind, FrozenDict, FrozenList, History, Trace
 from reasonstate.state.continuation import compact, sharing
 from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
@@ -55,6 +55,22 @@ def test_the_session_holds_no_copy_of_its_newest_request_body() -> None:
     assert held == []
     # and what is kept reads back as the body the emulator received
     assert session._layers.last_body == json.loads(bodies[-1])
+
+
+def test_a_held_keep_decision_keeps_no_earlier_history_or_trace() -> None:
+    """The newest ``policy.decision`` of a keep-all close is completed when first read (or by the next
+    request); until then it holds what the next request is built on: the records and the lost and stripped
+    ids, not the previous history and trace (issue 21: ~3 KB per session, a third of a 10-turn trace)."""
+    with AnthropicEmulator([answer(i) for i in range(TURNS)], secret=b"s") as emu:
+        session = make_session(emu, policy=Keep())
+        for i in range(TURNS):
+            session.send(f"Question {i}?")
+        assert session._layers.trace.deferred  # the newest decision is held, not completed
+        reachable = _reachable(session._layers)
+        assert [o for o in reachable if isinstance(o, History)] == [session._layers.history]
+        assert [o for o in reachable if isinstance(o, Trace)] == [session._layers.trace]
+        decisions = session.trace.of_kind(EventKind.POLICY_DECISION)  # completes the held one
+        assert len(decisions) == TURNS and decisions[-1].data["predicted_cache_read"] is not None
 
 
 def test_closed_turns_with_equal_views_share_one_view() -> None:

@@ -209,8 +209,9 @@ class _Store:
         self.shape_ids: dict[tuple[str, ...], int] = {}
         self.strings: list[str] = []
         self.string_ids: dict[str, int] = {}
-        #: per (shape, position) the last string seen there (an encoding hint only)
-        self.last: dict[tuple[int, int], str] = {}
+        #: per place (``shape << 16 | position``) the last string seen there (an encoding hint only: two
+        #: places sharing a key only miss a reference, an event decodes the same)
+        self.last: dict[int, str] = {}
         self.lock = threading.Lock()
         #: (position of the first event not encoded yet, those events as built)
         self.pending: tuple[int, list[TraceEvent]] = (0, [])
@@ -278,7 +279,7 @@ class _Store:
             self.run_start.append(i)
             self.run_at.append(at)
 
-    def _enc(self, v: Any, slot: tuple[int, int] | None) -> Any:
+    def _enc(self, v: Any, slot: int | None) -> Any:
         t = type(v)
         if t is str:
             if slot is not None and len(v) >= _SHARED_MIN:
@@ -317,7 +318,7 @@ class _Store:
                 ):
                     append(x)
                 else:
-                    append(self._enc(x, (shape, i)))
+                    append(self._enc(x, shape << 16 | i))
             return out
         if t is list or t is tuple or t is FrozenList:
             return [_LIST, *[self._enc(x, None) for x in v]]
