@@ -624,7 +624,9 @@ class AnthropicAdapter:
             content, bi = block_at(k)
             return content[bi].get("type") not in _REASONING_KINDS
 
-        breakpoints = self._breakpoints(units, prefix_units, records, markable)
+        # one copy of the units, which the breakpoints compare and the request keeps (issue 21: own CPU)
+        request_units = tuple(units)
+        breakpoints = self._breakpoints(request_units, prefix_units, records, markable)
         n_tools = len(tools)
         for b in breakpoints:
             k = b - 1  # the unit that carries the marker
@@ -665,7 +667,7 @@ class AnthropicAdapter:
                 kwargs[key] = value
         return VendorRequest(
             kwargs=kwargs,
-            units=tuple(units),
+            units=request_units,
             model=model,
             breakpoints=breakpoints,
             prefix_units=n_head,
