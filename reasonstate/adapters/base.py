@@ -887,22 +887,28 @@ class ListRun:
 
     def extended(self, turns: Sequence[Turn], encodings: Sequence[ListEncoding]) -> ListRun:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
-        values, units, withheld = list(self.values), list(self.units), list(self.withheld)
+        # the new values and units (one unit per value) are built apart and joined to the run's tuples once
+        # (one copy each, issue 21: own CPU per request); only the run's last value may be replaced (a join)
+        old_values, old_units = self.values, self.units
+        values, units, withheld = list(old_values[-1:]), list(old_units[-1:]), list(self.withheld)
+        kept = len(old_values) - len(values)
         cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
         for encoded in encodings:
             joined = extend_joined(values, units, encoded.values, encoded.units, self.join)
             withheld.extend(encoded.withheld)
             sealed += len(encoded.seal.entries)
-            cuts.extend((len(values), len(units), len(withheld), sealed, joined))
+            cuts.extend((kept + len(values), kept + len(units), len(withheld), sealed, joined))
         # the last value already there may have been replaced by a join: it is looked at again
-        start = max(len(self.values) - 1, 0)
-        marked = _newest_marked(values, self.marks, start)
-        if marked < 0 and self.marked < start:
-            marked = self.marked
+        marked = _newest_marked(values, self.marks, 0)
+        marked = kept + marked if marked >= 0 else self.marked if self.marked < kept else -1
+        if kept < len(old_values) and values[0] is old_values[-1] and units[0] is old_units[-1]:
+            all_values, all_units = old_values + tuple(values[1:]), old_units + tuple(units[1:])
+        else:
+            all_values, all_units = old_values[:kept] + tuple(values), old_units[:kept] + tuple(units)
         return ListRun(
             (*self.turns, *turns),
-            tuple(values),
-            tuple(units),
+            all_values,
+            all_units,
             tuple(withheld),
             self.seals.extended([e.seal for e in encodings]),
             cuts,
