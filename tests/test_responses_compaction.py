@@ -9,13 +9,15 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import openai
 import pytest
 from openai.types.responses import ResponseCompactionItem
 
 import reasonstate as rs
+from reasonstate.adapters.base import Encodings
 from reasonstate.adapters.openai_responses import CHAIN_FALLBACK
-from reasonstate.state import EventKind
+from reasonstate.state import EventKind, History, Turn
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 
@@ -490,3 +492,31 @@ def test_chained_by_id_after_a_compaction_the_prediction_stays_exact(
     reported = [r.usage.cache_read for r in session.execution]
     assert reported[2] >= 1024
     assert [predicted[0], predicted[2]] == [reported[0], reported[2]]
+
+
+def test_the_memoized_run_keeps_its_newest_compaction_item_as_a_fresh_encoding_finds_it(
+    emu: OpenAIResponsesEmulator,
+) -> None:
+    """The closed turns' run keeps the index of its newest compaction item as it grows and as it is cut
+    (issue 21: no pass over the input items per request): every history built from the session's turns,
+    on the session's memo (extended, then cut shorter) or a fresh one, starts its stateless input at its
+    newest compaction item, the only one it sends (§1.9), and has the units of fresh turn objects (which
+    memoize nothing)."""
+    session = _long_session(emu)
+    turns = session.history.turns
+    assert sum(c.kind == "compaction" for c in session.continuation) == 2
+    adapter, options = session._adapter, dict(session._options)
+
+    def fresh_units(history: History) -> tuple[str, ...]:
+        copy = History(tuple(attrs.evolve(t) for t in history.turns))
+        return adapter.encode(session.prefix, copy, session.model, options, [], encodings=Encodings()).units
+
+    for k in [len(turns), 1, 2, 3, len(turns), 2, 1, len(turns)]:
+        history = History((*turns[:k], Turn(index=k, user="Next?")))
+        had = any(c.kind == "compaction" for t in turns[:k] for s in t.steps for c in s.continuation)
+        for memo in (session._encodings, Encodings()):
+            request = adapter.encode(session.prefix, history, session.model, options, [], encodings=memo)
+            kinds = [item.get("type") for item in request.kwargs["input"]]
+            assert kinds.count("compaction") == (1 if had else 0), (k, kinds)
+            assert not had or kinds[0] == "compaction", (k, kinds)
+            assert request.units == fresh_units(history), k

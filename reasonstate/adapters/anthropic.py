@@ -639,11 +639,14 @@ class AnthropicAdapter:
         if edits and starts and len(units) - starts[0] != sum(len(m["content"]) for m in messages):
             edits = ServerEdits(known=False)  # not this request's layout: predict nothing rather than wrong
         if edits:
-            units, at = _edited_units(sent_units, messages, starts, edits)
-            breakpoints = self._breakpoints(units, prefix_units, records, lambda q: markable(at[q]))
+            edited, at = _edited_units(sent_units, messages, starts, edits)
+            request_units = tuple(edited)
+            breakpoints = self._breakpoints(request_units, prefix_units, records, lambda q: markable(at[q]))
             marked = tuple(at[b - 1] + 1 for b in breakpoints)  # in the units of the messages sent
         else:
-            breakpoints = self._breakpoints(units, prefix_units, records, markable)
+            # one copy of the units, which the breakpoints compare and the request keeps (issue 21: own CPU)
+            request_units = tuple(units)
+            breakpoints = self._breakpoints(request_units, prefix_units, records, markable)
             marked = breakpoints
         n_tools = len(tools)
         for b in marked:
@@ -685,7 +688,7 @@ class AnthropicAdapter:
                 kwargs[key] = value
         return VendorRequest(
             kwargs=kwargs,
-            units=tuple(units),
+            units=request_units,
             model=model,
             breakpoints=breakpoints,
             prefix_units=n_head,
@@ -1050,23 +1053,35 @@ class _Run:
 
     def extended(self, turns: Sequence[Turn], encodings: Sequence[_TurnEncoding]) -> _Run:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
-        offset = self.offset
-        messages, starts = list(self.messages), array.array("I", self.starts)
-        units = [*([""] * offset), *self.units]
+        # the new messages and units are built apart and joined to the run's tuples once (one copy each,
+        # issue 21: own CPU per request); only the run's last message may be replaced (a merge, §4.2)
+        offset, old_messages, old_units = self.offset, self.messages, self.units
+        messages, starts = list(old_messages[-1:]), array.array("I", self.starts)
+        kept = len(old_messages) - len(messages)
+        units: list[str] = []
         withheld = list(self.withheld)
         cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
         for encoded in encodings:
             for role, blocks, block_digests in encoded.messages:
-                _append(messages, starts, units, role, blocks, block_digests)
+                if messages and messages[-1]["role"] == role:  # as _append merges
+                    messages[-1] = {"role": role, "content": [*messages[-1]["content"], *blocks]}
+                else:
+                    starts.append(offset + len(old_units) + len(units))
+                    messages.append({"role": role, "content": blocks})
+                units.extend(block_digests)
             withheld.extend(encoded.withheld)
             sealed += len(encoded.seal.entries)
-            cuts.extend((len(messages), len(units) - offset, len(withheld), sealed))
+            cuts.extend((kept + len(messages), len(old_units) + len(units), len(withheld), sealed))
+        if kept < len(old_messages) and messages[0] is old_messages[-1]:
+            joined = old_messages + tuple(messages[1:])
+        else:
+            joined = old_messages[:kept] + tuple(messages)
         return _Run(
             offset,
             (*self.turns, *turns),
-            tuple(messages),
+            joined,
             starts,
-            tuple(units[offset:]),
+            old_units + tuple(units),
             tuple(withheld),
             self.seals.extended([e.seal for e in encodings]),
             cuts,

@@ -583,10 +583,13 @@ class Seals:
         return Seals(self.sealed[:n], self.payloads[:n], self.digests[:n])
 
     def check(self) -> None:
-        """``Seal.check`` of every entry, without a Python-level loop while nothing changed."""
-        if all(map(operator.is_, map(_PAYLOAD, self.sealed), self.payloads)) and all(
-            map(operator.is_, map(_DIGEST, self.sealed), self.digests)
-        ):
+        """``Seal.check`` of every entry, without a Python-level loop while nothing changed: two tuple
+        comparisons at C speed, each element compared by identity first (an attribute replaced by an equal
+        object is no change: the request is the same; a different one is refused as ``Seal.check`` refuses
+        it). Cheaper than ``all(map(operator.is_, ...))``: no function call per entry (issue 21:
+        own CPU per request)."""
+        sealed = self.sealed
+        if tuple(map(_PAYLOAD, sealed)) == self.payloads and tuple(map(_DIGEST, sealed)) == self.digests:
             return
         Seal(tuple(zip(self.sealed, self.payloads, self.digests, strict=True))).check()
 
@@ -866,6 +869,10 @@ class ListRun:
     checks of its payloads to verify it, not a Python pass over every turn. Never changed once built.
     ``cuts`` holds, per turn, where the run of the turns up to it ends (values, units, withheld, seals) and
     whether the turn's first value was joined to the one before it: :meth:`prefix` is slices.
+
+    With ``marks`` (a predicate on values), ``marked`` is the index of the newest value it holds of (-1:
+    none), kept as the run grows: a codec that needs it (the newest Responses ``compaction`` item,
+    docs/protocols.md §1.9) reads it without a Python pass over the values on every request (issue 21).
     """
 
     turns: tuple[Turn, ...] = ()
@@ -875,27 +882,42 @@ class ListRun:
     seals: Seals = attrs.field(factory=Seals)
     cuts: array.array[int] = attrs.field(factory=_cuts)
     join: Join | None = attrs.field(default=None, eq=False)
+    marks: Callable[[Any], bool] | None = attrs.field(default=None, eq=False)
+    marked: int = -1
 
     def check(self) -> None:
         self.seals.check()
 
     def extended(self, turns: Sequence[Turn], encodings: Sequence[ListEncoding]) -> ListRun:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
-        values, units, withheld = list(self.values), list(self.units), list(self.withheld)
+        # the new values and units (one unit per value) are built apart and joined to the run's tuples once
+        # (one copy each, issue 21: own CPU per request); only the run's last value may be replaced (a join)
+        old_values, old_units = self.values, self.units
+        values, units, withheld = list(old_values[-1:]), list(old_units[-1:]), list(self.withheld)
+        kept = len(old_values) - len(values)
         cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
         for encoded in encodings:
             joined = extend_joined(values, units, encoded.values, encoded.units, self.join)
             withheld.extend(encoded.withheld)
             sealed += len(encoded.seal.entries)
-            cuts.extend((len(values), len(units), len(withheld), sealed, joined))
+            cuts.extend((kept + len(values), kept + len(units), len(withheld), sealed, joined))
+        # the last value already there may have been replaced by a join: it is looked at again
+        marked = _newest_marked(values, self.marks, 0)
+        marked = kept + marked if marked >= 0 else self.marked if self.marked < kept else -1
+        if kept < len(old_values) and values[0] is old_values[-1] and units[0] is old_units[-1]:
+            all_values, all_units = old_values + tuple(values[1:]), old_units + tuple(units[1:])
+        else:
+            all_values, all_units = old_values[:kept] + tuple(values), old_units[:kept] + tuple(units)
         return ListRun(
             (*self.turns, *turns),
-            tuple(values),
-            tuple(units),
+            all_values,
+            all_units,
             tuple(withheld),
             self.seals.extended([e.seal for e in encodings]),
             cuts,
             self.join,
+            self.marks,
+            marked,
         )
 
     def prefix(self, k: int) -> tuple[ListRun, int]:
@@ -905,16 +927,19 @@ class ListRun:
         while 0 < j < len(self.turns) and cuts[_CUT * j + 4]:
             j -= 1
         if j == 0:
-            return ListRun(join=self.join), 0
+            return ListRun(join=self.join, marks=self.marks), 0
         v, u, w, s = cuts[_CUT * j - _CUT : _CUT * j - 1]
+        values = self.values[:v]
         run = ListRun(
             self.turns[:j],
-            self.values[:v],
+            values,
             self.units[:u],
             self.withheld[:w],
             self.seals.prefix(s),
             cuts[: _CUT * j],
             self.join,
+            self.marks,
+            self.marked if self.marked < v else _newest_marked(values, self.marks, 0),
         )
         return run, j
 
@@ -927,6 +952,15 @@ def part_strings(part: Part) -> tuple[str, ...]:
     if isinstance(part, ToolCallPart):
         return (part.id, part.name, part.raw_arguments)
     return ()
+
+
+def _newest_marked(values: Sequence[Any], marks: Callable[[Any], bool] | None, start: int) -> int:
+    """The index of the newest of ``values[start:]`` that ``marks`` holds of (-1: none, or no ``marks``)."""
+    if marks is not None:
+        for i in range(len(values) - 1, start - 1, -1):
+            if marks(values[i]):
+                return i
+    return -1
 
 
 def payload_of(step: Step, part: Part) -> Continuation | None:

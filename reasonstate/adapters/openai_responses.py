@@ -244,7 +244,12 @@ class _TurnEncoding:
         return tuple(i.unit for i in self.items)
 
 
-_EMPTY_RUN = ListRun()
+def _is_compaction(value: Any) -> bool:
+    return isinstance(value, Mapping) and value.get("type") == "compaction"
+
+
+#: the run of no turns; its runs keep the index of their newest compaction item (§1.9) as they grow
+_EMPTY_RUN = ListRun(marks=_is_compaction)
 
 
 def _closed_run(
@@ -452,6 +457,7 @@ class OpenAIResponsesAdapter:
         memo = encodings if encodings is not None else Encodings()
         run = _closed_run(closed, model, store, memo, self.binding)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
+        n_few = len(values)
         values.extend(run.values)
         units.extend(run.units)
         withheld: list[Continuation] = list(run.withheld)
@@ -465,8 +471,12 @@ class OpenAIResponsesAdapter:
         conversation = options.get("conversation")
         # §1.9: the newest compaction item carries every item before it: the units are what the server
         # renders (from that item on). Stateless, the items before it are dropped too (the vendor's latency
-        # tip); chained by id or conversation they are not sent anyway ("do not manually prune")
-        at = _newest_compaction(values) or 0
+        # tip); chained by id or conversation they are not sent anyway ("do not manually prune"). The
+        # closed turns' newest one is kept by their run: only the open turn's items are looked at here
+        at = _newest_compaction(values, n_few + len(run.values))
+        if at is None and run.marked >= 0:
+            at = n_few + run.marked
+        at = at or 0
         if at:
             units = units[:n_head] + units[n_head + at :]
             if not store and conversation is None:
@@ -663,13 +673,13 @@ def _held_by_conversation(
     return len(chain)
 
 
-def _newest_compaction(values: Sequence[Any]) -> int | None:
-    """The index of the newest ``compaction`` item among the input items (§1.9), None when there is none.
-    An item of another model is never among them (rendered canonically: a compaction has no canonical
-    form), so only a compaction this model can read cuts the input."""
-    for i in range(len(values) - 1, -1, -1):
-        value = values[i]
-        if isinstance(value, Mapping) and value.get("type") == "compaction":
+def _newest_compaction(values: Sequence[Any], start: int = 0) -> int | None:
+    """The index of the newest ``compaction`` item among the input items ``values[start:]`` (§1.9), None
+    when there is none. An item of another model is never among them (rendered canonically: a compaction
+    has no canonical form), so only a compaction this model can read cuts the input. (Few-shot items are
+    plain messages, never a compaction.)"""
+    for i in range(len(values) - 1, start - 1, -1):
+        if _is_compaction(values[i]):
             return i
     return None
 

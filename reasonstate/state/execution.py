@@ -194,9 +194,11 @@ class UnitUse(NamedTuple):
 
 
 def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed)."""
+    """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed). The common
+    case, one extending the other, compares without copying the longer one's head when the shorter is whole
+    (``a[:n]`` of a sequence of length ``n`` is an equal copy of it; issue 21: own CPU per request)."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
         return n
     lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
     while hi - lo > 1:
