@@ -199,13 +199,20 @@ class Mark:
             and self.events == layers.trace.ready()
             and self.records == len(records)
             and self.offset == records.offset
-            and (not records or records[-1] is self.last)
+            and (not records or _same(records[-1], self.last))
             and self.state == state
         )
 
     def newest(self, model: str) -> int | None:
         """The ``seq`` of ``model``'s newest request the log holds (None: none)."""
         return next((seq for m, seq in self.chains if m == model), None)
+
+
+def _same(record: ExecutionRecord, last: ExecutionRecord | None) -> bool:
+    """Whether ``record`` is the record a mark noted: the same object, or (an older record is kept packed
+    and built again when read: :class:`~reasonstate.state.execution.Records`) an equal one. One record's
+    fields compared, never the whole list."""
+    return record is last or record == last
 
 
 # -- writing -----------------------------------------------------------------------------------------------
@@ -230,7 +237,7 @@ def delta_body(mark: Mark, layers: Layers, state: str, changed: int | None) -> t
         n_new < n_old
         or records.offset != mark.offset
         or n_new - n_old >= 64
-        or (n_old and records[n_old - 1] is not mark.last)  # records only ever append
+        or (n_old and not _same(records[n_old - 1], mark.last))  # records only ever append
     ):
         return None
     trace = layers.trace
