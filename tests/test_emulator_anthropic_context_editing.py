@@ -62,6 +62,17 @@ def client(emu: AnthropicEmulator) -> Iterator[anthropic.Anthropic]:
     c.close()
 
 
+def plain(client: anthropic.Anthropic, messages: list[dict[str, Any]]) -> Any:
+    """One request with thinking and the tools, no edits."""
+    return client.messages.create(
+        model=MODEL,
+        max_tokens=4096,
+        tools=TOOLS,
+        thinking=THINKING,
+        messages=messages,  # type: ignore[arg-type]
+    )
+
+
 def chain(client: anthropic.Anthropic, emu: AnthropicEmulator, calls: list[str]) -> list[dict[str, Any]]:
     """One assistant turn with thinking per tool call (``calls`` names the tools), each answered."""
     emu.script.extend(
@@ -72,13 +83,7 @@ def chain(client: anthropic.Anthropic, emu: AnthropicEmulator, calls: list[str])
     )
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather and time in Paris?"}]
     for i in range(len(calls)):
-        resp = client.messages.create(
-            model=MODEL,
-            max_tokens=4096,
-            tools=TOOLS,
-            thinking=THINKING,
-            messages=messages,  # type: ignore[arg-type]
-        )
+        resp = plain(client, messages)
         use = next(b for b in resp.content if b.type == "tool_use")
         messages += [
             {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in resp.content]},
@@ -122,13 +127,7 @@ def test_clear_thinking_keeps_the_last_turn_and_reports_the_cleared_tokens(
     for question in (None, "And Rome?"):
         if question is not None:
             messages.append({"role": "user", "content": question})
-        resp = client.messages.create(
-            model=MODEL,
-            max_tokens=4096,
-            tools=TOOLS,
-            thinking=THINKING,
-            messages=messages,  # type: ignore[arg-type]
-        )
+        resp = plain(client, messages)
         messages.append(
             {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in resp.content]}
         )

@@ -20,15 +20,12 @@ import pytest
 import reasonstate as rs
 from reasonstate.adapters import adapter_for, scope_for
 from reasonstate.state import EventKind
-from reasonstate.testing import ModelAction, ToolCallSpec
+from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
+from tests.conftest import WEATHER
+from tests.test_platforms import chain, run_chain
 
-WEATHER = rs.Tool(
-    name="get_weather",
-    description="Current weather for a city",
-    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-)
 MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
 THINKING: dict[str, Any] = {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}}
 #: two IAM access key ids (AWS's documented example shape) of two accounts, and their secrets
@@ -41,24 +38,6 @@ RESPONSES: dict[str, Any] = {
     "include": ["reasoning.encrypted_content"],
     "store": False,
 }
-
-
-def chain(tag: str) -> list[ModelAction]:
-    """reasoning → a tool call; reasoning → the answer."""
-    return [
-        ModelAction(
-            reasoning=f"{tag}: I need the weather first.",
-            tool_calls=(ToolCallSpec("get_weather", {"city": "Paris"}),),
-        ),
-        ModelAction(reasoning=f"{tag}: now I can answer.", text=f"{tag}: Paris is mild."),
-    ]
-
-
-def run_chain(session: rs.Session, question: str) -> rs.Reply:
-    reply = session.send(question)
-    while reply.tool_calls:
-        reply = session.send_tool_results({c.id: {"temp_c": 18} for c in reply.tool_calls})
-    return reply
 
 
 def signatures(bodies: list[bytes]) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import json
 import types
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -83,27 +84,35 @@ def test_closed_turns_with_equal_views_share_one_view() -> None:
     assert session.history.turns[0].view == session.history.turns[-1].view
 
 
-@pytest.mark.parametrize("vendor", ["responses", "deepseek", "gemini"])
-def test_the_previous_request_reads_back_as_the_body_the_vendor_received(vendor: str) -> None:
-    """Where the SDK sends its kwargs as the JSON body (``extra_body`` merged in: DeepSeek's ``thinking``),
-    the layers keep the kwargs and they equal the body the emulator parsed; google-genai reshapes its kwargs
-    (``config`` fields go to the body's top level, camelCase), so a Gemini session keeps the exact bytes."""
+def _three_answers_on(vendor: str) -> tuple[Any, Callable[[Any], rs.Session]]:
+    """An emulator of ``vendor`` scripted with three answers with reasoning, and how a session is made on
+    it."""
     answers = [ModelAction.answer(f"Answer {i}.", reasoning=f"Thinking {i}.") for i in range(3)]
+    if vendor == "anthropic":
+        return AnthropicEmulator(answers, secret=b"s"), lambda e: make_session(e, policy=Keep())
     if vendor == "responses":
-        emu: Any = OpenAIResponsesEmulator(answers)
-        make = lambda e: rs.Session(e.client(), model="gpt-5.5", system="Be brief.")  # noqa: E731
-    elif vendor == "deepseek":
-        emu = OpenAIChatEmulator(answers, dialect="deepseek")
-        make = lambda e: rs.Session(  # noqa: E731
+        return OpenAIResponsesEmulator(answers), lambda e: rs.Session(
+            e.client(), model="gpt-5.5", system="Be brief."
+        )
+    if vendor == "deepseek":
+        return OpenAIChatEmulator(answers, dialect="deepseek"), lambda e: rs.Session(
             e.client(),
             model="deepseek-v4-pro",
             dialect="deepseek",
             system="Be brief.",
             thinking={"type": "enabled"},
         )
-    else:
-        emu = GeminiEmulator(answers)
-        make = lambda e: rs.Session(e.client(), model="gemini-3-flash", system="Be brief.")  # noqa: E731
+    return GeminiEmulator(answers), lambda e: rs.Session(
+        e.client(), model="gemini-3-flash", system="Be brief."
+    )
+
+
+@pytest.mark.parametrize("vendor", ["responses", "deepseek", "gemini"])
+def test_the_previous_request_reads_back_as_the_body_the_vendor_received(vendor: str) -> None:
+    """Where the SDK sends its kwargs as the JSON body (``extra_body`` merged in: DeepSeek's ``thinking``),
+    the layers keep the kwargs and they equal the body the emulator parsed; google-genai reshapes its kwargs
+    (``config`` fields go to the body's top level, camelCase), so a Gemini session keeps the exact bytes."""
+    emu, make = _three_answers_on(vendor)
     with emu:
         session = make(emu)
         for i in range(3):
@@ -126,26 +135,7 @@ def test_a_payload_is_kept_once_as_its_bytes(vendor: str) -> None:
     """A continuation keeps its payload's bytes and no parsed copy beside them (on Responses the frozen
     copy was ~0.5x the content, and the codec's memo held a third, plain form); what the memo sends shares
     the history's strings: the text a part holds is the very string object in the request."""
-    answers = [ModelAction.answer(f"Answer {i}.", reasoning=f"Thinking {i}.") for i in range(3)]
-    emu: Any
-    if vendor == "anthropic":
-        emu = AnthropicEmulator(answers, secret=b"s")
-        make = lambda e: make_session(e, policy=Keep())  # noqa: E731
-    elif vendor == "responses":
-        emu = OpenAIResponsesEmulator(answers)
-        make = lambda e: rs.Session(e.client(), model="gpt-5.5", system="Be brief.")  # noqa: E731
-    elif vendor == "deepseek":
-        emu = OpenAIChatEmulator(answers, dialect="deepseek")
-        make = lambda e: rs.Session(  # noqa: E731
-            e.client(),
-            model="deepseek-v4-pro",
-            dialect="deepseek",
-            system="Be brief.",
-            thinking={"type": "enabled"},
-        )
-    else:
-        emu = GeminiEmulator(answers)
-        make = lambda e: rs.Session(e.client(), model="gemini-3-flash", system="Be brief.")  # noqa: E731
+    emu, make = _three_answers_on(vendor)
     with emu:
         session = make(emu)
         for i in range(3):
