@@ -247,6 +247,7 @@ __all__ = [
     "MODEL_ALIASES",
     "SENTINEL_SIGNATURES",
     "GeminiEmulator",
+    "genai_client",
     "implicit_cache_min_tokens",
     "model_generation",
     "validates_signatures",
@@ -459,6 +460,42 @@ class _Reject(Exception):
 
     def response(self) -> JSONResponse:
         return _error(self.status, self.message)
+
+
+def genai_client(
+    base_url: str, platform: str, *, api_version: str, api_key: str, single_attempt: bool = False, **kw: Any
+) -> genai.Client:
+    """A real ``google.genai.Client`` on an emulator at ``base_url``: proxies from the environment ignored;
+    on Vertex AI (``platform == "vertex"``) with ``api_key`` as a static OAuth2 token (no network, no
+    application default credentials). ``single_attempt``: the SDK's retry options say one attempt (its
+    interactions client would otherwise retry). ``kw`` goes to ``genai.Client``."""
+    with needs("gemini"):
+        from google import genai
+        from google.genai import types
+
+    http_options = types.HttpOptions(
+        base_url=base_url,
+        api_version=api_version,
+        client_args={"trust_env": False},
+        async_client_args={"trust_env": False},
+        retry_options=types.HttpRetryOptions(attempts=1) if single_attempt else None,
+    )
+    options: dict[str, Any] = {"api_key": api_key, "vertexai": False, "http_options": http_options}
+    if platform == "vertex":
+        # the SDK's Vertex default version is v1beta1
+        import google.oauth2.credentials
+
+        http_options.api_version = "v1beta1" if api_version == "v1" else api_version
+        token = google.oauth2.credentials.Credentials(token=api_key)  # type: ignore[no-untyped-call]
+        options = {
+            "vertexai": True,
+            "project": "emulator-project",
+            "location": "us-central1",
+            "credentials": token,
+            "http_options": http_options,
+        }
+    options.update(kw)
+    return genai.Client(**options)
 
 
 def _error(code: int, message: str, details: list[dict[str, Any]] | None = None) -> JSONResponse:
@@ -1014,33 +1051,7 @@ class GeminiEmulator(ScriptedEmulator):
         """A real ``google.genai.Client`` on this emulator (Developer API, ``api_version`` ``"v1"`` — the
         SDK's default — or ``"v1beta"``; proxies from the environment ignored; no retries). ``kw`` goes to
         ``genai.Client``; ``client(...).aio`` is the async client."""
-        with needs("gemini"):
-            from google import genai
-            from google.genai import types
-
-        http_options = types.HttpOptions(
-            base_url=self.base_url,
-            api_version=api_version,
-            client_args={"trust_env": False},
-            async_client_args={"trust_env": False},
-        )
-        options: dict[str, Any] = {"api_key": api_key, "vertexai": False, "http_options": http_options}
-        if self.platform == "vertex":
-            # Vertex AI with a static OAuth2 token (no network, no application default credentials); the
-            # SDK's Vertex default version is v1beta1
-            import google.oauth2.credentials
-
-            http_options.api_version = "v1beta1" if api_version == "v1" else api_version
-            token = google.oauth2.credentials.Credentials(token=api_key)  # type: ignore[no-untyped-call]
-            options = {
-                "vertexai": True,
-                "project": "emulator-project",
-                "location": "us-central1",
-                "credentials": token,
-                "http_options": http_options,
-            }
-        options.update(kw)
-        return genai.Client(**options)
+        return genai_client(self.base_url, self.platform, api_version=api_version, api_key=api_key, **kw)
 
     def _handle_vertex(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
         """Gemini on Vertex AI: a Bearer access token (or, express mode, ``x-goog-api-key``); a missing or

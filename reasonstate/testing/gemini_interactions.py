@@ -84,7 +84,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from reasonstate._extras import needs
 from reasonstate.testing._server import (
     DEFAULT_SECRET,
     JSONResponse,
@@ -98,6 +97,7 @@ from reasonstate.testing._server import (
 from reasonstate.testing.gemini import (
     KNOWN_MODELS,
     MODEL_ALIASES,
+    genai_client,
     implicit_cache_min_tokens,
     model_generation,
     validates_signatures,
@@ -333,34 +333,9 @@ class GeminiInteractionsEmulator(ScriptedEmulator):
     def client(self, *, api_version: str = "v1", api_key: str = "test-key", **kw: Any) -> genai.Client:
         """A real ``google.genai.Client`` on this emulator (no proxies from the environment, no retries:
         ``client.interactions`` for sync calls, ``client.aio.interactions`` for async ones)."""
-        with needs("gemini"):
-            from google import genai
-            from google.genai import types
-
-        http_options = types.HttpOptions(
-            base_url=self.base_url,
-            api_version=api_version,
-            client_args={"trust_env": False},
-            async_client_args={"trust_env": False},
-            retry_options=types.HttpRetryOptions(attempts=1),
+        return genai_client(
+            self.base_url, self.platform, api_version=api_version, api_key=api_key, single_attempt=True, **kw
         )
-        options: dict[str, Any] = {"api_key": api_key, "vertexai": False, "http_options": http_options}
-        if self.platform == "vertex":
-            # Vertex AI with a static OAuth2 token (no network, no application default credentials); the
-            # SDK's Vertex default version is v1beta1
-            import google.oauth2.credentials
-
-            http_options.api_version = "v1beta1" if api_version == "v1" else api_version
-            token = google.oauth2.credentials.Credentials(token=api_key)  # type: ignore[no-untyped-call]
-            options = {
-                "vertexai": True,
-                "project": "emulator-project",
-                "location": "us-central1",
-                "credentials": token,
-                "http_options": http_options,
-            }
-        options.update(kw)
-        return genai.Client(**options)
 
     def _handle_vertex(self, request: RecordedRequest) -> JSONResponse | StreamResponse:
         """Vertex AI: a Bearer access token; a missing or unknown one is Google's 401 ``UNAUTHENTICATED``;
