@@ -260,7 +260,11 @@ def scope_for(client: Any) -> str:
     """The account or resource a vendor client's platform binds its payloads to, ``""`` when the platform
     binds none or the client does not say (docs/protocols.md §10.1): for ``AnthropicBedrock`` the AWS
     identity and region (:func:`_bedrock_scope`), for ``AzureOpenAI`` the resource host. Never a secret."""
-    platform = platform_for(client)
+    return _scope(client, platform_for(client))
+
+
+def _scope(client: Any, platform: str) -> str:
+    """:func:`scope_for` on a client whose platform is known already."""
     if platform == "bedrock":
         return _bedrock_scope(client)
     if platform == "azure":
@@ -349,7 +353,7 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
     """
     kind = _kind(client)
     platform = platform_for(client)
-    scope = scope_for(client)
+    scope = _scope(client, platform)
     at = "" if platform == FIRST_PARTY else f"@{bound(platform, scope)}"
     if kind.genai is not None:
         if dialect is not None or api not in (None, "generate_content", "interactions"):
