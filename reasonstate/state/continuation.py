@@ -203,16 +203,21 @@ class Continuation:
         vendor: str | None = None,
         api: str | None = None,
         model: str | None = None,
-        kind: str = "",
-        payload: bytes = b"",
-        digest: str = "",
+        kind: str | None = None,
+        payload: bytes | None = None,
+        digest: str | None = None,
         model_bound: bool | None = None,
         platform: str | None = None,
         *,
         origin: _Origin | None = None,
         known: _Checked | None = None,
     ) -> None:
-        # ``origin`` (what ``attrs.evolve`` hands back) gives every provenance field not named
+        # every field is required as before; the defaults only let ``attrs.evolve`` hand the provenance
+        # back as one ``origin``, which gives every provenance field not named
+        if kind is None or payload is None or digest is None:
+            raise TypeError("Continuation() needs kind, payload and digest")
+        if origin is None and (vendor is None or api is None or model is None):
+            raise TypeError("Continuation() needs vendor, api and model")
         was = origin if origin is not None else ("", "", "", True, FIRST_PARTY)
         set_ = object.__setattr__  # the frozen class's own construction, as attrs' generated __init__
         set_(self, "kind", kind)
