@@ -412,7 +412,7 @@ class _Packed:
             request_bytes=size,
             prefix_fingerprint=self.names[fingerprint],
             units=units,
-            breakpoints=tuple(self.bps[self.bp_ends[i - 1] if i else 0 : self.bp_ends[i]]),
+            breakpoints=self._breakpoints(i),
             divergence=None if divergence < 0 else divergence,
             predicted_cache_read=None if predicted < 0 else predicted,
             usage=self.usages[i],
@@ -421,13 +421,17 @@ class _Packed:
             output_unit=self.outputs[i],
         )
 
+    def _breakpoints(self, i: int) -> tuple[int, ...]:
+        return tuple(self.bps[self.bp_ends[i - 1] if i else 0 : self.bp_ends[i]])
+
     def use(self, i: int) -> UnitUse:
         """Record ``i``'s :class:`UnitUse`, read from the columns (nothing else built)."""
         raw = self.raw.get(i) if self.raw else None
         if raw is not None:
             return UnitUse(raw.units, raw.usage, raw.output_unit, raw.breakpoints)
-        bps = tuple(self.bps[self.bp_ends[i - 1] if i else 0 : self.bp_ends[i]])
-        return UnitUse(self.ints[i * len(_INT_FIELDS) + 4], self.usages[i], self.outputs[i], bps)
+        return UnitUse(
+            self.ints[i * len(_INT_FIELDS) + 4], self.usages[i], self.outputs[i], self._breakpoints(i)
+        )
 
 
 _EMPTY_PACK = _Packed()
