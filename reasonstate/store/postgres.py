@@ -389,7 +389,9 @@ class PostgresStore(_Postgres, Store):
                 with pool.connection() as conn:
                     return work(conn)
             except psycopg.OperationalError as exc:
-                if conn is None or not conn.broken or attempt == self.pool_size:
+                # dead: broken, or already closed by the pool, whose rollback on its return found the
+                # server had ended it (a socket seen closed before the server's message was read)
+                if conn is None or not (conn.broken or conn.closed) or attempt == self.pool_size:
                     self._failed(exc, doing)
             except psycopg.Error as exc:
                 self._failed(exc, doing)
@@ -595,7 +597,9 @@ class AsyncPostgresStore(_Postgres, AsyncStore):
                 async with pool.connection() as conn:
                     return await work(conn)
             except psycopg.OperationalError as exc:
-                if conn is None or not conn.broken or attempt == self.pool_size:
+                # dead: broken, or already closed by the pool, whose rollback on its return found the
+                # server had ended it (a socket seen closed before the server's message was read)
+                if conn is None or not (conn.broken or conn.closed) or attempt == self.pool_size:
                     self._failed(exc, doing)
             except psycopg.Error as exc:
                 self._failed(exc, doing)
