@@ -575,7 +575,8 @@ def test_async_session_runs_a_streamed_tool_chain(emulator: AnthropicEmulator) -
     session = asyncio.run(main())
     assert session.state is rs.TurnState.IDLE
     assert session.history.turns[0].final_text == "Rome is warmer (22C) than Paris (18C)."
-    assert [len(s.continuation) for s in session.history.turns[0].steps] == [4, 2, 2]
+    # a plain text block keeps no payload: the codec renders it from its part, byte for byte (issue 21)
+    assert [len(s.continuation) for s in session.history.turns[0].steps] == [4, 2, 1]
 
 
 def test_run_executes_handlers_and_parallel_safe_calls_concurrently(emulator: AnthropicEmulator) -> None:
@@ -819,3 +820,45 @@ def test_a_closed_session_refuses_calls_but_can_still_be_snapshotted(emulator: A
     with pytest.raises(rs.IllegalTransition, match="the session is closed"):
         session.send("again")
     assert session.snapshot().state == "closed"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_plain_text_answer_keeps_no_payload_and_goes_back_byte_for_byte(
+    emulator: AnthropicEmulator, stream: bool
+) -> None:
+    """Issue 21: a text block whose bytes are the ones the codec renders from its text keeps no payload (no
+    second copy of the answer in memory), and the next request still carries the answer exactly as the
+    vendor sent it: the oracle is the content array as received on the wire (non-streamed: the response
+    body's own bytes; streamed: the thinking payload as captured and the text written out by hand)."""
+    import httpx2 as httpx
+
+    received: list[bytes] = []
+
+    def keep(response: httpx.Response) -> None:
+        response.read()
+        received.append(response.content)
+
+    http = httpx.Client(event_hooks={"response": [keep]})
+    emulator.script.extend([answer(0), answer(1)])
+    session = rs.Session(
+        emulator.client(http_client=http), model=MODEL, max_tokens=4096, thinking=THINKING, stream=stream
+    )
+    session.send("First?")
+    session.send("Second?")
+    step = session.history.turns[0].steps[0]
+    assert [c.kind for c in step.continuation] == ["thinking"]
+    assert [type(p).__name__ for p in step.parts] == ["ReasoningPart", "TextPart"]
+    assert [p.continuation for p in step.parts] == [0, None]
+    thinking = step.continuation[0].payload
+    expected = (
+        b'{"role":"assistant","content":[' + thinking + b',{"type":"text","text":"Follow-up answer 0."}]}'
+    )
+    if not stream:  # the response's content array, byte for byte as the vendor wrote it
+        raw = received[0]
+        start = raw.index(b'"content":[') + len(b'"content":')
+        array = json.dumps(json.loads(raw)["content"], separators=(",", ":"), ensure_ascii=False).encode()
+        assert raw[start : start + len(array)] == array  # compact on the wire: these are the bytes received
+        assert expected == b'{"role":"assistant","content":' + array + b"}"
+    sent = emulator.requests[1].body
+    assert sent.count(expected) == 1
+    assert body(emulator, 1)["messages"][1] == json.loads(expected)

@@ -34,8 +34,16 @@ def test_anthropic_binds_a_block_of_an_unknown_type() -> None:
         "usage": {"input_tokens": 10, "output_tokens": 2},
     }
     step = AnthropicAdapter().decode(response, _request("claude-sonnet-4-6"))
+    # a plain text block keeps no payload (the codec renders it from its part byte for byte, issue 21): the
+    # unknown block's payload is the only one, and its part points at it
+    assert [(c.kind, c.model_bound) for c in step.continuation] == [("invented_state", True)]
+    assert [p.continuation for p in step.parts] == [None, 0]
+    assert SECRET.encode() in step.continuation[0].payload
+    # a text block that is not the canonical one (citations) keeps its payload, bound to no model
+    response["content"] = [{"type": "text", "text": "Hi.", "citations": None}, *response["content"][1:]]
+    step = AnthropicAdapter().decode(response, _request("claude-sonnet-4-6"))
     assert [(c.kind, c.model_bound) for c in step.continuation] == [("text", False), ("invented_state", True)]
-    assert SECRET.encode() in step.continuation[1].payload
+    assert [p.continuation for p in step.parts] == [0, 1]
 
 
 def test_responses_binds_an_item_of_an_unknown_type() -> None:

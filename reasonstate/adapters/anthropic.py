@@ -748,7 +748,14 @@ class AnthropicAdapter:
             if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
                 raise MalformedResponse(f"content[{i}] is not a typed block")
             kind = block["type"]
-            parts.append(_part(kind, block, i, self.dialect not in _UNSIGNED_DIALECTS))
+            if _canonical_text(block):
+                # a plain text block is what the codec renders from its part, byte for byte: no payload is
+                # kept for it (issue 21: state in proportion to the content); the request is the same
+                parts.append(TextPart(text=block["text"]))
+                continue
+            part = _part(kind, block, i, self.dialect not in _UNSIGNED_DIALECTS)
+            # the part's payload is the next one kept (plain text blocks keep none)
+            parts.append(attrs.evolve(part, continuation=len(payloads)) if len(payloads) != i else part)
             payloads.append(
                 Continuation.capture(
                     vendor=VENDOR,
@@ -1180,6 +1187,23 @@ def _assistant_content(
             blocks.append(block)
             digests.append(unit_digest(block))
     return blocks, digests
+
+
+def _canonical_text(block: Mapping[str, Any]) -> bool:
+    """True when ``block`` is a text block whose compact bytes are those :func:`_canonical_block` renders
+    from its text: exactly the keys ``type``, ``text`` in that order, a non-empty string text (an empty
+    one is rendered as no block). Such a block needs no payload: replaying the part is replaying it.
+
+    Invariant: ``_canonical_text(b)`` implies
+    ``compact(b) == compact(_canonical_block(TextPart(b["text"])))``.
+    """
+    if type(block) is not dict or len(block) != 2:
+        return False
+    keys = iter(block)
+    if next(keys) != "type" or next(keys) != "text" or block["type"] != "text":
+        return False
+    text = block["text"]
+    return type(text) is str and text != ""
 
 
 def _canonical_block(part: Part) -> dict[str, Any] | None:
