@@ -149,7 +149,7 @@ def emulator() -> Iterator[AnthropicEmulator]:
         yield emu
 
 
-def make_session(emulator: AnthropicEmulator, **kw: Any) -> rs.Session:
+def make_session(emulator: AnthropicEmulator, client: Any = None, **kw: Any) -> rs.Session:
     options: dict[str, Any] = {
         "system": SYSTEM,
         "tools": [WEATHER, CLOCK],
@@ -157,7 +157,7 @@ def make_session(emulator: AnthropicEmulator, **kw: Any) -> rs.Session:
         "thinking": THINKING,
     }
     options.update(kw)
-    return rs.Session(emulator.client(), model=MODEL, **options)
+    return rs.Session(emulator.client() if client is None else client, model=MODEL, **options)
 
 
 def assert_memoized_runs_encode_as_fresh(session: rs.Session, options: dict[str, Any] | None = None) -> None:

@@ -352,8 +352,9 @@ def test_an_alias_keeps_the_requested_model_as_the_provenance_of_every_payload()
         client = emu.client()
         session = _alias_session(client)
         reply = session.send(Q0)
-        assert [c.kind for c in session.continuation] == ["thinking", "tool_use"]
-        assert [c.model for c in session.continuation] == [ALIAS, ALIAS]
+        # the tool call keeps no payload (rendered from its part byte for byte, issue 21)
+        assert [c.kind for c in session.continuation] == ["thinking"]
+        assert [c.model for c in session.continuation] == [ALIAS]
         assert session.history.turns[0].steps[0].model == ALIAS
         # the thinking block goes back to the alias it was produced under, and the emulator verifies it
         assert session.send_tool_results({c.id: "18C" for c in reply.tool_calls}).text == "Paris is mild."

@@ -239,7 +239,9 @@ def test_a_tool_chain_session_gives_the_span_tree_and_attributes_the_vendor_repo
     # the model calls that answered tool results replayed the chain's payloads (Anthropic: whole blocks)
     assert all(c.attributes["reasonstate.continuation.replayed.count"] > 0 for c in chats[1:])
     if vendor == "anthropic":
-        assert chats[1].attributes["reasonstate.continuation.replayed.count"] == 4
+        # thinking and redacted_thinking; the two tool calls keep no payload (rendered from their parts
+        # byte for byte, issue 21)
+        assert chats[1].attributes["reasonstate.continuation.replayed.count"] == 2
 
     # one execute_tool span per call the model made, named as the model named it, timed by Session.run
     calls = [(c, expected(vendor, raw)) for c, raw in zip(chats, recorder.responses, strict=True)]

@@ -104,3 +104,26 @@ def test_an_unknown_responses_item_is_never_sent_to_another_model() -> None:
         other = json.dumps(session.next_request("And the code?").kwargs)
         assert SECRET not in other
         assert "Noted." in other  # the visible history still goes
+
+
+def test_anthropic_keeps_a_tool_call_payload_only_when_its_block_is_not_the_rendered_one() -> None:
+    """Issue 21: a tool_use block whose bytes are those the codec renders from its part (keys type, id,
+    name, input in that order; the input's key order as received) keeps no payload; any other block (keys
+    in another order, a field the codec does not write) keeps its payload, bound to no model."""
+    canonical = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"b": 1, "a": [2.5, "é"]}}
+    reordered = {"id": "toolu_2", "type": "tool_use", "name": "f", "input": {}}
+    extra = {"type": "tool_use", "id": "toolu_3", "name": "f", "input": {}, "caller": {"type": "direct"}}
+    response = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-6",
+        "content": [canonical, reordered, extra],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 2},
+    }
+    step = AnthropicAdapter().decode(response, _request("claude-sonnet-4-6"))
+    assert [(c.kind, c.model_bound) for c in step.continuation] == [("tool_use", False), ("tool_use", False)]
+    assert [p.continuation for p in step.parts] == [None, 0, 1]
+    assert step.continuation[0].payload == b'{"id":"toolu_2","type":"tool_use","name":"f","input":{}}'
+    assert step.parts[0].raw_arguments == '{"b":1,"a":[2.5,"é"]}'

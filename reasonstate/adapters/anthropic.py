@@ -47,6 +47,7 @@ from reasonstate.adapters.base import (
     StreamAssembler,
     VendorRequest,
     closed_run,
+    compact,
     in_wire_order,
     json_object,
     open_turn_encoding,
@@ -754,7 +755,11 @@ class AnthropicAdapter:
                 parts.append(TextPart(text=block["text"]))
                 continue
             part = _part(kind, block, i, self.dialect not in _UNSIGNED_DIALECTS)
-            # the part's payload is the next one kept (plain text blocks keep none)
+            if isinstance(part, ToolCallPart) and _rendered_as_received(block, part):
+                # likewise a tool call whose block is the one rendered from its part
+                parts.append(attrs.evolve(part, continuation=None))
+                continue
+            # the part's payload is the next one kept (plain text and canonical tool calls keep none)
             parts.append(attrs.evolve(part, continuation=len(payloads)) if len(payloads) != i else part)
             payloads.append(
                 Continuation.capture(
@@ -1138,7 +1143,8 @@ def _encode_turn(turn: Turn, *, model: str, memo: Encodings, platform: str = FIR
             messages.append(("assistant", blocks, digests))
         if step.tool_results:
             pairs = [memo.call(_tool_result, r.call_id, r.content, r.is_error) for r in step.tool_results]
-            messages.append(("user", [dict(b) for b, _ in pairs], [d for _, d in pairs]))
+            # an exact-size list (a comprehension over-allocates): the run keeps it (issue 21)
+            messages.append(("user", [dict(b) for b, _ in pairs][:], [d for _, d in pairs]))
     return _TurnEncoding(turn, model, tuple(messages), tuple(withheld), Seal.of(replayed))
 
 
@@ -1186,7 +1192,7 @@ def _assistant_content(
         if block is not None:
             blocks.append(block)
             digests.append(unit_digest(block))
-    return blocks, digests
+    return blocks[:], digests  # an exact-size copy: the run keeps it for the session's life (issue 21)
 
 
 def _canonical_text(block: Mapping[str, Any]) -> bool:
@@ -1206,13 +1212,31 @@ def _canonical_text(block: Mapping[str, Any]) -> bool:
     return type(text) is str and text != ""
 
 
+def _rendered_as_received(block: Mapping[str, Any], part: Part) -> bool:
+    """True when :func:`_canonical_block` renders ``part`` to the very bytes of ``block`` (its keys in
+    the same order, the same values): the block needs no payload kept beside its part."""
+    if type(block) is not dict:
+        return False
+    rendered = _canonical_block(part)
+    if rendered is None or list(rendered) != list(block):
+        return False
+    try:
+        return compact(rendered) == compact(block)
+    except (TypeError, ValueError):
+        return False
+
+
 def _canonical_block(part: Part) -> dict[str, Any] | None:
     """A part as a block of this API when its payload cannot be sent; reasoning and opaque parts have no
-    canonical form here (another vendor's reasoning is never disguised as a thinking block)."""
+    canonical form here (another vendor's reasoning is never disguised as a thinking block).
+
+    A plain value (a tool call's input parsed from its exact argument text, key order kept): the bytes of
+    the frozen arguments, and the SDK's exact-type fast path applies."""
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text} if part.text else None
     if isinstance(part, ToolCallPart):
-        return {"type": "tool_use", "id": part.id, "name": part.name, "input": part.parsed_arguments()}
+        arguments = json.loads(compact(part.parsed_arguments()))
+        return {"type": "tool_use", "id": part.id, "name": part.name, "input": arguments}
     return None
 
 

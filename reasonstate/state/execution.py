@@ -53,7 +53,7 @@ _INT = frozenset({int})
 _COUNTS = ("uncached_input", "cache_read", "cache_write", "output", "cache_write_1h")
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, weakref_slot=False)
 class Usage:
     """Normalized token usage of one request, the same for every vendor (docs/protocols.md §1.5, §3.4,
     §4.4, §5.3 say how each vendor's fields map here).
@@ -69,6 +69,8 @@ class Usage:
       vendor reports as reasoning (``None``: not reported), so ``reasoning <= output``.
 
     A streamed and a non-streamed call of the same answer give equal values.
+
+    Size: no ``__weakref__`` slot (one value per step, issue 21: state in proportion to the content).
     """
 
     uncached_input: int = 0
