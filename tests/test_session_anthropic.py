@@ -857,12 +857,18 @@ def test_a_plain_text_answer_keeps_no_payload_and_goes_back_byte_for_byte(
         received.append(response.content)
 
     http = httpx.Client(event_hooks={"response": [keep]})
-    emulator.script.extend([answer(0), answer(1)])
+    emulator.script.extend([answer(0), answer(1), answer(1)])
     session = rs.Session(
         emulator.client(http_client=http), model=MODEL, max_tokens=4096, thinking=THINKING, stream=stream
     )
     session.send("First?")
+    # a snapshot restores it byte-identically: the restored session's next request is the original's
+    text = session.snapshot().model_dump_json()
+    restored = rs.Session.restore(rs.SessionSnapshot.model_validate_json(text), emulator.client())
+    assert restored.history == session.history
     session.send("Second?")
+    restored.send("Second?")
+    assert emulator.requests[2].body == emulator.requests[1].body
     step = session.history.turns[0].steps[0]
     assert [c.kind for c in step.continuation] == ["thinking"]
     assert [type(p).__name__ for p in step.parts] == ["ReasoningPart", "TextPart"]
