@@ -971,3 +971,80 @@ def test_the_memoized_closed_history_encodes_as_a_fresh_one_whatever_the_order_o
         for question in ("One?", "Nothing?", "Two?", "Three?", "Four?"):
             session.send(question)
     assert_memoized_runs_encode_as_fresh(session, options={})
+
+
+# -- the cause of a cache break: the session's reading agrees with the guard's, on the bytes received -------
+
+
+def _break_scenario(session: rs.Session, scenario: str) -> None:
+    """Turns that break the prefix cache once (or more) the way ``scenario`` says."""
+    run_chain(session)
+    session.send("And tomorrow?")
+    if scenario == "system":
+        session.change_prefix(system=SYSTEM.replace("careful", "cautious"))
+    elif scenario == "timestamp":
+        session.change_prefix(system=SYSTEM + " It is 03:40.")
+        session.send("Noted?")
+        session.change_prefix(system=SYSTEM + " It is 03:45.")
+    elif scenario == "tools":
+        session.change_prefix(tools=[rs.Tool("get_time", "The local time", CLOCK.parameters), WEATHER])
+    elif scenario == "model":
+        session.switch_model("gemini-3-pro")
+    session.send("And the day after?")
+    session.send("And next week?")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "policy", "causes"),
+    [
+        # a closed turn's thought Parts left out whole: the guard reads a content rewritten (its signed
+        # Parts stay, §5.4), and so does the session
+        ("drop", Drop(), ["history_rewritten"]),
+        ("keep_last", KeepLast(1), ["history_rewritten", "history_rewritten"]),
+        ("system", Keep(), ["system_changed"]),
+        ("timestamp", Keep(), ["system_changed", "timestamp_in_prefix"]),
+        ("tools", Keep(), ["tools_changed"]),
+        ("model", Keep(), ["model_changed"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_cache_break_is_named_as_the_guard_names_it_from_the_bytes_received(
+    scenario: str, policy: Any, causes: list[str]
+) -> None:
+    """The session reads the cause of a break from the previous request as it kept it (issue 21: not a copy
+    of its bytes); the guard, watching the same client, reads it from the bytes on the wire: they agree on
+    every break, cause and JSON path, and the path names a value that differs in the bodies the emulator
+    received."""
+    with GeminiEmulator() as emu:
+        emu.script.extend([*chain(), *(answer(i) for i in range(6))])
+        client = emu.client()
+        guard = rs.instrument(client)
+        session = make_session(emu, client=client, policy=policy)
+        _break_scenario(session, scenario)
+        breaks = [dict(e.data) for e in session.trace.of_kind(EventKind.CACHE_BREAK)]
+        records = guard.records
+        bodies = [json.loads(r.body) for r in emu.requests]
+    assert [b["cause"] for b in breaks] == causes
+    for brk in breaks:
+        divergence = records[brk["index"]].divergence
+        assert divergence is not None
+        assert (brk["cause"], brk["path"]) == (divergence.cause, divergence.path)
+        if brk["cause"] != "model_changed":
+            before, after = (_at(bodies[i], brk["path"]) for i in (brk["index"] - 1, brk["index"]))
+            assert before != after
+
+
+_MISSING_AT = object()
+
+
+def _at(body: Any, path: str) -> Any:
+    """The value at a JSON path like ``$.contents[3].parts[0]`` (a sentinel where there is none)."""
+    import re
+
+    value = body
+    for name, index in re.findall(r"\.(\w+)|\[(\d+)\]", path):
+        try:
+            value = value[name] if name else value[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING_AT
+    return value

@@ -996,6 +996,33 @@ class GenerateContentRoom(Room):
         """The config fields the installed SDK declares (ImportError: no SDK)."""
         return SDK_LABEL, _config_fields()
 
+    def kept_body(
+        self, kwargs: Mapping[str, Any], body: bytes | None, previous: bytes | Mapping[str, Any] | None
+    ) -> bytes | Mapping[str, Any] | None:
+        """The body as :class:`_SentBody`: the ``contents`` the kwargs held (the memoized run's dicts, no
+        copy) and every other top-level field as the wire had it. Those fields are what google-genai makes
+        of ``model`` and ``config`` alone (``systemInstruction``, ``tools``, ``generationConfig``, ...;
+        docs/protocols.md §5.1), so they are read from the bytes once, when the model or the config changes,
+        and shared with ``previous`` otherwise (issue 21: a copy of the whole body was ~0.5x the content).
+        ``contents`` go on the wire as the SDK's dump of these dicts (Parts keyed as received, signatures
+        re-sent in the URL-safe alphabet): the same Parts, so two kept bodies differ where the two bodies
+        sent do. Without the bytes and nothing to share: None (the cause then comes from the records)."""
+        model, config, contents = kwargs.get("model"), kwargs.get("config"), kwargs.get("contents")
+        if isinstance(previous, _SentBody) and previous.model == model and previous.config == config:
+            head = previous.head
+        elif body is not None:
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                return body
+            if not isinstance(parsed, dict):
+                return body
+            parsed.pop("contents", None)
+            head = parsed
+        else:
+            return None
+        return _SentBody(head, contents, model, config)
+
     usage_key: ClassVar[str] = "usageMetadata"
 
     def serves(self, path: str) -> bool:
@@ -1146,6 +1173,20 @@ class GenerateContentRoom(Room):
                     f"{replay.shown(json.dumps(args))}",
                     functools.partial(_call_of(part).__setitem__, "args", copy.deepcopy(call["args"])),
                 )
+
+
+class _SentBody(dict[str, Any]):
+    """A generateContent request as a session keeps it for the next cache break's cause
+    (:meth:`GenerateContentRoom.kept_body`): a JSON body of the wire's top-level fields (``head``, shared
+    between requests with one model and config) and the request's ``contents``. ``model`` and ``config``
+    are the kwargs the head was made from; ``config`` holds the values the session's memos hold."""
+
+    __slots__ = ("config", "head", "model")
+
+    def __init__(self, head: dict[str, Any], contents: Any, model: Any, config: Any) -> None:
+        super().__init__(head)
+        self["contents"] = contents
+        self.head, self.model, self.config = head, model, config
 
 
 def _b64(value: Any) -> bytes | None:
