@@ -606,12 +606,53 @@ def _add(
     """
     if last is not None and last[0] == role:
         merged: _Last = (role, (*last[1], *parts), (*last[2], *digests))
-        contents[-1] = {"role": role, "parts": list(merged[1])}
+        contents[-1] = _content(role, list(merged[1]))
         units[-1] = _content_unit(role, merged[2])
         return merged
-    contents.append({"role": role, "parts": list(parts)})
+    contents.append(_content(role, list(parts)))
     units.append(unit)
     return role, tuple(parts), tuple(digests)
+
+
+class _ContentFields:
+    """A content's fields as attributes: the instance ``__dict__`` is the content dict (:func:`_content`)."""
+
+    role: str
+    parts: list[Any]
+
+
+class _TextFields:
+    text: str
+
+
+class _FunctionResponseFields:
+    functionResponse: Any  # the REST field name: the attribute is the dict key
+
+
+def _content(role: str, parts: list[Any]) -> dict[str, Any]:
+    """``{"role": role, "parts": parts}`` as a key-sharing dict (PEP 412): the ``__dict__`` of a holder
+    instance, whose key table every content shares, ~105 bytes instead of ~190 for a dict display
+    (CPython 3.11; issue 21: the memoized run holds two contents and a text Part per turn). It is a plain
+    ``dict`` in every respect (the SDK, ``json``, equality, key order); the fields are set in this order
+    only, so the table stays shared. Same for :func:`_text` and :func:`_function_response_part`."""
+    holder = _ContentFields()
+    holder.role = role
+    holder.parts = parts
+    return holder.__dict__
+
+
+def _text(text: str) -> dict[str, Any]:
+    """``{"text": text}`` as a key-sharing dict (see :func:`_content`)."""
+    holder = _TextFields()
+    holder.text = text
+    return holder.__dict__
+
+
+def _function_response_part(body: Any) -> dict[str, Any]:
+    """``{"functionResponse": body}`` as a key-sharing dict (see :func:`_content`)."""
+    holder = _FunctionResponseFields()
+    holder.functionResponse = body
+    return holder.__dict__
 
 
 def _cuts() -> array.array[int]:
@@ -727,7 +768,7 @@ def _text_part(text: str) -> tuple[dict[str, Any], str]:
 
 def _text_content(role: str, text: str, memo: Encodings) -> tuple[str, tuple[Any, ...], tuple[str, ...], str]:
     part, digest, unit = memo.call(_text_unit, role, text)
-    return role, (dict(part),), (digest,), unit
+    return role, (_text(part["text"]),), (digest,), unit
 
 
 def _text_unit(role: str, text: str) -> tuple[dict[str, Any], str, str]:
@@ -768,7 +809,7 @@ def _encode_turn(turn: Turn, *, model: str, memo: Encodings, platform: str = FIR
         parts, digests, call_ids = _model_parts(step, keep, model, replayed, withheld, platform)
         if summary is not None:
             note, digest = memo.call(_text_part, summary_note(summary))
-            parts.insert(0, dict(note))
+            parts.insert(0, _text(note["text"]))
             digests.insert(0, digest)
         if parts:  # a step with nothing this model may see (foreign reasoning only) adds no content
             contents.append(("model", tuple(parts), tuple(digests), _content_unit("model", digests)))
@@ -780,7 +821,7 @@ def _encode_turn(turn: Turn, *, model: str, memo: Encodings, platform: str = FIR
                 )
                 for r in step.tool_results
             ]
-            results = tuple(dict(p) for p, _ in pairs)
+            results = tuple(_function_response_part(p["functionResponse"]) for p, _ in pairs)
             result_digests = tuple(d for _, d in pairs)
             contents.append(("user", results, result_digests, _content_unit("user", result_digests)))
     return _TurnEncoding(tuple(contents), tuple(withheld), Seal.of(replayed))
@@ -1009,7 +1050,7 @@ class GenerateContentRoom(Room):
         sent do. Without the bytes and nothing to share: None (the cause then comes from the records)."""
         model, config, contents = kwargs.get("model"), kwargs.get("config"), kwargs.get("contents")
         if isinstance(previous, _SentBody) and previous.model == model and previous.config == config:
-            head = previous.head
+            head: Mapping[str, Any] = previous  # its contents are replaced
         elif body is not None:
             try:
                 parsed = json.loads(body)
@@ -1017,7 +1058,6 @@ class GenerateContentRoom(Room):
                 return body
             if not isinstance(parsed, dict):
                 return body
-            parsed.pop("contents", None)
             head = parsed
         else:
             return None
@@ -1177,16 +1217,17 @@ class GenerateContentRoom(Room):
 
 class _SentBody(dict[str, Any]):
     """A generateContent request as a session keeps it for the next cache break's cause
-    (:meth:`GenerateContentRoom.kept_body`): a JSON body of the wire's top-level fields (``head``, shared
-    between requests with one model and config) and the request's ``contents``. ``model`` and ``config``
-    are the kwargs the head was made from; ``config`` holds the values the session's memos hold."""
+    (:meth:`GenerateContentRoom.kept_body`): a JSON body, the wire's top-level fields (from ``head``; their
+    values shared between requests with one model and config) with the request's ``contents``. ``model``
+    and ``config`` are the kwargs those fields were made from (``config`` holds values the session's memos
+    hold)."""
 
-    __slots__ = ("config", "head", "model")
+    __slots__ = ("config", "model")
 
-    def __init__(self, head: dict[str, Any], contents: Any, model: Any, config: Any) -> None:
+    def __init__(self, head: Mapping[str, Any], contents: Any, model: Any, config: Any) -> None:
         super().__init__(head)
         self["contents"] = contents
-        self.head, self.model, self.config = head, model, config
+        self.model, self.config = model, config
 
 
 def _b64(value: Any) -> bytes | None:
