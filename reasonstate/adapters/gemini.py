@@ -614,45 +614,61 @@ def _add(
     return role, tuple(parts), tuple(digests)
 
 
-class _ContentFields:
-    """A content's fields as attributes: the instance ``__dict__`` is the content dict (:func:`_content`)."""
-
-    role: str
-    parts: list[Any]
-
-
-class _TextFields:
-    text: str
+#: how many throwaway instances warm a holder class (:func:`_holder`)
+_WARM = 48
+_CONTENT_FIELDS = ("role", "parts")
+_TEXT_FIELDS_ONLY = ("text",)
+_FUNCTION_RESPONSE_FIELDS = ("functionResponse",)
 
 
-class _FunctionResponseFields:
-    functionResponse: Any  # the REST field name: the attribute is the dict key
+def _shared_dict(fields: tuple[str, ...], values: Sequence[Any]) -> dict[str, Any]:
+    """The dict of ``fields`` (in this order) to ``values`` as a key-sharing dict (PEP 412): the ``__dict__``
+    of an instance of the holder class of ``fields``, whose key table every dict of those fields shares:
+    ~90 bytes for one or two fields instead of ~190 for a dict display (CPython 3.11; issue 21: the memoized
+    run holds two contents and two or three Parts per turn). It is a plain ``dict`` in every respect (the
+    SDK, ``json``, equality, key order). Fields are only ever set in the class's order, so the table stays
+    shared."""
+    holder = _holder(fields)()
+    for key, value in zip(fields, values, strict=True):
+        setattr(holder, key, value)
+    shared: dict[str, Any] = holder.__dict__
+    return shared
+
+
+@functools.lru_cache(maxsize=256)
+def _holder(fields: tuple[str, ...]) -> type:
+    """The holder class of dicts of ``fields`` in this order (:func:`_shared_dict`). Warmed: CPython sizes
+    an instance's values by its class's key table, which shrinks to the fields held as instances holding
+    them are made; the first few dozen instances would each take ~300 bytes."""
+    cls = type("_Fields", (), {"__doc__": f"A dict of the fields {fields}.", "__module__": __name__})
+    for _ in range(_WARM):
+        holder = cls()
+        for key in fields:
+            setattr(holder, key, None)
+    return cls
 
 
 def _content(role: str, parts: list[Any]) -> dict[str, Any]:
-    """``{"role": role, "parts": parts}`` as a key-sharing dict (PEP 412): the ``__dict__`` of a holder
-    instance, whose key table every content shares, ~105 bytes instead of ~190 for a dict display
-    (CPython 3.11; issue 21: the memoized run holds two contents and a text Part per turn). It is a plain
-    ``dict`` in every respect (the SDK, ``json``, equality, key order); the fields are set in this order
-    only, so the table stays shared. Same for :func:`_text` and :func:`_function_response_part`."""
-    holder = _ContentFields()
-    holder.role = role
-    holder.parts = parts
-    return holder.__dict__
+    """``{"role": role, "parts": parts}`` as a key-sharing dict (:func:`_shared_dict`)."""
+    return _shared_dict(_CONTENT_FIELDS, (role, parts))
 
 
 def _text(text: str) -> dict[str, Any]:
-    """``{"text": text}`` as a key-sharing dict (see :func:`_content`)."""
-    holder = _TextFields()
-    holder.text = text
-    return holder.__dict__
+    """``{"text": text}`` as a key-sharing dict (:func:`_shared_dict`)."""
+    return _shared_dict(_TEXT_FIELDS_ONLY, (text,))
 
 
 def _function_response_part(body: Any) -> dict[str, Any]:
-    """``{"functionResponse": body}`` as a key-sharing dict (see :func:`_content`)."""
-    holder = _FunctionResponseFields()
-    holder.functionResponse = body
-    return holder.__dict__
+    """``{"functionResponse": body}`` as a key-sharing dict (:func:`_shared_dict`)."""
+    return _shared_dict(_FUNCTION_RESPONSE_FIELDS, (body,))
+
+
+def _key_shared(part: Any) -> Any:
+    """A Part's dict (its fields in their order) as a key-sharing dict (:func:`_shared_dict`); a Part with a
+    field google-genai does not declare (never decoded: a restored one) stays as it is."""
+    if type(part) is not dict or not _PART_FIELDS.issuperset(part):
+        return part
+    return _shared_dict(tuple(part), tuple(part.values()))
 
 
 def _cuts() -> array.array[int]:
@@ -863,9 +879,11 @@ def _model_parts(
             if payload.kind == THOUGHT and not keep_reasoning:
                 continue  # dropped as a whole Part, never edited
             replayed.append(payload)
-            # digest-verified, frozen: the Part as received, parsed once for the memoized run and sharing the
-            # history's strings (issue 21: nothing parsed is kept in the continuation)
-            value = freeze(sharing(payload.checked(), part_strings(part)))
+            # digest-verified: the Part as received, parsed once for the memoized run (never changed once
+            # built, like every value of the run), sharing the history's strings and, at its top level, its
+            # key table with every Part of the same fields (issue 21: nothing parsed is kept in the
+            # continuation)
+            value = _key_shared(sharing(payload.checked(), part_strings(part)))
             if isinstance(part, ToolCallPart):
                 vendor_id = value[FUNCTION_CALL].get("id")
                 if isinstance(vendor_id, str):
