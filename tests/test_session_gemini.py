@@ -1048,3 +1048,30 @@ def _at(body: Any, path: str) -> Any:
         except (KeyError, IndexError, TypeError):
             return _MISSING_AT
     return value
+
+
+def test_the_kept_request_holds_the_sessions_own_system_prompt_and_schemas(emulator: GeminiEmulator) -> None:
+    """What a session keeps of its newest request for the next break's cause reads as the body received,
+    and holds no copy of what the session holds anyway (issue 21): the system prompt is the prefix's own
+    string (here ~18 KB, more than the whole conversation), each tool schema the very object the request
+    was built from, the contents the request's own list."""
+    emulator.script.extend([answer(0), answer(1)])
+    session = make_session(emulator)
+    session.send("One?")
+    request = session.next_request("Two?")
+    session.send("Two?")
+    kept = session._layers.last_body
+    wire = sent(emulator, 1)
+    assert isinstance(kept, Mapping) and {k: v for k, v in kept.items() if k != "contents"} == {
+        k: v for k, v in wire.items() if k != "contents"
+    }
+    assert [c["role"] for c in kept["contents"]] == [c["role"] for c in wire["contents"]]
+    assert kept["contents"] == request.kwargs["contents"]
+    assert kept["systemInstruction"]["parts"][0]["text"] is session.prefix.system
+    declared = kept.config["tools"][0]["function_declarations"]  # type: ignore[attr-defined]
+    # the SDK sends the declarations name-sorted, keys sorted, the schema under its Python name
+    schemas = {d["name"]: d["parameters_json_schema"] for d in kept["tools"][0]["functionDeclarations"]}
+    assert len(schemas) == len(declared) == 2
+    assert all(schemas[d["name"]] == d["parameters_json_schema"] for d in declared)
+    # (the two tools' schemas are equal: one object may stand for both)
+    assert all(any(s is d["parameters_json_schema"] for d in declared) for s in schemas.values())

@@ -472,11 +472,10 @@ class GeminiAdapter:
         units: list[str] = [memo.call(_head_unit, "model", model)]
         config: dict[str, Any] = {}
         if prefix.system:
-            config["system_instruction"] = {"parts": [{"text": prefix.system}]}
+            config["system_instruction"] = memo.call(_system_instruction, prefix.system)
             units.append(memo.call(_head_unit, "systemInstruction", prefix.system))
         if prefix.tools:
-            tools, unit = memo.call(_tools, prefix.tools)
-            config["tools"] = [{"function_declarations": list(tools)}]
+            config["tools"], unit = memo.call(_tools, prefix.tools)
             units.append(unit)
         n_head = len(units)
         contents: list[dict[str, Any]] = []
@@ -761,15 +760,21 @@ def _head_unit(key: str, value: str) -> str:
     return unit_digest({key: value})
 
 
-def _tools(tools: tuple[Tool, ...]) -> tuple[tuple[Any, ...], str]:
-    """Function declarations (names sorted by the Prefix, schemas key-sorted: stable bytes) and their unit;
+def _system_instruction(system: str) -> Any:
+    """The ``system_instruction`` config value (frozen: one object shared by the requests that use it)."""
+    return freeze({"parts": [{"text": system}]})
+
+
+def _tools(tools: tuple[Tool, ...]) -> tuple[Any, str]:
+    """The ``tools`` config value, one tool of function declarations (names sorted by the Prefix, schemas
+    key-sorted: stable bytes; frozen, shared by the requests that use it), and its unit;
     ``parameters_json_schema`` passes the JSON schema through the SDK untouched (``parameters`` would be
     converted to its own Schema type)."""
     declarations = tuple(
         freeze({"name": t.name, "description": t.description, "parameters_json_schema": t.offered_parameters})
         for t in tools
     )
-    return declarations, unit_digest({"tools": declarations})
+    return freeze([{"function_declarations": list(declarations)}]), unit_digest({"tools": declarations})
 
 
 def _content_unit(role: str, digests: Sequence[str]) -> str:
@@ -1076,7 +1081,8 @@ class GenerateContentRoom(Room):
                 return body
             if not isinstance(parsed, dict):
                 return body
-            head = parsed
+            parsed.pop("contents", None)  # the kwargs' own go in instead
+            head = _sharing(parsed, _values_of(config))
         else:
             return None
         return _SentBody(head, contents, model, config)
@@ -1231,6 +1237,45 @@ class GenerateContentRoom(Room):
                     f"{replay.shown(json.dumps(args))}",
                     functools.partial(_call_of(part).__setitem__, "args", copy.deepcopy(call["args"])),
                 )
+
+
+def _values_of(config: Any) -> dict[tuple[str, str], Any]:
+    """Every JSON object, array and string inside ``config`` (the session's memoized and option values),
+    by its kind and JSON text (key order kept), for :func:`_sharing`."""
+    pool: dict[tuple[str, str], Any] = {}
+    stack = [config]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            pool.setdefault(("str", value), value)
+        elif isinstance(value, (dict, list, tuple)):
+            items = list(value.values()) if isinstance(value, dict) else list(value)
+            stack.extend(items)
+            if isinstance(value, tuple):
+                continue  # sent as a JSON array, but not one: never stands for a list
+            try:
+                text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            except (TypeError, ValueError):  # SDK objects: the SDK's own; nothing to share
+                continue
+            pool.setdefault(("dict" if isinstance(value, dict) else "list", text), value)
+    return pool
+
+
+def _sharing(value: Any, pool: Mapping[tuple[str, str], Any]) -> Any:
+    """``value`` (parsed from the wire) with each object, array or string equal to one in ``pool`` (same
+    JSON text, key order included) that very object: the body's fields hold the session's values, not
+    copies (the system instruction, the tools' schemas)."""
+    if type(value) is str:
+        return pool.get(("str", value), value)
+    if type(value) is not dict and type(value) is not list:
+        return value
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    found = pool.get(("dict" if type(value) is dict else "list", text))
+    if found is not None:
+        return found
+    if isinstance(value, dict):
+        return {k: _sharing(v, pool) for k, v in value.items()}
+    return [_sharing(v, pool) for v in value]
 
 
 class _SentBody(dict[str, Any]):
