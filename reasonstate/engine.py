@@ -724,7 +724,9 @@ def commit(
     )
     if record.divergence is not None and previous is not None:
         # the cause is read from the two requests' bytes and the events before this request's own
-        broken = _why_diverged(trace, len(trace), record, previous, adapter.api, layers.last_body, sent)
+        # like with like: a previous request kept as its bytes is read against this one's bytes
+        now = request_body if isinstance(layers.last_body, bytes) and request_body is not None else sent
+        broken = _why_diverged(trace, len(trace), record, previous, adapter.api, layers.last_body, now)
         events.append((EventKind.CACHE_BREAK, {"index": record.index, "unit": record.divergence, **broken}))
     usage = step.usage
     events.append(

@@ -1233,8 +1233,9 @@ class Room:
         (``Layers.last_body``), from the SDK keyword arguments ``kwargs`` it was sent from, the exact
         ``body`` bytes received on the wire (None: not captured) and what was kept of the request before
         (``previous``). Invariant: :meth:`view` reads the kept value as it reads ``body``, so the cause
-        named is the one the bytes give. The default: the body read back from the kwargs
-        (:meth:`sent_body`, values the memoized runs hold anyway), else the bytes."""
+        named is the one the bytes give (a value kept as bytes is read against the next request's
+        bytes). The default: the body read back from the kwargs (:meth:`sent_body`, values the memoized
+        runs hold anyway), else the bytes."""
         return self.sent_body(kwargs) or body
 
     def sent_body(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -1070,10 +1070,15 @@ class GenerateContentRoom(Room):
         and shared with ``previous`` otherwise (issue 21: a copy of the whole body was ~0.5x the content).
         ``contents`` go on the wire as the SDK's dump of these dicts (Parts keyed as received, signatures
         re-sent in the URL-safe alphabet): the same Parts, so two kept bodies differ where the two bodies
-        sent do. Without the bytes and nothing to share: None (the cause then comes from the records)."""
+        sent do. A body of at most 4 KB is kept as its bytes until one is read back (nothing parsed on a
+        fresh session's first sends; never after, as the two forms spell signatures apart: the engine reads
+        bytes against bytes). Without the bytes and nothing to share: None (the cause then comes from the
+        records)."""
         model, config, contents = kwargs.get("model"), kwargs.get("config"), kwargs.get("contents")
         if isinstance(previous, _SentBody) and previous.model == model and previous.config == config:
             head: Mapping[str, Any] = previous  # its contents are replaced
+        elif body is not None and len(body) <= _KEPT_AS_BYTES and not isinstance(previous, _SentBody):
+            return body  # (once read back, never bytes again: the two forms spell signatures apart)
         elif body is not None:
             try:
                 parsed = json.loads(body)
@@ -1239,43 +1244,58 @@ class GenerateContentRoom(Room):
                 )
 
 
-def _values_of(config: Any) -> dict[tuple[str, str], Any]:
-    """Every JSON object, array and string inside ``config`` (the session's memoized and option values),
-    by its kind and JSON text (key order kept), for :func:`_sharing`."""
-    pool: dict[tuple[str, str], Any] = {}
+#: the largest body kept as its bytes (as small as the fields read from it; nothing parsed on a fresh
+#: session's first sends)
+_KEPT_AS_BYTES = 4096
+
+
+def _values_of(config: Any) -> dict[Any, list[Any]]:
+    """Every JSON object, array and string inside ``config`` (the session's memoized and option values):
+    strings by value, objects by their keys, arrays by their length, for :func:`_sharing`."""
+    pool: dict[Any, list[Any]] = {}
     stack = [config]
     while stack:
         value = stack.pop()
         if isinstance(value, str):
-            pool.setdefault(("str", value), value)
-        elif isinstance(value, (dict, list, tuple)):
-            items = list(value.values()) if isinstance(value, dict) else list(value)
-            stack.extend(items)
-            if isinstance(value, tuple):
-                continue  # sent as a JSON array, but not one: never stands for a list
-            try:
-                text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-            except (TypeError, ValueError):  # SDK objects: the SDK's own; nothing to share
-                continue
-            pool.setdefault(("dict" if isinstance(value, dict) else "list", text), value)
+            pool.setdefault(value, [value])
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+            pool.setdefault(("dict", *value), []).append(value)
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+            if isinstance(value, list):  # a tuple is sent as a JSON array, but is not one
+                pool.setdefault(("list", len(value)), []).append(value)
     return pool
 
 
-def _sharing(value: Any, pool: Mapping[tuple[str, str], Any]) -> Any:
-    """``value`` (parsed from the wire) with each object, array or string equal to one in ``pool`` (same
-    JSON text, key order included) that very object: the body's fields hold the session's values, not
+def _sharing(value: Any, pool: Mapping[Any, list[Any]]) -> Any:
+    """``value`` (parsed from the wire) with each string, object or array that has the same JSON text as
+    one in ``pool`` (:func:`_same_json`) that very object: the body's fields hold the session's values, not
     copies (the system instruction, the tools' schemas)."""
     if type(value) is str:
-        return pool.get(("str", value), value)
-    if type(value) is not dict and type(value) is not list:
+        return pool.get(value, (value,))[0]
+    if type(value) is dict:
+        key: Any = ("dict", *value)
+    elif type(value) is list:
+        key = ("list", len(value))
+    else:
         return value
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    found = pool.get(("dict" if type(value) is dict else "list", text))
-    if found is not None:
-        return found
+    for candidate in pool.get(key, ()):
+        if candidate == value and _same_json(candidate, value):
+            return candidate
     if isinstance(value, dict):
         return {k: _sharing(v, pool) for k, v in value.items()}
     return [_sharing(v, pool) for v in value]
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two equal values have the same JSON text: objects with their keys in one order, and no
+    ``1`` standing for ``true`` or ``1.0`` (equal in Python, other bytes)."""
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b)
 
 
 class _SentBody(dict[str, Any]):
