@@ -1078,7 +1078,7 @@ def test_the_kept_request_holds_the_sessions_own_system_prompt_and_schemas(emula
 
 
 def test_the_cause_is_read_like_with_like_when_the_kept_form_changes() -> None:
-    """A short session keeps its newest request as its bytes (at most 4 KB), a longer one as the contents
+    """A short session keeps its newest request as its bytes (at most 1 KB), a longer one as the contents
     it sent (where google-genai re-spells the signatures): the break at the request that crosses from one
     to the other is read bytes against bytes, so every break is still named as the guard names it."""
     with GeminiEmulator() as emu:
@@ -1088,13 +1088,15 @@ def test_the_cause_is_read_like_with_like_when_the_kept_form_changes() -> None:
         session = make_session(emu, client=client, system="Be brief.", tools=[], policy=KeepLast(1))
         forms = []
         for i in range(7):
-            session.send(f"Question {i}? " + "Tell me more. " * 40)
+            # short while the body is kept as bytes, then long: the form changes at a later break, whose
+            # first changed content comes after a signed one that did not change
+            session.send(f"Q{i}?" + (" Tell me more." * 40 if i >= 3 else ""))
             forms.append(type(session._layers.last_body).__name__)
         breaks = [dict(e.data) for e in session.trace.of_kind(EventKind.CACHE_BREAK)]
         records = guard.records
     assert forms[0] == "bytes" and forms[-1] == "_SentBody"
     crossing = forms.index("_SentBody")
-    assert crossing in [b["index"] for b in breaks]  # a break read across the two forms
+    assert crossing == 3 and crossing in [b["index"] for b in breaks]  # a break read across the two forms
     assert len(breaks) == 5
     for brk in breaks:
         divergence = records[brk["index"]].divergence

@@ -118,7 +118,7 @@ def test_the_previous_request_reads_back_as_the_body_the_vendor_received(vendor:
     with emu:
         session = make(emu)
         for i in range(3):
-            # (Gemini keeps a body of at most 4 KB as its bytes: these go above)
+            # (Gemini keeps a body of at most 1 KB as its bytes: these go above)
             session.send(f"Question {i}?" + (" Say more." * 250 if vendor == "gemini" else ""))
         sent = emu.requests[-1].body
     kept = session._layers.last_body

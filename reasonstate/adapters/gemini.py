@@ -1070,7 +1070,7 @@ class GenerateContentRoom(Room):
         and shared with ``previous`` otherwise (issue 21: a copy of the whole body was ~0.5x the content).
         ``contents`` go on the wire as the SDK's dump of these dicts (Parts keyed as received, signatures
         re-sent in the URL-safe alphabet): the same Parts, so two kept bodies differ where the two bodies
-        sent do. A body of at most 4 KB is kept as its bytes until one is read back (nothing parsed on a
+        sent do. A body of at most 1 KB is kept as its bytes until one is read back (nothing parsed on a
         fresh session's first sends; never after, as the two forms spell signatures apart: the engine reads
         bytes against bytes). Without the bytes and nothing to share: None (the cause then comes from the
         records)."""
@@ -1246,7 +1246,7 @@ class GenerateContentRoom(Room):
 
 #: the largest body kept as its bytes (as small as the fields read from it; nothing parsed on a fresh
 #: session's first sends)
-_KEPT_AS_BYTES = 4096
+_KEPT_AS_BYTES = 1024
 
 
 def _values_of(config: Any) -> dict[Any, list[Any]]:
