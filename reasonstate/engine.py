@@ -684,7 +684,7 @@ def commit(
         ids_seal=ids,
     )
     # the request as the next one's cause analysis reads it (kept in the layers)
-    sent = _as_sent(adapter.api, request) or request_body
+    sent = _as_sent(adapter.api, request, request_body, layers.last_body)
     trace = layers.trace
     # this request's events, appended as one batch; the ones built here are frozen as built (FrozenDict /
     # FrozenList all the way down), so the trace's freeze passes them through without a copy
@@ -724,7 +724,9 @@ def commit(
     )
     if record.divergence is not None and previous is not None:
         # the cause is read from the two requests' bytes and the events before this request's own
-        broken = _why_diverged(trace, len(trace), record, previous, adapter.api, layers.last_body, sent)
+        # like with like: a previous request kept as its bytes is read against this one's bytes
+        now = request_body if isinstance(layers.last_body, bytes) and request_body is not None else sent
+        broken = _why_diverged(trace, len(trace), record, previous, adapter.api, layers.last_body, now)
         events.append((EventKind.CACHE_BREAK, {"index": record.index, "unit": record.divergence, **broken}))
     usage = step.usage
     events.append(
@@ -785,10 +787,11 @@ def commit(
     return Layers(history, trace, records, layers.lost, layers.stripped, sent), step
 
 
-def _as_sent(api: str, request: VendorRequest) -> Mapping[str, Any] | None:
-    """What the layers keep of the newest request for the next cache break's cause: its body read back
-    from its kwargs (None where the room cannot: the body bytes are then passed on their own)."""
-    return room(api).sent_body(request.kwargs) if api in APIS else None
+def _as_sent(api: str, request: VendorRequest, body: bytes | None, previous: _Sent) -> _Sent:
+    """What the layers keep of the newest request for the next cache break's cause: what its room keeps
+    (:meth:`~reasonstate.adapters.base.Room.kept_body`: its body read back from its kwargs, values the
+    memoized runs hold anyway, where it can), else its ``body`` bytes."""
+    return room(api).kept_body(request.kwargs, body, previous) if api in APIS else body
 
 
 def _why_diverged(

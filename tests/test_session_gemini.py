@@ -971,3 +971,134 @@ def test_the_memoized_closed_history_encodes_as_a_fresh_one_whatever_the_order_o
         for question in ("One?", "Nothing?", "Two?", "Three?", "Four?"):
             session.send(question)
     assert_memoized_runs_encode_as_fresh(session, options={})
+
+
+# -- the cause of a cache break: the session's reading agrees with the guard's, on the bytes received -------
+
+
+def _break_scenario(session: rs.Session, scenario: str) -> None:
+    """Turns that break the prefix cache once (or more) the way ``scenario`` says."""
+    run_chain(session)
+    session.send("And tomorrow?")
+    if scenario == "system":
+        session.change_prefix(system=SYSTEM.replace("careful", "cautious"))
+    elif scenario == "timestamp":
+        session.change_prefix(system=SYSTEM + " It is 03:40.")
+        session.send("Noted?")
+        session.change_prefix(system=SYSTEM + " It is 03:45.")
+    elif scenario == "tools":
+        session.change_prefix(tools=[rs.Tool("get_time", "The local time", CLOCK.parameters), WEATHER])
+    elif scenario == "model":
+        session.switch_model("gemini-3-pro")
+    session.send("And the day after?")
+    session.send("And next week?")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "policy", "causes"),
+    [
+        # a closed turn's thought Parts left out whole: the guard reads a content rewritten (its signed
+        # Parts stay, §5.4), and so does the session
+        ("drop", Drop(), ["history_rewritten"]),
+        ("keep_last", KeepLast(1), ["history_rewritten", "history_rewritten"]),
+        ("system", Keep(), ["system_changed"]),
+        ("timestamp", Keep(), ["system_changed", "timestamp_in_prefix"]),
+        ("tools", Keep(), ["tools_changed"]),
+        ("model", Keep(), ["model_changed"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_cache_break_is_named_as_the_guard_names_it_from_the_bytes_received(
+    scenario: str, policy: Any, causes: list[str]
+) -> None:
+    """The session reads the cause of a break from the previous request as it kept it (issue 21: not a copy
+    of its bytes); the guard, watching the same client, reads it from the bytes on the wire: they agree on
+    every break, cause and JSON path, and the path names a value that differs in the bodies the emulator
+    received."""
+    with GeminiEmulator() as emu:
+        emu.script.extend([*chain(), *(answer(i) for i in range(6))])
+        client = emu.client()
+        guard = rs.instrument(client)
+        session = make_session(emu, client=client, policy=policy)
+        _break_scenario(session, scenario)
+        breaks = [dict(e.data) for e in session.trace.of_kind(EventKind.CACHE_BREAK)]
+        records = guard.records
+        bodies = [json.loads(r.body) for r in emu.requests]
+    assert [b["cause"] for b in breaks] == causes
+    for brk in breaks:
+        divergence = records[brk["index"]].divergence
+        assert divergence is not None
+        assert (brk["cause"], brk["path"]) == (divergence.cause, divergence.path)
+        if brk["cause"] != "model_changed":
+            before, after = (_at(bodies[i], brk["path"]) for i in (brk["index"] - 1, brk["index"]))
+            assert before != after
+
+
+_MISSING_AT = object()
+
+
+def _at(body: Any, path: str) -> Any:
+    """The value at a JSON path like ``$.contents[3].parts[0]`` (a sentinel where there is none)."""
+    import re
+
+    value = body
+    for name, index in re.findall(r"\.(\w+)|\[(\d+)\]", path):
+        try:
+            value = value[name] if name else value[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING_AT
+    return value
+
+
+def test_the_kept_request_holds_the_sessions_own_system_prompt_and_schemas(emulator: GeminiEmulator) -> None:
+    """What a session keeps of its newest request for the next break's cause reads as the body received,
+    and holds no copy of what the session holds anyway (issue 21): the system prompt is the prefix's own
+    string (here ~18 KB, more than the whole conversation), each tool schema the very object the request
+    was built from, the contents the request's own list."""
+    emulator.script.extend([answer(0), answer(1)])
+    session = make_session(emulator)
+    session.send("One?")
+    request = session.next_request("Two?")
+    session.send("Two?")
+    kept = session._layers.last_body
+    wire = sent(emulator, 1)
+    assert isinstance(kept, Mapping) and {k: v for k, v in kept.items() if k != "contents"} == {
+        k: v for k, v in wire.items() if k != "contents"
+    }
+    assert [c["role"] for c in kept["contents"]] == [c["role"] for c in wire["contents"]]
+    assert kept["contents"] == request.kwargs["contents"]
+    assert kept["systemInstruction"]["parts"][0]["text"] is session.prefix.system
+    declared = kept.config["tools"][0]["function_declarations"]  # type: ignore[attr-defined]
+    # the SDK sends the declarations name-sorted, keys sorted, the schema under its Python name
+    schemas = {d["name"]: d["parameters_json_schema"] for d in kept["tools"][0]["functionDeclarations"]}
+    assert len(schemas) == len(declared) == 2
+    assert all(schemas[d["name"]] == d["parameters_json_schema"] for d in declared)
+    # (the two tools' schemas are equal: one object may stand for both)
+    assert all(any(s is d["parameters_json_schema"] for d in declared) for s in schemas.values())
+
+
+def test_the_cause_is_read_like_with_like_when_the_kept_form_changes() -> None:
+    """A short session keeps its newest request as its bytes (at most 1 KB), a longer one as the contents
+    it sent (where google-genai re-spells the signatures): the break at the request that crosses from one
+    to the other is read bytes against bytes, so every break is still named as the guard names it."""
+    with GeminiEmulator() as emu:
+        emu.script.extend(answer(i) for i in range(7))
+        client = emu.client()
+        guard = rs.instrument(client)
+        session = make_session(emu, client=client, system="Be brief.", tools=[], policy=KeepLast(1))
+        forms = []
+        for i in range(7):
+            # short while the body is kept as bytes, then long: the form changes at a later break, whose
+            # first changed content comes after a signed one that did not change
+            session.send(f"Q{i}?" + (" Tell me more." * 40 if i >= 3 else ""))
+            forms.append(type(session._layers.last_body).__name__)
+        breaks = [dict(e.data) for e in session.trace.of_kind(EventKind.CACHE_BREAK)]
+        records = guard.records
+    assert forms[0] == "bytes" and forms[-1] == "_SentBody"
+    crossing = forms.index("_SentBody")
+    assert crossing == 3 and crossing in [b["index"] for b in breaks]  # a break read across the two forms
+    assert len(breaks) == 5
+    for brk in breaks:
+        divergence = records[brk["index"]].divergence
+        assert divergence is not None
+        assert (brk["cause"], brk["path"]) == (divergence.cause, divergence.path)

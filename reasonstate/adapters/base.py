@@ -1226,6 +1226,18 @@ class Room:
     #: body's bytes (issue 21: state in proportion to the content)
     kwargs_are_body: ClassVar[bool] = True
 
+    def kept_body(
+        self, kwargs: Mapping[str, Any], body: bytes | None, previous: bytes | Mapping[str, Any] | None
+    ) -> bytes | Mapping[str, Any] | None:
+        """The newest request as a session keeps it for the cause of the next cache break
+        (``Layers.last_body``), from the SDK keyword arguments ``kwargs`` it was sent from, the exact
+        ``body`` bytes received on the wire (None: not captured) and what was kept of the request before
+        (``previous``). Invariant: :meth:`view` reads the kept value as it reads ``body``, so the cause
+        named is the one the bytes give (a value kept as bytes is read against the next request's
+        bytes). The default: the body read back from the kwargs (:meth:`sent_body`, values the memoized
+        runs hold anyway), else the bytes."""
+        return self.sent_body(kwargs) or body
+
     def sent_body(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The JSON body a call with the SDK keyword arguments ``kwargs`` sends, as :meth:`view` reads it,
         or None when the SDK reshapes its arguments (then only the bytes on the wire say it; docs/protocols.md

@@ -472,11 +472,10 @@ class GeminiAdapter:
         units: list[str] = [memo.call(_head_unit, "model", model)]
         config: dict[str, Any] = {}
         if prefix.system:
-            config["system_instruction"] = {"parts": [{"text": prefix.system}]}
+            config["system_instruction"] = memo.call(_system_instruction, prefix.system)
             units.append(memo.call(_head_unit, "systemInstruction", prefix.system))
         if prefix.tools:
-            tools, unit = memo.call(_tools, prefix.tools)
-            config["tools"] = [{"function_declarations": list(tools)}]
+            config["tools"], unit = memo.call(_tools, prefix.tools)
             units.append(unit)
         n_head = len(units)
         contents: list[dict[str, Any]] = []
@@ -606,12 +605,69 @@ def _add(
     """
     if last is not None and last[0] == role:
         merged: _Last = (role, (*last[1], *parts), (*last[2], *digests))
-        contents[-1] = {"role": role, "parts": list(merged[1])}
+        contents[-1] = _content(role, list(merged[1]))
         units[-1] = _content_unit(role, merged[2])
         return merged
-    contents.append({"role": role, "parts": list(parts)})
+    contents.append(_content(role, list(parts)))
     units.append(unit)
     return role, tuple(parts), tuple(digests)
+
+
+#: how many throwaway instances warm a holder class (:func:`_holder`)
+_WARM = 48
+_CONTENT_FIELDS = ("role", "parts")
+_TEXT_FIELDS_ONLY = ("text",)
+_FUNCTION_RESPONSE_FIELDS = ("functionResponse",)
+
+
+def _shared_dict(fields: tuple[str, ...], values: Sequence[Any]) -> dict[str, Any]:
+    """The dict of ``fields`` (in this order) to ``values`` as a key-sharing dict (PEP 412): the ``__dict__``
+    of an instance of the holder class of ``fields``, whose key table every dict of those fields shares:
+    ~90 bytes for one or two fields instead of ~190 for a dict display (CPython 3.11; issue 21: the memoized
+    run holds two contents and two or three Parts per turn). It is a plain ``dict`` in every respect (the
+    SDK, ``json``, equality, key order). Fields are only ever set in the class's order, so the table stays
+    shared."""
+    holder = _holder(fields)()
+    for key, value in zip(fields, values, strict=True):
+        setattr(holder, key, value)
+    shared: dict[str, Any] = holder.__dict__
+    return shared
+
+
+@functools.lru_cache(maxsize=256)
+def _holder(fields: tuple[str, ...]) -> type:
+    """The holder class of dicts of ``fields`` in this order (:func:`_shared_dict`). Warmed: CPython sizes
+    an instance's values by its class's key table, which shrinks to the fields held as instances holding
+    them are made; the first few dozen instances would each take ~300 bytes."""
+    cls = type("_Fields", (), {"__doc__": f"A dict of the fields {fields}.", "__module__": __name__})
+    for _ in range(_WARM):
+        holder = cls()
+        for key in fields:
+            setattr(holder, key, None)
+    return cls
+
+
+def _content(role: str, parts: list[Any]) -> dict[str, Any]:
+    """``{"role": role, "parts": parts}`` as a key-sharing dict (:func:`_shared_dict`)."""
+    return _shared_dict(_CONTENT_FIELDS, (role, parts))
+
+
+def _text(text: str) -> dict[str, Any]:
+    """``{"text": text}`` as a key-sharing dict (:func:`_shared_dict`)."""
+    return _shared_dict(_TEXT_FIELDS_ONLY, (text,))
+
+
+def _function_response_part(body: Any) -> dict[str, Any]:
+    """``{"functionResponse": body}`` as a key-sharing dict (:func:`_shared_dict`)."""
+    return _shared_dict(_FUNCTION_RESPONSE_FIELDS, (body,))
+
+
+def _key_shared(part: Any) -> Any:
+    """A Part's dict (its fields in their order) as a key-sharing dict (:func:`_shared_dict`); a Part with a
+    field google-genai does not declare (never decoded: a restored one) stays as it is."""
+    if type(part) is not dict or not _PART_FIELDS.issuperset(part):
+        return part
+    return _shared_dict(tuple(part), tuple(part.values()))
 
 
 def _cuts() -> array.array[int]:
@@ -704,15 +760,21 @@ def _head_unit(key: str, value: str) -> str:
     return unit_digest({key: value})
 
 
-def _tools(tools: tuple[Tool, ...]) -> tuple[tuple[Any, ...], str]:
-    """Function declarations (names sorted by the Prefix, schemas key-sorted: stable bytes) and their unit;
+def _system_instruction(system: str) -> Any:
+    """The ``system_instruction`` config value (frozen: one object shared by the requests that use it)."""
+    return freeze({"parts": [{"text": system}]})
+
+
+def _tools(tools: tuple[Tool, ...]) -> tuple[Any, str]:
+    """The ``tools`` config value, one tool of function declarations (names sorted by the Prefix, schemas
+    key-sorted: stable bytes; frozen, shared by the requests that use it), and its unit;
     ``parameters_json_schema`` passes the JSON schema through the SDK untouched (``parameters`` would be
     converted to its own Schema type)."""
     declarations = tuple(
         freeze({"name": t.name, "description": t.description, "parameters_json_schema": t.offered_parameters})
         for t in tools
     )
-    return declarations, unit_digest({"tools": declarations})
+    return freeze([{"function_declarations": list(declarations)}]), unit_digest({"tools": declarations})
 
 
 def _content_unit(role: str, digests: Sequence[str]) -> str:
@@ -727,7 +789,7 @@ def _text_part(text: str) -> tuple[dict[str, Any], str]:
 
 def _text_content(role: str, text: str, memo: Encodings) -> tuple[str, tuple[Any, ...], tuple[str, ...], str]:
     part, digest, unit = memo.call(_text_unit, role, text)
-    return role, (dict(part),), (digest,), unit
+    return role, (_text(part["text"]),), (digest,), unit
 
 
 def _text_unit(role: str, text: str) -> tuple[dict[str, Any], str, str]:
@@ -768,7 +830,7 @@ def _encode_turn(turn: Turn, *, model: str, memo: Encodings, platform: str = FIR
         parts, digests, call_ids = _model_parts(step, keep, model, replayed, withheld, platform)
         if summary is not None:
             note, digest = memo.call(_text_part, summary_note(summary))
-            parts.insert(0, dict(note))
+            parts.insert(0, _text(note["text"]))
             digests.insert(0, digest)
         if parts:  # a step with nothing this model may see (foreign reasoning only) adds no content
             contents.append(("model", tuple(parts), tuple(digests), _content_unit("model", digests)))
@@ -780,7 +842,7 @@ def _encode_turn(turn: Turn, *, model: str, memo: Encodings, platform: str = FIR
                 )
                 for r in step.tool_results
             ]
-            results = tuple(dict(p) for p, _ in pairs)
+            results = tuple(_function_response_part(p["functionResponse"]) for p, _ in pairs)
             result_digests = tuple(d for _, d in pairs)
             contents.append(("user", results, result_digests, _content_unit("user", result_digests)))
     return _TurnEncoding(tuple(contents), tuple(withheld), Seal.of(replayed))
@@ -822,9 +884,11 @@ def _model_parts(
             if payload.kind == THOUGHT and not keep_reasoning:
                 continue  # dropped as a whole Part, never edited
             replayed.append(payload)
-            # digest-verified, frozen: the Part as received, parsed once for the memoized run and sharing the
-            # history's strings (issue 21: nothing parsed is kept in the continuation)
-            value = freeze(sharing(payload.checked(), part_strings(part)))
+            # digest-verified: the Part as received, parsed once for the memoized run (never changed once
+            # built, like every value of the run), sharing the history's strings and, at its top level, its
+            # key table with every Part of the same fields (issue 21: nothing parsed is kept in the
+            # continuation)
+            value = _key_shared(sharing(payload.checked(), part_strings(part)))
             if isinstance(part, ToolCallPart):
                 vendor_id = value[FUNCTION_CALL].get("id")
                 if isinstance(vendor_id, str):
@@ -996,6 +1060,38 @@ class GenerateContentRoom(Room):
         """The config fields the installed SDK declares (ImportError: no SDK)."""
         return SDK_LABEL, _config_fields()
 
+    def kept_body(
+        self, kwargs: Mapping[str, Any], body: bytes | None, previous: bytes | Mapping[str, Any] | None
+    ) -> bytes | Mapping[str, Any] | None:
+        """The body as :class:`_SentBody`: the ``contents`` the kwargs held (the memoized run's dicts, no
+        copy) and every other top-level field as the wire had it. Those fields are what google-genai makes
+        of ``model`` and ``config`` alone (``systemInstruction``, ``tools``, ``generationConfig``, ...;
+        docs/protocols.md §5.1), so they are read from the bytes once, when the model or the config changes,
+        and shared with ``previous`` otherwise (issue 21: a copy of the whole body was ~0.5x the content).
+        ``contents`` go on the wire as the SDK's dump of these dicts (Parts keyed as received, signatures
+        re-sent in the URL-safe alphabet): the same Parts, so two kept bodies differ where the two bodies
+        sent do. A body of at most 1 KB is kept as its bytes until one is read back (nothing parsed on a
+        fresh session's first sends; never after, as the two forms spell signatures apart: the engine reads
+        bytes against bytes). Without the bytes and nothing to share: None (the cause then comes from the
+        records)."""
+        model, config, contents = kwargs.get("model"), kwargs.get("config"), kwargs.get("contents")
+        if isinstance(previous, _SentBody) and previous.model == model and previous.config == config:
+            head: Mapping[str, Any] = previous  # its contents are replaced
+        elif body is not None and len(body) <= _KEPT_AS_BYTES and not isinstance(previous, _SentBody):
+            return body  # (once read back, never bytes again: the two forms spell signatures apart)
+        elif body is not None:
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                return body
+            if not isinstance(parsed, dict):
+                return body
+            parsed.pop("contents", None)  # the kwargs' own go in instead
+            head = _sharing(parsed, _values_of(config))
+        else:
+            return None
+        return _SentBody(head, contents, model, config)
+
     usage_key: ClassVar[str] = "usageMetadata"
 
     def serves(self, path: str) -> bool:
@@ -1146,6 +1242,75 @@ class GenerateContentRoom(Room):
                     f"{replay.shown(json.dumps(args))}",
                     functools.partial(_call_of(part).__setitem__, "args", copy.deepcopy(call["args"])),
                 )
+
+
+#: the largest body kept as its bytes (as small as the fields read from it; nothing parsed on a fresh
+#: session's first sends)
+_KEPT_AS_BYTES = 1024
+
+
+def _values_of(config: Any) -> dict[Any, list[Any]]:
+    """Every JSON object, array and string inside ``config`` (the session's memoized and option values):
+    strings by value, objects by their keys, arrays by their length, for :func:`_sharing`."""
+    pool: dict[Any, list[Any]] = {}
+    stack = [config]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            pool.setdefault(value, [value])
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+            pool.setdefault(("dict", *value), []).append(value)
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+            if isinstance(value, list):  # a tuple is sent as a JSON array, but is not one
+                pool.setdefault(("list", len(value)), []).append(value)
+    return pool
+
+
+def _sharing(value: Any, pool: Mapping[Any, list[Any]]) -> Any:
+    """``value`` (parsed from the wire) with each string, object or array that has the same JSON text as
+    one in ``pool`` (:func:`_same_json`) that very object: the body's fields hold the session's values, not
+    copies (the system instruction, the tools' schemas)."""
+    if type(value) is str:
+        return pool.get(value, (value,))[0]
+    if type(value) is dict:
+        key: Any = ("dict", *value)
+    elif type(value) is list:
+        key = ("list", len(value))
+    else:
+        return value
+    for candidate in pool.get(key, ()):
+        if candidate == value and _same_json(candidate, value):
+            return candidate
+    if isinstance(value, dict):
+        return {k: _sharing(v, pool) for k, v in value.items()}
+    return [_sharing(v, pool) for v in value]
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two equal values have the same JSON text: objects with their keys in one order, and no
+    ``1`` standing for ``true`` or ``1.0`` (equal in Python, other bytes)."""
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b)
+
+
+class _SentBody(dict[str, Any]):
+    """A generateContent request as a session keeps it for the next cache break's cause
+    (:meth:`GenerateContentRoom.kept_body`): a JSON body, the wire's top-level fields (from ``head``; their
+    values shared between requests with one model and config) with the request's ``contents``. ``model``
+    and ``config`` are the kwargs those fields were made from (``config`` holds values the session's memos
+    hold)."""
+
+    __slots__ = ("config", "model")
+
+    def __init__(self, head: Mapping[str, Any], contents: Any, model: Any, config: Any) -> None:
+        super().__init__(head)
+        self["contents"] = contents
+        self.model, self.config = model, config
 
 
 def _b64(value: Any) -> bytes | None:
