@@ -17,6 +17,7 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.cli import main
+from tests._cli import run_main
 from tests.conftest import CLOCK, MODEL, SYSTEM, THINKING, WEATHER, run_chain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,6 +25,12 @@ PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "http
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command's ``main`` in this process (tests/_cli.py); the version test runs the real entry point."""
+    return run_main(*args, cwd=ROOT)
+
+
+def run_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m reasonstate.cli ARGS`` in a subprocess: the entry point itself."""
     return subprocess.run(
         [sys.executable, "-m", "reasonstate.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
@@ -34,7 +41,7 @@ def test_version_prints_the_installed_distribution_version() -> None:
     from importlib.metadata import version
 
     assert rs.__version__ == version("reasonstate")
-    out = run_cli("--version")
+    out = run_command("--version")
     assert out.returncode == 0 and out.stdout.strip() == f"reasonstate {rs.__version__}"
 
 

@@ -1,6 +1,7 @@
 """Stores by URL (``open_store``) and the command line over them: ``reasonstate store migrate|list URL`` and
-``reasonstate inspect|report URL#SESSION_ID``, the real command in a subprocess, on a SQLite file and on the
-real PostgreSQL and Redis servers (tests/store/services.py), each test in its own file, schema or prefix."""
+``reasonstate inspect|report URL#SESSION_ID``, the command's ``main`` in this process (the real command in a
+subprocess once, for its entry point), on a SQLite file and on the real PostgreSQL and Redis servers
+(tests/store/services.py), each test in its own file, schema or prefix."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from reasonstate.store import (
     parse_store_url,
 )
 from reasonstate.testing.anthropic import AnthropicEmulator
+from tests._cli import run_main
 from tests.conftest import CLOCK, MODEL, SYSTEM, THINKING, WEATHER, answer, run_chain, three_step_chain
 from tests.store import services
 
@@ -35,7 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """The real command, from this tree (also when ``cwd`` is elsewhere)."""
+    """The command's ``main`` in this process (tests/_cli.py), in ``cwd``."""
+    return run_main(*args, cwd=cwd)
+
+
+def run_command(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """The real command in a subprocess, from this tree (also when ``cwd`` is elsewhere)."""
     return subprocess.run(
         [sys.executable, "-m", "reasonstate.cli", *args],
         capture_output=True,
@@ -332,7 +339,7 @@ def test_store_usage_errors_exit_two(args: list[str], capsys: pytest.CaptureFixt
 def test_help_names_the_store_commands() -> None:
     top = run_cli("--help").stdout
     assert "store" in top
-    store = run_cli("store", "--help")
+    store = run_command("store", "--help")  # the real entry point, in a subprocess
     assert store.returncode == 0 and "migrate" in store.stdout and "list" in store.stdout
 
 
