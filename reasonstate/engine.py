@@ -263,8 +263,9 @@ class Engine:
                 return
         publisher.publish(layers.trace)
 
-    def _set_prefix(self, prefix: Prefix) -> None:
-        self._prefix, self._fingerprint = prefix, prefix.fingerprint
+    def _set_prefix(self, prefix: Prefix, fingerprint: str | None = None) -> None:
+        """``fingerprint``: ``prefix.fingerprint`` when the caller has it already (a hash less)."""
+        self._prefix, self._fingerprint = prefix, prefix.fingerprint if fingerprint is None else fingerprint
 
     def _traced(self, kind: str, **data: Any) -> None:
         self._set_layers(attrs.evolve(self._layers, trace=self._layers.trace.appended(kind, **data)))

@@ -190,6 +190,36 @@ def _context_of(session: _Core) -> Callable[[str], ExportContext]:
     return context
 
 
+#: system prompt → (``Prefix(system=...)``, its fingerprint, its volatile spans), for the prefixes with no
+#: tools and no few-shots: such a prefix is a pure function of its system text (an immutable ``str``), and
+#: a prefix is an immutable value any number of sessions may share, so the key cannot go stale. A service
+#: that builds a session per HTTP request builds them on the same few prompts: the second build of each
+#: is a dict lookup instead of the prefix's construction, a SHA-256 of its canonical JSON and a search of
+#: the system text for clock times (issue 21: a fresh session's constant costs). Bounded: at most
+#: :data:`_PREFIXES_MAX` prompts of at most :data:`_PREFIX_CHARS` characters each, cleared when full.
+_PREFIXES: dict[str, tuple[Prefix, str, tuple[str, ...]]] = {}
+_PREFIXES_MAX = 128
+_PREFIX_CHARS = 1 << 16
+
+
+def _prefix_of(system: Any, tools: Any, few_shots: Any) -> tuple[Prefix, str, tuple[str, ...]]:
+    """The session's prefix, its fingerprint and the clock times in its system text
+    (:meth:`Prefix.volatile_spans`); the same values as building the prefix each time
+    (:data:`_PREFIXES`)."""
+    plain = type(system) is str and type(tools) is tuple and not tools
+    if plain and type(few_shots) is tuple and not few_shots:
+        found = _PREFIXES.get(system)
+        if found is not None:
+            return found
+    prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
+    made = (prefix, prefix.fingerprint, tuple(prefix.volatile_spans()))
+    if plain and not prefix.few_shots and len(system) <= _PREFIX_CHARS:
+        if len(_PREFIXES) >= _PREFIXES_MAX:
+            _PREFIXES.clear()
+        _PREFIXES[system] = made
+    return made
+
+
 class _Core(Switching):
     """Everything but the I/O: the engine with its construction, switching, ``run()`` steps, reports and
     snapshots."""
@@ -265,9 +295,12 @@ class _Core(Switching):
                 )
             request_options["context_management"] = fold.request_option()
             fold = None
-        prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
-        self._refuse_options(self._adapter, client, model, request_options, prefix.tools)
-        self._set_prefix(prefix)
+        prefix, fingerprint, volatile = _prefix_of(system, tools, few_shots)
+        # frozen: a caller's later edit of a dict it passed (``thinking=...``) changes no request; frozen
+        # before the checks, so that the checks' memos can key on the (hashable) frozen value
+        options = freeze(request_options)
+        self._refuse_options(self._adapter, client, model, options, prefix.tools)
+        self._set_prefix(prefix, fingerprint)
         self._policy: Policy = Keep() if policy is None else policy
         self._fold = fold
         # volatile per-turn notes (``scratch``): never in a request, never in a snapshot
@@ -275,15 +308,13 @@ class _Core(Switching):
         self._stream = stream
         # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
         self._lock = threading.Lock()
-        # frozen: a caller's later edit of a dict it passed (``thinking=...``) changes no request
-        self._options: Mapping[str, Any] = freeze(request_options)
+        self._options: Mapping[str, Any] = options
         self._state = TurnState.IDLE
         trace = Trace()
-        volatile = self._prefix.volatile_spans()
         if volatile:
             trace = trace.appended(
                 EventKind.PREFIX_VOLATILE,
-                spans=volatile,
+                spans=list(volatile),
                 advice="a clock time in the system prompt changes every session and busts the prefix "
                 "cache; keep the date in the prefix and the time in the newest user message",
             )

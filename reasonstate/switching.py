@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reasonstate.adapters import Adapter, adapter_for, client_is_async
-from reasonstate.adapters.base import Encodings, binding_of
+from reasonstate.adapters.base import Encodings, ProtocolRules, binding_of
 from reasonstate.engine import Engine
 from reasonstate.errors import InvalidOption
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import FIRST_PARTY, EventKind, freeze
 from reasonstate.state.continuation import SCOPE_SEPARATOR
+from reasonstate.state.frozen import FrozenDict
 
 __all__ = ["SDK_OWNED", "Switching", "check_model"]
 
@@ -30,6 +31,33 @@ SDK_OWNED = frozenset({"messages", "input", "prompt", "instructions", "previous_
 def check_model(model: Any) -> None:
     if not isinstance(model, str) or not model.strip():
         raise InvalidOption(f"model= must be the vendor's model name (a non-empty string), got {model!r}")
+
+
+#: (rules, model, options) that this package's own rules found nothing to refuse in: ``refuse`` is a pure
+#: function of them (the rules are frozen values, the options the session's frozen mapping), so a service
+#: that builds its sessions with the same few options checks each once (issue 21: a fresh session's
+#: constant costs). Rules of a caller's own class (``adapter=``) are asked every time. Bounded: cleared
+#: when :data:`_ALLOWED_MAX` are held.
+_ALLOWED: dict[tuple[Any, ...], None] = {}
+_ALLOWED_MAX = 1024
+
+
+def _refusal(rules: ProtocolRules, model: str, options: Mapping[str, Any]) -> str | None:
+    """``rules.refuse(model, options)``, remembered when it is None (:data:`_ALLOWED`)."""
+    key: tuple[Any, ...] | None = None
+    if type(rules).__module__.startswith("reasonstate.") and type(options) is FrozenDict:
+        key = (rules, model, options, repr(options))  # the repr tells True from 1 (they compare equal)
+        try:
+            if key in _ALLOWED:
+                return None
+        except TypeError:  # a value that is not JSON (unhashable): asked every time
+            key = None
+    why = rules.refuse(model, options)
+    if why is None and key is not None:
+        if len(_ALLOWED) >= _ALLOWED_MAX:
+            _ALLOWED.clear()
+        _ALLOWED[key] = None
+    return why
 
 
 def _route(vendor: str, api: str, model: str, binding: str) -> dict[str, str]:
@@ -80,7 +108,7 @@ class Switching(Engine):
         what the adapter's room checks against the installed SDK (its ``check_call``: the options the SDK
         declares and their types, the model id, the credentials, the tool schemas; docs/protocols.md §9).
         An adapter of the caller's own (``adapter=``) without ``check_call`` is checked by its rules only."""
-        why = adapter.rules.refuse(model, options)
+        why = _refusal(adapter.rules, model, options)
         if why is not None:
             raise InvalidOption(why)
         check = getattr(adapter, "check_call", None)

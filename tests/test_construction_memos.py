@@ -1,0 +1,86 @@
+"""The memos that make a fresh session's construction cheap (issue 21: constant costs) never answer for a
+value they were not filled with: each test fills a memo with one value, then builds a session with another
+that the memo's key could confuse it with, through the real SDK clients on the emulators.
+
+The oracles are the refusals and prefixes a session gets with the memos empty (the first build of each
+case here), and hand-written expectations: ``max_tokens: int`` in anthropic's ``Messages.create`` (so
+``True`` is refused strictly, though ``True == 1`` and ``hash(True) == hash(1)``), and the sha256 of a
+prefix's canonical JSON (``docs/protocols.md`` names the fingerprint's form).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+
+import pytest
+
+import reasonstate as rs
+from reasonstate.state import EventKind
+from reasonstate.testing.anthropic import AnthropicEmulator
+
+SONNET = "claude-sonnet-4-6"
+
+
+@pytest.fixture(scope="module")
+def claude() -> Iterator[AnthropicEmulator]:
+    with AnthropicEmulator() as emu:
+        yield emu
+
+
+def test_an_option_equal_to_an_accepted_one_but_of_another_type_is_still_refused(
+    claude: AnthropicEmulator,
+) -> None:
+    """``max_tokens=1`` passes and is remembered; ``max_tokens=True`` compares and hashes equal to it and is
+    still refused (the SDK declares an ``int``; a bool is not one in strict mode), as is ``1.0``."""
+    client = claude.client()
+    for _ in range(2):  # the second build of each reads the memo
+        rs.Session(client, model=SONNET, max_tokens=1)
+        rs.Session(client, model=SONNET, max_tokens=8, thinking={"type": "enabled", "budget_tokens": 1})
+    for bad in (True, 1.0):
+        with pytest.raises(rs.InvalidOption, match="max_tokens="):
+            rs.Session(client, model=SONNET, max_tokens=bad)
+    with pytest.raises(rs.InvalidOption, match="budget_tokens"):
+        rs.Session(client, model=SONNET, max_tokens=8, thinking={"type": "enabled", "budget_tokens": True})
+    assert claude.requests == []
+
+
+def test_a_rule_refusal_is_not_remembered_away(claude: AnthropicEmulator) -> None:
+    """The same options that pass on one model are refused on a model whose rules refuse them (Claude 4.7
+    takes adaptive thinking only, docs/protocols.md §4.1), before and after the passing build."""
+    client = claude.client()
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    for _ in range(2):
+        with pytest.raises(rs.InvalidOption, match="adaptive"):
+            rs.Session(client, model="claude-opus-4-7", max_tokens=2048, thinking=thinking)
+        rs.Session(client, model=SONNET, max_tokens=2048, thinking=thinking)
+
+
+def _fingerprint(system: str) -> str:
+    canonical = json.dumps(
+        {"system": system, "tools": [], "few_shots": []},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_each_system_prompt_has_its_own_prefix_and_volatile_event(claude: AnthropicEmulator) -> None:
+    """Sessions on the same and on different system prompts: each has the prefix of its own prompt, and a
+    prompt with a clock time traces ``prefix.volatile`` in every session built on it, not only the first."""
+    client = claude.client()
+    prompts = ["Answer briefly.", "Answer at length.", "It is 12:30:45 now.", "Answer briefly."]
+    for _ in range(2):
+        for system in prompts:
+            session = rs.Session(client, model=SONNET, system=system, max_tokens=64)
+            assert session.prefix.system == system
+            assert session.prefix.fingerprint == _fingerprint(system)
+            volatile = session.trace.of_kind(EventKind.PREFIX_VOLATILE)
+            assert [e.data["spans"] for e in volatile] == ([["12:30:45"]] if ":45" in system else [])
+    few = rs.Session(
+        client, model=SONNET, system="Answer briefly.", few_shots=[("Hi", "Hello")], max_tokens=64
+    )
+    assert few.prefix.few_shots == (("Hi", "Hello"),)
+    assert rs.Session(client, model=SONNET, system="Answer briefly.", max_tokens=64).prefix.few_shots == ()
