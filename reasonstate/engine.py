@@ -617,7 +617,11 @@ def predict(
     request: VendorRequest,
     records: Sequence[ExecutionRecord],
 ) -> int | None:
-    """The cache read the vendor will report for ``request`` (None: not knowable)."""
+    """The cache read the vendor will report for ``request`` (None: not knowable). With no earlier request
+    every scheme of :func:`predict_request` predicts 0 (nothing of this session is cached yet): a fresh
+    session's first request is told so without the scheme's walk (issue 21: constant costs)."""
+    if not records:
+        return 0 if request.predictable else None
     return predict_request(adapter.cache, request, records)
 
 
