@@ -81,6 +81,7 @@ from reasonstate.state import (
     freeze,
 )
 from reasonstate.state.continuation import recorded_platform
+from reasonstate.state.execution import EMPTY as NO_RECORDS
 from reasonstate.state.execution import common_prefix_len
 from reasonstate.switching import SDK_OWNED, Switching, check_model
 
@@ -319,7 +320,7 @@ class _Core(Switching):
                 "cache; keep the date in the prefix and the time in the newest user message",
             )
         self._publisher = Publisher(Publisher.checked(exporters), _context_of(self))
-        self._set_layers(Layers(trace=trace))
+        self._set_layers(Layers(trace=trace, records=NO_RECORDS))  # the one empty Records value
         self._attach(store, session_id)
         if store is not None and isinstance(self, Session):
             self.flush()  # version 1: the id is taken now, or SessionConflict before anything is paid for

@@ -36,28 +36,36 @@ def check_model(model: Any) -> None:
 #: (rules, model, options) that this package's own rules found nothing to refuse in: ``refuse`` is a pure
 #: function of them (the rules are frozen values, the options the session's frozen mapping), so a service
 #: that builds its sessions with the same few options checks each once (issue 21: a fresh session's
-#: constant costs). Rules of a caller's own class (``adapter=``) are asked every time. Bounded: cleared
-#: when :data:`_ALLOWED_MAX` are held.
-_ALLOWED: dict[tuple[Any, ...], None] = {}
+#: constant costs). Keyed by the rules' id, the model and the options' repr (which tells ``True`` from
+#: ``1``, equal as values); an entry holds the rules (so their id is not reused while it lives) and the
+#: options, and answers only for these very rules and equal options. Rules of a caller's own class
+#: (``adapter=``) are asked every time. Bounded: cleared when :data:`_ALLOWED_MAX` are held.
+_ALLOWED: dict[tuple[int, str, str], tuple[ProtocolRules, Mapping[str, Any]]] = {}
 _ALLOWED_MAX = 1024
 
 
 def _refusal(rules: ProtocolRules, model: str, options: Mapping[str, Any]) -> str | None:
     """``rules.refuse(model, options)``, remembered when it is None (:data:`_ALLOWED`)."""
-    key: tuple[Any, ...] | None = None
-    if type(rules).__module__.startswith("reasonstate.") and type(options) is FrozenDict:
-        key = (rules, model, options, repr(options))  # the repr tells True from 1 (they compare equal)
-        try:
-            if key in _ALLOWED:
-                return None
-        except TypeError:  # a value that is not JSON (unhashable): asked every time
-            key = None
+    key: tuple[int, str, str] | None = None
+    if type(options) is FrozenDict and type(rules).__module__.startswith("reasonstate."):
+        key = (id(rules), model, repr(options))
+        held = _ALLOWED.get(key)
+        if held is not None and held[0] is rules and _same(held[1], options):
+            return None
     why = rules.refuse(model, options)
     if why is None and key is not None:
         if len(_ALLOWED) >= _ALLOWED_MAX:
             _ALLOWED.clear()
-        _ALLOWED[key] = None
+        _ALLOWED[key] = (rules, options)
     return why
+
+
+def _same(held: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
+    """Whether two option mappings of one repr are equal (False when a value cannot say: not JSON)."""
+    try:
+        return bool(held == options)
+    except Exception:
+        return False
 
 
 def _route(vendor: str, api: str, model: str, binding: str) -> dict[str, str]:
