@@ -83,6 +83,7 @@ from reasonstate.state import (
 from reasonstate.state.continuation import recorded_platform
 from reasonstate.state.execution import EMPTY as NO_RECORDS
 from reasonstate.state.execution import common_prefix_len
+from reasonstate.state.frozen import FrozenDict, FrozenList
 from reasonstate.switching import SDK_OWNED, Switching, check_model
 
 __all__ = [
@@ -221,6 +222,48 @@ def _prefix_of(system: Any, tools: Any, few_shots: Any) -> tuple[Prefix, str, tu
     return made
 
 
+#: the repr of a session's request options → their frozen value, for options made of JSON values only
+#: (dicts, lists, str, numbers, bool, None): a frozen value is immutable, so any number of sessions may share
+#: it, and an entry answers only for options of the same repr (key order and ``True`` against ``1``
+#: included) that are equal to it, whose frozen value it is. A service that builds its sessions with the
+#: same few options freezes each once (issue 21: a fresh session's constant costs); options that hold any
+#: other object (the caller's own, which may change) are frozen every time. Bounded: at most
+#: :data:`_OPTIONS_MAX` entries, of reprs of at most :data:`_OPTIONS_CHARS` characters, cleared when full.
+_OPTIONS: dict[str, Mapping[str, Any]] = {}
+_OPTIONS_MAX = 256
+_OPTIONS_CHARS = 1 << 14
+_JSON_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _frozen_options(options: dict[str, Any]) -> Mapping[str, Any]:
+    """``freeze(options)``, shared between sessions where the options are JSON values (:data:`_OPTIONS`)."""
+    key = repr(options)
+    held = _OPTIONS.get(key)
+    if held is not None:
+        try:
+            if held == options:
+                return held
+        except Exception:  # pragma: no cover - a value that cannot say whether it is equal: never held
+            pass
+    frozen: Mapping[str, Any] = freeze(options)
+    if len(key) <= _OPTIONS_CHARS and _json_only(frozen):
+        if len(_OPTIONS) >= _OPTIONS_MAX:
+            _OPTIONS.clear()
+        _OPTIONS[key] = frozen
+    return frozen
+
+
+def _json_only(value: Any) -> bool:
+    """Whether a frozen value holds JSON values only (its dicts and lists frozen, every leaf a JSON scalar
+    of exactly its type)."""
+    kind = type(value)
+    if kind is FrozenDict:
+        return all(_json_only(v) for v in value.values())
+    if kind is FrozenList:
+        return all(_json_only(v) for v in value)
+    return kind in _JSON_LEAVES
+
+
 class _Core(Switching):
     """Everything but the I/O: the engine with its construction, switching, ``run()`` steps, reports and
     snapshots."""
@@ -299,7 +342,7 @@ class _Core(Switching):
         prefix, fingerprint, volatile = _prefix_of(system, tools, few_shots)
         # frozen: a caller's later edit of a dict it passed (``thinking=...``) changes no request; frozen
         # before the checks, so that the checks' memos can key on the (hashable) frozen value
-        options = freeze(request_options)
+        options = _frozen_options(request_options)
         self._refuse_options(self._adapter, client, model, options, prefix.tools)
         self._set_prefix(prefix, fingerprint)
         self._policy: Policy = Keep() if policy is None else policy

@@ -84,3 +84,43 @@ def test_each_system_prompt_has_its_own_prefix_and_volatile_event(claude: Anthro
     )
     assert few.prefix.few_shots == (("Hi", "Hello"),)
     assert rs.Session(client, model=SONNET, system="Answer briefly.", max_tokens=64).prefix.few_shots == ()
+
+
+def test_options_of_one_value_in_another_key_order_keep_their_own_order(claude: AnthropicEmulator) -> None:
+    """Two option dicts that compare equal but list their keys in another order: each session sends its
+    caller's order (the body's bytes follow it), however many sessions were built on the other first."""
+    client = claude.client()
+    orders = (["type", "budget_tokens"], ["budget_tokens", "type"])
+    for _ in range(2):
+        for order in orders:
+            thinking = {k: {"type": "enabled", "budget_tokens": 1024}[k] for k in order}
+            session = rs.Session(client, model=SONNET, max_tokens=2048, thinking=thinking)
+            sent = session.next_request("Hi?").kwargs
+            assert list(sent["thinking"]) == order
+            assert list(sent)[:2] == ["model", "max_tokens"]
+
+
+def test_an_option_holding_a_callers_object_is_not_shared(claude: AnthropicEmulator) -> None:
+    """An option value that is not JSON (here a caller's object in ``extra_body``, which the SDK declares as
+    any object) is the caller's: a later session with an equal value of the same repr holds its own
+    caller's object, never the first one's (a memo of frozen options must not hand it out)."""
+
+    class Box:
+        def __init__(self, value: int) -> None:
+            self.value = value
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Box) and other.value == self.value
+
+        __hash__ = None  # type: ignore[assignment]
+
+        def __repr__(self) -> str:
+            return "Box()"
+
+    client = claude.client()
+    first, second = Box(1), Box(1)
+    a = rs.Session(client, model=SONNET, max_tokens=64, extra_body={"box": first})
+    b = rs.Session(client, model=SONNET, max_tokens=64, extra_body={"box": second})
+    first.value = 2  # the first caller changes its own object after both sessions were built
+    assert b.next_request("Hi?").kwargs["extra_body"]["box"] == Box(1)
+    assert a.next_request("Hi?").kwargs["extra_body"]["box"] == Box(2)  # a holds its caller's object
