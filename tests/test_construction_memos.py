@@ -124,3 +124,27 @@ def test_an_option_holding_a_callers_object_is_not_shared(claude: AnthropicEmula
     first.value = 2  # the first caller changes its own object after both sessions were built
     assert b.next_request("Hi?").kwargs["extra_body"]["box"] == Box(1)
     assert a.next_request("Hi?").kwargs["extra_body"]["box"] == Box(2)  # a holds its caller's object
+
+
+def test_the_adapter_memo_reads_what_the_instance_says() -> None:
+    """docs/protocols.md §10.1-§10.2: clients of one type on two platforms (google-genai's ``vertexai``) or
+    two Azure resources get their own adapters, however often and in whichever order they come."""
+    import openai
+    from google import genai
+
+    from reasonstate.adapters import adapter_for
+    from reasonstate.adapters.base import binding_of
+
+    def azure(host: str) -> openai.AzureOpenAI:
+        return openai.AzureOpenAI(
+            api_key="k", api_version="2025-04-01-preview", azure_endpoint=f"https://{host}"
+        )
+
+    for _ in range(3):
+        assert adapter_for(genai.Client(api_key="k")).platform == "first-party"
+        assert adapter_for(genai.Client(vertexai=True, api_key="k")).platform == "vertex"
+        assert adapter_for(genai.Client(vertexai=True, api_key="k"), api="interactions").platform == "vertex"
+        assert adapter_for(genai.Client(api_key="k"), api="interactions").platform == "first-party"
+        for host in ("a.openai.azure.com", "b.openai.azure.com"):
+            for chosen in (adapter_for(azure(host), api="chat"), adapter_for(azure(host))):
+                assert binding_of(chosen) == f"azure#{host}"

@@ -287,8 +287,9 @@ def _default(key: str, build: Callable[[], Adapter]) -> Adapter:
 
 #: (client type, dialect, api) → the adapter :func:`adapter_for` chose, for the choices that read nothing
 #: but the client's type (the Messages and Chat Completions clients of a platform whose scope is not read
-#: from the client: not Bedrock's or Azure's; google-genai's platform, the Responses host check and a
-#: boto3 client's service are read from the instance, so those are never kept). An adapter is shared
+#: from the client: not Bedrock's or Azure's); a google-genai client's under (client type, dialect, api,
+#: platform), its platform read from the instance each time (``vertexai``). The Responses host check and a
+#: boto3 client's service are read from the instance, so those are never kept. An adapter is shared
 #: configuration (:data:`_DEFAULT_ADAPTERS`), so the entry cannot go stale; bounded, cleared when full.
 _BY_TYPE: dict[tuple[Any, ...], Adapter] = {}
 _BY_TYPE_MAX = 64
@@ -371,7 +372,7 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
     adapter is one shared per process for each API, platform (and dialect) and the account or resource the
     platform binds payloads to (:func:`scope_for`): adapters hold configuration only.
     """
-    key = (type(client), dialect, api)
+    key: tuple[Any, ...] = (type(client), dialect, api)
     plain_key = (dialect is None or type(dialect) is str) and (api is None or type(api) is str)
     if plain_key:
         found = _BY_TYPE.get(key)
@@ -379,6 +380,11 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
             return found
     kind = _kind(client)
     platform = platform_for(client)
+    if kind.genai is not None and plain_key:  # google-genai: the platform is the instance's (vertexai)
+        key = (*key, platform)
+        found = _BY_TYPE.get(key)
+        if found is not None:
+            return found
     scope = _scope(client, platform)
     at = "" if platform == FIRST_PARTY else f"@{bound(platform, scope)}"
     if kind.genai is not None:
@@ -390,8 +396,8 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
         if api == "interactions":
             # Vertex AI serves it too: the SDK sends it to {api_version}/projects/P/locations/L/interactions
             # (docs/protocols.md §5.6)
-            return _default(f"interactions{at}", _interactions(platform))
-        return _default(f"generate_content{at}", _gemini(platform))
+            return _by_type(key, plain_key, _default(f"interactions{at}", _interactions(platform)))
+        return _by_type(key, plain_key, _default(f"generate_content{at}", _gemini(platform)))
     modules = kind.modules
     if "anthropic" in modules:
         from reasonstate.adapters.anthropic import DIALECTS as MESSAGES_DIALECTS
