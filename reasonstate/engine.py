@@ -263,8 +263,9 @@ class Engine:
                 return
         publisher.publish(layers.trace)
 
-    def _set_prefix(self, prefix: Prefix) -> None:
-        self._prefix, self._fingerprint = prefix, prefix.fingerprint
+    def _set_prefix(self, prefix: Prefix, fingerprint: str | None = None) -> None:
+        """``fingerprint``: ``prefix.fingerprint`` when the caller has it already (a hash less)."""
+        self._prefix, self._fingerprint = prefix, prefix.fingerprint if fingerprint is None else fingerprint
 
     def _traced(self, kind: str, **data: Any) -> None:
         self._set_layers(attrs.evolve(self._layers, trace=self._layers.trace.appended(kind, **data)))
@@ -616,7 +617,11 @@ def predict(
     request: VendorRequest,
     records: Sequence[ExecutionRecord],
 ) -> int | None:
-    """The cache read the vendor will report for ``request`` (None: not knowable)."""
+    """The cache read the vendor will report for ``request`` (None: not knowable). With no earlier request
+    every scheme of :func:`predict_request` predicts 0 (nothing of this session is cached yet): a fresh
+    session's first request is told so without the scheme's walk (issue 21: constant costs)."""
+    if not records:
+        return 0 if request.predictable else None
     return predict_request(adapter.cache, request, records)
 
 

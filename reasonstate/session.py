@@ -81,7 +81,9 @@ from reasonstate.state import (
     freeze,
 )
 from reasonstate.state.continuation import recorded_platform
+from reasonstate.state.execution import EMPTY as NO_RECORDS
 from reasonstate.state.execution import common_prefix_len
+from reasonstate.state.frozen import FrozenDict, FrozenList
 from reasonstate.switching import SDK_OWNED, Switching, check_model
 
 __all__ = [
@@ -190,6 +192,78 @@ def _context_of(session: _Core) -> Callable[[str], ExportContext]:
     return context
 
 
+#: system prompt → (``Prefix(system=...)``, its fingerprint, its volatile spans), for the prefixes with no
+#: tools and no few-shots: such a prefix is a pure function of its system text (an immutable ``str``), and
+#: a prefix is an immutable value any number of sessions may share, so the key cannot go stale. A service
+#: that builds a session per HTTP request builds them on the same few prompts: the second build of each
+#: is a dict lookup instead of the prefix's construction, a SHA-256 of its canonical JSON and a search of
+#: the system text for clock times (issue 21: a fresh session's constant costs). Bounded: at most
+#: :data:`_PREFIXES_MAX` prompts of at most :data:`_PREFIX_CHARS` characters each, cleared when full.
+_PREFIXES: dict[str, tuple[Prefix, str, tuple[str, ...]]] = {}
+_PREFIXES_MAX = 128
+_PREFIX_CHARS = 1 << 16
+
+
+def _prefix_of(system: Any, tools: Any, few_shots: Any) -> tuple[Prefix, str, tuple[str, ...]]:
+    """The session's prefix, its fingerprint and the clock times in its system text
+    (:meth:`Prefix.volatile_spans`); the same values as building the prefix each time
+    (:data:`_PREFIXES`)."""
+    plain = type(system) is str and type(tools) is tuple and not tools
+    if plain and type(few_shots) is tuple and not few_shots:
+        found = _PREFIXES.get(system)
+        if found is not None:
+            return found
+    prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
+    made = (prefix, prefix.fingerprint, tuple(prefix.volatile_spans()))
+    if plain and not prefix.few_shots and len(system) <= _PREFIX_CHARS:
+        if len(_PREFIXES) >= _PREFIXES_MAX:
+            _PREFIXES.clear()
+        _PREFIXES[system] = made
+    return made
+
+
+#: the repr of a session's request options → their frozen value, for options made of JSON values only
+#: (dicts, lists, str, numbers, bool, None): a frozen value is immutable, so any number of sessions may share
+#: it, and an entry answers only for options of the same repr (key order and ``True`` against ``1``
+#: included) that are equal to it, whose frozen value it is. A service that builds its sessions with the
+#: same few options freezes each once (issue 21: a fresh session's constant costs); options that hold any
+#: other object (the caller's own, which may change) are frozen every time. Bounded: at most
+#: :data:`_OPTIONS_MAX` entries, of reprs of at most :data:`_OPTIONS_CHARS` characters, cleared when full.
+_OPTIONS: dict[str, Mapping[str, Any]] = {}
+_OPTIONS_MAX = 256
+_OPTIONS_CHARS = 1 << 14
+_JSON_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _frozen_options(options: dict[str, Any]) -> Mapping[str, Any]:
+    """``freeze(options)``, shared between sessions where the options are JSON values (:data:`_OPTIONS`)."""
+    key = repr(options)
+    held = _OPTIONS.get(key)
+    if held is not None:
+        try:
+            if held == options:
+                return held
+        except Exception:  # pragma: no cover - a value that cannot say whether it is equal: never held
+            pass
+    frozen: Mapping[str, Any] = freeze(options)
+    if len(key) <= _OPTIONS_CHARS and _json_only(frozen):
+        if len(_OPTIONS) >= _OPTIONS_MAX:
+            _OPTIONS.clear()
+        _OPTIONS[key] = frozen
+    return frozen
+
+
+def _json_only(value: Any) -> bool:
+    """Whether a frozen value holds JSON values only (its dicts and lists frozen, every leaf a JSON scalar
+    of exactly its type)."""
+    kind = type(value)
+    if kind is FrozenDict:
+        return all(_json_only(v) for v in value.values())
+    if kind is FrozenList:
+        return all(_json_only(v) for v in value)
+    return kind in _JSON_LEAVES
+
+
 class _Core(Switching):
     """Everything but the I/O: the engine with its construction, switching, ``run()`` steps, reports and
     snapshots."""
@@ -265,9 +339,12 @@ class _Core(Switching):
                 )
             request_options["context_management"] = fold.request_option()
             fold = None
-        prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
-        self._refuse_options(self._adapter, client, model, request_options, prefix.tools)
-        self._set_prefix(prefix)
+        prefix, fingerprint, volatile = _prefix_of(system, tools, few_shots)
+        # frozen: a caller's later edit of a dict it passed (``thinking=...``) changes no request; frozen
+        # before the checks, so that the checks' memos can key on the (hashable) frozen value
+        options = _frozen_options(request_options)
+        self._refuse_options(self._adapter, client, model, options, prefix.tools)
+        self._set_prefix(prefix, fingerprint)
         self._policy: Policy = Keep() if policy is None else policy
         self._fold = fold
         # volatile per-turn notes (``scratch``): never in a request, never in a snapshot
@@ -275,20 +352,18 @@ class _Core(Switching):
         self._stream = stream
         # one call at a time: the state check and the move to AWAITING_MODEL happen under this lock
         self._lock = threading.Lock()
-        # frozen: a caller's later edit of a dict it passed (``thinking=...``) changes no request
-        self._options: Mapping[str, Any] = freeze(request_options)
+        self._options: Mapping[str, Any] = options
         self._state = TurnState.IDLE
         trace = Trace()
-        volatile = self._prefix.volatile_spans()
         if volatile:
             trace = trace.appended(
                 EventKind.PREFIX_VOLATILE,
-                spans=volatile,
+                spans=list(volatile),
                 advice="a clock time in the system prompt changes every session and busts the prefix "
                 "cache; keep the date in the prefix and the time in the newest user message",
             )
         self._publisher = Publisher(Publisher.checked(exporters), _context_of(self))
-        self._set_layers(Layers(trace=trace))
+        self._set_layers(Layers(trace=trace, records=NO_RECORDS))  # the one empty Records value
         self._attach(store, session_id)
         if store is not None and isinstance(self, Session):
             self.flush()  # version 1: the id is taken now, or SessionConflict before anything is paid for

@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reasonstate.adapters import Adapter, adapter_for, client_is_async
-from reasonstate.adapters.base import Encodings, binding_of
+from reasonstate.adapters.base import Encodings, ProtocolRules, binding_of
 from reasonstate.engine import Engine
 from reasonstate.errors import InvalidOption
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import FIRST_PARTY, EventKind, freeze
 from reasonstate.state.continuation import SCOPE_SEPARATOR
+from reasonstate.state.frozen import FrozenDict
 
 __all__ = ["SDK_OWNED", "Switching", "check_model"]
 
@@ -30,6 +31,41 @@ SDK_OWNED = frozenset({"messages", "input", "prompt", "instructions", "previous_
 def check_model(model: Any) -> None:
     if not isinstance(model, str) or not model.strip():
         raise InvalidOption(f"model= must be the vendor's model name (a non-empty string), got {model!r}")
+
+
+#: (rules, model, options) that this package's own rules found nothing to refuse in: ``refuse`` is a pure
+#: function of them (the rules are frozen values, the options the session's frozen mapping), so a service
+#: that builds its sessions with the same few options checks each once (issue 21: a fresh session's
+#: constant costs). Keyed by the rules' id, the model and the options' repr (which tells ``True`` from
+#: ``1``, equal as values); an entry holds the rules (so their id is not reused while it lives) and the
+#: options, and answers only for these very rules and equal options. Rules of a caller's own class
+#: (``adapter=``) are asked every time. Bounded: cleared when :data:`_ALLOWED_MAX` are held.
+_ALLOWED: dict[tuple[int, str, str], tuple[ProtocolRules, Mapping[str, Any]]] = {}
+_ALLOWED_MAX = 1024
+
+
+def _refusal(rules: ProtocolRules, model: str, options: Mapping[str, Any]) -> str | None:
+    """``rules.refuse(model, options)``, remembered when it is None (:data:`_ALLOWED`)."""
+    key: tuple[int, str, str] | None = None
+    if type(options) is FrozenDict and type(rules).__module__.startswith("reasonstate."):
+        key = (id(rules), model, repr(options))
+        held = _ALLOWED.get(key)
+        if held is not None and held[0] is rules and _same(held[1], options):
+            return None
+    why = rules.refuse(model, options)
+    if why is None and key is not None:
+        if len(_ALLOWED) >= _ALLOWED_MAX:
+            _ALLOWED.clear()
+        _ALLOWED[key] = (rules, options)
+    return why
+
+
+def _same(held: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
+    """Whether two option mappings of one repr are equal (False when a value cannot say: not JSON)."""
+    try:
+        return bool(held == options)
+    except Exception:
+        return False
 
 
 def _route(vendor: str, api: str, model: str, binding: str) -> dict[str, str]:
@@ -80,7 +116,7 @@ class Switching(Engine):
         what the adapter's room checks against the installed SDK (its ``check_call``: the options the SDK
         declares and their types, the model id, the credentials, the tool schemas; docs/protocols.md §9).
         An adapter of the caller's own (``adapter=``) without ``check_call`` is checked by its rules only."""
-        why = adapter.rules.refuse(model, options)
+        why = _refusal(adapter.rules, model, options)
         if why is not None:
             raise InvalidOption(why)
         check = getattr(adapter, "check_call", None)

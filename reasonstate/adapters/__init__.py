@@ -285,6 +285,27 @@ def _default(key: str, build: Callable[[], Adapter]) -> Adapter:
     return adapter
 
 
+#: (client type, dialect, api) → the adapter :func:`adapter_for` chose, for the choices that read nothing
+#: but the client's type (the Messages and Chat Completions clients of a platform whose scope is not read
+#: from the client: not Bedrock's or Azure's); a google-genai client's under (client type, dialect, api,
+#: platform), its platform read from the instance each time (``vertexai``). The Responses host check and a
+#: boto3 client's service are read from the instance, so those are never kept. An adapter is shared
+#: configuration (:data:`_DEFAULT_ADAPTERS`), so the entry cannot go stale; bounded, cleared when full.
+_BY_TYPE: dict[tuple[Any, ...], Adapter] = {}
+_BY_TYPE_MAX = 64
+#: the platforms whose payload scope :func:`_scope` reads from the client instance
+_INSTANCE_SCOPED = ("bedrock", "azure")
+
+
+def _by_type(key: tuple[Any, ...], keep: bool, adapter: Adapter) -> Adapter:
+    """``adapter``, kept in :data:`_BY_TYPE` under ``key`` when ``keep``."""
+    if keep:
+        if len(_BY_TYPE) >= _BY_TYPE_MAX:
+            _BY_TYPE.clear()
+        _BY_TYPE[key] = adapter
+    return adapter
+
+
 def _anthropic(platform: str, dialect: str = "anthropic", scope: str = "") -> Callable[[], Adapter]:
     return lambda: AnthropicAdapter(platform=platform, dialect=dialect, scope=scope)
 
@@ -351,8 +372,19 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
     adapter is one shared per process for each API, platform (and dialect) and the account or resource the
     platform binds payloads to (:func:`scope_for`): adapters hold configuration only.
     """
+    key: tuple[Any, ...] = (type(client), dialect, api)
+    plain_key = (dialect is None or type(dialect) is str) and (api is None or type(api) is str)
+    if plain_key:
+        found = _BY_TYPE.get(key)
+        if found is not None:
+            return found
     kind = _kind(client)
     platform = platform_for(client)
+    if kind.genai is not None and plain_key:  # google-genai: the platform is the instance's (vertexai)
+        key = (*key, platform)
+        found = _BY_TYPE.get(key)
+        if found is not None:
+            return found
     scope = _scope(client, platform)
     at = "" if platform == FIRST_PARTY else f"@{bound(platform, scope)}"
     if kind.genai is not None:
@@ -364,8 +396,8 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
         if api == "interactions":
             # Vertex AI serves it too: the SDK sends it to {api_version}/projects/P/locations/L/interactions
             # (docs/protocols.md §5.6)
-            return _default(f"interactions{at}", _interactions(platform))
-        return _default(f"generate_content{at}", _gemini(platform))
+            return _by_type(key, plain_key, _default(f"interactions{at}", _interactions(platform)))
+        return _by_type(key, plain_key, _default(f"generate_content{at}", _gemini(platform)))
     modules = kind.modules
     if "anthropic" in modules:
         from reasonstate.adapters.anthropic import DIALECTS as MESSAGES_DIALECTS
@@ -379,8 +411,9 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
                     f"unknown Messages dialect {dialect!r} for {type(client).__name__}; expected one of "
                     f"{MESSAGES_DIALECTS} on an anthropic.Anthropic client"
                 )
-            return _default(f"messages@{dialect}", _anthropic(platform, dialect))
-        return _default(f"messages{at}", _anthropic(platform, scope=scope))
+            return _by_type(key, plain_key, _default(f"messages@{dialect}", _anthropic(platform, dialect)))
+        adapter = _default(f"messages{at}", _anthropic(platform, scope=scope))
+        return _by_type(key, plain_key and platform not in _INSTANCE_SCOPED, adapter)
     if "openai" in modules:
         if dialect is not None or api == "chat":
             from reasonstate.adapters.openai_chat import DIALECTS
@@ -388,7 +421,8 @@ def adapter_for(client: Any, *, dialect: str | None = None, api: str | None = No
             chosen = dialect or "openai"
             if chosen not in DIALECTS:
                 raise InvalidOption(f"unknown chat dialect {dialect!r}; expected one of {DIALECTS}")
-            return _default(f"chat:{chosen}{at}", _chat(chosen, platform, scope))
+            adapter = _default(f"chat:{chosen}{at}", _chat(chosen, platform, scope))
+            return _by_type(key, plain_key and platform not in _INSTANCE_SCOPED, adapter)
         if api not in (None, "responses"):
             raise InvalidOption(f"unknown api {api!r} for an OpenAI client; use 'responses' or 'chat'")
         host = str(getattr(client, "base_url", ""))

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from reasonstate.errors import InvalidOption
-from reasonstate.state.frozen import thaw
+from reasonstate.state.frozen import FrozenDict, thaw
 
 __all__ = [
     "Declared",
@@ -163,6 +163,17 @@ def check_call(
     Nothing but the SDK's declaration and ``client.base_url`` is read; nothing is sent."""
     if vendor is not None:
         refuse_foreign(client, model, vendor, label, only_on=only_on)
+    key: tuple[Any, ...] | None = None
+    if type(options) is FrozenDict:
+        # the repr tells values apart that compare equal (True == 1 == 1.0), as Declared._accepted's does
+        key = (type(client), sdk, tuple(resource), label, model, repr(options), own, family, unknown)
+        held = _PASSED.get(key)
+        if held is not None:
+            try:
+                if held == options:
+                    return
+            except Exception:  # a value that cannot say whether it is equal (not JSON): checked again
+                pass
     method = sdk_method(client, sdk, resource)
     if method is None:
         return
@@ -176,6 +187,20 @@ def check_call(
                 "misspelling of a word they use)"
             )
     found.check(options, own=own, unknown=unknown)
+    if key is not None:
+        if len(_PASSED) >= _ACCEPTED_MAX:
+            _PASSED.clear()
+        _PASSED[key] = options
+
+
+#: (client type, SDK, resource, label, model, the options' repr, own, family, unknown) → the frozen options
+#: that passed :func:`check_call`'s declaration checks with them: those checks read nothing but these values
+#: and the SDK method's declaration (one per client type and process: ``type(client.<resource>).create``),
+#: so a service that builds its sessions with the same few options passes each once (issue 21: a fresh
+#: session's constant costs). An entry answers only for equal options of the same repr (the repr tells
+#: ``True`` from ``1``). The check of another vendor's model id reads the client's host: it runs every time.
+#: Bounded: cleared when :data:`_ACCEPTED_MAX` are held.
+_PASSED: dict[tuple[Any, ...], Mapping[str, Any]] = {}
 
 
 def object_parameters(tools: Iterable[Any], label: str, rule: str) -> None:

@@ -384,13 +384,13 @@ def check_config(options: Mapping[str, Any]) -> None:
     validated as the SDK does. Nothing is checked without the SDK installed."""
     if not options:
         return
+    key = repr(sorted(options.items()))
+    if key in _ACCEPTED:  # accepted with the SDK installed: no import statement to run again
+        return
     try:
         import pydantic
         from google.genai import types
     except ImportError:
-        return
-    key = repr(sorted(options.items()))
-    if key in _ACCEPTED:
         return
     names = _config_fields()
     for name in options:
