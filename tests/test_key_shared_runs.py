@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 import reasonstate as rs
-from reasonstate.adapters import anthropic
+from reasonstate.adapters import anthropic, openai_responses
 from reasonstate.adapters.base import Encodings, key_shared, shared_dict
 from reasonstate.state.continuation import FIRST_PARTY
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
+from reasonstate.testing.openai_responses import OpenAIResponsesEmulator
 from tests.conftest import THINKING, WEATHER
 
 CPYTHON = platform.python_implementation() == "CPython"
@@ -143,3 +144,31 @@ def test_a_shared_dict_is_smaller_than_a_display_from_the_first_one() -> None:
     """The holder class is warmed: even the first dicts of a new field tuple are small."""
     first = shared_dict(("only_here_x", "only_here_y"), ("x", "y"))
     assert sys.getsizeof(first) < sys.getsizeof({"only_here_x": "x", "only_here_y": "y"})
+
+
+def test_the_responses_run_keeps_key_sharing_items_equal_to_the_items_as_built_per_request() -> None:
+    """Input items and the parts of their ``content`` / ``summary`` lists; the oracle is the same turns
+    encoded as the open turn is (dict displays, parsed from the payload bytes), each user message and
+    function_call_output also written out here."""
+    with OpenAIResponsesEmulator(ACTIONS) as emu:
+        model = "gpt-5.5"
+        session = rs.Session(emu.client(), model=model, tools=[WEATHER])
+        _talk(session)
+    turns = session.history.turns
+    run = openai_responses._closed_run(turns, model, False, Encodings(), FIRST_PARTY)
+    built = [
+        i.value
+        for t in turns
+        for i in openai_responses._encode_turn(t, model=model, by_reference=False).items
+    ]
+    call_id = turns[0].steps[0].tool_calls[0].id
+    assert built[0] == {"role": "user", "content": "Weather in Paris?"}
+    assert built[3] == {"type": "function_call_output", "call_id": call_id, "output": '{"city":"Paris"}'}
+    assert built[6] == {"role": "user", "content": "Thanks?"}
+    kinds = ["reasoning", "function_call", "function_call_output", "reasoning", "message", "reasoning"]
+    assert [v["type"] for v in built if "type" in v] == [*kinds, "message"]
+    parts = [
+        p for v in run.values for key in ("content", "summary") if type(v.get(key)) is list for p in v[key]
+    ]
+    assert len(parts) == 5  # three summaries, two output_text parts
+    _check_kept(run.values, built, [*run.values, *parts])
