@@ -124,7 +124,10 @@ def test_the_deepseek_run_keeps_key_sharing_dicts_equal_to_the_wire_values() -> 
         {"role": "user", "content": "Thanks?"},
         {"role": "assistant", "content": "Bye.", "reasoning_content": "Done."},
     ]
-    _check_kept(run.values, expected, list(run.values))
+    calls = [c for m in run.values for c in m.get("tool_calls", ())]
+    assert len(calls) == 1
+    # every message, every tool call and its function
+    _check_kept(run.values, expected, [*run.values, *calls, *(c["function"] for c in calls)])
 
 
 def test_a_shared_dict_is_a_plain_dict_of_its_fields_in_order() -> None:

@@ -257,6 +257,9 @@ _KEPT_FIELDS = frozenset(
     }
 )
 _USER_FIELDS = ("role", "content")
+#: the fields of a kept message's ``tool_calls`` entries and of their ``function`` (§2), likewise
+_CALL_FIELDS = frozenset({"id", "type", "function", "index"})
+_FUNCTION_FIELDS = frozenset({"name", "arguments"})
 
 
 class ChatAssembler(StreamAssembler):
@@ -653,7 +656,7 @@ class OpenAIChatAdapter:
             )
         units = tuple(_unit(_server_view(m, self.dialect)) for m in messages)
         if kept:  # each later message is a value of its own (never the memo's or the payload's): rebuilt
-            kept_messages = (messages[0], *(key_shared(m, _KEPT_FIELDS) for m in messages[1:]))
+            kept_messages = (messages[0], *(_kept_message(m) for m in messages[1:]))
             return _TurnEncoding(kept_messages, units, tuple(withheld), Seal.of(replayed))
         return _TurnEncoding(tuple(messages), units, tuple(withheld), Seal.of(replayed))
 
@@ -841,6 +844,26 @@ def _own_message(step: Step, vendor: str, platform: str = FIRST_PARTY) -> Contin
         ),
         None,
     )
+
+
+def _kept_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` rebuilt as key-sharing dicts for a memoized run (:func:`~reasonstate.adapters.base.
+    key_shared`; issue 21): the message and each of its ``tool_calls`` entries and their ``function``, each
+    of its fields in their order, as a new dict and list (what it was built from is not changed); anything
+    else is shared, not copied. Equal to ``message``, key order included: the same bytes are sent."""
+    shared = key_shared(message, _KEPT_FIELDS)
+    calls = shared.get("tool_calls") if shared is not message else None
+    if type(calls) is list and calls:
+        shared["tool_calls"] = [_kept_call(c) for c in calls][:]
+    kept: Mapping[str, Any] = shared
+    return kept
+
+
+def _kept_call(call: Any) -> Any:
+    shared = key_shared(call, _CALL_FIELDS)
+    if shared is not call and type(shared.get("function")) is dict:
+        shared["function"] = key_shared(shared["function"], _FUNCTION_FIELDS)
+    return shared
 
 
 def _calls_as_text(step: Step) -> dict[str, Any]:
