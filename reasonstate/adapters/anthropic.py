@@ -50,9 +50,11 @@ from reasonstate.adapters.base import (
     compact,
     in_wire_order,
     json_object,
+    key_shared,
     open_turn_encoding,
     part_strings,
     payload_of,
+    shared_dict,
     summary_note,
     unit_digest,
 )
@@ -115,6 +117,29 @@ _TTL_SECONDS = {"5m": 300, "1h": 3600}
 VENDOR = "anthropic"
 API = "messages"
 _REASONING_KINDS = frozenset({"thinking", "redacted_thinking"})
+#: a message's fields, in the order sent; a memoized run's messages share their key table (issue 21)
+_MESSAGE_FIELDS = ("role", "content")
+#: every field of the content blocks a memoized run keeps as key-sharing dicts (text, thinking,
+#: redacted_thinking, tool_use, tool_result and the server tools' blocks, §4.2): a closed set, so the holder
+#: classes stay few (:func:`~reasonstate.adapters.base.key_shared`); a block with another field is kept as
+#: it is
+_BLOCK_FIELDS = frozenset(
+    {
+        "type",
+        "text",
+        "citations",
+        "thinking",
+        "signature",
+        "data",
+        "id",
+        "name",
+        "input",
+        "tool_use_id",
+        "content",
+        "is_error",
+        "caller",
+    }
+)
 #: the fields of an answer's content blocks a replay must carry back unchanged (§4.3)
 _REPLAYED = {
     "thinking": ("type", "thinking", "signature"),
@@ -1075,11 +1100,13 @@ class _Run:
         cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
         for encoded in encodings:
             for role, blocks, block_digests in encoded.messages:
+                # the run keeps its messages for the session's life: key-sharing dicts (issue 21)
                 if messages and messages[-1]["role"] == role:  # as _append merges
-                    messages[-1] = {"role": role, "content": [*messages[-1]["content"], *blocks]}
+                    merged = [*messages[-1]["content"], *blocks]
+                    messages[-1] = shared_dict(_MESSAGE_FIELDS, (role, merged))
                 else:
                     starts.append(offset + len(old_units) + len(units))
-                    messages.append({"role": role, "content": blocks})
+                    messages.append(shared_dict(_MESSAGE_FIELDS, (role, blocks)))
                 units.extend(block_digests)
             withheld.extend(encoded.withheld)
             sealed += len(encoded.seal.entries)
@@ -1128,23 +1155,29 @@ def _closed_run(
     """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
-        return _encode_turn(turn, model=model, memo=encodings, platform=platform)
+        return _encode_turn(turn, model=model, memo=encodings, platform=platform, kept=True)
 
     return closed_run(turns, (API, "run", model, offset, platform), encode, _Run(offset), encodings)
 
 
-def _encode_turn(turn: Turn, *, model: str, memo: Encodings, platform: str = FIRST_PARTY) -> _TurnEncoding:
-    messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user, memo))]
+def _encode_turn(
+    turn: Turn, *, model: str, memo: Encodings, platform: str = FIRST_PARTY, kept: bool = False
+) -> _TurnEncoding:
+    """A turn's messages (role, blocks, unit digests), payloads withheld from ``model`` and its seal.
+    ``kept``: the blocks go into a memoized run, kept for the session's life, so each is a key-sharing
+    dict (:func:`_kept_block`; issue 21); the open turn's, built per request, are dict displays."""
+    keep = _kept_block if kept else _plain_block
+    messages: list[tuple[str, list[Any], list[str]]] = [("user", *_text_block(turn.user, memo, keep))]
     withheld: list[Continuation] = []
     replayed: list[Continuation] = []
     for i, step in enumerate(turn.steps):
-        blocks, digests = _assistant_content(turn, i, step, model, replayed, withheld, platform)
+        blocks, digests = _assistant_content(turn, i, step, model, replayed, withheld, platform, kept)
         if blocks:  # a step with nothing this model may see (foreign reasoning only) adds no message
             messages.append(("assistant", blocks, digests))
         if step.tool_results:
             pairs = [memo.call(_tool_result, r.call_id, r.content, r.is_error) for r in step.tool_results]
             # an exact-size list (a comprehension over-allocates): the run keeps it (issue 21)
-            messages.append(("user", [dict(b) for b, _ in pairs][:], [d for _, d in pairs]))
+            messages.append(("user", [keep(b) for b, _ in pairs][:], [d for _, d in pairs]))
     return _TurnEncoding(turn, model, tuple(messages), tuple(withheld), Seal.of(replayed))
 
 
@@ -1156,16 +1189,18 @@ def _assistant_content(
     replayed: list[Continuation],
     withheld: list[Continuation],
     platform: str = FIRST_PARTY,
+    kept: bool = False,
 ) -> tuple[list[Any], list[str]]:
     """A step's content blocks: each part from its verbatim payload where this model may receive it, else
-    rendered from the canonical part (text, tool calls); reasoning goes back only as its own payload."""
+    rendered from the canonical part (text, tool calls); reasoning goes back only as its own payload.
+    ``kept``: the blocks go into a memoized run (key-sharing dicts, :func:`_kept_block`)."""
     keep_reasoning = turn.view is None or turn.view.keep_reasoning[index]
     summary = turn.view.summary if turn.view is not None and index == len(turn.steps) - 1 else None
     blocks: list[Any] = []
     digests: list[str] = []
     if summary is not None:
         note: dict[str, Any] = {"type": "text", "text": summary_note(summary)}
-        blocks.append(note)
+        blocks.append(_kept_block(note) if kept else note)
         digests.append(unit_digest(note))
     withheld.extend(c for c in step.continuation if not c.replayable_to(VENDOR, API, model, platform))
     for part in step.parts:
@@ -1178,11 +1213,13 @@ def _assistant_content(
             # and the SDK's exact-type fast path applies (it walks frozen subclasses through slow ABC checks)
             # (kept in the memoized run for the session's life, sharing the history's strings: issue 21)
             value = sharing(payload.checked(), part_strings(part))
+            if kept:
+                value = key_shared(value, _BLOCK_FIELDS)
             if payload.kind == "tool_use" and isinstance(value.get("input"), str):
                 # broken streamed arguments: the vendor takes only an object here (§4.2), so the call goes
                 # back with an empty one; its result tells the model the arguments were invalid
                 sent = {**value, "input": {}}
-                blocks.append(sent)
+                blocks.append(_kept_block(sent) if kept else sent)
                 digests.append(unit_digest(sent))
                 continue
             blocks.append(value)
@@ -1190,7 +1227,7 @@ def _assistant_content(
             continue
         block = _canonical_block(part)
         if block is not None:
-            blocks.append(block)
+            blocks.append(_kept_block(block) if kept else block)
             digests.append(unit_digest(block))
     return blocks[:], digests  # an exact-size copy: the run keeps it for the session's life (issue 21)
 
@@ -1240,9 +1277,27 @@ def _canonical_block(part: Part) -> dict[str, Any] | None:
     return None
 
 
-def _text_block(text: str, memo: Encodings) -> tuple[list[dict[str, Any]], list[str]]:
+def _text_block(
+    text: str, memo: Encodings, copy: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """A text's one block (a copy of the memo's, made by ``copy``: a dict display unless given) and its
+    unit digest."""
     block, digest = memo.call(_text_unit, text)
-    return [dict(block)], [digest]
+    return [dict(block) if copy is None else copy(block)], [digest]
+
+
+def _plain_block(block: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``block`` as a dict display (a per-request value)."""
+    return dict(block)
+
+
+def _kept_block(block: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``block`` for a memoized run, kept for the session's life: a key-sharing dict of its
+    fields in their order (:func:`~reasonstate.adapters.base.shared_dict`, issue 21: ~100 bytes where a
+    dict display takes ~180 on CPython 3.11), or a dict display for a block with a field outside
+    :data:`_BLOCK_FIELDS`. Equal to ``block``, key order included, so the bytes sent are the same."""
+    shared: dict[str, Any] = key_shared(block, _BLOCK_FIELDS)
+    return dict(block) if shared is block else shared
 
 
 # History blocks we build ourselves are the same on every request: their digests are memoized in the

@@ -69,9 +69,11 @@ from reasonstate.adapters.base import (
     count,
     in_wire_order,
     json_object,
+    key_shared,
     open_turn_encoding,
     part_strings,
     payload_of,
+    shared_dict,
     summary_note,
     unit_digest,
 )
@@ -613,61 +615,30 @@ def _add(
     return role, tuple(parts), tuple(digests)
 
 
-#: how many throwaway instances warm a holder class (:func:`_holder`)
-_WARM = 48
 _CONTENT_FIELDS = ("role", "parts")
 _TEXT_FIELDS_ONLY = ("text",)
 _FUNCTION_RESPONSE_FIELDS = ("functionResponse",)
 
 
-def _shared_dict(fields: tuple[str, ...], values: Sequence[Any]) -> dict[str, Any]:
-    """The dict of ``fields`` (in this order) to ``values`` as a key-sharing dict (PEP 412): the ``__dict__``
-    of an instance of the holder class of ``fields``, whose key table every dict of those fields shares:
-    ~90 bytes for one or two fields instead of ~190 for a dict display (CPython 3.11; issue 21: the memoized
-    run holds two contents and two or three Parts per turn). It is a plain ``dict`` in every respect (the
-    SDK, ``json``, equality, key order). Fields are only ever set in the class's order, so the table stays
-    shared."""
-    holder = _holder(fields)()
-    for key, value in zip(fields, values, strict=True):
-        setattr(holder, key, value)
-    shared: dict[str, Any] = holder.__dict__
-    return shared
-
-
-@functools.lru_cache(maxsize=256)
-def _holder(fields: tuple[str, ...]) -> type:
-    """The holder class of dicts of ``fields`` in this order (:func:`_shared_dict`). Warmed: CPython sizes
-    an instance's values by its class's key table, which shrinks to the fields held as instances holding
-    them are made; the first few dozen instances would each take ~300 bytes."""
-    cls = type("_Fields", (), {"__doc__": f"A dict of the fields {fields}.", "__module__": __name__})
-    for _ in range(_WARM):
-        holder = cls()
-        for key in fields:
-            setattr(holder, key, None)
-    return cls
-
-
 def _content(role: str, parts: list[Any]) -> dict[str, Any]:
-    """``{"role": role, "parts": parts}`` as a key-sharing dict (:func:`_shared_dict`)."""
-    return _shared_dict(_CONTENT_FIELDS, (role, parts))
+    """``{"role": role, "parts": parts}`` as a key-sharing dict (:func:`shared_dict`)."""
+    return shared_dict(_CONTENT_FIELDS, (role, parts))
 
 
 def _text(text: str) -> dict[str, Any]:
-    """``{"text": text}`` as a key-sharing dict (:func:`_shared_dict`)."""
-    return _shared_dict(_TEXT_FIELDS_ONLY, (text,))
+    """``{"text": text}`` as a key-sharing dict (:func:`shared_dict`)."""
+    return shared_dict(_TEXT_FIELDS_ONLY, (text,))
 
 
 def _function_response_part(body: Any) -> dict[str, Any]:
-    """``{"functionResponse": body}`` as a key-sharing dict (:func:`_shared_dict`)."""
-    return _shared_dict(_FUNCTION_RESPONSE_FIELDS, (body,))
+    """``{"functionResponse": body}`` as a key-sharing dict (:func:`shared_dict`)."""
+    return shared_dict(_FUNCTION_RESPONSE_FIELDS, (body,))
 
 
 def _key_shared(part: Any) -> Any:
-    """A Part's dict (its fields in their order) as a key-sharing dict (:func:`_shared_dict`); a Part with a
+    """A Part's dict (its fields in their order) as a key-sharing dict (:func:`shared_dict`); a Part with a
     field google-genai does not declare (never decoded: a restored one) stays as it is."""
-    if type(part) is not dict or not _PART_FIELDS.issuperset(part):
-        return part
-    return _shared_dict(tuple(part), tuple(part.values()))
+    return key_shared(part, _PART_FIELDS)
 
 
 def _cuts() -> array.array[int]:

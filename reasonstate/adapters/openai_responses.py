@@ -75,6 +75,7 @@ from reasonstate.adapters.base import (
     closed_run,
     count,
     json_object,
+    key_shared,
     open_turn_encoding,
     part_strings,
     payload_of,
@@ -152,6 +153,29 @@ REASONING_UNREPLAYABLE = "reasoning.unreplayable"
 #: what an item produced after a dropped reasoning item loses when replayed id-less (§1.4 B.2; a message
 #: without ``id`` is an EasyInputMessage, which has no ``status``)
 _ID_KEYS: dict[str, tuple[str, ...]] = {"function_call": ("id",), "message": ("id", "status")}
+#: every top-level field of the input items a memoized run keeps as key-sharing dicts (messages, reasoning,
+#: function calls and their outputs, compaction items, §1.3, §1.4, §1.9): a closed set, so the holder classes
+#: stay few (:func:`~reasonstate.adapters.base.key_shared`); an item with another field is kept as it is
+_ITEM_FIELDS = frozenset(
+    {
+        "type",
+        "id",
+        "status",
+        "role",
+        "content",
+        "summary",
+        "encrypted_content",
+        "call_id",
+        "name",
+        "arguments",
+        "output",
+        "phase",
+        "namespace",
+    }
+)
+#: the fields of the parts inside an item's ``content`` or ``summary`` list (output_text, summary_text,
+#: reasoning_text), likewise kept as key-sharing dicts
+_ITEM_PART_FIELDS = frozenset({"type", "text", "annotations", "logprobs"})
 
 
 class PreviousResponseNotFound(VendorError):
@@ -258,7 +282,7 @@ def _closed_run(
     """The run of ``turns`` (all closed); a turn's items depend on the model, the platform and ``store``."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
-        return _encode_turn(turn, model=model, by_reference=store, platform=platform)
+        return _encode_turn(turn, model=model, by_reference=store, platform=platform, kept=True)
 
     return closed_run(turns, (API, "run", model, store, platform), encode, _EMPTY_RUN, encodings)
 
@@ -696,11 +720,15 @@ def _last_step(history: History) -> Step | None:
     return None
 
 
-def _encode_turn(turn: Turn, *, model: str, by_reference: bool, platform: str = FIRST_PARTY) -> _TurnEncoding:
+def _encode_turn(
+    turn: Turn, *, model: str, by_reference: bool, platform: str = FIRST_PARTY, kept: bool = False
+) -> _TurnEncoding:
     """The turn's items: its user message, each step's output items, each step's tool outputs.
 
     ``by_reference``: reasoning items without ``encrypted_content`` may be sent (the server resolves them
-    from storage, ``store=True`` only: §1.4 B.5).
+    from storage, ``store=True`` only: §1.4 B.5). ``kept``: the items go into a memoized run, kept for the
+    session's life, so each is rebuilt as key-sharing dicts (:func:`_kept_item`; issue 21); the open
+    turn's, built per request, stay as built. Either way the values are equal, key order included.
     """
     items: list[_Item] = [_message_item("user", turn.user)]
     replayed: list[Continuation] = []
@@ -715,7 +743,28 @@ def _encode_turn(turn: Turn, *, model: str, by_reference: bool, platform: str = 
         for r in step.tool_results:
             value = {"type": "function_call_output", "call_id": r.call_id, "output": r.content}
             items.append(_Item(value, unit_digest(value)))
+    if kept:
+        return _TurnEncoding(tuple(_kept_item(i) for i in items), tuple(withheld), Seal.of(replayed))
     return _TurnEncoding(tuple(items), tuple(withheld), Seal.of(replayed))
+
+
+def _kept_item(item: _Item) -> _Item:
+    """``item`` with its value as key-sharing dicts (:func:`~reasonstate.adapters.base.shared_dict`, issue
+    21: ~100 bytes where a dict display takes ~180 on CPython 3.11): the item itself and the parts of its
+    ``content`` or ``summary`` list, each of its fields in their order; anything else is shared, not copied.
+    Equal to the item's value, key order included, so the same bytes are sent. Only for values built fresh
+    for this turn's encoding (the rebuilt dicts replace them, nothing else holds them)."""
+    value = item.value
+    if type(value) is not dict:
+        return item
+    shared = key_shared(value, _ITEM_FIELDS)
+    if shared is value:
+        return item
+    for key in ("content", "summary"):
+        parts = shared.get(key)
+        if type(parts) is list and parts:
+            shared[key] = [key_shared(p, _ITEM_PART_FIELDS) for p in parts][:]
+    return _Item(shared, item.unit)
 
 
 def _step_items(
