@@ -125,3 +125,57 @@ def test_a_history_rewritten_right_after_an_empty_answer_cuts_the_run_before_the
         rewritten = (*turns[:j], dropped, *turns[j + 1 :])
         assert body(rewritten, memo) == body(tuple(attrs.evolve(t) for t in rewritten), Encodings())
         assert body(turns, memo) == body(tuple(attrs.evolve(t) for t in turns), Encodings())
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "deepseek", "responses"])
+def test_the_next_turn_is_appended_to_the_run_in_place_and_the_earlier_run_reads_as_before(kind: str) -> None:
+    """Issue 21 (own CPU per request): extending the newest run appends the closed turn's items to lists the
+    runs share (no copy of the earlier turns'); the earlier run still reads exactly what it held, and a run
+    extended from it afterwards (a branch) gets its own lists."""
+    session = _with_merges(kind) if kind != "responses" else _grown("responses")[0]
+    memo = session._encodings
+    session.next_request("Now?")
+    (key,) = memo._runs
+    before = memo.newest(key)
+    held = (tuple(before.turns), tuple(before.units), tuple(before.seals.sealed), len(before.seals))
+    with_answer = session.history.turns
+    adapter, prefix, options = session._adapter, session.prefix, dict(session._options)
+
+    def encode(history: tuple[Turn, ...]) -> Any:
+        full = History((*history, Turn(index=len(history), user="Next?")))
+        return adapter.encode(prefix, full, session.model, options, [], encodings=memo)
+
+    extra = attrs.evolve(with_answer[-1], index=len(with_answer))
+    grown = (*with_answer, extra)
+    encode(grown)
+    after = memo.newest(key)
+    assert len(after.turns) == len(before.turns) + 1
+    assert after.turn_shelf is before.turn_shelf and after.unit_shelf is before.unit_shelf  # in place
+    assert after.seals._sealed is before.seals._sealed
+    assert (tuple(before.turns), tuple(before.units), tuple(before.seals.sealed), len(before.seals)) == held
+    before.check()
+    # a branch from the earlier run: its own lists, and the newest run's items unchanged
+    other = attrs.evolve(with_answer[-1], index=len(with_answer), user="Another?")
+    branch = (*with_answer, other)
+    fresh = adapter.encode(
+        prefix,
+        History((*tuple(attrs.evolve(t) for t in branch), Turn(index=len(branch), user="Next?"))),
+        session.model,
+        options,
+        [],
+        encodings=Encodings(),
+    )
+    assert compact(encode(branch).kwargs) == compact(fresh.kwargs)
+    assert tuple(after.turns)[-1] is extra
+    assert compact(encode(grown).kwargs) == compact(encode(tuple(attrs.evolve(t) for t in grown)).kwargs)
+
+
+def test_no_session_appends_to_a_codec_s_shared_empty_run() -> None:
+    """A codec's empty run is a module constant every session's first run extends: extending it always
+    makes new lists, so nothing of one session is kept in (or read through) the constant."""
+    from reasonstate.adapters import openai_responses
+
+    _grown("responses")
+    empty = openai_responses._EMPTY_RUN
+    assert empty.turn_shelf == [] and empty.value_shelf == [] and empty.unit_shelf == []
+    assert empty.seals._sealed == [] and len(empty.cuts) == 0

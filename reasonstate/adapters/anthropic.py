@@ -55,8 +55,11 @@ from reasonstate.adapters.base import (
     part_strings,
     payload_of,
     shared_dict,
+    shelved,
+    shelved_array,
     summary_note,
     unit_digest,
+    upto,
 )
 from reasonstate.adapters.declared import check_call, declared, object_parameters
 from reasonstate.adapters.eventstream import EventStreamParser
@@ -1064,7 +1067,7 @@ def _cuts() -> array.array[int]:
     return array.array("I")
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, eq=False)
 class _Run:
     """The encoding of a run of closed turns (the whole closed history), shared between requests; its
     lists and dicts are never changed once built (a marked or merged message is a new dict).
@@ -1073,31 +1076,70 @@ class _Run:
     the run of ``0..k-1``, so each request pays one turn's work to extend it and identity checks of its
     payloads to verify it. Its first unit is unit ``offset`` of the request. ``starts`` holds each
     message's first unit (relative to ``offset``); ``cuts`` per turn where the run of the turns up to it
-    ends (messages, units, withheld, seals), so a :meth:`prefix` is slices.
+    ends (messages, units, withheld, seals), so a :meth:`prefix` reads them.
+
+    Storage: turns, messages, starts, units, withheld payloads and cuts are shelves
+    (:func:`~reasonstate.adapters.base.shelved`) shared by the runs extended from one another; a run reads
+    its first ``n`` turns' worth of each, so extending the newest run appends in place, no copy of the
+    earlier items (issue 21: own CPU per request). A merge (§4.2) replaces the run's last message: that
+    extension copies the message shelf first (a fork), so the runs sharing it still read their own.
     """
 
     offset: int
-    turns: tuple[Turn, ...] = ()
-    messages: tuple[dict[str, Any], ...] = ()
-    starts: array.array[int] = attrs.field(factory=_cuts)
-    units: tuple[str, ...] = ()
-    withheld: tuple[Continuation, ...] = ()
+    turn_shelf: list[Turn] = attrs.field(factory=list)
+    message_shelf: list[dict[str, Any]] = attrs.field(factory=list)
+    start_shelf: array.array[int] = attrs.field(factory=_cuts)
+    unit_shelf: list[str] = attrs.field(factory=list)
+    withheld_shelf: list[Continuation] = attrs.field(factory=list)
     seals: Seals = attrs.field(factory=Seals)
     cuts: array.array[int] = attrs.field(factory=_cuts)
+    #: how many turns this run holds (its share of the shelves)
+    n: int = 0
+
+    def _ends(self) -> tuple[int, int, int]:
+        """Where this run's messages (and starts), units and withheld payloads end in their shelves."""
+        if not self.n:
+            return 0, 0, 0
+        k = 4 * self.n - 4
+        cuts = self.cuts
+        return cuts[k], cuts[k + 1], cuts[k + 2]
+
+    @property
+    def turns(self) -> Sequence[Turn]:
+        return upto(self.turn_shelf, self.n)
+
+    @property
+    def messages(self) -> Sequence[dict[str, Any]]:
+        return upto(self.message_shelf, self._ends()[0])
+
+    @property
+    def starts(self) -> array.array[int]:
+        m = self._ends()[0]
+        return self.start_shelf if len(self.start_shelf) == m else self.start_shelf[:m]
+
+    @property
+    def units(self) -> Sequence[str]:
+        return upto(self.unit_shelf, self._ends()[1])
+
+    @property
+    def withheld(self) -> Sequence[Continuation]:
+        return upto(self.withheld_shelf, self._ends()[2])
 
     def check(self) -> None:
         self.seals.check()
 
     def extended(self, turns: Sequence[Turn], encodings: Sequence[_TurnEncoding]) -> _Run:
-        """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
-        # the new messages and units are built apart and joined to the run's tuples once (one copy each,
-        # issue 21: own CPU per request); only the run's last message may be replaced (a merge, §4.2)
-        offset, old_messages, old_units = self.offset, self.messages, self.units
-        messages, starts = list(old_messages[-1:]), array.array("I", self.starts)
-        kept = len(old_messages) - len(messages)
+        """This run followed by ``turns`` (encoded as ``encodings``), built in one pass over them."""
+        # the new messages and units are built apart, after the run's last message (which a merge may
+        # replace, §4.2), and appended to the shelves (issue 21: own CPU per request)
+        offset, n = self.offset, self.n
+        n_messages, n_units, n_withheld = self._ends()
+        last = self.message_shelf[n_messages - 1 : n_messages]
+        messages, starts = list(last), array.array("I")
+        kept = n_messages - len(messages)
         units: list[str] = []
-        withheld = list(self.withheld)
-        cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
+        withheld: list[Continuation] = []
+        cuts, sealed = array.array("I"), len(self.seals)
         for encoded in encodings:
             for role, blocks, block_digests in encoded.messages:
                 # the run keeps its messages for the session's life: key-sharing dicts (issue 21)
@@ -1105,46 +1147,47 @@ class _Run:
                     merged = [*messages[-1]["content"], *blocks]
                     messages[-1] = shared_dict(_MESSAGE_FIELDS, (role, merged))
                 else:
-                    starts.append(offset + len(old_units) + len(units))
+                    starts.append(offset + n_units + len(units))
                     messages.append(shared_dict(_MESSAGE_FIELDS, (role, blocks)))
                 units.extend(block_digests)
             withheld.extend(encoded.withheld)
             sealed += len(encoded.seal.entries)
-            cuts.extend((kept + len(messages), len(old_units) + len(units), len(withheld), sealed))
-        if kept < len(old_messages) and messages[0] is old_messages[-1]:
-            joined = old_messages + tuple(messages[1:])
-        else:
-            joined = old_messages[:kept] + tuple(messages)
+            cuts.extend((kept + len(messages), n_units + len(units), n_withheld + len(withheld), sealed))
+        if not last or messages[0] is last[0]:
+            message_shelf = shelved(self.message_shelf, n_messages, messages[len(last) :])
+        else:  # a merge replaced the run's last message: the runs sharing the shelf keep theirs (a fork)
+            message_shelf = self.message_shelf[:kept] + messages
         return _Run(
             offset,
-            (*self.turns, *turns),
-            joined,
-            starts,
-            old_units + tuple(units),
-            tuple(withheld),
+            shelved(self.turn_shelf, n, turns),
+            message_shelf,
+            shelved_array(self.start_shelf, n_messages, starts),
+            shelved(self.unit_shelf, n_units, units),
+            shelved(self.withheld_shelf, n_withheld, withheld),
             self.seals.extended([e.seal for e in encodings]),
-            cuts,
+            shelved_array(self.cuts, 4 * n, cuts),
+            n + len(turns),
         )
 
     def prefix(self, k: int) -> tuple[_Run, int]:
         """The run of the first ``j <= k`` turns, the latest cut after an assistant message: every turn
         opens with a user message, merged (§4.2) into a user message that ends the turn before it, so the
-        message at such a cut is not kept as it was before the merge."""
-        j, messages, cuts = k, self.messages, self.cuts
-        while 0 < j < len(self.turns) and messages[cuts[4 * j - 4] - 1]["role"] != "assistant":
+        message at such a cut is not kept as it was before the merge. It reads the same shelves, shorter."""
+        j, messages, cuts = k, self.message_shelf, self.cuts
+        while 0 < j < self.n and messages[cuts[4 * j - 4] - 1]["role"] != "assistant":
             j -= 1
         if j == 0:
             return _Run(self.offset), 0
-        m, u, w, s = self.cuts[4 * j - 4 : 4 * j]
         run = _Run(
             self.offset,
-            self.turns[:j],
-            self.messages[:m],
-            self.starts[:m],
-            self.units[:u],
-            self.withheld[:w],
-            self.seals.prefix(s),
-            self.cuts[: 4 * j],
+            self.turn_shelf,
+            self.message_shelf,
+            self.start_shelf,
+            self.unit_shelf,
+            self.withheld_shelf,
+            self.seals.prefix(cuts[4 * j - 1]),
+            self.cuts,
+            j,
         )
         return run, j
 

@@ -62,6 +62,7 @@ import itertools
 import json
 import operator
 import re
+import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, cast
@@ -562,38 +563,120 @@ class Seal:
                 raise ContinuationMismatch(f"a replayed {c.vendor} {c.kind} payload changed since capture")
 
 
-@attrs.frozen(slots=True)
+#: held while a shelf (:func:`shelved`) is checked and extended: an append and the length check before it are
+#: one step, so two values extended from one shelf at once never both append to it
+_SHELF = threading.Lock()
+
+_I = TypeVar("_I")
+
+
+def shelved(shelf: list[_I], n: int, new: Iterable[_I]) -> list[_I]:
+    """``shelf[:n]`` followed by ``new``, as an append-only list shared by the values extended from one
+    another: ``shelf`` itself, extended in place, when ``n`` is its whole length (every value reads only
+    its own first items, so the longer list changes nothing it sees); else a copy of its first ``n`` (a
+    value extended from an earlier one: a fork). Python work in proportion to ``new``, never to ``n``
+    (issue 21: own CPU per request). From nothing (``n == 0``) always a new list: an empty value may be a
+    shared constant (a codec's empty run), which no session's items may be appended to."""
+    if n:
+        with _SHELF:
+            if len(shelf) == n:
+                shelf.extend(new)
+                return shelf
+    grown = shelf[:n]
+    grown.extend(new)
+    return grown
+
+
+def shelved_array(shelf: array.array[int], n: int, new: Iterable[int]) -> array.array[int]:
+    """:func:`shelved` for an array of ints."""
+    if n:
+        with _SHELF:
+            if len(shelf) == n:
+                shelf.extend(new)
+                return shelf
+    grown = shelf[:n]
+    grown.extend(new)
+    return grown
+
+
+def upto(shelf: list[_I], n: int) -> Sequence[_I]:
+    """The first ``n`` items of a shelf (:func:`shelved`): the list itself when that is all of it (never to be
+    changed by the caller), else a copy."""
+    return shelf if len(shelf) == n else shelf[:n]
+
+
 class Seals:
     """The seals of a run of turns, flat: their entries side by side (continuation, payload, digest), so
     that :meth:`check` is identity comparisons at C speed; on a mismatch the entry that changed is found and
     refused as :meth:`Seal.check` refuses it. Flat, not one :class:`Seal` per turn: a closed turn costs the
-    run three references, nothing more (issue 21: state in memory)."""
+    run three references, nothing more (issue 21: state in memory).
 
-    sealed: tuple[Continuation, ...] = ()
-    payloads: tuple[bytes, ...] = ()
-    digests: tuple[str, ...] = ()
+    The three lists are shelves (:func:`shelved`) shared by the seals extended from one another: a value
+    reads its first ``len(self)`` entries, and :meth:`extended` appends the new entries in place (Python
+    work in proportion to them, no copy of the earlier ones: issue 21, own CPU per request)."""
+
+    __slots__ = ("_digests", "_n", "_payloads", "_sealed")
+
+    _sealed: list[Continuation]
+    _payloads: list[bytes]
+    _digests: list[str]
+    _n: int
+
+    def __init__(
+        self, sealed: Iterable[Continuation] = (), payloads: Iterable[bytes] = (), digests: Iterable[str] = ()
+    ) -> None:
+        self._sealed, self._payloads, self._digests = list(sealed), list(payloads), list(digests)
+        if not len(self._sealed) == len(self._payloads) == len(self._digests):
+            raise ValueError("Seals: as many payloads and digests as continuations")
+        self._n = len(self._sealed)
+
+    @classmethod
+    def _of(cls, sealed: list[Continuation], payloads: list[bytes], digests: list[str], n: int) -> Seals:
+        self = cls.__new__(cls)
+        self._sealed, self._payloads, self._digests, self._n = sealed, payloads, digests, n
+        return self
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def sealed(self) -> Sequence[Continuation]:
+        return upto(self._sealed, self._n)
+
+    @property
+    def payloads(self) -> Sequence[bytes]:
+        return upto(self._payloads, self._n)
+
+    @property
+    def digests(self) -> Sequence[str]:
+        return upto(self._digests, self._n)
 
     def extended(self, seals: Sequence[Seal]) -> Seals:
         entries = [entry for seal in seals for entry in seal.entries]
         if not entries:
             return self
-        sealed, payloads, digests = zip(*entries, strict=True)
-        return Seals(self.sealed + sealed, self.payloads + payloads, self.digests + digests)
+        n = self._n
+        sealed = shelved(self._sealed, n, [e[0] for e in entries])
+        payloads = shelved(self._payloads, n, [e[1] for e in entries])
+        digests = shelved(self._digests, n, [e[2] for e in entries])
+        return Seals._of(sealed, payloads, digests, n + len(entries))
 
     def prefix(self, n: int) -> Seals:
-        """The seals of the first ``n`` entries."""
-        return Seals(self.sealed[:n], self.payloads[:n], self.digests[:n])
+        """The seals of the first ``n`` entries (the same shelves, read shorter)."""
+        return Seals._of(self._sealed, self._payloads, self._digests, min(n, self._n))
 
     def check(self) -> None:
-        """``Seal.check`` of every entry, without a Python-level loop while nothing changed: two tuple
+        """``Seal.check`` of every entry, without a Python-level loop while nothing changed: two list
         comparisons at C speed, each element compared by identity first (an attribute replaced by an equal
         object is no change: the request is the same; a different one is refused as ``Seal.check`` refuses
         it). Cheaper than ``all(map(operator.is_, ...))``: no function call per entry (issue 21:
         own CPU per request)."""
-        sealed = self.sealed
-        if tuple(map(_PAYLOAD, sealed)) == self.payloads and tuple(map(_DIGEST, sealed)) == self.digests:
+        sealed, payloads, digests = self.sealed, self.payloads, self.digests
+        if list(map(_PAYLOAD, sealed)) == payloads and list(map(_DIGEST, sealed)) == digests:
             return
-        Seal(tuple(zip(self.sealed, self.payloads, self.digests, strict=True))).check()
+        # a shelf extended by another value meanwhile reads longer: the entries of this one, by identity
+        n = self._n
+        Seal(tuple(zip(self._sealed[:n], self._payloads[:n], self._digests[:n], strict=True))).check()
 
 
 _MISSING: Any = object()
@@ -637,7 +720,7 @@ class Run(Protocol):
     one before it: the message at that cut is not kept unmerged)."""
 
     @property
-    def turns(self) -> tuple[Turn, ...]: ...
+    def turns(self) -> Sequence[Turn]: ...
 
     def extended(self, turns: Sequence[Turn], encodings: Sequence[Any]) -> Any:
         """This run followed by ``turns`` (encoded as ``encodings``): a run of the same type."""
@@ -860,7 +943,7 @@ def extend_joined(
 _CUT = 5  # per turn in ``ListRun.cuts``: values, units, withheld, seals, and whether its first value joined
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, eq=False)
 class ListRun:
     """The run of closed turns of a codec whose request is a flat list (OpenAI Chat messages, OpenAI
     Responses input items): its turns' values and units side by side, copied into a request at C speed.
@@ -870,78 +953,119 @@ class ListRun:
     ``0..k`` extends the run of ``0..k-1``, so a request pays one turn's work to extend it and identity
     checks of its payloads to verify it, not a Python pass over every turn. Never changed once built.
     ``cuts`` holds, per turn, where the run of the turns up to it ends (values, units, withheld, seals) and
-    whether the turn's first value was joined to the one before it: :meth:`prefix` is slices.
+    whether the turn's first value was joined to the one before it: :meth:`prefix` reads them.
+
+    Storage: the turns, values, units, withheld payloads and cuts are shelves (:func:`shelved`) shared by
+    the runs extended from one another; a run reads the first ``n`` turns' worth of each (:attr:`turns`,
+    :attr:`values`, ...), so extending the newest run appends the new turns' items in place, no copy of
+    the earlier ones (issue 21: own CPU per request). A join replaces the run's last value: that extension
+    copies the shelves first (a fork), so the runs sharing them still read their own last value.
 
     With ``marks`` (a predicate on values), ``marked`` is the index of the newest value it holds of (-1:
     none), kept as the run grows: a codec that needs it (the newest Responses ``compaction`` item,
     docs/protocols.md §1.9) reads it without a Python pass over the values on every request (issue 21).
     """
 
-    turns: tuple[Turn, ...] = ()
-    values: tuple[Any, ...] = ()
-    units: tuple[str, ...] = ()
-    withheld: tuple[Continuation, ...] = ()
+    turn_shelf: list[Turn] = attrs.field(factory=list)
+    value_shelf: list[Any] = attrs.field(factory=list)
+    unit_shelf: list[str] = attrs.field(factory=list)
+    withheld_shelf: list[Continuation] = attrs.field(factory=list)
     seals: Seals = attrs.field(factory=Seals)
     cuts: array.array[int] = attrs.field(factory=_cuts)
-    join: Join | None = attrs.field(default=None, eq=False)
-    marks: Callable[[Any], bool] | None = attrs.field(default=None, eq=False)
+    join: Join | None = None
+    marks: Callable[[Any], bool] | None = None
     marked: int = -1
+    #: how many turns this run holds (its share of the shelves)
+    n: int = 0
+
+    def _ends(self) -> tuple[int, int, int]:
+        """Where this run's values, units and withheld payloads end in their shelves."""
+        if not self.n:
+            return 0, 0, 0
+        k = _CUT * self.n - _CUT
+        cuts = self.cuts
+        return cuts[k], cuts[k + 1], cuts[k + 2]
+
+    @property
+    def turns(self) -> Sequence[Turn]:
+        return upto(self.turn_shelf, self.n)
+
+    @property
+    def values(self) -> Sequence[Any]:
+        return upto(self.value_shelf, self._ends()[0])
+
+    @property
+    def units(self) -> Sequence[str]:
+        return upto(self.unit_shelf, self._ends()[1])
+
+    @property
+    def withheld(self) -> Sequence[Continuation]:
+        return upto(self.withheld_shelf, self._ends()[2])
 
     def check(self) -> None:
         self.seals.check()
 
     def extended(self, turns: Sequence[Turn], encodings: Sequence[ListEncoding]) -> ListRun:
-        """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
-        # the new values and units (one unit per value) are built apart and joined to the run's tuples once
-        # (one copy each, issue 21: own CPU per request); only the run's last value may be replaced (a join)
-        old_values, old_units = self.values, self.units
-        values, units, withheld = list(old_values[-1:]), list(old_units[-1:]), list(self.withheld)
-        kept = len(old_values) - len(values)
-        cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
+        """This run followed by ``turns`` (encoded as ``encodings``), built in one pass over them."""
+        n_values, n_units, n_withheld = self._ends()
+        # the new values and units (one unit per value) are built apart, after the run's last value (which a
+        # join may replace), and appended to the shelves (issue 21: own CPU per request)
+        last_value = self.value_shelf[n_values - 1 : n_values]
+        last_unit = self.unit_shelf[n_units - 1 : n_units]
+        values, units = list(last_value), list(last_unit)
+        withheld: list[Continuation] = []
+        kept = n_values - len(values)
+        cuts, sealed = array.array("I"), len(self.seals)
         for encoded in encodings:
             joined = extend_joined(values, units, encoded.values, encoded.units, self.join)
             withheld.extend(encoded.withheld)
             sealed += len(encoded.seal.entries)
-            cuts.extend((kept + len(values), kept + len(units), len(withheld), sealed, joined))
+            cuts.extend((kept + len(values), kept + len(units), n_withheld + len(withheld), sealed, joined))
         # the last value already there may have been replaced by a join: it is looked at again
         marked = _newest_marked(values, self.marks, 0)
         marked = kept + marked if marked >= 0 else self.marked if self.marked < kept else -1
-        if kept < len(old_values) and values[0] is old_values[-1] and units[0] is old_units[-1]:
-            all_values, all_units = old_values + tuple(values[1:]), old_units + tuple(units[1:])
-        else:
-            all_values, all_units = old_values[:kept] + tuple(values), old_units[:kept] + tuple(units)
+        n = self.n
+        if not last_value or (values[0] is last_value[0] and units[0] is last_unit[0]):
+            value_shelf = shelved(self.value_shelf, n_values, values[len(last_value) :])
+            unit_shelf = shelved(self.unit_shelf, n_units, units[len(last_unit) :])
+        else:  # a join replaced the run's last value: the runs sharing the shelves keep theirs (a fork)
+            value_shelf = self.value_shelf[:kept] + values
+            unit_shelf = self.unit_shelf[: n_units - len(last_unit)] + units
         return ListRun(
-            (*self.turns, *turns),
-            all_values,
-            all_units,
-            tuple(withheld),
+            shelved(self.turn_shelf, n, turns),
+            value_shelf,
+            unit_shelf,
+            shelved(self.withheld_shelf, n_withheld, withheld),
             self.seals.extended([e.seal for e in encodings]),
-            cuts,
+            shelved_array(self.cuts, _CUT * n, cuts),
             self.join,
             self.marks,
             marked,
+            n + len(turns),
         )
 
     def prefix(self, k: int) -> tuple[ListRun, int]:
         """The run of the first ``j <= k`` turns: the latest cut before a turn whose first value was not
-        joined to the value before it (the value at such a cut is not kept as it was before the join)."""
+        joined to the value before it (the value at such a cut is not kept as it was before the join). It
+        reads the same shelves, shorter."""
         j, cuts = k, self.cuts
-        while 0 < j < len(self.turns) and cuts[_CUT * j + 4]:
+        while 0 < j < self.n and cuts[_CUT * j + 4]:
             j -= 1
         if j == 0:
             return ListRun(join=self.join, marks=self.marks), 0
-        v, u, w, s = cuts[_CUT * j - _CUT : _CUT * j - 1]
-        values = self.values[:v]
+        v, s = cuts[_CUT * j - _CUT], cuts[_CUT * j - 2]
+        marked = self.marked if self.marked < v else _newest_marked(self.value_shelf[:v], self.marks, 0)
         run = ListRun(
-            self.turns[:j],
-            values,
-            self.units[:u],
-            self.withheld[:w],
+            self.turn_shelf,
+            self.value_shelf,
+            self.unit_shelf,
+            self.withheld_shelf,
             self.seals.prefix(s),
-            cuts[: _CUT * j],
+            self.cuts,
             self.join,
             self.marks,
-            self.marked if self.marked < v else _newest_marked(values, self.marks, 0),
+            marked,
+            j,
         )
         return run, j
 

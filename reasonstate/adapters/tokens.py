@@ -260,7 +260,7 @@ class TokenAdapter:
         run.check()  # the completions the closed turns replay, by identity (re-hashed only if replaced)
         messages.extend(run.values)
         units.extend(run.units)
-        withheld = run.withheld
+        withheld = tuple(run.withheld)
         opened = None
         if open_turn is not None:
             opened = self._encode_turn(open_turn, tools)
