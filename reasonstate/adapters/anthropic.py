@@ -623,8 +623,9 @@ class AnthropicAdapter:
             few.append(("user", *_text_block(user, memo)))
             few.append(("assistant", *_text_block(answer, memo)))
         offset = n_head + sum(len(d) for _, _, d in few)
-        closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = _closed_run(closed, model, offset, memo, self.binding)
+        # the closed turns: all but the open one, read in place (no copy of the history's turns)
+        closed = len(history.turns) - (history.open_turn is not None)
+        run = _closed_run(history.turns, closed, model, offset, memo, self.binding)
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
@@ -1193,14 +1194,14 @@ class _Run:
 
 
 def _closed_run(
-    turns: tuple[Turn, ...], model: str, offset: int, encodings: Encodings, platform: str
+    turns: tuple[Turn, ...], n: int, model: str, offset: int, encodings: Encodings, platform: str
 ) -> _Run:
-    """The run of ``turns`` (all closed), for requests whose history starts at unit ``offset``."""
+    """The run of ``turns[:n]`` (all closed), for requests whose history starts at unit ``offset``."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
         return _encode_turn(turn, model=model, memo=encodings, platform=platform, kept=True)
 
-    return closed_run(turns, (API, "run", model, offset, platform), encode, _Run(offset), encodings)
+    return closed_run(turns, (API, "run", model, offset, platform), encode, _Run(offset), encodings, n)
 
 
 def _encode_turn(

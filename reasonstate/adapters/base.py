@@ -863,32 +863,43 @@ def _forget(entries: dict[int, _Entries], ref: _Entries) -> None:
 
 
 def closed_run(
-    turns: tuple[Turn, ...], key: Hashable, encode: Callable[[Turn], Any], empty: _R, encodings: Encodings
+    turns: tuple[Turn, ...],
+    key: Hashable,
+    encode: Callable[[Turn], Any],
+    empty: _R,
+    encodings: Encodings,
+    n: int | None = None,
 ) -> _R:
-    """The run of ``turns`` (all closed) memoized under ``key`` in ``encodings``: the newest run memoized
-    there cut after the turns it shares with ``turns`` (checked by identity, at C speed), extended by the
-    turns after them (each encoded with ``encode``). ``empty`` is the run of no turns; ``key`` must tell
-    apart runs that ``empty`` does.
+    """The run of ``turns[:n]`` (all closed; ``n``: all of them unless given, so that a caller holding the
+    history's turns with the open one last need not copy them) memoized under ``key`` in ``encodings``: the
+    newest run memoized there cut after the turns it shares with them (checked by identity, at C speed),
+    extended by the turns after them (each encoded with ``encode``). ``empty`` is the run of no turns;
+    ``key`` must tell apart runs that ``empty`` does.
 
     Only the newest run of a key is kept, and nothing per turn outside it: a request on the history the
     last one ended with pays the turns closed since (one each) and identity checks; a history with an
     earlier turn rewritten (a policy's new view) pays a C-speed cut of the run and the turns from the
     rewritten one on."""
+    count = len(turns) if n is None else n
     newest: _R | None = encodings.newest(key)
     run, k = empty, 0
     if newest is not None:
         done = newest.turns
-        shared = min(len(done), len(turns))
-        # the first turn that differs (``shared`` when none does), found at C speed
-        k = next(itertools.compress(itertools.count(), map(operator.is_not, done, turns)), shared)
+        shared = min(len(done), count)
+        # the first turn that differs (``shared`` when none does before it), found at C speed (``turns`` may
+        # hold one more, the open turn: a difference there or past ``done`` counts as ``shared``)
+        k = min(
+            next(itertools.compress(itertools.count(), map(operator.is_not, done, turns)), shared), shared
+        )
         if k == len(done):
-            if k == len(turns):
+            if k == count:
                 return newest  # the common case: the closed history did not change since the last request
             run = newest
         else:
             run, k = newest.prefix(k)
-    if k < len(turns):
-        run = cast(_R, run.extended(turns[k:], [encode(turn) for turn in turns[k:]]))
+    if k < count:
+        new = turns[k:count]
+        run = cast(_R, run.extended(new, [encode(turn) for turn in new]))
     encodings.keep_newest(key, run)
     return run
 

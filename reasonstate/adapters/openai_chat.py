@@ -593,8 +593,9 @@ class OpenAIChatAdapter:
             add({"role": "user", "content": user})
             add({"role": "assistant", "content": answer})
         n_head = len(units)
-        closed = history.turns[:-1] if history.open_turn is not None else history.turns
-        run = self._closed_run(closed, model, encodings if encodings is not None else Encodings())
+        closed = len(history.turns) - (history.open_turn is not None)  # all but the open turn (no copy)
+        memo = encodings if encodings is not None else Encodings()
+        run = self._closed_run(history.turns, model, memo, closed)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         messages.extend(run.values)  # the head ends with a system or assistant message: never a join
         units.extend(run.units)
@@ -618,15 +619,18 @@ class OpenAIChatAdapter:
             kwargs=kwargs, units=tuple(units), model=model, prefix_units=n_head, withheld=tuple(withheld)
         )
 
-    def _closed_run(self, turns: tuple[Turn, ...], model: str, encodings: Encodings) -> ListRun:
-        """The run of ``turns`` (all closed) for ``model`` (a :class:`ListRun`: messages never merge across
-        turns here)."""
+    def _closed_run(
+        self, turns: tuple[Turn, ...], model: str, encodings: Encodings, n: int | None = None
+    ) -> ListRun:
+        """The run of ``turns[:n]`` (all closed; all of them without ``n``) for ``model`` (a
+        :class:`ListRun`: messages never merge across turns here)."""
 
         def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
             return self._encode_turn(turn, model=model, kept=True)
 
         empty = ListRun(join=_JOINS.get(self.dialect))
-        return closed_run(turns, (API, "run", self.dialect, model, self.binding), encode, empty, encodings)
+        key = (API, "run", self.dialect, model, self.binding)
+        return closed_run(turns, key, encode, empty, encodings, n)
 
     def _encode_turn(self, turn: Turn, *, model: str, kept: bool = False) -> _TurnEncoding:
         """A turn's messages, their units, the payloads withheld from ``model`` and its seal. ``kept``: the

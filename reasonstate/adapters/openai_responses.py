@@ -277,14 +277,15 @@ _EMPTY_RUN = ListRun(marks=_is_compaction)
 
 
 def _closed_run(
-    turns: tuple[Turn, ...], model: str, store: bool, encodings: Encodings, platform: str
+    turns: tuple[Turn, ...], n: int, model: str, store: bool, encodings: Encodings, platform: str
 ) -> ListRun:
-    """The run of ``turns`` (all closed); a turn's items depend on the model, the platform and ``store``."""
+    """The run of ``turns[:n]`` (all closed); a turn's items depend on the model, the platform and
+    ``store``."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
         return _encode_turn(turn, model=model, by_reference=store, platform=platform, kept=True)
 
-    return closed_run(turns, (API, "run", model, store, platform), encode, _EMPTY_RUN, encodings)
+    return closed_run(turns, (API, "run", model, store, platform), encode, _EMPTY_RUN, encodings, n)
 
 
 # -- stream assembly: the non-streamed answer from its SSE stream (docs/protocols.md §1.6) -------------------
@@ -477,9 +478,9 @@ class OpenAIResponsesAdapter:
             for item in (_message_item("user", user), _message_item("assistant", answer)):
                 values.append(item.value)
                 units.append(item.unit)
-        closed = history.turns[:-1] if history.open_turn is not None else history.turns
+        closed = len(history.turns) - (history.open_turn is not None)  # all but the open turn (no copy)
         memo = encodings if encodings is not None else Encodings()
-        run = _closed_run(closed, model, store, memo, self.binding)
+        run = _closed_run(history.turns, closed, model, store, memo, self.binding)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         n_few = len(values)
         values.extend(run.values)
@@ -526,7 +527,7 @@ class OpenAIResponsesAdapter:
             kwargs["instructions"] = prefix.system
         if tools:
             kwargs["tools"] = tools
-        kwargs["input"] = values[start:]
+        kwargs["input"] = values[start:] if start else values  # the list is this request's own
         if previous is not None:
             kwargs["previous_response_id"] = previous
         include = list(options.get("include") or ())
