@@ -9,7 +9,7 @@ and with requests of another model in between.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reasonstate.cache import rules
@@ -145,3 +145,27 @@ def test_a_plain_sequence_of_records_is_refused() -> None:
         Records().appended(record, ("ns", "x"))
     with pytest.raises(ValueError, match="recent"):
         rules.CacheRules(scheme="items", source="test", recent=UNIT_WINDOW + 1)
+
+
+@given(st.data())
+@settings(max_examples=60, deadline=None)
+def test_the_common_prefix_of_long_tuples_compared_again_is_the_one_a_scan_finds(data: st.DataObject) -> None:
+    """Issue 21: a request's units are compared with the previous request's several times, and the
+    second comparison of the same two long tuples reads back the first one's figure; whatever pairs come
+    in whatever order (the same objects, equal copies, other pairs in between), the figure is the naive
+    scan's."""
+    base = tuple(f"u{i}" for i in range(300))
+    pairs = []
+    for _ in range(4):
+        cut = data.draw(st.integers(0, 300))
+        tail = data.draw(st.lists(st.sampled_from("xyz"), max_size=5))
+        pairs.append((*base[:cut], *tail))
+    pairs.append(tuple(base))
+    for _ in range(12):
+        a = data.draw(st.sampled_from(pairs))
+        b = data.draw(st.sampled_from(pairs))
+        if data.draw(st.booleans()):
+            a = tuple(list(a))  # an equal copy: another object
+        naive = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        assert common_prefix_len(a, b) == naive
+        assert common_prefix_len(a, b) == naive  # read back

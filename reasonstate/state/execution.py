@@ -195,11 +195,33 @@ class UnitUse(NamedTuple):
     breakpoints: tuple[int, ...] = ()
 
 
+#: the newest comparison of two long tuples, ``(a, b, common_prefix_len(a, b))``: both held, so neither id
+#: can be reused while it is here. A request's units are compared with the previous request's several times
+#: (its breakpoints, its cache prediction, the commit, the closing decision's effect): the tuples are
+#: immutable, so the figure is read back instead of copying and comparing them again (issue 21: own CPU)
+_NEWEST: list[tuple[Any, Any, int]] = [((), (), 0)]
+_MEMO_MIN = 256  # shorter tuples are compared again (cheaper than keeping them)
+
+
 def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
     """The largest ``n`` with ``a[:n] == b[:n]`` (slice comparisons, so it runs at C speed). The common
     case, one extending the other, compares without copying the longer one's head when the shorter is whole
-    (``a[:n]`` of a sequence of length ``n`` is an equal copy of it; issue 21: own CPU per request)."""
+    (``a[:n]`` of a sequence of length ``n`` is an equal copy of it; issue 21: own CPU per request); the
+    same two long tuples compared again (by identity) give the figure found the last time, so their items
+    must be immutable values (unit digests, unit keys: every caller's)."""
     n = min(len(a), len(b))
+    memo = n >= _MEMO_MIN and type(a) is tuple and type(b) is tuple
+    if memo:
+        newest = _NEWEST[0]
+        if newest[0] is a and newest[1] is b:
+            return newest[2]
+        found = _common_prefix_len(a, b, n)
+        _NEWEST[0] = (a, b, found)
+        return found
+    return _common_prefix_len(a, b, n)
+
+
+def _common_prefix_len(a: Sequence[Any], b: Sequence[Any], n: int) -> int:
     if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
         return n
     lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
