@@ -625,7 +625,7 @@ class AnthropicAdapter:
         offset = n_head + sum(len(d) for _, _, d in few)
         # the closed turns: all but the open one, read in place (no copy of the history's turns)
         closed = len(history.turns) - (history.open_turn is not None)
-        run = _closed_run(history.turns, closed, model, offset, memo, self.binding)
+        run = _closed_run(history.turns, model, offset, memo, self.binding, closed)
         # the run's lists are shared between requests: copied here, and message dicts are replaced, never
         # changed, when a block is marked or two turns of one role merge
         messages: list[dict[str, Any]] = []
@@ -1194,9 +1194,15 @@ class _Run:
 
 
 def _closed_run(
-    turns: tuple[Turn, ...], n: int, model: str, offset: int, encodings: Encodings, platform: str
+    turns: tuple[Turn, ...],
+    model: str,
+    offset: int,
+    encodings: Encodings,
+    platform: str,
+    n: int | None = None,
 ) -> _Run:
-    """The run of ``turns[:n]`` (all closed), for requests whose history starts at unit ``offset``."""
+    """The run of ``turns[:n]`` (all closed; all of them without ``n``), for requests whose history starts
+    at unit ``offset``."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
         return _encode_turn(turn, model=model, memo=encodings, platform=platform, kept=True)

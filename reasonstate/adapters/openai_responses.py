@@ -277,10 +277,15 @@ _EMPTY_RUN = ListRun(marks=_is_compaction)
 
 
 def _closed_run(
-    turns: tuple[Turn, ...], n: int, model: str, store: bool, encodings: Encodings, platform: str
+    turns: tuple[Turn, ...],
+    model: str,
+    store: bool,
+    encodings: Encodings,
+    platform: str,
+    n: int | None = None,
 ) -> ListRun:
-    """The run of ``turns[:n]`` (all closed); a turn's items depend on the model, the platform and
-    ``store``."""
+    """The run of ``turns[:n]`` (all closed; all of them without ``n``); a turn's items depend on the
+    model, the platform and ``store``."""
 
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
         return _encode_turn(turn, model=model, by_reference=store, platform=platform, kept=True)
@@ -480,7 +485,7 @@ class OpenAIResponsesAdapter:
                 units.append(item.unit)
         closed = len(history.turns) - (history.open_turn is not None)  # all but the open turn (no copy)
         memo = encodings if encodings is not None else Encodings()
-        run = _closed_run(history.turns, closed, model, store, memo, self.binding)
+        run = _closed_run(history.turns, model, store, memo, self.binding, closed)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         n_few = len(values)
         values.extend(run.values)
