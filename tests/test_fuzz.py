@@ -20,7 +20,9 @@ Properties, for every decoder (``AnthropicAdapter().decode``, ``OpenAIResponsesA
    that are not a string, ...: :func:`must_refuse`) — refused at decode, not accepted to make the vendor
    400 on the next request;
 4. an accepted answer yields continuation payloads whose bytes are the compact JSON
-   (:func:`reasonstate.adapters.base.compact`) of each item exactly as received (the mutated item), bound
+   (:func:`reasonstate.adapters.base.compact`) of each item exactly as received (the mutated item); on
+   Anthropic a plain text or tool_use block of the rendered keys keeps none, and its part, rendered by hand
+   here, gives back the block's exact bytes (docs/protocols.md §4.3); payloads are bound
    to the REQUESTED model, never the echoed one (token adapter: the payload holds the received token ids).
 
 For every stream assembler (:mod:`reasonstate.adapters.base`), fed the framed events in random chunks:
@@ -754,8 +756,35 @@ def check_decode(name: str, answer: Any) -> bool:
         (payload,) = step.continuation
         assert json.loads(payload.payload)["token_ids"] == received["choices"][0]["token_ids"]
         return True
-    assert [c.payload for c in step.continuation] == [compact(i) for i in payload_items(name, received)]
+    items = payload_items(name, received)
+    if name == "anthropic":
+        # a plain text block and a tool_use block of exactly the rendered keys keep no payload: their part is
+        # the block (docs/protocols.md §4.3); the part, rendered here by hand, gives back its exact bytes
+        for item, part in zip(items, step.parts, strict=True):
+            if _rendered_by_hand(item, part) is not None:
+                assert part.continuation is None
+                assert _rendered_by_hand(item, part) == compact(item)
+        items = [i for i, part in zip(items, step.parts, strict=True) if _rendered_by_hand(i, part) is None]
+    assert [c.payload for c in step.continuation] == [compact(i) for i in items]
     return True
+
+
+def _rendered_by_hand(item: Any, part: Any) -> bytes | None:
+    """The compact bytes of the Anthropic block ``part`` stands for, when ``item`` is a block of the two
+    shapes that go back as their part (exactly the keys ``type, text`` with a non-empty text, or ``type, id,
+    name, input`` with an object input, in this order); None for any other block."""
+    keys = list(item) if isinstance(item, dict) else []
+    if keys == ["type", "text"] and item["type"] == "text" and isinstance(item["text"], str) and item["text"]:
+        return compact({"type": "text", "text": part.text})
+    if (
+        keys == ["type", "id", "name", "input"]
+        and item["type"] == "tool_use"
+        and isinstance(item["input"], dict)
+    ):
+        return compact(
+            {"type": "tool_use", "id": part.id, "name": part.name, "input": json.loads(part.raw_arguments)}
+        )
+    return None
 
 
 def _exact(value: Any) -> bytes:

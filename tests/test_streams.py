@@ -155,7 +155,8 @@ def test_bytes_that_are_not_utf8_are_malformed() -> None:
 def test_the_module_is_pure() -> None:
     """Sans-I/O: the module (the adapter contract, SSE parser and assembler base included) imports only the
     standard library's pure parts, attrs and reasonstate's own layers below the adapters: no SDK, no socket,
-    no clock, no thread."""
+    no clock, no thread (``threading`` for its ``Lock`` alone: a memoized run's shared list is checked and
+    extended as one step, issue 21)."""
     tree = ast.parse(Path(streams_module.__file__).read_text())
     imported = set()
     for node in ast.walk(tree):
@@ -175,6 +176,7 @@ def test_the_module_is_pure() -> None:
         "functools",
         "operator",
         "weakref",
+        "threading",
         "reasonstate.adapters.replay",
         "reasonstate.cache.divergence",
         "reasonstate.cache.rules",
@@ -183,6 +185,12 @@ def test_the_module_is_pure() -> None:
         "reasonstate.state",
         "reasonstate.state.continuation",
     }
+    used = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == "threading"
+    }
+    assert used <= {"Lock"}, used
 
 
 # -- Anthropic: the §4.6 example, streamed as §4.5 describes ----------------------------------------------
