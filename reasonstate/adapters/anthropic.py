@@ -56,7 +56,6 @@ from reasonstate.adapters.base import (
     payload_of,
     shared_dict,
     shelved,
-    shelved_array,
     summary_note,
     unit_digest,
     upto,
@@ -1162,11 +1161,11 @@ class _Run:
             offset,
             shelved(self.turn_shelf, n, turns),
             message_shelf,
-            shelved_array(self.start_shelf, n_messages, starts),
+            shelved(self.start_shelf, n_messages, starts),
             shelved(self.unit_shelf, n_units, units),
             shelved(self.withheld_shelf, n_withheld, withheld),
             self.seals.extended([e.seal for e in encodings]),
-            shelved_array(self.cuts, 4 * n, cuts),
+            shelved(self.cuts, 4 * n, cuts),
             n + len(turns),
         )
 

@@ -64,7 +64,7 @@ import operator
 import re
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, MutableSequence, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import attrs
@@ -568,12 +568,13 @@ class Seal:
 _SHELF = threading.Lock()
 
 _I = TypeVar("_I")
+_L = TypeVar("_L", bound="MutableSequence[Any]")
 
 
-def shelved(shelf: list[_I], n: int, new: Iterable[_I]) -> list[_I]:
-    """``shelf[:n]`` followed by ``new``, as an append-only list shared by the values extended from one
-    another: ``shelf`` itself, extended in place, when ``n`` is its whole length (every value reads only
-    its own first items, so the longer list changes nothing it sees); else a copy of its first ``n`` (a
+def shelved(shelf: _L, n: int, new: Iterable[Any]) -> _L:
+    """``shelf[:n]`` followed by ``new``, as an append-only list (or array) shared by the values extended
+    from one another: ``shelf`` itself, extended in place, when ``n`` is its whole length (every value reads
+    only its own first items, so the longer list changes nothing it sees); else a copy of its first ``n`` (a
     value extended from an earlier one: a fork). Python work in proportion to ``new``, never to ``n``
     (issue 21: own CPU per request). From nothing (``n == 0``) always a new list: an empty value may be a
     shared constant (a codec's empty run), which no session's items may be appended to."""
@@ -582,19 +583,7 @@ def shelved(shelf: list[_I], n: int, new: Iterable[_I]) -> list[_I]:
             if len(shelf) == n:
                 shelf.extend(new)
                 return shelf
-    grown = shelf[:n]
-    grown.extend(new)
-    return grown
-
-
-def shelved_array(shelf: array.array[int], n: int, new: Iterable[int]) -> array.array[int]:
-    """:func:`shelved` for an array of ints."""
-    if n:
-        with _SHELF:
-            if len(shelf) == n:
-                shelf.extend(new)
-                return shelf
-    grown = shelf[:n]
+    grown = cast(_L, shelf[:n])
     grown.extend(new)
     return grown
 
@@ -1048,7 +1037,7 @@ class ListRun:
             unit_shelf,
             shelved(self.withheld_shelf, n_withheld, withheld),
             self.seals.extended([e.seal for e in encodings]),
-            shelved_array(self.cuts, _CUT * n, cuts),
+            shelved(self.cuts, _CUT * n, cuts),
             self.join,
             self.marks,
             marked,
