@@ -43,6 +43,7 @@ from reasonstate.adapters.base import (
     Room,
     Seal,
     Seals,
+    ShelvedRun,
     SSEEvent,
     StreamAssembler,
     VendorRequest,
@@ -1068,7 +1069,7 @@ def _cuts() -> array.array[int]:
 
 
 @attrs.frozen(slots=True, eq=False)
-class _Run:
+class _Run(ShelvedRun):
     """The encoding of a run of closed turns (the whole closed history), shared between requests; its
     lists and dicts are never changed once built (a marked or merged message is a new dict).
 
@@ -1096,17 +1097,8 @@ class _Run:
     #: how many turns this run holds (its share of the shelves)
     n: int = 0
 
-    def _ends(self) -> tuple[int, int, int]:
-        """Where this run's messages (and starts), units and withheld payloads end in their shelves."""
-        if not self.n:
-            return 0, 0, 0
-        k = 4 * self.n - 4
-        cuts = self.cuts
-        return cuts[k], cuts[k + 1], cuts[k + 2]
-
-    @property
-    def turns(self) -> Sequence[Turn]:
-        return upto(self.turn_shelf, self.n)
+    #: per turn in ``cuts``: messages (and starts), units, withheld, seals
+    width: ClassVar[int] = 4
 
     @property
     def messages(self) -> Sequence[dict[str, Any]]:
@@ -1116,17 +1108,6 @@ class _Run:
     def starts(self) -> array.array[int]:
         m = self._ends()[0]
         return self.start_shelf if len(self.start_shelf) == m else self.start_shelf[:m]
-
-    @property
-    def units(self) -> Sequence[str]:
-        return upto(self.unit_shelf, self._ends()[1])
-
-    @property
-    def withheld(self) -> Sequence[Continuation]:
-        return upto(self.withheld_shelf, self._ends()[2])
-
-    def check(self) -> None:
-        self.seals.check()
 
     def extended(self, turns: Sequence[Turn], encodings: Sequence[_TurnEncoding]) -> _Run:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass over them."""

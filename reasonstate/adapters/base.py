@@ -943,8 +943,48 @@ def extend_joined(
 _CUT = 5  # per turn in ``ListRun.cuts``: values, units, withheld, seals, and whether its first value joined
 
 
+class ShelvedRun:
+    """What a run of closed turns kept on shelves (:func:`shelved`) reads of them: ``width`` cuts per turn,
+    the first three where the run of the turns up to it ends in its value, unit and withheld shelves; a run
+    reads its first ``n`` turns' worth of each (:func:`upto`)."""
+
+    __slots__ = ()
+    #: how many cuts a turn has in ``cuts``
+    width: ClassVar[int]
+    turn_shelf: list[Turn]
+    unit_shelf: list[str]
+    withheld_shelf: list[Continuation]
+    seals: Seals
+    cuts: array.array[int]
+    n: int
+
+    def _ends(self) -> tuple[int, int, int]:
+        """Where this run's values, units and withheld payloads end in their shelves."""
+        if not self.n:
+            return 0, 0, 0
+        k = self.width * self.n - self.width
+        cuts = self.cuts
+        return cuts[k], cuts[k + 1], cuts[k + 2]
+
+    @property
+    def turns(self) -> Sequence[Turn]:
+        return upto(self.turn_shelf, self.n)
+
+    @property
+    def units(self) -> Sequence[str]:
+        return upto(self.unit_shelf, self._ends()[1])
+
+    @property
+    def withheld(self) -> Sequence[Continuation]:
+        return upto(self.withheld_shelf, self._ends()[2])
+
+    def check(self) -> None:
+        """Refuse a payload changed since its capture (:meth:`Seals.check`)."""
+        self.seals.check()
+
+
 @attrs.frozen(slots=True, eq=False)
-class ListRun:
+class ListRun(ShelvedRun):
     """The run of closed turns of a codec whose request is a flat list (OpenAI Chat messages, OpenAI
     Responses input items): its turns' values and units side by side, copied into a request at C speed.
     With ``join`` (:func:`extend_joined`), a turn's first value may be joined to the value before it.
@@ -978,32 +1018,11 @@ class ListRun:
     #: how many turns this run holds (its share of the shelves)
     n: int = 0
 
-    def _ends(self) -> tuple[int, int, int]:
-        """Where this run's values, units and withheld payloads end in their shelves."""
-        if not self.n:
-            return 0, 0, 0
-        k = _CUT * self.n - _CUT
-        cuts = self.cuts
-        return cuts[k], cuts[k + 1], cuts[k + 2]
-
-    @property
-    def turns(self) -> Sequence[Turn]:
-        return upto(self.turn_shelf, self.n)
+    width: ClassVar[int] = _CUT
 
     @property
     def values(self) -> Sequence[Any]:
         return upto(self.value_shelf, self._ends()[0])
-
-    @property
-    def units(self) -> Sequence[str]:
-        return upto(self.unit_shelf, self._ends()[1])
-
-    @property
-    def withheld(self) -> Sequence[Continuation]:
-        return upto(self.withheld_shelf, self._ends()[2])
-
-    def check(self) -> None:
-        self.seals.check()
 
     def extended(self, turns: Sequence[Turn], encodings: Sequence[ListEncoding]) -> ListRun:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass over them."""
