@@ -191,6 +191,24 @@ class Fault:
         return cls(kind="raw", status=status, payload=body, headers={"content-type": content_type})
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    """The threaded server of an :class:`EmulatorServer`: each connection on a daemon thread; ``busy`` holds
+    the threads answering a request right now (:meth:`EmulatorServer.stop` may wait for them)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self.busy: set[threading.Thread] = set()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Print the handler's traceback (as ``socketserver`` does), then the request is no longer busy."""
+        try:
+            super().handle_error(request, client_address)
+        finally:
+            self.busy.discard(threading.current_thread())
+
+
 def _serve_until(httpd: ThreadingHTTPServer, stopping: threading.Event) -> None:
     """Accept connections on ``httpd`` (each served on its own thread) until ``stopping`` is set: the
     server's loop. It waits in ``accept`` without a timeout, so :meth:`EmulatorServer.stop` sets the flag and
@@ -213,7 +231,7 @@ class EmulatorServer:
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
         self.requests: list[RecordedRequest] = []
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._address: tuple[str, int] = ("127.0.0.1", 0)
@@ -250,15 +268,19 @@ class EmulatorServer:
                 return super().date_time_string(server.now() if timestamp is None else timestamp)
 
             def _serve(self) -> None:
+                # busy from a request's first line to its answer (or, when it raises, to the end of its
+                # traceback: _HTTPServer.handle_error); an idle keep-alive connection is not busy
+                busy = server._httpd.busy if server._httpd is not None else set()
+                busy.add(threading.current_thread())
                 server._dispatch(self)
+                busy.discard(threading.current_thread())
 
             do_GET = _serve
             do_POST = _serve
             do_DELETE = _serve
             do_PUT = _serve
 
-        httpd = ThreadingHTTPServer(self._address, _Handler)
-        httpd.daemon_threads = True
+        httpd = _HTTPServer(self._address, _Handler)
         self._httpd = httpd
         self._stopping = threading.Event()
         self._thread = threading.Thread(
@@ -267,11 +289,13 @@ class EmulatorServer:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 0.0) -> None:
         """Shut the server down, close its socket and join its thread. Returns as soon as the thread has
         ended: the stop flag is set, then one connection wakes the accept loop (:func:`_serve_until`), where
         ``serve_forever`` would notice a shutdown only at its next poll (50 ms here: one test in the
-        suite's ~2,500 paid it per emulator)."""
+        suite's ~2,500 paid it per emulator). With ``grace``, the requests being answered get up to that
+        many seconds to finish (their answer written, a handler's traceback printed) before it returns: a
+        process that exits next (``reasonstate emulate``) loses nothing it was writing."""
         httpd, self._httpd = self._httpd, None
         thread, self._thread = self._thread, None
         if httpd is not None:
@@ -284,6 +308,9 @@ class EmulatorServer:
         if thread is not None:
             thread.join(timeout=5)
         if httpd is not None:
+            end = time.monotonic() + grace
+            for busy in list(httpd.busy):
+                busy.join(max(0.0, end - time.monotonic()))
             httpd.server_close()
 
     def __enter__(self) -> EmulatorServer:

@@ -442,6 +442,9 @@ def serve(
         while not done.wait(0.2):
             pass
     finally:
+        # a request being answered gets 2 s to finish (its answer, or the traceback of its error, written)
+        # before this process exits: the server thread ends at once, the request threads do not
+        emulator.server.stop(grace=2.0)
         emulator.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
