@@ -10,7 +10,8 @@ and at each size it prints:
 * state: the bytes of the session's own objects (its four layers and its memos, every object reachable from
   them counted once, ``sys.getsizeof``) over the content bytes. This counts exactly what the session holds,
   where ``tracemalloc`` would also count the SDK client's caches and the garbage not yet collected;
-* snapshot: the snapshot JSON's bytes over the content bytes, and the time to take it and to restore it;
+* snapshot: the snapshot JSON's bytes over the content bytes, and the time to take it and to restore it
+  (the median of three, each after a full collection);
 * own CPU per request: this process's CPU time for ``session.send(q)`` minus that of the raw SDK call on the
   same kwargs (median of the per-repeat differences, alternating), in ms.
 
@@ -28,14 +29,15 @@ Exit 1 when one is missed.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import statistics
 import sys
 import time
 import types
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import attrs
 from _overhead import Case, _client, _emulators, _new_session
@@ -52,6 +54,7 @@ STATE_TARGET = 3.0
 SNAPSHOT_TARGET = 2.0
 PER_TURN_US = 1.0
 SNAPSHOT_SECONDS = 0.5
+_T = TypeVar("_T")
 _SKIP = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 
 
@@ -149,6 +152,23 @@ def own_cpu_ms(case: Case, session: rs.Session, client: Any, turn: int, received
     return statistics.median(diffs) * 1e3
 
 
+#: how many times a snapshot is taken and restored per size (the median is reported)
+TIMINGS = 3
+
+
+def _timed(fn: Callable[[], _T]) -> tuple[float, _T]:
+    """The median wall time of :data:`TIMINGS` calls of ``fn`` (one full collection before each, so none
+    falls due inside one: a single call's time swung between 0.35 and 0.60 s at 2,000 Responses turns,
+    by whether the collector traversed the benchmark's heap during it), and the last call's result."""
+    times = []
+    for _ in range(TIMINGS):
+        gc.collect()
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
 def measure(name: str, case: Case, root: str, sizes: tuple[int, ...], layers: bool) -> list[dict[str, Any]]:
     if case.growth_setup is not None:
         case.growth_setup()
@@ -164,12 +184,8 @@ def measure(name: str, case: Case, root: str, sizes: tuple[int, ...], layers: bo
         gc.collect()
         content = received.bytes + sent_bytes(session)
         state = state_bytes(session)
-        start = time.perf_counter()
-        text = session.snapshot().model_dump_json()
-        taken = time.perf_counter() - start
-        start = time.perf_counter()
-        rs.Session.restore(text, client)
-        restored = time.perf_counter() - start
+        taken, text = _timed(lambda: session.snapshot().model_dump_json())
+        restored, _ = _timed(functools.partial(rs.Session.restore, text, client))
         turns = len(session.history.turns)
         parts = state_parts(session) if layers else {}
         own = own_cpu_ms(case, session, client, size, received)
