@@ -83,7 +83,7 @@ from reasonstate.state import (
 from reasonstate.state.continuation import recorded_platform
 from reasonstate.state.execution import EMPTY as NO_RECORDS
 from reasonstate.state.execution import common_prefix_len
-from reasonstate.state.frozen import FrozenDict, FrozenList
+from reasonstate.state.frozen import FrozenDict, FrozenList, equal_values, remember
 from reasonstate.switching import SDK_OWNED, Switching, check_model
 
 __all__ = [
@@ -216,9 +216,7 @@ def _prefix_of(system: Any, tools: Any, few_shots: Any) -> tuple[Prefix, str, tu
     prefix = Prefix(system=system, tools=tools, few_shots=few_shots)
     made = (prefix, prefix.fingerprint, tuple(prefix.volatile_spans()))
     if plain and not prefix.few_shots and len(system) <= _PREFIX_CHARS:
-        if len(_PREFIXES) >= _PREFIXES_MAX:
-            _PREFIXES.clear()
-        _PREFIXES[system] = made
+        remember(_PREFIXES, system, made, _PREFIXES_MAX)
     return made
 
 
@@ -239,17 +237,11 @@ def _frozen_options(options: dict[str, Any]) -> Mapping[str, Any]:
     """``freeze(options)``, shared between sessions where the options are JSON values (:data:`_OPTIONS`)."""
     key = repr(options)
     held = _OPTIONS.get(key)
-    if held is not None:
-        try:
-            if held == options:
-                return held
-        except Exception:  # pragma: no cover - a value that cannot say whether it is equal: never held
-            pass
+    if held is not None and equal_values(held, options):
+        return held
     frozen: Mapping[str, Any] = freeze(options)
     if len(key) <= _OPTIONS_CHARS and _json_only(frozen):
-        if len(_OPTIONS) >= _OPTIONS_MAX:
-            _OPTIONS.clear()
-        _OPTIONS[key] = frozen
+        remember(_OPTIONS, key, frozen, _OPTIONS_MAX)
     return frozen
 
 

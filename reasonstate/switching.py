@@ -20,7 +20,7 @@ from reasonstate.errors import InvalidOption
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import FIRST_PARTY, EventKind, freeze
 from reasonstate.state.continuation import SCOPE_SEPARATOR
-from reasonstate.state.frozen import FrozenDict
+from reasonstate.state.frozen import FrozenDict, equal_values, remember
 
 __all__ = ["SDK_OWNED", "Switching", "check_model"]
 
@@ -50,22 +50,12 @@ def _refusal(rules: ProtocolRules, model: str, options: Mapping[str, Any]) -> st
     if type(options) is FrozenDict and type(rules).__module__.startswith("reasonstate."):
         key = (id(rules), model, repr(options))
         held = _ALLOWED.get(key)
-        if held is not None and held[0] is rules and _same(held[1], options):
+        if held is not None and held[0] is rules and equal_values(held[1], options):
             return None
     why = rules.refuse(model, options)
     if why is None and key is not None:
-        if len(_ALLOWED) >= _ALLOWED_MAX:
-            _ALLOWED.clear()
-        _ALLOWED[key] = (rules, options)
+        remember(_ALLOWED, key, (rules, options), _ALLOWED_MAX)
     return why
-
-
-def _same(held: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
-    """Whether two option mappings of one repr are equal (False when a value cannot say: not JSON)."""
-    try:
-        return bool(held == options)
-    except Exception:
-        return False
 
 
 def _route(vendor: str, api: str, model: str, binding: str) -> dict[str, str]:

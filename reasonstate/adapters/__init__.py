@@ -23,6 +23,7 @@ from reasonstate.cache.divergence import View
 from reasonstate.errors import InvalidOption
 from reasonstate.state import FIRST_PARTY
 from reasonstate.state.continuation import bound
+from reasonstate.state.frozen import remember
 
 __all__ = [
     "APIS",
@@ -299,11 +300,7 @@ _INSTANCE_SCOPED = ("bedrock", "azure")
 
 def _by_type(key: tuple[Any, ...], keep: bool, adapter: Adapter) -> Adapter:
     """``adapter``, kept in :data:`_BY_TYPE` under ``key`` when ``keep``."""
-    if keep:
-        if len(_BY_TYPE) >= _BY_TYPE_MAX:
-            _BY_TYPE.clear()
-        _BY_TYPE[key] = adapter
-    return adapter
+    return remember(_BY_TYPE, key, adapter, _BY_TYPE_MAX) if keep else adapter
 
 
 def _anthropic(platform: str, dialect: str = "anthropic", scope: str = "") -> Callable[[], Adapter]:

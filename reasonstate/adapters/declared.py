@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from reasonstate.errors import InvalidOption
-from reasonstate.state.frozen import FrozenDict, thaw
+from reasonstate.state.frozen import FrozenDict, equal_values, remember, thaw
 
 __all__ = [
     "Declared",
@@ -168,12 +168,8 @@ def check_call(
         # the repr tells values apart that compare equal (True == 1 == 1.0), as Declared._accepted's does
         key = (type(client), sdk, tuple(resource), label, model, repr(options), own, family, unknown)
         held = _PASSED.get(key)
-        if held is not None:
-            try:
-                if held == options:
-                    return
-            except Exception:  # a value that cannot say whether it is equal (not JSON): checked again
-                pass
+        if held is not None and equal_values(held, options):
+            return
     method = sdk_method(client, sdk, resource)
     if method is None:
         return
@@ -188,9 +184,7 @@ def check_call(
             )
     found.check(options, own=own, unknown=unknown)
     if key is not None:
-        if len(_PASSED) >= _ACCEPTED_MAX:
-            _PASSED.clear()
-        _PASSED[key] = options
+        remember(_PASSED, key, options, _ACCEPTED_MAX)
 
 
 #: (client type, SDK, resource, label, model, the options' repr, own, family, unknown) → the frozen options
@@ -244,9 +238,7 @@ class Declared:
         if model not in self._verdicts:
             listed = self.models()
             near = None if not listed or model in listed else close_word(model, sorted(listed))
-            if len(self._verdicts) >= _ACCEPTED_MAX:
-                self._verdicts.clear()
-            self._verdicts[model] = near
+            remember(self._verdicts, model, near, _ACCEPTED_MAX)
         return self._verdicts[model]
 
     def models(self) -> frozenset[str]:

@@ -18,9 +18,9 @@ import copy
 import json
 import json.encoder
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NoReturn, SupportsIndex
+from typing import Any, NoReturn, SupportsIndex, TypeVar
 
-__all__ = ["FrozenDict", "FrozenList", "compact_encoder", "freeze", "thaw"]
+__all__ = ["FrozenDict", "FrozenList", "compact_encoder", "equal_values", "freeze", "remember", "thaw"]
 
 
 def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
@@ -205,3 +205,27 @@ def compact_encoder(*, sort_keys: bool = False) -> Callable[[Any], str]:
     except Exception:  # pragma: no cover - defensive: any doubt, the stdlib's way
         same = False
     return encode if same else base.encode
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def remember(table: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
+    """``value``, kept under ``key`` in the module-level memo ``table``, which is emptied first when it
+    holds ``limit`` entries: bounded with no bookkeeping per entry (the few keys a service uses again come
+    back at once). The memos built on it key on immutable values, so an entry cannot go stale."""
+    if len(table) >= limit:
+        table.clear()
+    table[key] = value
+    return value
+
+
+def equal_values(held: Any, given: Any) -> bool:
+    """Whether a memo's ``held`` value equals the ``given`` one (of the same repr, so ``True`` and ``1``
+    are already told apart); False when a value cannot say (its ``==`` raises: not a JSON value), so the
+    memo's work is done again rather than skipped."""
+    try:
+        return bool(held == given)
+    except Exception:
+        return False
