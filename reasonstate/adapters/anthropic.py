@@ -49,6 +49,7 @@ from reasonstate.adapters.base import (
     VendorRequest,
     closed_run,
     compact,
+    exact_list,
     in_wire_order,
     json_object,
     key_shared,
@@ -1206,8 +1207,7 @@ def _encode_turn(
             messages.append(("assistant", blocks, digests))
         if step.tool_results:
             pairs = [memo.call(_tool_result, r.call_id, r.content, r.is_error) for r in step.tool_results]
-            # an exact-size list (a comprehension over-allocates): the run keeps it (issue 21)
-            messages.append(("user", [keep(b) for b, _ in pairs][:], [d for _, d in pairs]))
+            messages.append(("user", exact_list([keep(b) for b, _ in pairs]), [d for _, d in pairs]))
     return _TurnEncoding(turn, model, tuple(messages), tuple(withheld), Seal.of(replayed))
 
 
@@ -1259,7 +1259,7 @@ def _assistant_content(
         if block is not None:
             blocks.append(_kept_block(block) if kept else block)
             digests.append(unit_digest(block))
-    return blocks[:], digests  # an exact-size copy: the run keeps it for the session's life (issue 21)
+    return (exact_list(blocks) if kept else blocks), digests
 
 
 def _canonical_text(block: Mapping[str, Any]) -> bool:

@@ -70,6 +70,7 @@ from reasonstate.adapters.base import (
     VendorRequest,
     closed_run,
     count,
+    exact_list,
     extend_joined,
     json_object,
     key_shared,
@@ -858,7 +859,7 @@ def _kept_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
     shared = key_shared(message, _KEPT_FIELDS)
     calls = shared.get("tool_calls") if shared is not message else None
     if type(calls) is list and calls:
-        shared["tool_calls"] = [_kept_call(c) for c in calls][:]
+        shared["tool_calls"] = exact_list([_kept_call(c) for c in calls])
     kept: Mapping[str, Any] = shared
     return kept
 

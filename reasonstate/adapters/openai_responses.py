@@ -74,6 +74,7 @@ from reasonstate.adapters.base import (
     VendorRequest,
     closed_run,
     count,
+    exact_list,
     json_object,
     key_shared,
     open_turn_encoding,
@@ -769,7 +770,7 @@ def _kept_item(item: _Item) -> _Item:
     for key in ("content", "summary"):
         parts = shared.get(key)
         if type(parts) is list and parts:
-            shared[key] = [key_shared(p, _ITEM_PART_FIELDS) for p in parts][:]
+            shared[key] = exact_list([key_shared(p, _ITEM_PART_FIELDS) for p in parts])
     return _Item(shared, item.unit)
 
 
