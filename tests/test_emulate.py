@@ -219,7 +219,7 @@ def test_bind_takes_the_requested_port() -> None:
 
 # -- stopping: at once, or after the requests being answered (``reasonstate emulate`` exits next) -----------
 def _held_request(grace: float) -> tuple[float, list[int]]:
-    """A request held 0.6 s by the server (a delay fault), then ``server.stop(grace=grace)`` once the server
+    """A request held 0.6 s by the server (a delay fault), then ``stop(grace=grace)`` once the server
     has it: the seconds stop took, and the statuses the client read before stop returned."""
     import http.client
     import time
@@ -246,10 +246,9 @@ def _held_request(grace: float) -> tuple[float, list[int]]:
     while not emu.server.requests and time.monotonic() < deadline:
         time.sleep(0.005)
     started = time.monotonic()
-    emu.server.stop(grace=grace)
+    emu.stop(grace=grace)
     took, answered = time.monotonic() - started, list(statuses)
     client.join(5)
-    emu.stop()
     return took, answered
 
 

@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit
 
 import attrs
@@ -270,7 +270,7 @@ class EmulatorServer:
             def _serve(self) -> None:
                 # busy from a request's first line to its answer (or, when it raises, to the end of its
                 # traceback: _HTTPServer.handle_error); an idle keep-alive connection is not busy
-                busy = server._httpd.busy if server._httpd is not None else set()
+                busy = cast(_HTTPServer, self.server).busy
                 busy.add(threading.current_thread())
                 server._dispatch(self)
                 busy.discard(threading.current_thread())
@@ -469,8 +469,10 @@ class Emulator:
         self._server.start()
         return self
 
-    def stop(self) -> None:
-        self._server.stop()
+    def stop(self, grace: float = 0.0) -> None:
+        """Stop serving (:meth:`EmulatorServer.stop`: ``grace``, seconds the requests being answered get
+        to finish)."""
+        self._server.stop(grace)
 
     def __enter__(self: _E) -> _E:
         return self.start()

@@ -444,8 +444,7 @@ def serve(
     finally:
         # a request being answered gets 2 s to finish (its answer, or the traceback of its error, written)
         # before this process exits: the server thread ends at once, the request threads do not
-        emulator.server.stop(grace=2.0)
-        emulator.stop()
+        emulator.stop(grace=2.0)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return 0
