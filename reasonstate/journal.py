@@ -65,6 +65,7 @@ from reasonstate.snapshot import (
 )
 from reasonstate.state import ExecutionRecord, Folded, History, Trace, TraceEvent, Turn, thaw
 from reasonstate.state.execution import common_prefix_len
+from reasonstate.state.units import UnitBuffer, UnitSeq
 
 if TYPE_CHECKING:
     from reasonstate.engine import Layers
@@ -257,7 +258,7 @@ def delta_body(mark: Mark, layers: Layers, state: str, changed: int | None) -> t
     tail = History(added)
     rows: list[list[Any]] = []
     units: list[list[Any]] = []
-    newest: dict[str, tuple[int, tuple[str, ...] | None]] = {}
+    newest: dict[str, tuple[int, UnitSeq | None]] = {}
     previous = mark.last
     offset = records.offset
     for position in range(n_old, n_new):
@@ -418,7 +419,9 @@ def replay(entries: Sequence[Entry]) -> Replayed:
                 before = chain.units if chain is not None else ()
                 if type(shared) is not int or not 0 <= shared <= len(before):
                     raise SnapshotError(f"entry {entry.seq}: a record's units do not fit")
-                records = records.appended(record, (*before[:shared], *tail))
+                units = UnitBuffer(before[:shared])  # packed: joined at C speed (issue 21)
+                units.extend(tail)
+                records = records.appended(record, units.done())
             for seq, kind, at, event_data in data["trace"]:
                 if seq != len(events):
                     raise SnapshotError(f"entry {entry.seq}: trace event {seq} out of order")

@@ -45,6 +45,7 @@ from reasonstate.state import (
     thaw,
 )
 from reasonstate.state.continuation import FIRST_PARTY, compact, recorded_platform
+from reasonstate.state.units import Units
 
 if TYPE_CHECKING:
     from reasonstate.engine import Layers
@@ -768,8 +769,10 @@ def _chain_to_dict(c: UnitChain) -> dict[str, Any]:
 
 
 def _chain_from_dict(d: Mapping[str, Any]) -> UnitChain:
-    older = tuple((int(seq), int(shared), tuple(tail)) for seq, shared, tail in d["older"])
-    return UnitChain(model=d["model"], seq=int(d["seq"]), units=tuple(d["units"]), older=older)
+    """A unit chain as the session keeps it: its digests packed (:class:`~reasonstate.state.units.Units`,
+    equal to the strings the snapshot holds; a unit of another form keeps the chain's strings as they are)."""
+    older = tuple((int(seq), int(shared), Units.of(tail) if tail else ()) for seq, shared, tail in d["older"])
+    return UnitChain(model=d["model"], seq=int(d["seq"]), units=Units.of(d["units"]), older=older)
 
 
 def _records_from(execution: Sequence[Any], units: Sequence[Mapping[str, Any]]) -> Records:

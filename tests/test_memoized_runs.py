@@ -177,5 +177,6 @@ def test_no_session_appends_to_a_codec_s_shared_empty_run() -> None:
 
     _grown("responses")
     empty = openai_responses._EMPTY_RUN
-    assert empty.turn_shelf == [] and empty.value_shelf == [] and empty.unit_shelf == []
+    # the units are packed, 32 bytes each (issue 21): an empty bytearray
+    assert empty.turn_shelf == [] and empty.value_shelf == [] and empty.unit_shelf == bytearray()
     assert empty.seals._sealed == [] and len(empty.cuts) == 0

@@ -54,6 +54,7 @@ from reasonstate.adapters.base import (
     json_object,
     key_shared,
     open_turn_encoding,
+    packed,
     part_strings,
     payload_of,
     shared_dict,
@@ -102,6 +103,7 @@ from reasonstate.state import (
     parse_arguments,
 )
 from reasonstate.state.continuation import sharing
+from reasonstate.state.units import RAW, UnitBuffer, UnitSeq
 
 __all__ = ["ANTHROPIC", "ROOM", "AnthropicAdapter", "AnthropicAssembler", "MessagesRoom"]
 
@@ -617,7 +619,7 @@ class AnthropicAdapter:
         head = memo.derived(prefix, (API, "head"), functools.partial(_head, prefix))
         head_tools, head_system, head_units = head
         # shared with every request on this prefix: the lists are copied, and a marked block is a new dict
-        tools, system, units = list(head_tools), list(head_system), list(head_units)
+        tools, system, units = list(head_tools), list(head_system), UnitBuffer(head_units)
         n_head = len(units)
         few: list[tuple[str, list[Any], list[str]]] = []
         for user, answer in prefix.few_shots:
@@ -637,7 +639,7 @@ class AnthropicAdapter:
         prefix_units = len(units)
         messages.extend(run.messages)
         starts.extend(run.starts)
-        units.extend(run.units)
+        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
         run.check()
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
@@ -664,19 +666,19 @@ class AnthropicAdapter:
         # the vendor's context editing (§4.7): the prompt it reads and caches is the edited one, so the units
         # (and the breakpoints, counted in them) are the edited prompt's; the messages sent are unchanged
         edits = server_edits(options.get("context_management"), messages)
-        sent_units = units
+        sent_units = units.done()
         # one unit per content block from the first message on (what :func:`_edited_units` maps); counted
         # only when the vendor edits something (the edits walk the messages anyway)
         if edits and starts and len(units) - starts[0] != sum(len(m["content"]) for m in messages):
             edits = ServerEdits(known=False)  # not this request's layout: predict nothing rather than wrong
         if edits:
             edited, at = _edited_units(sent_units, messages, starts, edits)
-            request_units = tuple(edited)
+            request_units = edited.done()
             breakpoints = self._breakpoints(request_units, prefix_units, records, lambda q: markable(at[q]))
             marked = tuple(at[b - 1] + 1 for b in breakpoints)  # in the units of the messages sent
         else:
             # one copy of the units, which the breakpoints compare and the request keeps (issue 21: own CPU)
-            request_units = tuple(units)
+            request_units = sent_units
             breakpoints = self._breakpoints(request_units, prefix_units, records, markable)
             marked = breakpoints
         n_tools = len(tools)
@@ -997,11 +999,12 @@ def _cleared_tool_uses(
 
 
 def _edited_units(
-    units: Sequence[str], messages: Sequence[Mapping[str, Any]], starts: Sequence[int], edits: ServerEdits
-) -> tuple[list[str], list[int]]:
+    units: UnitSeq, messages: Sequence[Mapping[str, Any]], starts: Sequence[int], edits: ServerEdits
+) -> tuple[UnitBuffer, list[int]]:
     """The unit chain of the prompt as the vendor edits it (:func:`server_edits`) and, for each of its
-    units, the index of the unit sent it stands for. Units before the first message are never edited."""
-    out: list[str] = list(units[: starts[0]]) if starts else list(units)
+    units, the index of the unit sent it stands for. Units before the first message are never edited.
+    (A unit kept is copied as its slice: packed units stay packed, never made strings.)"""
+    out = UnitBuffer(units[: starts[0]] if starts else units)
     at: list[int] = list(range(len(out)))
     for i, first in enumerate(starts):
         for j, block in enumerate(messages[i]["content"]):
@@ -1009,7 +1012,10 @@ def _edited_units(
             if i in edits.thinking and isinstance(block, Mapping) and block.get("type") in _REASONING_KINDS:
                 continue
             replaced = edits.blocks.get((i, j))
-            out.append(units[k] if replaced is None else unit_digest(replaced))
+            if replaced is None:
+                out.extend(units[k : k + 1])
+            else:
+                out.append(unit_digest(replaced))
             at.append(k)
     return out, at
 
@@ -1049,7 +1055,7 @@ def _head(prefix: Prefix) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, A
 def _append(
     messages: list[dict[str, Any]],
     starts: MutableSequence[int],
-    units: list[str],
+    units: MutableSequence[str],
     role: str,
     blocks: list[Any],
     digests: list[str],
@@ -1091,7 +1097,7 @@ class _Run(ShelvedRun):
     turn_shelf: list[Turn] = attrs.field(factory=list)
     message_shelf: list[dict[str, Any]] = attrs.field(factory=list)
     start_shelf: array.array[int] = attrs.field(factory=_cuts)
-    unit_shelf: list[str] = attrs.field(factory=list)
+    unit_shelf: bytearray = attrs.field(factory=bytearray)
     withheld_shelf: list[Continuation] = attrs.field(factory=list)
     seals: Seals = attrs.field(factory=Seals)
     cuts: array.array[int] = attrs.field(factory=_cuts)
@@ -1144,7 +1150,7 @@ class _Run(ShelvedRun):
             shelved(self.turn_shelf, n, turns),
             message_shelf,
             shelved(self.start_shelf, n_messages, starts),
-            shelved(self.unit_shelf, n_units, units),
+            shelved(self.unit_shelf, n_units * RAW, packed(units)),
             shelved(self.withheld_shelf, n_withheld, withheld),
             self.seals.extended([e.seal for e in encodings]),
             shelved(self.cuts, 4 * n, cuts),

@@ -89,6 +89,7 @@ from reasonstate.state import (
     digest_of,
 )
 from reasonstate.state.continuation import FIRST_PARTY, compact
+from reasonstate.state.units import RAW, Units, UnitSeq, as_units, pack, raw_digest
 
 __all__ = [
     "FOREIGN_REASONING",
@@ -121,6 +122,7 @@ __all__ = [
     "json_object",
     "key_shared",
     "open_turn_encoding",
+    "packed",
     "part_strings",
     "payload_digest",
     "payload_of",
@@ -549,17 +551,18 @@ class Seal:
     changed is refused either way: :class:`ContinuationMismatch`, never a send.
     """
 
-    entries: tuple[tuple[Continuation, bytes, str], ...]
+    #: (continuation, its payload, its digest as kept: the payload object itself, since it was verified)
+    entries: tuple[tuple[Continuation, bytes, object], ...]
 
     @classmethod
     def of(cls, payloads: Sequence[Continuation]) -> Seal:
         for c in payloads:
             c.verify()
-        return cls(tuple((c, c.payload, c.digest) for c in payloads))
+        return cls(tuple((c, c.payload, _DIGEST(c)) for c in payloads))
 
     def check(self) -> None:
         for c, payload, digest in self.entries:
-            if c.payload is not payload or c.digest is not digest:
+            if c.payload is not payload or _DIGEST(c) is not digest:
                 c.verify()
                 raise ContinuationMismatch(f"a replayed {c.vendor} {c.kind} payload changed since capture")
 
@@ -589,6 +592,16 @@ def shelved(shelf: _L, n: int, new: Iterable[Any]) -> _L:
     return grown
 
 
+def packed(units: Sequence[str]) -> bytes:
+    """``units`` packed for a run's unit shelf (32 bytes each): ``ValueError`` for a unit that is not a
+    digest string (a codec's units are ``digest_of`` values, always)."""
+    raw = pack(units)
+    if raw is None:
+        odd = [u for u in units if raw_digest(u) is None]
+        raise ValueError(f"a run's units are sha256 digests, got {odd!r}")
+    return raw
+
+
 def upto(shelf: list[_I], n: int) -> Sequence[_I]:
     """The first ``n`` items of a shelf (:func:`shelved`): the list itself when that is all of it (never to be
     changed by the caller), else a copy."""
@@ -609,11 +622,15 @@ class Seals:
 
     _sealed: list[Continuation]
     _payloads: list[bytes]
-    _digests: list[str]
+    #: each continuation's digest as kept when sealed (its payload object: :class:`Seal`), never a string
+    _digests: list[object]
     _n: int
 
     def __init__(
-        self, sealed: Iterable[Continuation] = (), payloads: Iterable[bytes] = (), digests: Iterable[str] = ()
+        self,
+        sealed: Iterable[Continuation] = (),
+        payloads: Iterable[bytes] = (),
+        digests: Iterable[object] = (),
     ) -> None:
         self._sealed, self._payloads, self._digests = list(sealed), list(payloads), list(digests)
         if not len(self._sealed) == len(self._payloads) == len(self._digests):
@@ -621,7 +638,7 @@ class Seals:
         self._n = len(self._sealed)
 
     @classmethod
-    def _of(cls, sealed: list[Continuation], payloads: list[bytes], digests: list[str], n: int) -> Seals:
+    def _of(cls, sealed: list[Continuation], payloads: list[bytes], digests: list[object], n: int) -> Seals:
         self = cls.__new__(cls)
         self._sealed, self._payloads, self._digests, self._n = sealed, payloads, digests, n
         return self
@@ -639,7 +656,8 @@ class Seals:
 
     @property
     def digests(self) -> Sequence[str]:
-        return upto(self._digests, self._n)
+        """The sealed payloads' digests (``"sha256:<hex>"``, derived when read)."""
+        return [c.digest for c in self.sealed]
 
     def extended(self, seals: Sequence[Seal]) -> Seals:
         entries = [entry for seal in seals for entry in seal.entries]
@@ -661,7 +679,7 @@ class Seals:
         object is no change: the request is the same; a different one is refused as ``Seal.check`` refuses
         it). Cheaper than ``all(map(operator.is_, ...))``: no function call per entry (issue 21:
         own CPU per request)."""
-        sealed, payloads, digests = self.sealed, self.payloads, self.digests
+        sealed, payloads, digests = self.sealed, self.payloads, upto(self._digests, self._n)
         if list(map(_PAYLOAD, sealed)) == payloads and list(map(_DIGEST, sealed)) == digests:
             return
         # a shelf extended by another value meanwhile reads longer: the entries of this one, by identity
@@ -670,7 +688,9 @@ class Seals:
 
 
 _MISSING: Any = object()
-_PAYLOAD, _DIGEST = operator.attrgetter("payload"), operator.attrgetter("digest")
+#: a continuation's payload, and its digest as kept (the payload object itself while they match: the slot is
+#: read, never the derived ``digest``, so a check hashes nothing)
+_PAYLOAD, _DIGEST = operator.attrgetter("payload"), operator.attrgetter("_digest")
 
 
 class TurnEncoding(Protocol):
@@ -920,7 +940,11 @@ Join = Callable[[Any, Any], "tuple[Any, str] | None"]
 
 
 def extend_joined(
-    values: list[Any], units: list[str], new: Sequence[Any], new_units: Sequence[str], join: Join | None
+    values: list[Any],
+    units: MutableSequence[str],
+    new: Sequence[Any],
+    new_units: Sequence[str],
+    join: Join | None,
 ) -> bool:
     """Append ``new`` (one unit each) to ``values`` (whose last unit is ``units[-1]``), its first value joined
     to the last one already there where ``join`` says so; whether it was. The joined value replaces the
@@ -953,7 +977,8 @@ class ShelvedRun:
     #: how many cuts a turn has in ``cuts``
     width: ClassVar[int]
     turn_shelf: list[Turn]
-    unit_shelf: list[str]
+    #: the units packed (:class:`~reasonstate.state.units.Units`: 32 bytes each, issue 21)
+    unit_shelf: bytearray
     withheld_shelf: list[Continuation]
     seals: Seals
     cuts: array.array[int]
@@ -972,8 +997,16 @@ class ShelvedRun:
         return upto(self.turn_shelf, self.n)
 
     @property
-    def units(self) -> Sequence[str]:
-        return upto(self.unit_shelf, self._ends()[1])
+    def units(self) -> Units:
+        return Units(bytes(self.unit_raw()))
+
+    def unit_raw(self) -> bytes | bytearray:
+        """This run's units packed, to be joined into a request's (:meth:`UnitBuffer.extend_packed
+        <reasonstate.state.units.UnitBuffer.extend_packed>`): the shelf itself when they are all of it
+        (never to be changed by the caller), else a copy of its head."""
+        end = self._ends()[1] * RAW
+        shelf = self.unit_shelf
+        return shelf if len(shelf) == end else shelf[:end]
 
     @property
     def withheld(self) -> Sequence[Continuation]:
@@ -1009,7 +1042,7 @@ class ListRun(ShelvedRun):
 
     turn_shelf: list[Turn] = attrs.field(factory=list)
     value_shelf: list[Any] = attrs.field(factory=list)
-    unit_shelf: list[str] = attrs.field(factory=list)
+    unit_shelf: bytearray = attrs.field(factory=bytearray)
     withheld_shelf: list[Continuation] = attrs.field(factory=list)
     seals: Seals = attrs.field(factory=Seals)
     cuts: array.array[int] = attrs.field(factory=_cuts)
@@ -1031,7 +1064,8 @@ class ListRun(ShelvedRun):
         # the new values and units (one unit per value) are built apart, after the run's last value (which a
         # join may replace), and appended to the shelves (issue 21: own CPU per request)
         last_value = self.value_shelf[n_values - 1 : n_values]
-        last_unit = self.unit_shelf[n_units - 1 : n_units]
+        end = n_units * RAW
+        last_unit = list(Units(bytes(self.unit_shelf[end - RAW : end]))) if n_units else []
         values, units = list(last_value), list(last_unit)
         withheld: list[Continuation] = []
         kept = n_values - len(values)
@@ -1047,10 +1081,10 @@ class ListRun(ShelvedRun):
         n = self.n
         if not last_value or (values[0] is last_value[0] and units[0] is last_unit[0]):
             value_shelf = shelved(self.value_shelf, n_values, values[len(last_value) :])
-            unit_shelf = shelved(self.unit_shelf, n_units, units[len(last_unit) :])
+            unit_shelf = shelved(self.unit_shelf, n_units * RAW, packed(units[len(last_unit) :]))
         else:  # a join replaced the run's last value: the runs sharing the shelves keep theirs (a fork)
             value_shelf = self.value_shelf[:kept] + values
-            unit_shelf = self.unit_shelf[: n_units - len(last_unit)] + units
+            unit_shelf = self.unit_shelf[: (n_units - len(last_unit)) * RAW] + packed(units)
         return ListRun(
             shelved(self.turn_shelf, n, turns),
             value_shelf,
@@ -1225,8 +1259,8 @@ def _has_reasoning(parts: Sequence[Part]) -> bool:
     return any(_is_reasoning(p) for p in parts)
 
 
-def _units(units: Iterable[str]) -> tuple[str, ...]:
-    return tuple(units)
+def _units(units: Iterable[str]) -> UnitSeq:
+    return as_units(units)
 
 
 @attrs.frozen(slots=True)
@@ -1235,14 +1269,16 @@ class VendorRequest:
 
     ``model`` is the model the session asked for: the provenance every payload of the answer is bound to
     (vendors echo a dated id for an alias: docs/protocols.md §0). ``units`` holds one digest per prefix unit
-    (tool, system block, message content block) in prompt order; ``prefix_units`` how many of them are the
+    (tool, system block, message content block) in prompt order, packed where every one is a digest string
+    (:class:`~reasonstate.state.units.Units`: equal to the tuple of strings, each read as ``"sha256:<hex>"``);
+    ``prefix_units`` how many of them are the
     stable prefix; ``breakpoints`` the unit counts at which the request asks for a cache write.
     ``withheld`` lists continuations not sent because they belong to another vendor or model (their steps
     are rendered from canonical parts instead). ``prompt_ids``: token-in adapters, the prompt as token ids.
     """
 
     kwargs: Mapping[str, Any]
-    units: tuple[str, ...] = attrs.field(converter=_units)
+    units: UnitSeq = attrs.field(converter=_units)
     model: str = ""
     breakpoints: tuple[int, ...] = ()
     prefix_units: int = 0

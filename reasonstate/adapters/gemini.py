@@ -47,7 +47,7 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableSequence, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -109,6 +109,7 @@ from reasonstate.state import (
 )
 from reasonstate.state.continuation import sharing
 from reasonstate.state.frozen import thaw
+from reasonstate.state.units import UnitBuffer, UnitSeq
 
 __all__ = ["GEMINI", "ROOM", "GeminiAdapter", "GeminiAssembler", "GeminiRules", "GenerateContentRoom"]
 
@@ -471,7 +472,7 @@ class GeminiAdapter:
         """Build the ``models.generate_content`` kwargs for the next call on ``history``."""
         memo = encodings if encodings is not None else Encodings()
         memo.next_request()  # the per-text memo keeps what this request and the previous one use
-        units: list[str] = [memo.call(_head_unit, "model", model)]
+        units = UnitBuffer([memo.call(_head_unit, "model", model)])
         config: dict[str, Any] = {}
         if prefix.system:
             config["system_instruction"] = memo.call(_system_instruction, prefix.system)
@@ -497,7 +498,7 @@ class GeminiAdapter:
         if run.contents:
             # a run starts with a user content and few-shots end with a model one: never a merge here
             contents.extend(run.contents)
-            units.extend(run.units)
+            units.extend(run.units)  # packed: joined at C speed (issue 21)
             last = run.last
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
@@ -515,7 +516,7 @@ class GeminiAdapter:
         kwargs: dict[str, Any] = {"model": model, "contents": contents, "config": config}
         return VendorRequest(
             kwargs=kwargs,
-            units=tuple(units),
+            units=units.done(),
             model=model,
             prefix_units=n_head,
             withheld=tuple(withheld),
@@ -592,7 +593,7 @@ _Last = tuple[str, tuple[Any, ...], tuple[str, ...]]
 
 def _add(
     contents: list[dict[str, Any]],
-    units: list[str],
+    units: MutableSequence[str],
     last: _Last | None,
     role: str,
     parts: Sequence[Any],
@@ -658,7 +659,7 @@ class _Run:
 
     turns: tuple[Turn, ...] = ()
     contents: tuple[dict[str, Any], ...] = ()
-    units: tuple[str, ...] = ()  # one per content
+    units: UnitSeq = ()  # one per content, packed (issue 21)
     last: _Last | None = None
     withheld: tuple[Continuation, ...] = ()
     seals: Seals = attrs.field(factory=Seals)
@@ -669,7 +670,7 @@ class _Run:
 
     def extended(self, turns: Sequence[Turn], encodings: Sequence[_TurnEncoding]) -> _Run:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
-        contents, units, last = list(self.contents), list(self.units), self.last
+        contents, units, last = list(self.contents), UnitBuffer(self.units), self.last
         withheld = list(self.withheld)
         cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
         for encoded in encodings:
@@ -681,7 +682,7 @@ class _Run:
         return _Run(
             (*self.turns, *turns),
             tuple(contents),
-            tuple(units),
+            units.done(),
             last,
             tuple(withheld),
             self.seals.extended([e.seal for e in encodings]),

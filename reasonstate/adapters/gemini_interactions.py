@@ -93,6 +93,7 @@ from reasonstate.state import (
     thaw,
 )
 from reasonstate.state.continuation import FIRST_PARTY, sharing
+from reasonstate.state.units import UnitBuffer, as_units
 
 __all__ = [
     "CHAIN_FALLBACK",
@@ -368,7 +369,7 @@ class InteractionsAdapter:
             }
             for t in prefix.tools
         ]
-        units: list[str] = [unit_digest({"model": model})]
+        units = UnitBuffer([unit_digest({"model": model})])
         if prefix.system:
             units.append(unit_digest({"system_instruction": prefix.system}))
         if tools:
@@ -390,7 +391,7 @@ class InteractionsAdapter:
         run = closed_run(closed, (API, "run", model, platform), encode, _EMPTY_RUN, memo)
         run.check()
         values.extend(run.values)
-        units.extend(run.units)
+        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
             build = functools.partial(_encode_turn, model=model, platform=platform)
@@ -398,13 +399,14 @@ class InteractionsAdapter:
             values.extend(encoded.values)
             units.extend(encoded.units)
             withheld.extend(encoded.withheld)
+        request_units = units.done()
         events: list[tuple[str, Mapping[str, Any]]] = []
         previous: str | None = None
         start = 0
         if store:
             last = _last_step(history)
             if last is not None:
-                base, reason = _chain(last, model, units, records, lost_responses)
+                base, reason = _chain(last, model, request_units, records, lost_responses)
                 if reason is None:
                     previous, start = last.response_id, base - n_head
                 else:
@@ -424,7 +426,7 @@ class InteractionsAdapter:
                 kwargs[key] = value
         return VendorRequest(
             kwargs=kwargs,
-            units=tuple(units),
+            units=request_units,
             model=model,
             prefix_units=n_head,
             withheld=tuple(withheld),
@@ -513,8 +515,10 @@ def _chain(
         return 0, "not_stored"
     if last.model != model:
         return 0, "model_switch"
-    chain = (*as_records(records).newest_units(), *(c.digest for c in last.continuation))
-    if len(units) < len(chain) or tuple(units[: len(chain)]) != chain:
+    held = UnitBuffer(as_records(records).newest_units())  # packed as the records keep them (issue 21)
+    held.extend([c.digest for c in last.continuation])
+    chain = held.done()
+    if len(units) < len(chain) or as_units(units[: len(chain)]) != chain:
         return 0, "history_rewritten"
     return len(chain), None
 

@@ -118,6 +118,7 @@ from reasonstate.state import (
     thaw,
 )
 from reasonstate.state.continuation import sharing
+from reasonstate.state.units import UnitBuffer
 
 __all__ = [
     "DEEPSEEK",
@@ -582,7 +583,7 @@ class OpenAIChatAdapter:
             for t in prefix.tools
         ]
         messages: list[Mapping[str, Any]] = []
-        units: list[str] = [_unit(tools)] if tools else []
+        units = UnitBuffer([_unit(tools)] if tools else [])
 
         def add(message: Mapping[str, Any]) -> None:
             messages.append(message)
@@ -599,7 +600,7 @@ class OpenAIChatAdapter:
         run = self._closed_run(history.turns, model, memo, closed)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         messages.extend(run.values)  # the head ends with a system or assistant message: never a join
-        units.extend(run.units)
+        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
             build = functools.partial(self._encode_turn, model=model)
@@ -617,7 +618,7 @@ class OpenAIChatAdapter:
             else:
                 kwargs[key] = value
         return VendorRequest(
-            kwargs=kwargs, units=tuple(units), model=model, prefix_units=n_head, withheld=tuple(withheld)
+            kwargs=kwargs, units=units.done(), model=model, prefix_units=n_head, withheld=tuple(withheld)
         )
 
     def _closed_run(

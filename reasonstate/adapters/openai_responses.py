@@ -110,6 +110,7 @@ from reasonstate.state import (
     parse_arguments,
 )
 from reasonstate.state.continuation import sharing
+from reasonstate.state.units import UnitBuffer, UnitSeq, as_units
 
 __all__ = [
     "CHAIN_FALLBACK",
@@ -473,7 +474,7 @@ class OpenAIResponsesAdapter:
             if self._strict is not None:
                 tool["strict"] = self._strict
             tools.append(tool)
-        units: list[str] = [unit_digest({"model": model, "prompt_cache_key": cache_key})]
+        units = UnitBuffer([unit_digest({"model": model, "prompt_cache_key": cache_key})])
         if prefix.system:
             units.append(unit_digest({"instructions": prefix.system}))
         if tools:
@@ -490,7 +491,7 @@ class OpenAIResponsesAdapter:
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         n_few = len(values)
         values.extend(run.values)
-        units.extend(run.units)
+        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
             build = functools.partial(_encode_turn, model=model, by_reference=store, platform=self.binding)
@@ -498,6 +499,7 @@ class OpenAIResponsesAdapter:
             values.extend(encoded.values)
             units.extend(encoded.units)
             withheld.extend(encoded.withheld)
+        request_units = units.done()
 
         conversation = options.get("conversation")
         # §1.9: the newest compaction item carries every item before it: the units are what the server
@@ -509,7 +511,7 @@ class OpenAIResponsesAdapter:
             at = n_few + run.marked
         at = at or 0
         if at:
-            units = units[:n_head] + units[n_head + at :]
+            request_units = request_units[:n_head] + request_units[n_head + at :]
             if not store and conversation is None:
                 values, at = values[at:], 0
         events: list[tuple[str, Mapping[str, Any]]] = []
@@ -518,7 +520,7 @@ class OpenAIResponsesAdapter:
         if store:
             last = _last_step(history)
             if last is not None:
-                base, reason = _chain(last, model, units, records, lost_responses, n_head)
+                base, reason = _chain(last, model, request_units, records, lost_responses, n_head)
                 if reason is None:
                     previous, start = last.response_id, base - n_head + at
                 else:
@@ -526,7 +528,7 @@ class OpenAIResponsesAdapter:
                         (CHAIN_FALLBACK, {"reason": reason, "previous_response_id": last.response_id})
                     )
         if conversation is not None:
-            held = _held_by_conversation(history, units, records, n_head)
+            held = _held_by_conversation(history, request_units, records, n_head)
             start = held - n_head + at if held else 0
         kwargs: dict[str, Any] = {"model": model}
         if prefix.system:
@@ -548,7 +550,7 @@ class OpenAIResponsesAdapter:
                 kwargs[key] = value
         return VendorRequest(
             kwargs=kwargs,
-            units=tuple(units),
+            units=request_units,
             model=model,
             prefix_units=n_head,
             withheld=tuple(withheld),
@@ -648,15 +650,18 @@ def _cache_key(prefix: Prefix, options: Mapping[str, Any], records: Sequence[Exe
     return "rs-" + fingerprint.removeprefix("sha256:")[:32]
 
 
-def _server_chain(last: Step, records: Sequence[ExecutionRecord], n_head: int) -> tuple[str, ...]:
+def _server_chain(last: Step, records: Sequence[ExecutionRecord], n_head: int) -> UnitSeq:
     """The units the server holds after the last step: the newest request's units and the step's output
-    items, from the step's compaction item on when it brought one (§1.9: the units are what it renders)."""
-    chain = (*as_records(records).newest_units(), *(c.digest for c in last.continuation))
+    items, from the step's compaction item on when it brought one (§1.9: the units are what it renders).
+    Packed as the records keep them: joined at C speed (issue 21: own CPU per request)."""
+    held = UnitBuffer(as_records(records).newest_units())
+    held.extend([c.digest for c in last.continuation])
     compactions = [c.digest for c in last.continuation if c.kind == "compaction"]
     if compactions:
+        chain = tuple(held.done())
         at = len(chain) - 1 - chain[::-1].index(compactions[-1])
-        chain = (*chain[:n_head], *chain[at:])
-    return chain
+        return (*chain[:n_head], *chain[at:])
+    return held.done()
 
 
 def _chain(
@@ -679,7 +684,7 @@ def _chain(
     if last.model != model:
         return 0, "model_switch"
     chain = _server_chain(last, records, n_head)
-    if len(units) < len(chain) or tuple(units[: len(chain)]) != chain:
+    if len(units) < len(chain) or as_units(units[: len(chain)]) != chain:
         return 0, "history_rewritten"
     return len(chain), None
 
@@ -695,7 +700,7 @@ def _held_by_conversation(
     if last is None or not records:
         return 0  # the first request on a (new) conversation sends every item
     chain = _server_chain(last, records, n_head)
-    if tuple(units[: len(chain)]) != chain:
+    if as_units(units[: len(chain)]) != chain:
         raise PolicyConflict(
             "conversation= keeps every earlier item server-side as it was sent; this history was rewritten "
             "since (a policy dropped or summarized reasoning, or the model changed): use Keep, or "

@@ -82,6 +82,7 @@ from reasonstate.state import (
     as_records,
     digest_of,
 )
+from reasonstate.state.units import UnitBuffer, UnitSeq, as_units
 from reasonstate.tokens.errors import InvalidUTF8, TokensError, UnknownTokenId
 from reasonstate.tokens.protocol import Message, ParsedResponse, Renderer
 from reasonstate.tokens.renderer import ChatTemplateRenderer
@@ -216,7 +217,7 @@ class TokenAdapter:
         kwargs["extra_body"] = extra
         return VendorRequest(
             kwargs=kwargs,
-            units=tuple(units),
+            units=units,
             model=model,
             prefix_units=1,
             events=events,
@@ -231,7 +232,7 @@ class TokenAdapter:
         history: History,
         tools: list[dict[str, Any]],
         encodings: Encodings | None = None,
-    ) -> tuple[list[Message], list[str], _Positions, tuple[Continuation, ...]]:
+    ) -> tuple[list[Message], UnitSeq, _Positions, tuple[Continuation, ...]]:
         """Chat messages of the canonical history (system first), one unit per prefix head and message,
         the unit index of each step ``(turn, step)``, and the continuations withheld (another server's).
         ``units[0]`` is the head (system + tools); ``units[k]`` belongs to ``messages[k - 1 + has_system]``.
@@ -243,7 +244,7 @@ class TokenAdapter:
         if prefix.system:
             messages.append({"role": "system", "content": prefix.system})
         head = len(messages)
-        units = [_digest({"system": prefix.system, "tools": tools})]
+        units = UnitBuffer([_digest({"system": prefix.system, "tools": tools})])
         for user, answer in prefix.few_shots:
             for message in ({"role": "user", "content": user}, {"role": "assistant", "content": answer}):
                 messages.append(message)
@@ -259,7 +260,7 @@ class TokenAdapter:
         run = closed_run(closed, (API, "run", self.vendor, units[0]), encode, _EMPTY_RUN, memo)
         run.check()  # the completions the closed turns replay, by identity (re-hashed only if replaced)
         messages.extend(run.values)
-        units.extend(run.units)
+        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
         withheld = tuple(run.withheld)
         opened = None
         if open_turn is not None:
@@ -280,7 +281,7 @@ class TokenAdapter:
                     return at + enc.steps[s] if s < len(enc.steps) else None
             return None
 
-        return messages, units, position, withheld
+        return messages, units.done(), position, withheld
 
     def _encode_turn(self, turn: Turn, tools: list[dict[str, Any]]) -> _TurnEncoding:
         """One turn's chat messages and unit digests, the position of each step's assistant message among
@@ -395,7 +396,7 @@ class TokenAdapter:
             raise ContinuationMismatch("the completion ids in the execution record differ from the payload")
         previous = as_records(records).newest_units()
         n = len(previous)
-        if tuple(units[:n]) != previous:
+        if as_units(units[:n]) != previous:
             d = next((i for i, (a, b) in enumerate(zip(units, previous, strict=False)) if a != b), n)
             return f"history before the previous step changed at unit {d} (a policy or compaction)"
         at = steps(prev.turn, prev.step)

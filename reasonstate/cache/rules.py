@@ -19,6 +19,7 @@ import attrs
 
 from reasonstate.state import UNIT_WINDOW, ExecutionRecord, Records, TokenIds, as_records
 from reasonstate.state.execution import UnitUse, common_prefix_len
+from reasonstate.state.units import UnitSeq, as_units
 
 __all__ = [
     "NEVER",
@@ -44,7 +45,7 @@ def divergence(units: Sequence[str], previous: Sequence[str]) -> int | None:
     Invariant: ``units[:d] == previous[:d]`` and (``d == len(previous)`` or ``units[d] != previous[d]``)
     for the returned ``d``, except that None means ``units[:len(previous)] == previous``.
     """
-    d = common_prefix_len(tuple(units), tuple(previous))
+    d = common_prefix_len(as_units(units), as_units(previous))
     return None if d == len(previous) else d
 
 
@@ -195,7 +196,7 @@ def _breakpoints(
     stable prefix may have cached that prefix alone (of unknown size), the answer is None.
     """
     minimum = rules.minimum(model)
-    q = tuple(units)
+    q = as_units(units)
     # (position, record, shared units with this request): a record is a prefix when it shares all of it
     entries = records.shares(q, model=model, limit=rules.recent)
     best, lookback = 0, rules.lookback_units
@@ -241,7 +242,7 @@ def _items(rules: CacheRules, model: str, units: Sequence[str], records: Records
     whole prompt and no earlier request diverges *inside* unit ``M``. Otherwise None, unless every earlier
     prompt was below the minimum (then 0).
     """
-    q = tuple(units)
+    q = as_units(units)
     # the same namespace: the first unit is shared
     same = [(r, s) for _, r, s in records.shares(q, since=since) if s and r.units]
     if not same:
@@ -273,7 +274,7 @@ def _messages(
       earlier requests is longer than ``K`` and of unknown size.
     """
     persisted = rules.scheme == "persisted"
-    q = tuple(units)
+    q = as_units(units)
     # what each earlier request of the model shares with this one; its chain is a prefix of this one when
     # it shares all of it, and (DeepSeek) its chain plus its output unit when, beyond that, the next unit
     # is the output
@@ -295,7 +296,7 @@ def _messages(
         # the history was rewritten), rebuilt from the window once
         tuples = records.tuples(model=model, since=since)
         chains = [(tuples[p], r, shared) for p, r, shared in entries]
-        known: set[tuple[str, ...]] | None = None
+        known: set[Sequence[str]] | None = None
         for i, (blocks, _, shared) in enumerate(chains):
             if shared <= best_len:
                 continue
@@ -315,9 +316,10 @@ def _messages(
     return rules.block * (max(reusable, 0) // rules.block)
 
 
-def _known_chains(chains: Sequence[tuple[tuple[str, ...], UnitUse, int]]) -> set[tuple[str, ...]]:
-    """Every unit chain whose size DeepSeek reported: each request's, and each request's with its output."""
-    known: set[tuple[str, ...]] = set()
+def _known_chains(chains: Sequence[tuple[UnitSeq, UnitUse, int]]) -> set[Sequence[str]]:
+    """Every unit chain whose size DeepSeek reported: each request's, and each request's with its output
+    (packed and plain chains of equal units are equal and hash alike)."""
+    known: set[Sequence[str]] = set()
     for blocks, r, _ in chains:
         known.add(blocks)
         if r.output_unit is not None:

@@ -63,6 +63,7 @@ from reasonstate.state import (
     TraceEvent,
     as_records,
 )
+from reasonstate.state.units import UnitSeq
 
 __all__ = ["CAPTURE_ENV", "OTelExporter"]
 
@@ -174,7 +175,7 @@ class _SessionSpans:
     #: the prefix units the session's payloads are when replayed as received → the payload digests in each
     payloads: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
     #: the previous request's prefix units, and (unit position, payload digests) of the payload units
-    units: tuple[str, ...] = ()
+    units: UnitSeq = ()
     replayed: list[tuple[int, tuple[str, ...]]] = attrs.field(factory=list)
     #: sha256 over the digests in ``replayed``, each followed by a newline
     hash: Any = attrs.field(factory=hashlib.sha256)
@@ -681,9 +682,7 @@ class OTelExporter:
         target.add_event(event.kind, attributes, timestamp=_ns(event.at))
 
 
-def _replayed(
-    state: _SessionSpans, record: ExecutionRecord, units: tuple[str, ...] | None
-) -> tuple[int, str]:
+def _replayed(state: _SessionSpans, record: ExecutionRecord, units: UnitSeq | None) -> tuple[int, str]:
     """How many payloads this request carried as received, and ``sha256`` over their digests in prompt
     order (each followed by a newline).
 

@@ -72,6 +72,9 @@ _UNPARSED: Any = object()
 #: (payload, digest): objects found to match (``sha256(payload) == digest``), or (payload, digest, value): the
 #: same, with a value a caller of an earlier version handed along (never kept: the bytes are what is kept)
 _Checked = tuple[bytes, str] | tuple[bytes, str, Any]
+#: what a continuation keeps of its digest: ``bytes`` (the digest is ``sha256`` of those bytes: the payload
+#: object itself when they matched on construction) or ``str`` (a digest given that did not match)
+_Digest = bytes | str
 
 _DUMPS = compact_encoder()
 
@@ -177,26 +180,27 @@ class Continuation:
     ``vendor``, ``api``, ``model``, ``model_bound`` and ``platform`` are read from one provenance tuple
     shared by every payload of the same origin (issue 21: state in proportion to the content);
     ``attrs.evolve(c, vendor=...)`` still makes the changed value.
+
+    ``digest`` (``"sha256:<hex>"``) is derived, not stored (issue 21: a 120-byte string per payload): a
+    payload found to match its digest when the value is built (at capture and restore, by construction;
+    else by hashing once) keeps, in the digest's slot, the very payload object, and the digest is taken of
+    it when read. ``bytes`` are immutable, so while ``payload`` still holds that object it matches; a
+    payload replaced in memory no longer is that object, and :meth:`verify` compares the digest of the
+    replaced bytes (still in the slot) with the new payload's, so it is refused, never sent. A digest given
+    that does not match is kept as given (and refused by :meth:`verify`).
     """
 
     kind: str
     payload: bytes
-    digest: str
+    #: ``digest`` as kept (:data:`_Digest`): the payload object itself when they matched on construction
+    _digest: _Digest = attrs.field(alias="digest")
     #: (vendor, api, model, model_bound, platform), shared (:func:`_shared_origin`)
     _origin: _Origin
-    #: what is known of these very ``payload`` and ``digest`` objects: that they match (``_seen_payload``
-    #: and ``_seen_digest`` are they). Taken when the value is built (``known``: at capture, else by hashing
-    #: once), never changed; it is read only while the attributes still hold those objects (``bytes`` and
-    #: ``str`` are immutable), so an edit in memory is hashed again, and a replaced payload can never pass
-    #: through it. Two slots, not a tuple: 48 bytes less per payload (issue 21: state in proportion to the
-    #: content).
     #:
     #: The payload is kept once, as its bytes: no parsed copy is kept here (issue 21: the frozen value was
     #: ~0.5x the content on Responses). A codec parses the bytes when it encodes the step (once per closed
     #: turn, in its memo: :class:`~reasonstate.adapters.base.Encodings`), sharing strings with the
     #: history's own (:func:`sharing`).
-    _seen_payload: bytes | None = attrs.field(init=False, eq=False)
-    _seen_digest: str | None = attrs.field(init=False, eq=False)
 
     def __init__(
         self,
@@ -205,7 +209,7 @@ class Continuation:
         model: str | None = None,
         kind: str | None = None,
         payload: bytes | None = None,
-        digest: str | None = None,
+        digest: _Digest | None = None,
         model_bound: bool | None = None,
         platform: str | None = None,
         *,
@@ -222,7 +226,7 @@ class Continuation:
         set_ = object.__setattr__  # the frozen class's own construction, as attrs' generated __init__
         set_(self, "kind", kind)
         set_(self, "payload", payload)
-        set_(self, "digest", digest)
+        set_(self, "_digest", _kept_digest(payload, digest, known))
         set_(
             self,
             "_origin",
@@ -236,10 +240,12 @@ class Continuation:
                 )
             ),
         )
-        checked = _check(payload, digest) if known is None else known
-        seen_payload, seen_digest = (None, None) if checked is None else checked[:2]
-        set_(self, "_seen_payload", seen_payload)
-        set_(self, "_seen_digest", seen_digest)
+
+    @property
+    def digest(self) -> str:
+        """``"sha256:<hex>"`` of the payload as captured (taken when read: :data:`_Digest`)."""
+        kept = self._digest
+        return kept if isinstance(kept, str) else digest_of(kept)
 
     @property
     def vendor(self) -> str:
@@ -288,17 +294,15 @@ class Continuation:
         parses them when it encodes the step, once per closed turn in its memo.
         """
         payload = compact(value)
-        digest = digest_of(payload)  # taken of these very bytes: they match
         return cls(
             vendor=vendor,
             api=api,
             model=model,
             kind=sys.intern(kind) if type(kind) is str else kind,  # one object per type name, not per payload
             payload=payload,
-            digest=digest,
+            digest=payload,  # the digest is of these very bytes: they match
             model_bound=model_bound,
             platform=platform,
-            known=(payload, digest),
         )
 
     @classmethod
@@ -317,24 +321,23 @@ class Continuation:
         """A payload read back from storage, its digest taken of these very bytes (a snapshot stores the
         bytes, not the digest: it is derived). ``value`` (a JSON value whose compact form is ``payload``) is
         accepted for callers of earlier versions and not kept: only the bytes are (nothing is parsed here)."""
-        digest = digest_of(payload)
         return cls(
             vendor=vendor,
             api=api,
             model=model,
             kind=kind,
             payload=payload,
-            digest=digest,
+            digest=payload,  # the digest is of these very bytes: they match
             model_bound=model_bound,
             platform=platform,
-            known=(payload, digest),
         )
 
     def verify(self) -> None:
         """Raise :class:`ContinuationMismatch` unless ``sha256(payload) == digest``."""
-        payload, digest = self.payload, self.digest
-        if self._seen_payload is payload and self._seen_digest is digest and payload is not None:
+        payload, kept = self.payload, self._digest
+        if kept is payload and type(payload) is bytes:  # the very bytes found to match: unchanged
             return
+        digest = self.digest
         if digest_of(payload) != digest:
             raise ContinuationMismatch(
                 f"{self.vendor} {self.kind} payload changed since capture (digest {digest[:19]}…)"
@@ -375,12 +378,17 @@ class Continuation:
         return mine == platform or (SCOPE_SEPARATOR not in mine and platform_part(platform) == mine)
 
 
-def _check(payload: bytes, digest: str) -> _Checked | None:
-    """What holds of ``payload`` and ``digest`` (None: they do not match; :meth:`Continuation.verify`
-    will say so)."""
-    if not isinstance(payload, bytes) or digest_of(payload) != digest:
-        return None
-    return (payload, digest)
+def _kept_digest(payload: bytes, digest: _Digest, known: _Checked | None) -> _Digest:
+    """What a continuation keeps of ``digest`` (:data:`_Digest`): ``payload`` itself when the two match
+    (``known``: a caller found they do; else hashed once), else the digest as given. A ``bytes`` digest
+    is the digest of those bytes (``attrs.evolve`` hands the kept one back): the same content matches."""
+    if type(payload) is not bytes:
+        return digest if isinstance(digest, str) else digest_of(digest)
+    if digest is payload or (known is not None and known[0] is payload and known[1] == digest):
+        return payload
+    if type(digest) is bytes:
+        return payload if digest == payload else digest
+    return payload if type(digest) is str and digest_of(payload) == digest else digest
 
 
 #: the fields whose string values are names from a small set (a block's type, a message's role and status):

@@ -22,6 +22,7 @@ import attrs
 
 from reasonstate.errors import ContinuationMismatch
 from reasonstate.state.tokenids import TokenIds, ids_digest
+from reasonstate.state.units import Units, UnitSeq, as_units
 
 __all__ = [
     "UNIT_WINDOW",
@@ -210,7 +211,8 @@ def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
     same two long tuples compared again (by identity) give the figure found the last time, so their items
     must be immutable values (unit digests, unit keys: every caller's)."""
     n = min(len(a), len(b))
-    memo = n >= _MEMO_MIN and type(a) is tuple and type(b) is tuple
+    ta, tb = type(a), type(b)
+    memo = n >= _MEMO_MIN and (ta is tuple or ta is Units) and (tb is tuple or tb is Units)
     if memo:
         newest = _NEWEST[0]
         if newest[0] is a and newest[1] is b:
@@ -221,7 +223,19 @@ def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
     return _common_prefix_len(a, b, n)
 
 
+def _packed_common(a: Sequence[Any], b: Sequence[Any], n: int) -> int:
+    """:func:`common_prefix_len` where one side (at least) is :class:`~reasonstate.state.units.Units`: the
+    bytes compared when both are (the other packed when it can be: a sequence of digest strings)."""
+    ua = a if type(a) is Units else Units.of(a)
+    ub = b if type(b) is Units else Units.of(b)
+    if type(ua) is Units and type(ub) is Units:
+        return ua.common(ub)
+    return _common_prefix_len(tuple(a), tuple(b), n)  # another string among them: compared as strings
+
+
 def _common_prefix_len(a: Sequence[Any], b: Sequence[Any], n: int) -> int:
+    if type(a) is Units or type(b) is Units:
+        return _packed_common(a, b, n)
     if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
         return n
     lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
@@ -240,7 +254,7 @@ UNIT_WINDOW = 64
 
 #: an earlier request in a :class:`UnitChain`: ``(seq, shared, tail)``, its units being
 #: ``newer[:shared] + tail`` where ``newer`` is the next newer request of the chain
-Delta = tuple[int, int, tuple[str, ...]]
+Delta = tuple[int, int, UnitSeq]
 
 
 @attrs.frozen(slots=True)
@@ -255,17 +269,17 @@ class UnitChain:
 
     model: str
     seq: int
-    units: tuple[str, ...]
+    units: UnitSeq
     older: tuple[Delta, ...] = ()
 
-    def appended(self, seq: int, units: tuple[str, ...], shared: int | None = None) -> UnitChain:
+    def appended(self, seq: int, units: UnitSeq, shared: int | None = None) -> UnitChain:
         """The chain with ``units`` (request ``seq``) as its newest; ``shared``: ``common_prefix_len(units,
         self.units)`` when the caller has it (one C-speed comparison otherwise)."""
         s = common_prefix_len(units, self.units) if shared is None else shared
-        newest = self.units
-        return UnitChain(self.model, seq, units, ((self.seq, s, newest[s:]), *self.older[: UNIT_WINDOW - 2]))
+        tail = self.units[s:] if s < len(self.units) else ()
+        return UnitChain(self.model, seq, units, ((self.seq, s, tail), *self.older[: UNIT_WINDOW - 2]))
 
-    def shared(self, q: tuple[str, ...], since: int = 0, limit: int = UNIT_WINDOW) -> list[tuple[int, int]]:
+    def shared(self, q: UnitSeq, since: int = 0, limit: int = UNIT_WINDOW) -> list[tuple[int, int]]:
         """``(seq, common_prefix_len(q, units of request seq))`` for the newest ``limit`` requests of the
         chain from request ``since`` on, newest first.
 
@@ -287,7 +301,7 @@ class UnitChain:
                 break
         return out
 
-    def tuples(self, since: int = 0) -> list[tuple[int, tuple[str, ...]]]:
+    def tuples(self, since: int = 0) -> list[tuple[int, UnitSeq]]:
         """``(seq, units)`` of every request of the chain from ``since`` on, newest first, rebuilt (a copy
         of each: for the rare reader that needs whole tuples)."""
         units = self.units
@@ -648,7 +662,7 @@ class Records(Sequence[ExecutionRecord]):
         """These records and ``record`` (whose request had ``units``) after them. ``shared``:
         ``common_prefix_len(units, self.newest_units())`` when the caller has it; ``keep``: drop all but
         the newest ``keep`` records (a guard)."""
-        units = tuple(units)
+        units = as_units(units)
         if record.units != len(units):
             raise ValueError(f"the record counts {record.units} units, its request has {len(units)}")
         seq = self._offset + len(self)
@@ -678,7 +692,7 @@ class Records(Sequence[ExecutionRecord]):
             n, tail = n + 1, tail[1:]
         return Records._of(packed, n, tail, tuple(chains), offset)
 
-    def newest_units(self) -> tuple[str, ...]:
+    def newest_units(self) -> UnitSeq:
         """The units of the newest request (``()`` when there is none)."""
         return self._chains[-1].units if self._chains and len(self) else ()
 
@@ -689,7 +703,7 @@ class Records(Sequence[ExecutionRecord]):
                 return c
         return None
 
-    def units_of(self, position: int) -> tuple[str, ...] | None:
+    def units_of(self, position: int) -> UnitSeq | None:
         """The units of the request at ``position`` (negative: from the end), rebuilt from the window;
         None when it is older than its model's newest :data:`UNIT_WINDOW`."""
         record = self[position]
@@ -708,7 +722,7 @@ class Records(Sequence[ExecutionRecord]):
         every kept request at or after position ``since`` (of ``model`` only, and its newest ``limit`` of
         them, when given), oldest first. One comparison with each model's newest tuple, then a few small
         ones per request; no record is built."""
-        q = tuple(units)
+        q = as_units(units)
         start = self._offset + since
         out: list[tuple[int, UnitUse, int]] = []
         offset = self._offset
@@ -729,7 +743,7 @@ class Records(Sequence[ExecutionRecord]):
             return UnitUse(r.units, r.usage, r.output_unit, r.breakpoints)
         return self._packed.use(i)
 
-    def tuples(self, *, model: str, since: int = 0) -> dict[int, tuple[str, ...]]:
+    def tuples(self, *, model: str, since: int = 0) -> dict[int, UnitSeq]:
         """position → units of every kept request of ``model`` at or after ``since``, rebuilt."""
         chain = self.chain(model)
         if chain is None:

@@ -1,0 +1,271 @@
+"""Unit digests kept packed: a request's prefix units as 32 raw bytes each, read as ``"sha256:<hex>"``.
+
+A unit digest is ``digest_of(compact(value))`` (:func:`~reasonstate.state.continuation.digest_of`): the
+string ``"sha256:"`` and 64 lowercase hex digits, a 120-byte Python object. The session keeps the units of
+every closed turn (a codec's run of closed turns) and of its newest requests (the records' unit chains), so
+they are kept as their 32 raw bytes, side by side in one ``bytes`` or ``bytearray`` (issue 21: state in
+proportion to the content), and the string is made only where one is read.
+
+Invariant: ``list(Units.of(ds)) == list(ds)`` and ``Units.of(ds) == tuple(ds)`` for any strings ``ds``;
+two :class:`Units` are equal when their digests are (one C-speed comparison of their bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, MutableSequence, Sequence
+from typing import Any, overload
+
+__all__ = ["RAW", "UnitBuffer", "UnitSeq", "Units", "as_units", "pack", "raw_digest"]
+
+#: bytes per packed digest
+RAW = 32
+_PREFIX = "sha256:"
+
+
+def raw_digest(digest: Any) -> bytes | None:
+    """The 32 bytes of ``digest`` when it is a digest string as :func:`digest_of` makes them
+    (``"sha256:"`` and 64 lowercase hex digits), else None: ``"sha256:" + raw_digest(d).hex() == d``."""
+    if type(digest) is not str or len(digest) != 71 or not digest.startswith(_PREFIX):
+        return None
+    hexed = digest[7:]
+    try:
+        raw = bytes.fromhex(hexed)
+    except ValueError:
+        return None
+    # fromhex also reads upper case and skips spaces: the round trip keeps only the exact form
+    return raw if len(raw) == RAW and raw.hex() == hexed else None
+
+
+def pack(digests: Iterable[str]) -> bytes | None:
+    """``digests`` packed (32 bytes each, in order); None when one of them is not a digest string."""
+    out = bytearray()
+    for d in digests:
+        raw = raw_digest(d)
+        if raw is None:
+            return None
+        out += raw
+    return bytes(out)
+
+
+class Units(Sequence[str]):
+    """An immutable sequence of digest strings held as their packed bytes (``raw``: 32 per unit).
+
+    Reads make the strings (``units[i]``, iteration); slices are :class:`Units` (a copy of their bytes);
+    ``==`` with another :class:`Units` compares the bytes, with a tuple the strings (so a value equals the
+    tuple of strings it stands for, and hashes as it does). ``+`` joins bytes.
+    """
+
+    __slots__ = ("raw",)
+
+    raw: bytes
+
+    def __init__(self, raw: bytes = b"") -> None:
+        if len(raw) % RAW:
+            raise ValueError(f"Units: {len(raw)} bytes is not a whole number of {RAW}-byte digests")
+        object.__setattr__(self, "raw", bytes(raw) if type(raw) is not bytes else raw)
+
+    @classmethod
+    def of(cls, digests: Iterable[str]) -> Units | tuple[str, ...]:
+        """``digests`` as :class:`Units` when every one is a digest string, else as a tuple (a sequence of
+        other strings, kept as it is)."""
+        if type(digests) is Units:
+            return digests
+        items = tuple(digests)
+        raw = pack(items)
+        return items if raw is None else cls(raw)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Units is immutable (cannot set {name})")
+
+    def __len__(self) -> int:
+        return len(self.raw) // RAW
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Units: ...
+    def __getitem__(self, i: int | slice) -> str | Units:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step == 1:
+                return Units(self.raw[start * RAW : max(stop, start) * RAW])
+            raw = self.raw
+            return Units(b"".join(raw[k * RAW : k * RAW + RAW] for k in range(start, stop, step)))
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("Units index out of range")
+        return _PREFIX + self.raw[i * RAW : i * RAW + RAW].hex()
+
+    def __iter__(self) -> Iterator[str]:
+        raw = self.raw
+        for k in range(0, len(raw), RAW):
+            yield _PREFIX + raw[k : k + RAW].hex()
+
+    def __contains__(self, value: object) -> bool:
+        found = raw_digest(value)
+        if found is None:
+            return False
+        raw, at = self.raw, self.raw.find(found)
+        while at >= 0 and at % RAW:
+            at = raw.find(found, at + 1)
+        return at >= 0
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is Units:
+            return self.raw == other.raw
+        if isinstance(other, tuple):
+            return len(other) == len(self) and tuple(self) == other
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))  # as the equal tuple's
+
+    def __add__(self, other: Sequence[str]) -> Units | tuple[str, ...]:
+        if type(other) is Units:
+            return Units(self.raw + other.raw)
+        if isinstance(other, tuple):
+            raw = pack(other)
+            return (*self, *other) if raw is None else Units(self.raw + raw) if raw else self
+        return NotImplemented
+
+    def __radd__(self, other: Sequence[str]) -> Units | tuple[str, ...]:
+        if isinstance(other, tuple):
+            raw = pack(other)
+            return (*other, *self) if raw is None else Units(raw + self.raw) if raw else self
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Units, (self.raw,))
+
+    def common(self, other: Units) -> int:
+        """The largest ``n`` with ``self[:n] == other[:n]``: comparisons of their bytes, at C speed."""
+        a, b = self.raw, other.raw
+        n = min(len(a), len(b))
+        if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
+            return n // RAW
+        lo, hi = 0, n // RAW  # a[:lo] == b[:lo] and a[:hi] != b[:hi], in units
+        while hi - lo > 1:  # each step compares only the half it asks about: 2n bytes in all
+            mid = (lo + hi) // 2
+            if a[lo * RAW : mid * RAW] == b[lo * RAW : mid * RAW]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+
+#: a request's units as the session keeps them: packed (:class:`Units`), or a tuple where one is not a
+#: digest string
+UnitSeq = tuple[str, ...] | Units
+
+
+def as_units(units: Iterable[str]) -> UnitSeq:
+    """``units`` as kept: a :class:`Units` or a tuple as it is (no copy), any other iterable as a tuple
+    (never packed here: packing is the codecs' work, once per unit)."""
+    if type(units) is Units or type(units) is tuple:
+        return units
+    return tuple(units)
+
+
+class UnitBuffer(MutableSequence[str]):
+    """A request's units while a codec builds them: digest strings appended one by one, a run's packed
+    units (:class:`Units`, or a shelf's bytes) joined at C speed; :meth:`done` gives the request's units.
+
+    Packed while every unit is a digest string; a unit of another form turns it into a plain list (the
+    request's units are then a tuple, as before)."""
+
+    __slots__ = ("_buf", "_list")
+
+    def __init__(self, units: Iterable[str] = ()) -> None:
+        self._buf: bytearray = bytearray()
+        self._list: list[str] | None = None
+        self.extend(units)
+
+    def __len__(self) -> int:
+        return len(self._buf) // RAW if self._list is None else len(self._list)
+
+    def _plain(self) -> list[str]:
+        if self._list is None:
+            self._list = list(Units(bytes(self._buf)))
+            self._buf = bytearray()
+        return self._list
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> UnitBuffer: ...
+    def __getitem__(self, i: int | slice) -> str | UnitBuffer:
+        if isinstance(i, slice):
+            return UnitBuffer(self.done()[i])
+        return self._list[i] if self._list is not None else _item(self._buf, i)
+
+    @overload
+    def __setitem__(self, i: int, value: str) -> None: ...
+    @overload
+    def __setitem__(self, i: slice, value: Iterable[str]) -> None: ...
+    def __setitem__(self, i: int | slice, value: Any) -> None:
+        if self._list is None and isinstance(i, int):
+            raw = raw_digest(value)
+            if raw is not None:
+                n = len(self)
+                k = i + n if i < 0 else i
+                if not 0 <= k < n:
+                    raise IndexError("UnitBuffer index out of range")
+                self._buf[k * RAW : k * RAW + RAW] = raw
+                return
+        self._plain()[i] = value
+
+    def __delitem__(self, i: int | slice) -> None:
+        del self._plain()[i]
+
+    def insert(self, index: int, value: str) -> None:
+        self._plain().insert(index, value)
+
+    def append(self, value: str) -> None:
+        if self._list is None:
+            raw = raw_digest(value)
+            if raw is not None:
+                self._buf += raw
+                return
+        self._plain().append(value)
+
+    def extend(self, values: Iterable[str]) -> None:
+        if self._list is None:
+            if type(values) is Units:
+                self._buf += values.raw
+                return
+            items = values if isinstance(values, (list, tuple)) else list(values)
+            raw = pack(items)
+            if raw is not None:
+                self._buf += raw
+                return
+            self._plain().extend(items)
+            return
+        self._list.extend(values)
+
+    def extend_packed(self, raw: bytes | bytearray) -> None:
+        """Append packed units (32 bytes each: a run's shelf)."""
+        if self._list is None:
+            self._buf += raw
+        else:
+            self._list.extend(Units(bytes(raw)))
+
+    def done(self) -> UnitSeq:
+        """The units built: :class:`Units`, or a tuple where one is not a digest string."""
+        return Units(bytes(self._buf)) if self._list is None else tuple(self._list)
+
+
+def _item(buf: bytearray, i: int) -> str:
+    n = len(buf) // RAW
+    k = i + n if i < 0 else i
+    if not 0 <= k < n:
+        raise IndexError("UnitBuffer index out of range")
+    return _PREFIX + buf[k * RAW : k * RAW + RAW].hex()
