@@ -1122,10 +1122,10 @@ def _break_scenario(session: rs.Session, scenario: str) -> None:
 @pytest.mark.parametrize(
     ("scenario", "policy", "causes"),
     [
-        # a closed turn's thought Parts left out whole: the guard reads a content rewritten (its signed
-        # Parts stay, §5.4), and so does the session
-        ("drop", Drop(), ["history_rewritten"]),
-        ("keep_last", KeepLast(1), ["history_rewritten", "history_rewritten"]),
+        # a closed turn's thought Parts left out whole, its signed Parts kept (§5.4): reasoning dropped, for
+        # the guard reading the bytes and for the session alike
+        ("drop", Drop(), ["reasoning_dropped"]),
+        ("keep_last", KeepLast(1), ["reasoning_dropped", "reasoning_dropped"]),
         ("system", Keep(), ["system_changed"]),
         ("timestamp", Keep(), ["system_changed", "timestamp_in_prefix"]),
         ("tools", Keep(), ["tools_changed"]),
@@ -1157,6 +1157,44 @@ def test_a_cache_break_is_named_as_the_guard_names_it_from_the_bytes_received(
         if brk["cause"] != "model_changed":
             before, after = (_at(bodies[i], brk["path"]) for i in (brk["index"] - 1, brk["index"]))
             assert before != after
+
+
+def _model_content(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "model", "parts": list(parts)}
+
+
+_THOUGHT = {"text": "Plan the answer.", "thought": True}
+_SIGNED = {"text": "Paris.", "thoughtSignature": SIGNATURE}
+
+
+@pytest.mark.parametrize(
+    ("after", "cause"),
+    [
+        # what a policy that drops reasoning sends: the thought Part left out whole, the signature kept
+        (_model_content(_SIGNED), "reasoning_dropped"),
+        # a client that strips thoughts and signatures alike
+        (_model_content({"text": "Paris."}), "reasoning_dropped"),
+        # not a drop: the signature changed, the thought edited, or the visible text changed as well
+        (_model_content(_THOUGHT, {**_SIGNED, "thoughtSignature": OTHER_SIGNATURE}), "history_rewritten"),
+        (_model_content({**_THOUGHT, "text": "Plan it."}, _SIGNED), "history_rewritten"),
+        (_model_content({**_SIGNED, "text": "Rome."}), "history_rewritten"),
+    ],
+    ids=["thoughts_dropped", "thoughts_and_signatures_stripped", "signature", "thought", "text"],
+)
+def test_the_cause_of_a_break_at_a_model_content_names_dropped_thoughts(
+    after: dict[str, Any], cause: str
+) -> None:
+    """The one reading the guard and the session share (``explain`` over the room's views, §5.4): thought
+    Parts left out whole are dropped reasoning even though the other Parts keep their signatures."""
+    from reasonstate.adapters import view_of
+    from reasonstate.cache.divergence import explain
+
+    user = {"role": "user", "parts": [{"text": "Capital of France?"}]}
+    next_user = {"role": "user", "parts": [{"text": "And Italy?"}]}
+    before = {"contents": [user, _model_content(_THOUGHT, _SIGNED), next_user]}
+    now = {"contents": [user, after, next_user]}
+    found = explain(view_of("generate_content", before, MODEL), view_of("generate_content", now, MODEL))
+    assert found is not None and (found.path.startswith("$.contents[1]"), found.cause) == (True, cause)
 
 
 _MISSING_AT = object()

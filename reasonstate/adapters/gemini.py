@@ -90,6 +90,7 @@ from reasonstate.cache.divergence import (
     listed,
     model_name,
     request_body,
+    stripped_inside,
     without_nulls,
 )
 from reasonstate.cache.rules import CacheRules
@@ -1064,6 +1065,17 @@ class _Reasoning:
             if isinstance(p, Mapping) and not p.get("thought")
         ]
         return {**value, "parts": parts}
+
+    def dropped_inside(self, before: Any, after: Any) -> bool:
+        """``after`` is ``before`` without its thought Parts, each left out whole and every other Part as it
+        was, signature included (what a policy that drops reasoning sends, §5.4); or without its thoughts
+        and its signatures both (:func:`stripped_inside`: a client that strips them)."""
+        if isinstance(before, Mapping) and isinstance(after, Mapping) and before != after:
+            parts = listed(before.get("parts"))
+            kept = [p for p in parts if not (isinstance(p, Mapping) and p.get("thought"))]
+            if len(kept) < len(parts) and {**before, "parts": kept} == after:
+                return True
+        return stripped_inside(self, before, after)
 
 
 class GenerateContentRoom(Room):
