@@ -396,6 +396,10 @@ def history_to_snapshot(history: History, *, embed: bool = True) -> dict[str, An
     return data
 
 
+#: the largest payload a restore shares with an equal one of the same origin (:func:`history_from_snapshot`)
+_SHARED_BYTES = 64
+
+
 def history_from_snapshot(data: Mapping[str, Any]) -> History:
     """The inverse of :func:`history_to_snapshot`: equal to the history it was made from. A payload that
     no longer matches the capture digests raises :class:`~reasonstate.errors.ContinuationMismatch`."""
@@ -421,8 +425,18 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
         for v in data["views"]
     ]
     digests: list[str] = []
+    # the small payloads read so far by origin and bytes: equal ones are one value, as when captured (a
+    # payload with nothing opaque in it, e.g. Gemini's ``{"thought":true}``, is shared: issue 21)
+    small: dict[tuple[int, bytes], Continuation] = {}
 
     def continuation_from(d: list[Any]) -> Continuation:
+        c = _continuation_from(d)
+        if len(c.payload) <= _SHARED_BYTES:
+            c = small.setdefault((d[0], c.payload), c)
+        digests.append(c.digest)
+        return c
+
+    def _continuation_from(d: list[Any]) -> Continuation:
         vendor, api, model, kind, bound, platform = origins[d[0]]
         if len(d) > 2:
             if d[2] != 1:
@@ -447,7 +461,6 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
                 value=d[1],
                 platform=platform,
             )
-        digests.append(c.digest)
         return c
 
     def step_from(s: list[Any]) -> Step:

@@ -91,9 +91,31 @@ def by_name(spans: list[ReadableSpan], prefix: str) -> list[ReadableSpan]:
     return sorted((s for s in spans if s.name.startswith(prefix)), key=lambda s: s.start_time or 0)
 
 
-def payloads_in(body: bytes, payloads: tuple[Any, ...]) -> list[Any]:
+def as_sent(history: Any) -> list[tuple[Any, Any]]:
+    """Every payload of ``history`` with the JSON value it goes back as: its own, or for a Gemini text or
+    thought Part whose text the payload leaves out (docs/protocols.md §5.4) the Part with the part's text
+    put back first."""
+    pairs = []
+    for t in history.turns:
+        for s in t.steps:
+            texts = {p.continuation: getattr(p, "text", "") for p in s.parts}
+            for i, c in enumerate(s.continuation):
+                value = json.loads(c.payload)
+                text = texts.get(i)
+                if (
+                    c.api == "generate_content"
+                    and c.kind in ("text", "thought")
+                    and text
+                    and "text" not in value
+                ):
+                    value = {"text": text, **value}
+                pairs.append((c, value))
+    return pairs
+
+
+def payloads_in(body: bytes, history: Any) -> list[Any]:
     """The payloads the request body carries as received: JSON objects of the body equal to a payload's
-    value, in the order they appear."""
+    value (:func:`as_sent`), in the order they appear."""
     found: list[str] = []
 
     def walk(value: Any) -> None:
@@ -107,7 +129,7 @@ def payloads_in(body: bytes, payloads: tuple[Any, ...]) -> list[Any]:
 
     walk(json.loads(body))
     position = {node: i for i, node in reversed(list(enumerate(found)))}
-    keyed = [(c, as_read_by_vendor(json.loads(c.payload))) for c in payloads]
+    keyed = [(c, as_read_by_vendor(value)) for c, value in as_sent(history)]
     return [c for c, key in sorted((p for p in keyed if p[1] in position), key=lambda p: position[p[1]])]
 
 
@@ -225,7 +247,7 @@ def test_a_tool_chain_session_gives_the_span_tree_and_attributes_the_vendor_repo
         assert list(a["reasonstate.continuation.captured.digests"]) == [c.digest for c in step.continuation]
         assert a["reasonstate.continuation.captured.bytes"] == sum(len(c.payload) for c in step.continuation)
         # replayed: the payloads whose exact bytes the emulator received in this request, in order
-        in_body = payloads_in(body, session.continuation)
+        in_body = payloads_in(body, session.history)
         replayed = (
             a["reasonstate.continuation.replayed.count"],
             a["reasonstate.continuation.replayed.digest"],
@@ -364,7 +386,7 @@ def test_a_drop_policy_and_a_model_switch_are_on_the_spans(pipeline: Pipeline) -
     # the last request dropped turn 0's reasoning and withheld the other model's: the replayed count
     # follows what the emulator received, divergence included
     for chat, body in zip(by_name(spans, "chat "), bodies, strict=True):
-        in_body = payloads_in(body, session.continuation)
+        in_body = payloads_in(body, session.history)
         assert chat.attributes["reasonstate.continuation.replayed.count"] == len(in_body)
         digest = digest_of("".join(f"{c.digest}\n" for c in in_body).encode())
         assert chat.attributes["reasonstate.continuation.replayed.digest"] == digest

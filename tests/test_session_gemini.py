@@ -32,6 +32,7 @@ from reasonstate.state import (
     History,
     OpaquePart,
     ReasoningPart,
+    Step,
     TextPart,
     ToolCallPart,
     Turn,
@@ -45,6 +46,7 @@ from tests.conftest import assert_memoized_runs_encode_as_fresh
 # -- the documented example (§5.5): a thought part and a signed function call -----------------------------
 
 SIGNATURE = "AAFvcGFxdWUtZ2VtaW5pLXNpZ25hdHVyZf8="  # b"\x00\x01opaque-gemini-signature\xff"
+OTHER_SIGNATURE = base64.b64encode(b"\x02another signature").decode()
 DOCUMENTED_RESPONSE: dict[str, Any] = {
     "candidates": [
         {
@@ -96,7 +98,12 @@ def test_the_documented_response_decodes_to_one_payload_per_part_as_received() -
         '{"city":"Paris"}',
     )
     parts = DOCUMENTED_RESPONSE["candidates"][0]["content"]["parts"]
+    # the thought's text is held once, by its part: its payload is the rest of the Part as received
     assert [c.payload for c in step.continuation] == [
+        b'{"thought":true}',
+        json.dumps(parts[1], ensure_ascii=False, separators=(",", ":")).encode(),
+    ]
+    assert [compact(p) for p in parts_of(step)] == [
         json.dumps(p, ensure_ascii=False, separators=(",", ":")).encode() for p in parts
     ]
     assert [(c.kind, c.model_bound) for c in step.continuation] == [("thought", True), ("functionCall", True)]
@@ -201,6 +208,109 @@ def test_encode_replays_each_part_as_received_and_answers_in_declared_order() ->
             ]
         }
     ]
+
+
+def test_a_part_whose_text_is_not_its_first_field_is_kept_whole_and_each_part_goes_back_as_received() -> None:
+    """§5.4 (issue 21): a text or thought Part whose first field is ``text`` is captured without it (its part
+    holds the text once) and put back first; a Part in any other key order is captured whole. Either way
+    the replayed Part has the received fields in the received order, and its unit is the digest of the
+    received bytes."""
+    raw_parts: list[dict[str, Any]] = [
+        {"thought": True, "text": "Plan: answer in one word."},  # text not first: kept whole
+        {"text": "Thinking on.", "thought": True, "thoughtSignature": SIGNATURE},  # signed thought
+        {"text": "Yes.", "thoughtSignature": OTHER_SIGNATURE},
+        {"text": "Unsigned tail."},
+    ]
+    response = {
+        "candidates": [
+            {"content": {"role": "model", "parts": raw_parts}, "finishReason": "STOP", "index": 0}
+        ],
+        "responseId": "r-order",
+    }
+    step = GeminiAdapter().decode(response, _request())
+    assert [c.payload for c in step.continuation] == [
+        b'{"thought":true,"text":"Plan: answer in one word."}',
+        b'{"thought":true,"thoughtSignature":"' + SIGNATURE.encode() + b'"}',
+        b'{"thoughtSignature":"' + OTHER_SIGNATURE.encode() + b'"}',
+        b"{}",
+    ]
+    assert [c.digest for c in step.continuation] == [
+        "sha256:" + hashlib.sha256(c.payload).hexdigest() for c in step.continuation
+    ]
+    done = Step(step.parts, step.continuation, step.stop_reason, step.usage, step.model)
+    history = History((Turn(index=0, user="Yes or no?", steps=(done,)), Turn(index=1, user="Sure?")))
+    request = GeminiAdapter().encode(Prefix(), history, "gemini-3-flash", {}, [])
+    sent_parts = request.kwargs["contents"][1]["parts"]
+    assert [list(p.items()) for p in sent_parts] == [list(p.items()) for p in raw_parts]
+    # the content's unit is that of the Parts as received (the same as when every payload was whole)
+    whole = [hashlib.sha256(compact(p)).hexdigest() for p in raw_parts]
+    unit = (
+        "sha256:" + hashlib.sha256("\n".join(("model", *(f"sha256:{d}" for d in whole))).encode()).hexdigest()
+    )
+    assert request.units[2] == unit
+
+
+def test_unsigned_thoughts_of_one_model_hold_one_payload_and_their_texts_once(
+    emulator: GeminiEmulator,
+) -> None:
+    """Issue 21: an unsigned thought's payload is ``{"thought":true}``, one value for every such Part of
+    the model (nothing opaque in it), also after a restore; each part holds its own text, and the
+    thoughts go back as they came."""
+    recorder = Recorder()
+    emulator.transform = recorder
+    emulator.script.extend([answer(1), answer(2), answer(3), answer(3)])
+    session = make_session(emulator)
+    for question in ("One?", "Two?"):
+        session.send(question)
+    thoughts = [t.steps[0].continuation[0] for t in session.history.turns]
+    assert thoughts[0] is thoughts[1] and thoughts[0].payload == b'{"thought":true}'
+    texts = [t.steps[0].parts[0].text for t in session.history.turns]  # type: ignore[union-attr]
+    assert texts == ["Thinking about follow-up 1. " * 6, "Thinking about follow-up 2. " * 6]
+    restored = rs.Session.restore(session.snapshot().model_dump_json(), emulator.client())
+    assert restored.history == session.history
+    again = [t.steps[0].continuation[0] for t in restored.history.turns]
+    assert again[0] is again[1]
+    restored.send("Three?")
+    session.send("Three?")
+    assert emulator.requests[-1].body == emulator.requests[-2].body
+    received = [r["candidates"][0]["content"]["parts"] for r in recorder.responses[:2]]
+    contents = sent(emulator, 3)["contents"]
+    for content, parts in zip((contents[1], contents[3]), received, strict=True):
+        assert_parts_sent_as_received(content["parts"], parts)
+
+
+def test_a_snapshot_holding_whole_parts_restores_to_the_same_next_request(emulator: GeminiEmulator) -> None:
+    """Snapshots taken before text was left out of payloads hold every Part whole (§5.4): they restore, and
+    the next request is byte for byte the one the session that took them sends."""
+    emulator.script.extend([*chain(), answer(1), answer(2), answer(2), answer(2)])
+    session = make_session(emulator)
+    run_chain(session)
+    session.send("And tomorrow?")
+    snapshot = session.snapshot()
+    data = json.loads(snapshot.model_dump_json())
+    history = data["history"]
+    origins = history["origins"]
+    digests = []
+    wholes = 0
+    for turn in history["turns"]:
+        for step in turn[1]:
+            texts = {p[2]: p[1] for p in step[0] if p[0] in (0, 1) and len(p) > 2}
+            for i, c in enumerate(step[1]):
+                kind = origins[c[0]][3]
+                if kind in ("text", "thought") and "text" not in c[1] and texts.get(i):
+                    c[1] = {"text": texts[i], **c[1]}
+                    wholes += 1
+                digests.append("sha256:" + hashlib.sha256(compact(c[1])).hexdigest())
+    assert wholes == 6  # 4 thoughts and 2 answers: what is now left out was in every payload
+    history["digest"] = "sha256:" + hashlib.sha256("".join(digests).encode()).hexdigest()
+    old = type(snapshot).model_validate(data).sealed()
+    restored = rs.Session.restore(old, emulator.client())
+    texts = [c.payload for c in restored.continuation if c.kind in ("text", "thought")]
+    assert len(texts) == 6 and all(p.startswith(b'{"text":') for p in texts)
+    for s in (restored, session, rs.Session.restore(snapshot, emulator.client())):
+        s.send("And the day after?")
+    assert emulator.requests[-3].body == emulator.requests[-2].body == emulator.requests[-1].body
+    assert [r.divergence for r in restored.execution][-1] == [r.divergence for r in session.execution][-1]
 
 
 def test_the_sdk_sends_the_replayed_turn_as_documented() -> None:
@@ -416,6 +526,19 @@ def without_signature(part: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in part.items() if k != "thoughtSignature"}
 
 
+def parts_of(step: Step) -> list[dict[str, Any]]:
+    """Each Part of ``step`` as the session holds it to send back (§5.4): its payload, the part's text put
+    back as its first field where the payload left it out (a text or thought Part whose text came first)."""
+    whole = []
+    for c, part in zip(step.continuation, step.parts, strict=True):
+        value = json.loads(c.payload)
+        text = getattr(part, "text", "")
+        if c.kind in ("text", "thought") and text and "text" not in value:
+            value = {"text": text, **value}
+        whole.append(value)
+    return whole
+
+
 def assert_parts_sent_as_received(sent_parts: list[Any], received: list[Any]) -> None:
     """Same Parts, in the same order, each signature on the very Part it came on, with the same bytes."""
     assert [without_signature(p) for p in sent_parts] == [without_signature(p) for p in received]
@@ -467,7 +590,9 @@ def test_one_continuation_per_part_each_the_part_as_received(emulator: GeminiEmu
     run_chain(session)
     for step, response in zip(session.history.turns[0].steps, recorder.responses, strict=True):
         parts = response["candidates"][0]["content"]["parts"]
-        assert [c.payload for c in step.continuation] == [compact(p) for p in parts]
+        assert [compact(p) for p in parts_of(step)] == [compact(p) for p in parts]
+        # no copy of a part's text in its payload: the text is the part's (§5.4, issue 21)
+        assert not any(c.kind in ("text", "thought") and b'"text":' in c.payload for c in step.continuation)
         assert [c.model_bound for c in step.continuation] == [
             bool(p.get("thought")) or "thoughtSignature" in p for p in parts
         ]
@@ -500,7 +625,7 @@ def test_drop_leaves_out_closed_turns_thought_parts_whole_and_keeps_every_other_
     contents = sent(emulator, 3)["contents"]
     steps = session.history.turns[0].steps
     for index, step in zip((1, 3, 5), steps, strict=True):
-        kept = [json.loads(c.payload) for c in step.continuation if c.kind != "thought"]
+        kept = [p for p, c in zip(parts_of(step), step.continuation, strict=True) if c.kind != "thought"]
         assert_parts_sent_as_received(contents[index]["parts"], kept)  # signatures stay on their parts
     assert not any(p.get("thought") for c in contents[:6] for p in c["parts"])
     assert contents[6:] == [{"parts": [{"text": "And tomorrow?"}], "role": "user"}]
@@ -514,7 +639,7 @@ def test_keep_last_rewrites_only_the_turn_that_falls_out_of_the_window(emulator:
     last = sent(emulator, 2)["contents"]
     assert [any(p.get("thought") for p in c["parts"]) for c in last] == [False, False, False, True, False]
     first = session.history.turns[0].steps[0]
-    assert_parts_sent_as_received(last[1]["parts"], [json.loads(c.payload) for c in first.continuation[1:]])
+    assert_parts_sent_as_received(last[1]["parts"], parts_of(first)[1:])
 
 
 def test_streamed_and_unstreamed_calls_give_the_same_state_and_the_payload_bytes_as_received() -> None:
@@ -532,7 +657,7 @@ def test_streamed_and_unstreamed_calls_give_the_same_state_and_the_payload_bytes
         bodies.append([_unsigned_body(r.body) for r in emu.requests])
         received = [r["candidates"][0]["content"]["parts"] for r in recorder.responses]
         steps = [s for t in session.history.turns for s in t.steps]
-        assert [[c.payload for c in s.continuation] for s in steps] == [
+        assert [[compact(p) for p in parts_of(s)] for s in steps] == [
             [compact(p) for p in r] for r in received
         ]
         assert [s.usage for s in steps] == [_usage_of(r) for r in recorder.responses]
@@ -960,7 +1085,7 @@ def test_a_payload_changed_in_memory_in_a_closed_turn_is_refused_and_nothing_is_
     assert session.send("And the day after?").text == "Follow-up answer 2."
     assert_parts_sent_as_received(
         sent(emulator, sent_so_far)["contents"][3]["parts"],
-        [json.loads(c.payload) for c in session.history.turns[0].steps[1].continuation],
+        parts_of(session.history.turns[0].steps[1]),
     )
 
 
@@ -997,10 +1122,10 @@ def _break_scenario(session: rs.Session, scenario: str) -> None:
 @pytest.mark.parametrize(
     ("scenario", "policy", "causes"),
     [
-        # a closed turn's thought Parts left out whole: the guard reads a content rewritten (its signed
-        # Parts stay, §5.4), and so does the session
-        ("drop", Drop(), ["history_rewritten"]),
-        ("keep_last", KeepLast(1), ["history_rewritten", "history_rewritten"]),
+        # a closed turn's thought Parts left out whole, its signed Parts kept (§5.4): reasoning dropped, for
+        # the guard reading the bytes and for the session alike
+        ("drop", Drop(), ["reasoning_dropped"]),
+        ("keep_last", KeepLast(1), ["reasoning_dropped", "reasoning_dropped"]),
         ("system", Keep(), ["system_changed"]),
         ("timestamp", Keep(), ["system_changed", "timestamp_in_prefix"]),
         ("tools", Keep(), ["tools_changed"]),
@@ -1032,6 +1157,44 @@ def test_a_cache_break_is_named_as_the_guard_names_it_from_the_bytes_received(
         if brk["cause"] != "model_changed":
             before, after = (_at(bodies[i], brk["path"]) for i in (brk["index"] - 1, brk["index"]))
             assert before != after
+
+
+def _model_content(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "model", "parts": list(parts)}
+
+
+_THOUGHT = {"text": "Plan the answer.", "thought": True}
+_SIGNED = {"text": "Paris.", "thoughtSignature": SIGNATURE}
+
+
+@pytest.mark.parametrize(
+    ("after", "cause"),
+    [
+        # what a policy that drops reasoning sends: the thought Part left out whole, the signature kept
+        (_model_content(_SIGNED), "reasoning_dropped"),
+        # a client that strips thoughts and signatures alike
+        (_model_content({"text": "Paris."}), "reasoning_dropped"),
+        # not a drop: the signature changed, the thought edited, or the visible text changed as well
+        (_model_content(_THOUGHT, {**_SIGNED, "thoughtSignature": OTHER_SIGNATURE}), "history_rewritten"),
+        (_model_content({**_THOUGHT, "text": "Plan it."}, _SIGNED), "history_rewritten"),
+        (_model_content({**_SIGNED, "text": "Rome."}), "history_rewritten"),
+    ],
+    ids=["thoughts_dropped", "thoughts_and_signatures_stripped", "signature", "thought", "text"],
+)
+def test_the_cause_of_a_break_at_a_model_content_names_dropped_thoughts(
+    after: dict[str, Any], cause: str
+) -> None:
+    """The one reading the guard and the session share (``explain`` over the room's views, §5.4): thought
+    Parts left out whole are dropped reasoning even though the other Parts keep their signatures."""
+    from reasonstate.adapters import view_of
+    from reasonstate.cache.divergence import explain
+
+    user = {"role": "user", "parts": [{"text": "Capital of France?"}]}
+    next_user = {"role": "user", "parts": [{"text": "And Italy?"}]}
+    before = {"contents": [user, _model_content(_THOUGHT, _SIGNED), next_user]}
+    now = {"contents": [user, after, next_user]}
+    found = explain(view_of("generate_content", before, MODEL), view_of("generate_content", now, MODEL))
+    assert found is not None and (found.path.startswith("$.contents[1]"), found.cause) == (True, cause)
 
 
 _MISSING_AT = object()

@@ -8,10 +8,14 @@ then every session option: ``thinking_config={"include_thoughts": True}``, ``tem
 transport captures from the client's own HTTP exchange.
 
 Rules encoded here, each from docs/protocols.md §5.4:
-  * one continuation per Part, its payload the Part's JSON as received. A model turn goes back as the list
-    of its Parts' payloads, in order: a ``thoughtSignature`` stays on the exact Part it came on, and no
-    Part is ever merged, moved or split ("you must return the signature in the exact part in which it was
-    received"; Gemini 3 rejects a function call without its signature in the current turn with a 400);
+  * one continuation per Part, its payload the Part's JSON as received, except that a text or thought
+    Part whose first field is ``text`` is kept without it: the history's part holds the text, once, and
+    it is put back first when the Part is sent (:func:`_capture`, :func:`_sent_part`; the same bytes, the
+    same unit). A payload with nothing opaque left (``{"thought":true}``) is one value per model. A model
+    turn goes back as the list of its Parts, in order: a ``thoughtSignature`` stays on the exact Part it
+    came on, and no Part is ever merged, moved or split ("you must return the signature in the exact part
+    in which it was received"; Gemini 3 rejects a function call without its signature in the current turn
+    with a 400);
   * a Part carrying a signature or ``thought: true`` is model-bound: it goes back to the model that
     produced it only. A step whose payloads may not be sent (another vendor, API or model) is rendered
     from its canonical parts: text as ``{"text"}``, calls as ``{"functionCall": {"name", "args"}}`` (no
@@ -86,6 +90,7 @@ from reasonstate.cache.divergence import (
     listed,
     model_name,
     request_body,
+    stripped_inside,
     without_nulls,
 )
 from reasonstate.cache.rules import CacheRules
@@ -559,17 +564,7 @@ class GeminiAdapter:
             part, kind = _part(raw, i, call_ids)
             parts.append(part)
             signed = raw.get("thoughtSignature") is not None
-            payloads.append(
-                Continuation.capture(
-                    vendor=VENDOR,
-                    api=API,
-                    model=request.model,
-                    kind=kind,
-                    value=raw,
-                    model_bound=signed or kind not in _UNBOUND_KINDS,
-                    platform=self.platform,
-                )
-            )
+            payloads.append(_capture(raw, part, kind, request.model, signed, self.platform))
         stop = candidate.get("finishReason")
         echoed = response.get("modelVersion")
         return DecodedStep(
@@ -827,11 +822,13 @@ def payload_units(step: Step) -> dict[str, tuple[str, ...]]:
     payloads = [payload_of(step, part) for part in step.parts]
     if not payloads or any(c is None for c in payloads):
         return {}
-    full = tuple(c.digest for c in payloads if c is not None)
-    kept = tuple(c.digest for c in payloads if c is not None and c.kind != THOUGHT)
-    units = {_content_unit("model", full): full}
+    sent = [
+        (c, _sent_part(c, part)[1]) for c, part in zip(payloads, step.parts, strict=True) if c is not None
+    ]
+    units = {_content_unit("model", tuple(d for _, d in sent)): tuple(c.digest for c, _ in sent)}
+    kept = [(c, d) for c, d in sent if c.kind != THOUGHT]
     if kept:
-        units[_content_unit("model", kept)] = kept
+        units[_content_unit("model", tuple(d for _, d in kept))] = tuple(c.digest for c, _ in kept)
     return units
 
 
@@ -856,23 +853,37 @@ def _model_parts(
             if payload.kind == THOUGHT and not keep_reasoning:
                 continue  # dropped as a whole Part, never edited
             replayed.append(payload)
-            # digest-verified: the Part as received, parsed once for the memoized run (never changed once
-            # built, like every value of the run), sharing the history's strings and, at its top level, its
-            # key table with every Part of the same fields (issue 21: nothing parsed is kept in the
-            # continuation)
-            value = _key_shared(sharing(payload.checked(), part_strings(part)))
+            value, digest = _sent_part(payload, part)
             if isinstance(part, ToolCallPart):
                 vendor_id = value[FUNCTION_CALL].get("id")
                 if isinstance(vendor_id, str):
                     call_ids[part.id] = vendor_id
             parts.append(value)
-            digests.append(payload.digest)
+            digests.append(digest)
             continue
         canonical = _canonical_part(part)
         if canonical is not None:
             parts.append(canonical)
             digests.append(unit_digest(canonical))
     return parts, digests, call_ids
+
+
+def _sent_part(payload: Continuation, part: Part) -> tuple[Any, str]:
+    """The Part ``payload`` was captured from, as it goes back, and its digest (the digest of the Part's
+    bytes as received: a content's unit is the same whichever form the payload is in).
+
+    Digest-verified (:meth:`Continuation.checked`), parsed once for the memoized run (never changed once
+    built, like every value of the run), sharing the history's strings and, at its top level, its key table
+    with every Part of the same fields (issue 21: nothing parsed is kept in the continuation). A payload
+    whose text was left out (:func:`_capture`: a text or thought payload without ``text`` whose part has
+    text) gets the part's text back as its first field, which gives the bytes received; any other payload
+    (a call, a Part captured whole, as every Part was before) is the Part itself."""
+    value = sharing(payload.checked(), part_strings(part))
+    text = part.text if isinstance(part, (TextPart, ReasoningPart)) else None
+    if text and payload.kind in _TEXT_KINDS and type(value) is dict and "text" not in value:
+        whole = _key_shared({"text": text, **value})
+        return whole, unit_digest(whole)
+    return _key_shared(value), payload.digest
 
 
 def _canonical_part(part: Part) -> dict[str, Any] | None:
@@ -886,6 +897,43 @@ def _canonical_part(part: Part) -> dict[str, Any] | None:
 
 
 # -- decoding helpers ---------------------------------------------------------------------------------------
+
+
+#: the kinds of Part whose text the history's part holds (a text Part, a thought)
+_TEXT_KINDS = frozenset({TEXT, THOUGHT})
+#: the payloads with nothing opaque in them (no signature: ``{"thought":true}``, ``{}``), one value per
+#: origin and bytes, shared by every Part they come on (issue 21: a session of thoughts holds one, not one
+#: per turn); bounded, beyond it a payload is its own value
+_SHARED: dict[tuple[str, bytes, str, bool, str], Continuation] = {}
+_SHARED_MAX = 1024
+
+
+def _capture(
+    raw: Mapping[str, Any], part: Part, kind: str, model: str, signed: bool, platform: str
+) -> Continuation:
+    """A Part's continuation (docs/protocols.md §5.4): the Part as received, except that the text of a text
+    or thought Part whose first field is ``text`` is left out (``elided``): the history's part holds it, and
+    :func:`_sent_part` puts it back first, so the Part goes back as the very bytes received (text first,
+    then the payload's fields in their order). What is opaque (the signature) is in the payload, as
+    received; only the visible text is held once. A payload with no signature left (an unsigned thought is
+    ``{"thought":true}``) is one value shared by every Part of its origin that has it."""
+    value: Any = raw
+    text = getattr(part, "text", None) if kind in _TEXT_KINDS else None
+    if text and next(iter(raw)) == "text":
+        value = {k: v for k, v in raw.items() if k != "text"}
+    bound = signed or kind not in _UNBOUND_KINDS
+    key = None
+    if value is not raw and not signed:
+        key = (kind, compact(value), model, bound, platform)
+        found = _SHARED.get(key)
+        if found is not None:
+            return found
+    captured = Continuation.capture(
+        vendor=VENDOR, api=API, model=model, kind=kind, value=value, model_bound=bound, platform=platform
+    )
+    if key is not None and len(_SHARED) < _SHARED_MAX:
+        captured = _SHARED.setdefault(key, captured)
+    return captured
 
 
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -1018,6 +1066,17 @@ class _Reasoning:
             if isinstance(p, Mapping) and not p.get("thought")
         ]
         return {**value, "parts": parts}
+
+    def dropped_inside(self, before: Any, after: Any) -> bool:
+        """``after`` is ``before`` without its thought Parts, each left out whole and every other Part as it
+        was, signature included (what a policy that drops reasoning sends, §5.4); or without its thoughts
+        and its signatures both (:func:`stripped_inside`: a client that strips them)."""
+        if isinstance(before, Mapping) and isinstance(after, Mapping) and before != after:
+            parts = listed(before.get("parts"))
+            kept = [p for p in parts if not (isinstance(p, Mapping) and p.get("thought"))]
+            if len(kept) < len(parts) and {**before, "parts": kept} == after:
+                return True
+        return stripped_inside(self, before, after)
 
 
 class GenerateContentRoom(Room):

@@ -89,6 +89,7 @@ from reasonstate.cache.divergence import (
     listed,
     model_name,
     request_body,
+    stripped_inside,
     without_nulls,
 )
 from reasonstate.cache.rules import CacheRules
@@ -949,6 +950,9 @@ class _Reasoning:
         if not isinstance(value, Mapping):
             return value
         return {k: v for k, v in value.items() if k not in _DROPPED_FIELDS}
+
+    def dropped_inside(self, before: Any, after: Any) -> bool:
+        return stripped_inside(self, before, after)
 
 
 class ChatRoom(Room):

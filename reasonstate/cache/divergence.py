@@ -120,6 +120,19 @@ class Reasoning(Protocol):
         """The unit with the reasoning it carries inside taken out (``value`` itself when it has none)."""
         ...
 
+    def dropped_inside(self, before: Any, after: Any) -> bool:
+        """Whether unit ``after`` is unit ``before`` with reasoning it carried inside left out, and nothing
+        else changed (:func:`stripped_inside` unless the vendor's rules keep part of it)."""
+        ...
+
+
+def stripped_inside(reading: Reasoning, before: Any, after: Any) -> bool:
+    """Whether ``before`` carried reasoning inside, ``after`` carries none, and without it they are equal:
+    the reasoning a unit carries left out whole (a chat message's ``reasoning_content``)."""
+    bare_before = reading.without_reasoning(before)
+    bare_after = reading.without_reasoning(after)
+    return bool(bare_before != before) and not bool(bare_after != after) and bool(bare_before == bare_after)
+
 
 class _NoReasoning:
     """Units that never carry reasoning."""
@@ -129,6 +142,9 @@ class _NoReasoning:
 
     def without_reasoning(self, value: Any) -> Any:
         return value
+
+    def dropped_inside(self, before: Any, after: Any) -> bool:
+        return False
 
 
 NO_REASONING: Reasoning = _NoReasoning()
@@ -146,6 +162,9 @@ class ReasoningUnits:
 
     def without_reasoning(self, value: Any) -> Any:
         return value
+
+    def dropped_inside(self, before: Any, after: Any) -> bool:
+        return False
 
 
 @attrs.frozen(slots=True)
@@ -372,11 +391,9 @@ def _cause(previous: View, current: View, d: int, before: Unit, after: Unit | No
     reading = previous.reasoning
     if reading.reasoning_only(before.value) and not reading.reasoning_only(after.value):
         return "reasoning_dropped"
-    bare_before = reading.without_reasoning(before.value)
-    bare_after = reading.without_reasoning(after.value)
-    # the earlier unit carried reasoning inside it, this one carries none, and that is all that changed
-    stripped = bool(bare_before != before.value) and not bool(bare_after != after.value)
-    if stripped and bare_before == bare_after:
+    # the earlier unit carried reasoning inside it, this one is it without that reasoning (the room's rule:
+    # a Gemini content keeps the signatures on its other Parts, docs/protocols.md §5.4)
+    if reading.dropped_inside(before.value, after.value):
         return "reasoning_dropped"
     if _has_call(before.value) and _arguments(before.value) == _arguments(after.value):
         return "arguments_reserialized"
