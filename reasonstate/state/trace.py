@@ -22,7 +22,7 @@ Storage (the cost of a long session grows by a small constant per event):
     :meth:`Trace.of_kind`); the store keeps only its newest :data:`_TAIL_MAX` events as built (their
     kinds at once), each older one encoded when a newer one pushes it out: a short-lived session (one
     built per HTTP request, one ``send``) never encodes events nobody reads back, a reader of what was
-    just appended (a store's delta entry) builds none, and a session of any length holds no more than
+    just appended (a store's delta entry) decodes few, and a session of any length holds no more than
     those few events built (the rest is bytes). Decoding
     gives back exactly the frozen data (``decoded == freeze(data)``, same key order, same types); an event
     the codec cannot hold (data that is not plain JSON, a ``seq`` that is not its index) is kept as its
@@ -124,16 +124,18 @@ _HEX = frozenset("0123456789abcdef")
 _SHARED_MIN = 6
 #: dict key sets learned as shapes (beyond: a dict is kept with its keys); digit keys are never learned
 _MAX_SHAPES = 4096
-#: how many of its newest events a store keeps as built, not encoded yet: one ``send``'s events (so a
-#: fresh session's first send encodes none, and a store's delta entry finds them built); every event
-#: built costs ~0.5 KB where its bytes cost ~30 B, so this is a young session's fixed cost
+#: how many of its newest events a store keeps as built, not encoded yet: the four a ``send`` commits (a
+#: fresh session's first send encodes none; a store's delta entry finds them built and decodes the two
+#: before them, the previous turn's decision and close). An event built costs ~0.5 KB where its bytes
+#: cost ~30 B: this is most of a young session's trace
 _TAIL_MAX = 4
 #: events per compressed chunk of the store (~8 turns: a chunk compresses to ~40% of its bytes)
 _CHUNK = 48
 #: one id per store (the key of the newest chunk read, :meth:`_Store._lines`)
 _TOKENS = itertools.count()
-#: the newest chunk read, process-wide: (store token, chunk index, its event bytes)
-_READ: tuple[int, int, list[bytes]] | None = None
+#: the newest chunk read, process-wide: (store token, chunk index, its byte length, its event bytes); the
+#: open chunk only grows, so its length tells whether its lines read before are all of them
+_READ: tuple[int, int, int, list[bytes]] | None = None
 _LIST = -1  # the head of an encoded list; a dict is ``[shape id, *values]``
 _dumps = compact_encoder()
 _loads = json.loads
@@ -359,16 +361,19 @@ class _Store:
 
     def _lines(self, k: int) -> list[bytes]:
         """The event bytes of chunk ``k`` (the open one when ``k == len(chunks)``). The newest chunk read
-        is kept once per process (a read in order decompresses each chunk once), never per store."""
+        (the open one until it grows) is kept once per process, never per store: a read in order
+        decompresses (or splits) each chunk once."""
         global _READ
         chunks = self.chunks
-        if k >= len(chunks):
-            return bytes(self.open).split(b"\n")[:-1]
+        size = len(self.open) if k >= len(chunks) else -1
         read = _READ
-        if read is not None and read[0] == self.token and read[1] == k:
-            return read[2]
-        lines = zlib.decompress(chunks[k], wbits=-15).split(b"\n")[:-1]
-        _READ = (self.token, k, lines)
+        if read is not None and read[0] == self.token and read[1] == k and read[2] == size:
+            return read[3]
+        if size >= 0:
+            lines = bytes(self.open).split(b"\n")[:-1]
+        else:
+            lines = zlib.decompress(chunks[k], wbits=-15).split(b"\n")[:-1]
+        _READ = (self.token, k, size, lines)
         return lines
 
     def lines(self, n: int) -> list[bytes]:
