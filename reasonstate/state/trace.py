@@ -19,11 +19,11 @@ Storage (the cost of a long session grows by a small constant per event):
     shapes and values turn after turn), its kind as an interned id (one byte), its wall time once per
     batch; no per-kind index is kept (a kind's positions are a C-speed scan of the kind bytes).
     :class:`TraceEvent` values are built on access (``events``, iteration,
-    :meth:`Trace.of_kind`); the newest events (the newest batches, up to :data:`_TAIL_MAX` events) are
-    kept as built, so a reader of what was just appended (a store's delta entry) builds none. The events
-    are encoded in batches of up to :data:`_TAIL_MAX` (their kinds at once): until then the store holds
-    them as built, so a short-lived session (one built per HTTP request) never encodes events nobody
-    reads back, and a long one pays the same per event. Decoding
+    :meth:`Trace.of_kind`); the store keeps only its newest :data:`_TAIL_MAX` events as built (their
+    kinds at once), each older one encoded when a newer one pushes it out: a short-lived session (one
+    built per HTTP request, one ``send``) never encodes events nobody reads back, a reader of what was
+    just appended (a store's delta entry) decodes few, and a session of any length holds no more than
+    those few events built (the rest is bytes). Decoding
     gives back exactly the frozen data (``decoded == freeze(data)``, same key order, same types); an event
     the codec cannot hold (data that is not plain JSON, a ``seq`` that is not its index) is kept as its
     :class:`TraceEvent`.
@@ -124,14 +124,18 @@ _HEX = frozenset("0123456789abcdef")
 _SHARED_MIN = 6
 #: dict key sets learned as shapes (beyond: a dict is kept with its keys); digit keys are never learned
 _MAX_SHAPES = 4096
-#: how many of the newest events a trace value keeps as built (a store's next delta reads them all)
-_TAIL_MAX = 8
+#: how many of its newest events a store keeps as built, not encoded yet: the four a ``send`` commits (a
+#: fresh session's first send encodes none; a store's delta entry finds them built and decodes the two
+#: before them, the previous turn's decision and close). An event built costs ~0.5 KB where its bytes
+#: cost ~30 B: this is most of a young session's trace
+_TAIL_MAX = 4
 #: events per compressed chunk of the store (~8 turns: a chunk compresses to ~40% of its bytes)
 _CHUNK = 48
 #: one id per store (the key of the newest chunk read, :meth:`_Store._lines`)
 _TOKENS = itertools.count()
-#: the newest chunk read, process-wide: (store token, chunk index, its event bytes)
-_READ: tuple[int, int, list[bytes]] | None = None
+#: the newest chunk read, process-wide: (store token, chunk index, its byte length, its event bytes); the
+#: open chunk only grows, so its length tells whether its lines read before are all of them
+_READ: tuple[int, int, int, list[bytes]] | None = None
 _LIST = -1  # the head of an encoded list; a dict is ``[shape id, *values]``
 _dumps = compact_encoder()
 _loads = json.loads
@@ -171,7 +175,7 @@ class _Store:
 
     Invariants: events ``0..len-1`` never change once appended (only appended to, under ``lock``);
     ``kinds[i]`` is event ``i``'s kind id from its append on (one byte each while the ids fit); the events
-    from ``pending[0]`` on are ``pending[1]`` as built (not encoded yet, fewer than :data:`_TAIL_MAX`), every
+    from ``pending[0]`` on are ``pending[1]`` as built (not encoded yet, at most :data:`_TAIL_MAX`), every
     earlier event ``i`` has its bytes (empty for an event kept whole in ``raw``; never a line break: compact
     JSON) as line ``i % _CHUNK`` of chunk ``i // _CHUNK``, and its time ``run_at[k]`` for the last
     ``run_start[k] <= i``. A chunk is :data:`_CHUNK` events, each ended by ``\n``: ``chunks[k]`` raw-deflate
@@ -238,25 +242,30 @@ class _Store:
         return new
 
     # -- appending (under lock) ----------------------------------------------------------------------------
-    def append(self, event: TraceEvent) -> None:
-        """Append ``event`` (at position ``len``): its kind now, its bytes with the next batch encoded."""
-        kid = _kind_id(event.kind)
-        if kid > 0xFF and self.kinds.typecode != "I":
-            self.kinds = array("I", self.kinds)
-        self.kinds.append(kid)
+    def append(self, events: Sequence[TraceEvent]) -> None:
+        """Append ``events`` (from position ``len`` on): their kinds now, built; the oldest events built
+        beyond the newest :data:`_TAIL_MAX` encoded."""
+        kinds = self.kinds
+        for event in events:
+            kid = _kind_id(event.kind)
+            if kid > 0xFF and kinds.typecode != "I":
+                kinds = self.kinds = array("I", kinds)
+            kinds.append(kid)
         pending = self.pending[1]
-        pending.append(event)
-        if len(pending) >= _TAIL_MAX:
-            self.encode_pending()
+        pending += events
+        if len(pending) > _TAIL_MAX:
+            self.encode_pending(len(pending) - _TAIL_MAX)
 
-    def encode_pending(self) -> None:
-        """Encode the events appended since the last batch (under ``lock``, or before the store is shared)."""
+    def encode_pending(self, count: int | None = None) -> None:
+        """Encode the oldest ``count`` events built (all by default), under ``lock`` or before the store is
+        shared. ``pending`` is replaced after, so a reader finds each event in it or in its bytes."""
         start, pending = self.pending
         if not pending:
             return
-        for i, event in enumerate(pending, start):
+        count = len(pending) if count is None else count
+        for i, event in enumerate(pending[:count], start):
             self._encode(i, event)
-        self.pending = (start + len(pending), [])
+        self.pending = (start + count, pending[count:])
 
     def _encode(self, i: int, event: TraceEvent) -> None:
         """Event ``i``'s bytes, or the event kept whole when the codec cannot hold it."""
@@ -352,16 +361,19 @@ class _Store:
 
     def _lines(self, k: int) -> list[bytes]:
         """The event bytes of chunk ``k`` (the open one when ``k == len(chunks)``). The newest chunk read
-        is kept once per process (a read in order decompresses each chunk once), never per store."""
+        (the open one until it grows) is kept once per process, never per store: a read in order
+        decompresses (or splits) each chunk once."""
         global _READ
         chunks = self.chunks
-        if k >= len(chunks):
-            return bytes(self.open).split(b"\n")[:-1]
+        size = len(self.open) if k >= len(chunks) else -1
         read = _READ
-        if read is not None and read[0] == self.token and read[1] == k:
-            return read[2]
-        lines = zlib.decompress(chunks[k], wbits=-15).split(b"\n")[:-1]
-        _READ = (self.token, k, lines)
+        if read is not None and read[0] == self.token and read[1] == k and read[2] == size:
+            return read[3]
+        if size >= 0:
+            lines = bytes(self.open).split(b"\n")[:-1]
+        else:
+            lines = zlib.decompress(chunks[k], wbits=-15).split(b"\n")[:-1]
+        _READ = (self.token, k, size, lines)
         return lines
 
     def lines(self, n: int) -> list[bytes]:
@@ -457,7 +469,7 @@ class _Held:
     ``complete`` when any reader first looks. Settling appends them to the store, as extending would have
     (the same data, the batch's wall time), and is done once, under ``lock``."""
 
-    __slots__ = ("at", "before", "complete", "items", "lock", "start")
+    __slots__ = ("at", "complete", "items", "lock", "start")
 
     def __init__(
         self,
@@ -465,9 +477,8 @@ class _Held:
         at: float,
         items: list[tuple[str, Mapping[str, Any]]],
         complete: Callable[[], Mapping[str, Any]],
-        before: tuple[TraceEvent, ...],
     ) -> None:
-        self.start, self.at, self.items, self.before = start, at, items, before
+        self.start, self.at, self.items = start, at, items
         self.complete: Callable[[], Mapping[str, Any]] | None = complete
         self.lock = threading.Lock()
 
@@ -479,18 +490,17 @@ class _Held:
                 return
             extra = complete() if completion is None else completion
             (kind, data), *rest = self.items
-            events = (
+            events = [
                 TraceEvent(self.start, kind, {**data, **extra}, self.at),
                 *(TraceEvent(self.start + 1 + i, k, d, self.at) for i, (k, d) in enumerate(rest)),
-            )
+            ]
             store = trace._store
             with store.lock:
                 if len(store) != self.start:  # another value was extended from an older one meanwhile
                     store = store.prefix(self.start)
-                for e in events:
-                    store.append(e)
+                store.append(events)
             self.complete, self.items = None, []
-            trace._store, trace._tail, trace._held = store, (*self.before, *events), None
+            trace._store, trace._held = store, None
 
 
 def _as_event(e: Any) -> TraceEvent:
@@ -506,25 +516,21 @@ class Trace:
     change), equal to another with the same events, and extending it never changes it (module docstring).
     """
 
-    __slots__ = ("_held", "_n", "_store", "_tail")
+    __slots__ = ("_held", "_n", "_store")
     _store: _Store
     _n: int
-    #: the newest events as built (positions ``n - len(tail)`` to ``n - 1``): the newest batch, and the
-    #: events before it up to :data:`_TAIL_MAX` in all
-    _tail: tuple[TraceEvent, ...]
     #: the newest batch from its deferred event on, not in the store until settled (None: nothing held)
     _held: _Held | None
 
     def __init__(self, events: Iterable[TraceEvent] = ()) -> None:
         store = _Store()
-        for e in events:
-            store.append(_as_event(e))
-        self._store, self._n, self._tail, self._held = store, len(store), (), None
+        store.append([_as_event(e) for e in events])
+        self._store, self._n, self._held = store, len(store), None
 
     @classmethod
-    def _of(cls, store: _Store, n: int, tail: tuple[TraceEvent, ...], held: _Held | None = None) -> Trace:
+    def _of(cls, store: _Store, n: int, held: _Held | None = None) -> Trace:
         trace = cls.__new__(cls)
-        trace._store, trace._n, trace._tail, trace._held = store, n, tail, held
+        trace._store, trace._n, trace._held = store, n, held
         return trace
 
     def _settled(self) -> Trace:
@@ -564,20 +570,16 @@ class Trace:
         if not batch:
             return self
         k = len(batch) if deferred is None else deferred[0]
-        added = tuple(TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(batch[:k]))
-        tail = (*self._tail, *added)  # positions run on from n: the newest events, at least this batch
-        if len(tail) > _TAIL_MAX:
-            tail = tail[-max(_TAIL_MAX, len(added)) :]
+        added = [TraceEvent(n + i, kind, data, now) for i, (kind, data) in enumerate(batch[:k])]
         store = self._store
         with store.lock:
             if len(store) != n:  # a fork: another value was extended from this one (or a shorter one)
                 store = store.prefix(n)
-            for e in added:
-                store.append(e)
+            store.append(added)
         if deferred is None:
-            return Trace._of(store, n + len(added), tail)
-        held = _Held(n + k, now, batch[k:], deferred[1], tail)
-        return Trace._of(store, n + len(batch), tail, held)
+            return Trace._of(store, n + len(added))
+        held = _Held(n + k, now, batch[k:], deferred[1])
+        return Trace._of(store, n + len(batch), held)
 
     def settle(self, completion: Mapping[str, Any]) -> None:
         """Complete this trace's deferred event with ``completion`` (what its ``complete`` would return,
@@ -612,11 +614,7 @@ class Trace:
     def complete_events(self, start: int) -> list[TraceEvent]:
         """The events from ``start`` to :meth:`ready`, without completing a deferred one (a store writes
         these now and the deferred event with the next request, which completes it for free)."""
-        end, first = self.ready(), self._n - len(self._tail)
-        if self._held is not None:
-            first = self._held.start - len(self._held.before)
-        tail = self._tail if self._held is None else self._held.before
-        return [tail[i - first] if i >= first else self._store.event(i) for i in range(start, end)]
+        return [self._store.event(i) for i in range(start, self.ready())]
 
     @property
     def deferred(self) -> bool:
@@ -643,10 +641,6 @@ class Trace:
             raise IndexError("trace index out of range")
         if self._held is not None:
             self._settled()
-        tail = self._tail
-        first = n - len(tail)
-        if i >= first:
-            return tail[i - first]
         return self._store.event(i)
 
     def positions(self, kind: str) -> Sequence[int]:
@@ -781,7 +775,7 @@ class Trace:
                 raise ValueError("a compact trace's event has no time")
             if i not in store.raw:
                 store._valid(_loads(lines[i].decode("utf-8", "surrogatepass")))
-        return cls._of(store, n, ())
+        return cls._of(store, n)
 
 
 def _thawed(value: Any) -> Any:
