@@ -6,7 +6,9 @@ emulator received), for the costs that were once paid twice or once per turn.
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
+import operator
 import types
 from collections.abc import Callable
 from typing import Any
@@ -186,3 +188,81 @@ def test_sharing_keeps_the_value_and_shares_strings() -> None:
     assert other["type"] is shared["type"] and other["role"] is shared["role"]
     assert next(iter(other)) is next(iter(shared))  # one key object for every payload
     assert type(shared) is dict and type(shared["content"]) is list  # plain, for the SDK's fast path
+
+
+def _thinking_session() -> tuple[rs.Session, list[dict[str, Any]], list[bytes]]:
+    """Three turns with thinking (the second with a redacted block too): the session, every response body
+    as received on the wire (an httpx hook: the oracle), and every request body the emulator got."""
+    answers = [
+        ModelAction(reasoning=f"Thinking {i}. " * 5, text=f"Answer {i}.", redacted=i == 1) for i in range(3)
+    ]
+    received: list[dict[str, Any]] = []
+
+    def hook(response: Any) -> None:
+        response.read()
+        received.append(json.loads(response.content))
+
+    with AnthropicEmulator(answers, secret=b"s") as emu:
+        session = make_session(emu, client=emu.client(http_client=_hooked(hook)), policy=Keep())
+        for i in range(3):
+            session.send(f"Question {i}?")
+        bodies = [r.body for r in emu.requests]
+    return session, received, bodies
+
+
+def _hooked(hook: Callable[[Any], None]) -> Any:
+    import anthropic
+
+    return anthropic.DefaultHttpxClient(event_hooks={"response": [hook]})
+
+
+def test_a_thinking_block_is_kept_once_as_its_strings() -> None:
+    """An Anthropic thinking block (and a redacted one) is kept as its strings, not as its bytes beside the
+    strings the memo sends back: no bytes object in the session holds a signature, one string object holds
+    each signature, and the payload read back is the block's bytes as received, byte for byte (issue 21:
+    ~200 bytes a turn were the block's bytes, kept twice)."""
+    session, received, bodies = _thinking_session()
+    blocks = [b for r in received for b in r["content"] if b["type"] in ("thinking", "redacted_thinking")]
+    assert [b["type"] for b in blocks] == ["thinking", "thinking", "redacted_thinking", "thinking"]
+    payloads = [c for t in session.history.turns for s in t.steps for c in s.continuation]
+    assert len(payloads) == len(blocks)
+    for c, block in zip(payloads, blocks, strict=True):
+        # the oracle: the block as received, in compact JSON written here (not the codec's compact())
+        wire = json.dumps(block, ensure_ascii=False, separators=(",", ":")).encode()
+        assert c.payload == wire and type(c.payload) is bytes
+        assert c.digest == "sha256:" + hashlib.sha256(wire).hexdigest()
+        assert c.checked() == block and list(c.checked()) == list(block)
+        c.verify()
+    reachable = _reachable((session._layers, session._encodings))  # each object once
+    secrets = [b.get("signature") or b["data"] for b in blocks]
+    assert not [o for o in reachable if type(o) is bytes and any(s.encode() in o for s in secrets)]
+    for secret in secrets:
+        assert len([o for o in reachable if type(o) is str and o == secret]) == 1, secret
+    # the blocks went back as they came: the last request holds every block but the last answer's, key
+    # order included
+    sent = json.loads(bodies[-1])
+    back = [b for m in sent["messages"] if m["role"] == "assistant" for b in m["content"]]
+    back = [{k: v for k, v in b.items() if k != "cache_control"} for b in back if b["type"] != "text"]
+    assert [list(b.items()) for b in back] == [list(b.items()) for b in blocks[:-1]]
+
+
+def test_a_payload_kept_as_strings_restores_equal_and_sends_the_same_bytes() -> None:
+    """A snapshot restores the history equal (a restored payload is plain bytes: equal, same hash) and the
+    restored session's next request is the original's, byte for byte."""
+    session, _, _ = _thinking_session()
+    snapshot = session.snapshot()
+    with AnthropicEmulator([ModelAction.answer("Fine.")] * 2, secret=b"s") as emu:
+        restored = rs.Session.restore(snapshot, emu.client())
+        kept = [c for t in session.history.turns for s in t.steps for c in s.continuation]
+        back = [c for t in restored.history.turns for s in t.steps for c in s.continuation]
+        assert back == kept and kept == back
+        assert operator.ne(back, kept) is False
+        assert [hash(c) for c in back] == [hash(c) for c in kept]
+        assert restored.history == session.history
+        original = rs.Session.restore(snapshot, emu.client())
+        mine = session.next_request("Next?").kwargs
+        theirs = restored.next_request("Next?").kwargs
+        assert json.dumps(mine["messages"]) == json.dumps(theirs["messages"])
+        restored.send("Next?")
+        original.send("Next?")
+        assert emu.requests[0].body == emu.requests[1].body

@@ -805,6 +805,10 @@ class AnthropicAdapter:
                     model_bound=kind not in _UNBOUND_KINDS and self.dialect not in _UNSIGNED_DIALECTS,
                     parsed=False,  # replayed from the bytes (``checked``), never as ``value``
                     platform=self.binding,
+                    # a thinking block ``{"type", "thinking", "signature"}`` (a redacted one's ``{"type",
+                    # "data"}``) is kept as its strings, shared with its part and the memo's block sent
+                    # back; its bytes are rendered from them, the same (issue 21: not kept twice)
+                    strings=kind in _REASONING_KINDS,
                 )
             )
         stop = response.get("stop_reason")

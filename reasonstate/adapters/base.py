@@ -548,21 +548,24 @@ class Seal:
     ``check`` runs before every send. ``bytes`` are immutable, so while a continuation still holds the very
     payload and digest objects it was sealed with, ``sha256(payload) == digest`` still holds and nothing is
     re-hashed; a replaced attribute (an edit in memory) is re-hashed, and a sealed encoding whose source
-    changed is refused either way: :class:`ContinuationMismatch`, never a send.
+    changed is refused either way: :class:`ContinuationMismatch`, never a send. The payload compared is the
+    one stored (:attr:`~reasonstate.state.Continuation.stored_payload`): None for a payload kept as its
+    strings (immutable too, verified when sealed), which an edit in memory replaces by the bytes set.
     """
 
-    #: (continuation, its payload, its digest as kept: the payload object itself, since it was verified)
-    entries: tuple[tuple[Continuation, bytes, object], ...]
+    #: (continuation, its payload as stored, its digest as kept: the payload object itself, since it was
+    #: verified, or the continuation itself for one kept as its strings)
+    entries: tuple[tuple[Continuation, bytes | None, object], ...]
 
     @classmethod
     def of(cls, payloads: Sequence[Continuation]) -> Seal:
         for c in payloads:
             c.verify()
-        return cls(tuple((c, c.payload, _DIGEST(c)) for c in payloads))
+        return cls(tuple((c, _PAYLOAD(c), _DIGEST(c)) for c in payloads))
 
     def check(self) -> None:
         for c, payload, digest in self.entries:
-            if c.payload is not payload or _DIGEST(c) is not digest:
+            if _PAYLOAD(c) is not payload or _DIGEST(c) is not digest:
                 c.verify()
                 raise ContinuationMismatch(f"a replayed {c.vendor} {c.kind} payload changed since capture")
 
@@ -621,7 +624,7 @@ class Seals:
     __slots__ = ("_digests", "_n", "_payloads", "_sealed")
 
     _sealed: list[Continuation]
-    _payloads: list[bytes]
+    _payloads: list[bytes | None]
     #: each continuation's digest as kept when sealed (its payload object: :class:`Seal`), never a string
     _digests: list[object]
     _n: int
@@ -629,7 +632,7 @@ class Seals:
     def __init__(
         self,
         sealed: Iterable[Continuation] = (),
-        payloads: Iterable[bytes] = (),
+        payloads: Iterable[bytes | None] = (),
         digests: Iterable[object] = (),
     ) -> None:
         self._sealed, self._payloads, self._digests = list(sealed), list(payloads), list(digests)
@@ -638,7 +641,9 @@ class Seals:
         self._n = len(self._sealed)
 
     @classmethod
-    def _of(cls, sealed: list[Continuation], payloads: list[bytes], digests: list[object], n: int) -> Seals:
+    def _of(
+        cls, sealed: list[Continuation], payloads: list[bytes | None], digests: list[object], n: int
+    ) -> Seals:
         self = cls.__new__(cls)
         self._sealed, self._payloads, self._digests, self._n = sealed, payloads, digests, n
         return self
@@ -651,7 +656,7 @@ class Seals:
         return upto(self._sealed, self._n)
 
     @property
-    def payloads(self) -> Sequence[bytes]:
+    def payloads(self) -> Sequence[bytes | None]:
         return upto(self._payloads, self._n)
 
     @property
@@ -690,7 +695,7 @@ class Seals:
 _MISSING: Any = object()
 #: a continuation's payload, and its digest as kept (the payload object itself while they match: the slot is
 #: read, never the derived ``digest``, so a check hashes nothing)
-_PAYLOAD, _DIGEST = operator.attrgetter("payload"), operator.attrgetter("_digest")
+_PAYLOAD, _DIGEST = operator.attrgetter("stored_payload"), operator.attrgetter("_digest")
 
 
 class TurnEncoding(Protocol):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import attrs
 
@@ -25,6 +25,7 @@ from reasonstate.state.frozen import compact_encoder, freeze
 __all__ = [
     "FIRST_PARTY",
     "Continuation",
+    "StringsPayload",
     "bound",
     "compact",
     "digest_of",
@@ -201,6 +202,10 @@ class Continuation:
     #: ~0.5x the content on Responses). A codec parses the bytes when it encodes the step (once per closed
     #: turn, in its memo: :class:`~reasonstate.adapters.base.Encodings`), sharing strings with the
     #: history's own (:func:`sharing`).
+    #: the ``payload`` slot as stored, read at C speed: the bytes, or None for a :class:`StringsPayload`
+    #: whose bytes are rendered from its strings (what a seal compares by identity: reading ``payload``
+    #: would render every sealed payload on each request)
+    stored_payload: ClassVar[Any]
 
     def __init__(
         self,
@@ -286,13 +291,24 @@ class Continuation:
         model_bound: bool = True,
         parsed: bool = True,
         platform: str = FIRST_PARTY,
+        strings: bool = False,
     ) -> Continuation:
         """Capture a decoded JSON value as received (key order and string bytes preserved).
 
         ``value`` is a JSON value as decoded (``json.loads``), so ``json.loads(payload) == value``. Only the
         bytes are kept (``parsed`` is accepted for callers of earlier versions and changes nothing): a codec
         parses them when it encodes the step, once per closed turn in its memo.
+
+        ``strings``: when ``value`` is ``{"type": kind, name: text}`` or ``{"type": kind, name: text, name2:
+        text2}`` (string values, in that order: an Anthropic thinking block), keep the payload as those
+        strings, the very objects of ``value``, which the history's part and the codec's memo hold too: its
+        bytes are rendered from them when read, the same bytes (:class:`StringsPayload`; issue 21: one copy
+        of a payload in memory, not its bytes beside the strings sent). Any other value is kept as bytes.
         """
+        if strings and _string_fields(value, kind):
+            return StringsPayload.of(
+                value, kind=sys.intern(kind), origin=(vendor, api, model, model_bound, platform)
+            )
         payload = compact(value)
         return cls(
             vendor=vendor,
@@ -317,10 +333,17 @@ class Continuation:
         model_bound: bool,
         value: Any = _UNPARSED,
         platform: str = FIRST_PARTY,
+        strings: bool = False,
     ) -> Continuation:
         """A payload read back from storage, its digest taken of these very bytes (a snapshot stores the
         bytes, not the digest: it is derived). ``value`` (a JSON value whose compact form is ``payload``) is
-        accepted for callers of earlier versions and not kept: only the bytes are (nothing is parsed here)."""
+        not kept as such: only the bytes are (nothing is parsed here), or with ``strings``, where ``value``
+        has the shape :meth:`capture` keeps as strings and its compact form is ``payload``, its strings
+        (:class:`StringsPayload`: the form the session captured it in)."""
+        if strings and _string_fields(value, kind) and compact(value) == payload:
+            return StringsPayload.of(
+                value, kind=sys.intern(kind), origin=(vendor, api, model, model_bound, platform)
+            )
         return cls(
             vendor=vendor,
             api=api,
@@ -376,6 +399,233 @@ class Continuation:
         and scope go (:meth:`replayable_to` without the vendor, API and model)."""
         mine = self.platform
         return mine == platform or (SCOPE_SEPARATOR not in mine and platform_part(platform) == mine)
+
+
+#: the ``payload`` slot itself, under another name: what a continuation stores, read at C speed (the
+#: ``payload`` attribute of a :class:`StringsPayload` renders its bytes)
+_PAYLOAD_SLOT: Any = Continuation.__dict__["payload"]
+Continuation.stored_payload = _PAYLOAD_SLOT
+_set = object.__setattr__
+
+
+def _string_fields(value: Any, kind: str) -> bool:
+    """True when ``value`` is a plain dict ``{"type": kind, name: str}`` or ``{"type": kind, name: str,
+    name2: str}``, every key and value an exact ``str`` (what :class:`StringsPayload` renders back)."""
+    if type(value) is not dict or not 2 <= len(value) <= 3 or type(kind) is not str:
+        return False
+    keys = iter(value)
+    if next(keys) != "type" or value["type"] != kind:
+        return False
+    return all(type(k) is str and type(value[k]) is str for k in keys)
+
+
+class StringsPayload(Continuation):
+    """A continuation whose payload ``{"type": kind, names[0]: first[, names[1]: second]}`` is kept as its
+    strings (:meth:`Continuation.capture` with ``strings=True``), not as its bytes: :attr:`payload` renders
+    the bytes (:func:`compact`, as capture took them) and :attr:`digest` is taken of them, when read. The
+    strings are the very objects the decoded block held, which the history's part (the thinking text) and
+    the codec's memo (the block sent back, signature included) hold too: one copy of the payload in memory
+    (issue 21: the bytes were kept beside the strings sent, ~200 bytes per thinking block).
+
+    The same value as a :class:`Continuation` of the same bytes in every public respect: ``payload``,
+    ``digest``, provenance, ``==`` and ``hash`` (so a history restored as bytes equals the one it was taken
+    of), ``verify``, ``checked`` (a fresh dict of the same strings, in their order: nothing parsed),
+    ``attrs.evolve``, copies and pickles.
+
+    Integrity as :class:`Continuation`'s: the strings are immutable and set once, and the payload and the
+    digest are both theirs, so they match by construction (nothing is hashed to verify them). The
+    ``payload`` slot (:attr:`Continuation.stored_payload`) holds None and the digest's slot a marker
+    (:data:`_STRINGS`) while both are the strings' (what a seal compares by identity). A payload set in
+    memory (``object.__setattr__(c, "payload", b)``) is kept in its slot, and the digest's slot takes the
+    strings' digest, as a plain continuation's would keep it: an edit is refused as any continuation's is,
+    also once evolved or copied; the very bytes set back are no change (None and the marker again).
+    """
+
+    __slots__ = ("_first", "_names", "_second")
+
+    _names: tuple[str, ...]
+    _first: str
+    _second: str | None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:
+            return object.__new__(cls)
+        return _evolved(*args, **kwargs)  # attrs.evolve hands the fields back: see _evolved
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass  # built by of() or __new__
+
+    @classmethod
+    def of(
+        cls, value: dict[str, str], *, kind: str, origin: _Origin, stored: bytes | None = None
+    ) -> StringsPayload:
+        """The payload ``value`` (:func:`_string_fields` holds of it) kept as its strings; ``stored``: a
+        payload set in memory, kept as it is (a copy of a value edited so)."""
+        self: StringsPayload = object.__new__(cls)
+        names = tuple(value)[1:]
+        _set(self, "kind", kind)
+        _set(self, "_origin", _shared_origin(origin))
+        _set(self, "_names", _shared_names(names))
+        _set(self, "_first", value[names[0]])
+        _set(self, "_second", value[names[1]] if len(names) > 1 else None)
+        _PAYLOAD_SLOT.__set__(self, None)
+        _set(self, "_digest", _STRINGS)
+        if stored is not None:
+            self._store(stored)
+        return self
+
+    def _block(self) -> dict[str, Any]:
+        names = self._names
+        value: dict[str, Any] = {"type": self.kind, names[0]: self._first}
+        if len(names) > 1:
+            value[names[1]] = self._second
+        return value
+
+    def _store(self, value: bytes) -> None:
+        """``value`` as the payload (in memory: the class is frozen). The strings' own bytes are no change;
+        other bytes are kept, with the strings' digest beside them."""
+        rendered = compact(self._block())
+        if type(value) is bytes and value == rendered:
+            _PAYLOAD_SLOT.__set__(self, None)
+            _set(self, "_digest", _STRINGS)
+        else:
+            if _digest_is(self, _STRINGS):
+                _set(self, "_digest", digest_of(rendered))
+            _PAYLOAD_SLOT.__set__(self, value)
+
+    @property
+    def payload(self) -> bytes:
+        stored: bytes | None = _PAYLOAD_SLOT.__get__(self)
+        return compact(self._block()) if stored is None else stored
+
+    @payload.setter
+    def payload(self, value: bytes) -> None:
+        self._store(value)
+
+    @property
+    def digest(self) -> str:
+        kept: object = self._digest
+        if kept is _STRINGS:
+            return digest_of(compact(self._block()))
+        return kept if isinstance(kept, str) else digest_of(cast(bytes, kept))
+
+    def verify(self) -> None:
+        """Raise :class:`ContinuationMismatch` unless ``sha256(payload) == digest``: nothing to hash while
+        the payload and the digest are both the strings' (a payload set in memory is compared)."""
+        if _PAYLOAD_SLOT.__get__(self) is None and _digest_is(self, _STRINGS):
+            return
+        digest = self.digest
+        if digest_of(self.payload) != digest:
+            raise ContinuationMismatch(
+                f"{self.vendor} {self.kind} payload changed since capture (digest {digest[:19]}…)"
+            )
+
+    def checked(self) -> Any:
+        """The payload as a fresh dict of its strings (in their order, nothing parsed), after
+        :meth:`verify`; parsed from its bytes when a payload was set in memory."""
+        self.verify()
+        if _PAYLOAD_SLOT.__get__(self) is not None:
+            return json.loads(self.payload)
+        return self._block()
+
+    def __eq__(self, other: object) -> bool:
+        # equal to a Continuation of the same bytes, digest and provenance (a subclass' __eq__ is tried
+        # first on either side of ==): attrs' own compares the class
+        if not isinstance(other, Continuation):
+            return NotImplemented
+        return (
+            self.kind == other.kind
+            and self._origin == other._origin
+            and self.payload == other.payload
+            and self.digest == other.digest
+        )
+
+    def __hash__(self) -> int:
+        # the hash of the plain continuation of these bytes and this digest (equal values, equal hashes)
+        payload, digest = self.payload, self.digest
+        kept = payload if digest_of(payload) == digest else digest
+        return hash(Continuation(kind=self.kind, payload=payload, digest=kept, origin=self._origin))
+
+    def __reduce__(self) -> Any:
+        kept: object = self._digest
+        digest = kept if isinstance(kept, str) else None  # (the marker is never pickled)
+        return (
+            _strings_payload,
+            (self._block(), self.kind, self._origin, _PAYLOAD_SLOT.__get__(self), digest),
+        )
+
+
+#: what a :class:`StringsPayload`'s digest slot holds while its payload and digest are its strings'
+_STRINGS: Any = type("_Strings", (), {"__repr__": lambda self: "<the strings' digest>", "__slots__": ()})()
+
+
+def _digest_is(c: Continuation, value: object) -> bool:
+    """Whether ``c``'s digest slot holds ``value``."""
+    kept: object = c._digest
+    return kept is value
+
+
+def _strings_payload(
+    value: dict[str, str], kind: str, origin: _Origin, stored: bytes | None, kept: str | None = None
+) -> Continuation:
+    """A :class:`StringsPayload` copied or unpickled (:meth:`StringsPayload.__reduce__`): its strings, and
+    a payload set in memory with the digest kept beside it."""
+    self = StringsPayload.of(value, kind=kind, origin=origin)
+    if stored is not None:
+        _PAYLOAD_SLOT.__set__(self, stored)
+        _set(self, "_digest", kept if kept is not None else self.digest)
+    return self
+
+
+def _evolved(
+    vendor: str | None = None,
+    api: str | None = None,
+    model: str | None = None,
+    kind: str | None = None,
+    payload: bytes | None = None,
+    digest: Any = None,
+    model_bound: bool | None = None,
+    platform: str | None = None,
+    *,
+    origin: _Origin | None = None,
+    known: _Checked | None = None,
+) -> Continuation:
+    """``attrs.evolve`` of a :class:`StringsPayload` (which hands back its payload and its digest's slot):
+    while that is the marker, the payload is the strings' rendering, so it is parsed back into the strings
+    form (the kind unchanged) or kept as bytes that match; else (a payload set in memory, the digest kept
+    beside it) a plain continuation of those bytes and that digest, refused as the edited value was."""
+    if digest is _STRINGS:
+        if type(payload) is not bytes:
+            raise TypeError("Continuation() needs kind, payload and digest")
+        was = origin if origin is not None else ("", "", "", True, FIRST_PARTY)
+        merged: _Origin = (
+            was[0] if vendor is None else vendor,
+            was[1] if api is None else api,
+            was[2] if model is None else model,
+            was[3] if model_bound is None else model_bound,
+            was[4] if platform is None else platform,
+        )
+        value = json.loads(payload)
+        if type(kind) is str and _string_fields(value, kind) and compact(value) == payload:
+            return StringsPayload.of(value, kind=sys.intern(kind), origin=merged)
+        return Continuation(kind=kind, payload=payload, digest=payload, origin=merged)
+    return Continuation(
+        vendor, api, model, kind, payload, digest, model_bound, platform, origin=origin, known=known
+    )
+
+
+#: the shared name tuples of :class:`StringsPayload` (("thinking", "signature"), ("data",), ...); bounded
+_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _shared_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    found = _NAMES.get(names)
+    if found is not None:
+        return found
+    if len(_NAMES) < 256:
+        interned = tuple(sys.intern(n) for n in names)
+        return _NAMES.setdefault(interned, interned)
+    return names
 
 
 def _kept_digest(payload: bytes, digest: _Digest, known: _Checked | None) -> _Digest:
