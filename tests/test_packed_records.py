@@ -13,6 +13,8 @@ import attrs
 import pytest
 
 from reasonstate.state import UNIT_WINDOW, ExecutionRecord, Records, Usage
+from reasonstate.state.execution import packed_usage, unpacked_usage
+from reasonstate.state.history import Step, TextPart
 
 N = 3 * UNIT_WINDOW + 5
 
@@ -104,3 +106,66 @@ def test_the_cache_reads_each_requests_figures_without_building_its_record() -> 
         assert shared == r.units
     assert records[N - 10] is originals[N - 10] and list(records) == originals
     assert [r.breakpoints for r in records] == [(2, i + 3) for i in range(N)]
+
+
+_USAGES = [
+    Usage(),
+    Usage(uncached_input=5, output=7),
+    Usage(uncached_input=0, cache_read=15950, cache_write=64, output=19, reasoning=15),
+    Usage(uncached_input=3, cache_read=1, cache_write=2, output=0, reasoning=0),  # reasoning 0 is not None
+    Usage(
+        uncached_input=1 << 40, cache_read=(1 << 200) + 3, cache_write=9, output=1 << 33, reasoning=1 << 32
+    ),
+    Usage(uncached_input=1, cache_read=2, cache_write=300, output=4, reasoning=None, cache_write_1h=299),
+]
+
+
+@pytest.mark.parametrize("usage", _USAGES, ids=range(len(_USAGES)))
+def test_a_usage_packs_into_one_int_and_reads_back_equal(usage: Usage) -> None:
+    """A step's usage (and an old record's) is kept as one int, rebuilt equal on access (issue 21: a Usage
+    was 80 bytes and each count above 256 28 more, per step)."""
+    packed = packed_usage(usage)
+    assert type(packed) is int
+    back = unpacked_usage(packed)
+    assert type(back) is Usage and back == usage
+    assert [getattr(back, f.name) for f in attrs.fields(Usage)] == [
+        getattr(usage, f.name) for f in attrs.fields(Usage)
+    ]
+    assert back.prompt_tokens == usage.uncached_input + usage.cache_read + usage.cache_write
+    assert packed_usage(Usage(*attrs.astuple(usage))) == packed  # equal values, equal packings
+
+
+def test_a_value_that_is_not_a_usage_is_kept_as_it_is() -> None:
+    class Mine(Usage):
+        pass
+
+    mine = Mine(uncached_input=1)
+    assert packed_usage(mine) is mine and unpacked_usage(mine) is mine
+
+
+def test_a_step_keeps_its_usage_packed_and_reads_it_back() -> None:
+    usage = _USAGES[2]
+    step = Step(parts=(TextPart("Hi."),), continuation=(), stop_reason="end_turn", usage=usage, model="m")
+    assert step.usage == usage and type(step.usage) is Usage
+    assert step == Step(
+        parts=(TextPart("Hi."),), continuation=(), stop_reason="end_turn", usage=usage, model="m"
+    )
+    assert step != attrs.evolve(step, usage=_USAGES[1])
+    assert attrs.evolve(step, usage=_USAGES[1]).usage == _USAGES[1]
+    assert attrs.evolve(step, model="n").usage == usage  # the packed value carried as it is
+    assert repr(usage) in repr(step)
+    assert hash(step) == hash(attrs.evolve(step, model="m"))
+
+
+def test_an_old_records_usage_is_the_steps_own_int() -> None:
+    """A record leaving the window keeps its usage packed: the very int its step keeps (packed from the same
+    value a few requests before), so a request's usage is held once."""
+    usages = [Usage(uncached_input=i, cache_read=1000 + i, output=7) for i in range(N)]
+    steps = [Step(parts=(), continuation=(), stop_reason="end_turn", usage=u, model="m") for u in usages[:N]]
+    records = _grown([attrs.evolve(_record(i), usage=usages[i]) for i in range(N)])
+    packed = records._packed
+    old = len(packed) - UNIT_WINDOW
+    assert old > 0
+    assert all(packed.usages[i] is steps[i]._usage for i in range(old))
+    assert all(type(packed.usages[i]) is Usage for i in range(old, len(packed)))  # the window: as given
+    assert [r.usage for r in records] == usages

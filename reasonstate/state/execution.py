@@ -142,6 +142,78 @@ def _clean(value: Any) -> int:
     return value if _is_int(value) and value > 0 else 0
 
 
+#: a :class:`Usage` packed into one ``int`` (:func:`packed_usage`), or a value kept as it is
+PackedUsage = int | Usage
+#: the packed ints of the newest usages packed, by value, oldest first (bounded): a step and the record of
+#: its request pack one value, a few requests apart, into one shared ``int``
+_PACKED: dict[Usage, int] = {}
+_PACKED_MAX = 512
+_PACKED_LOCK = threading.Lock()
+
+
+def packed_usage(usage: Any) -> Any:
+    """``usage`` as one ``int`` when it is a :class:`Usage` (not a subclass): its six counts side by side
+    in lanes of one width, ``cache_read`` lowest and ``cache_write_1h`` highest (a count that is 0, as the
+    1-hour write mostly is, takes no bits there), ``reasoning + 1`` in its lane (0: None), the width in
+    the low 8 bits. ~36 bytes where a Usage takes 80 and its counts above 256 take 28 each (issue 21:
+    one value per step, kept for the session's life). Any other value (a packed one, a subclass, an odd
+    value) comes back as it is. Equal usages packed close together are one ``int`` object.
+
+    Invariant: ``unpacked_usage(packed_usage(u)) == u`` for every ``u``.
+    """
+    if type(usage) is not Usage:
+        return usage
+    found = _PACKED.get(usage)
+    if found is not None:
+        return found
+    r = usage.reasoning
+    lanes = (
+        usage.cache_read,
+        usage.uncached_input,
+        usage.cache_write,
+        usage.output,
+        0 if r is None else r + 1,
+        usage.cache_write_1h,
+    )
+    width = max(lanes).bit_length() or 1
+    if width > 255:  # pragma: no cover - a count of 2**255 tokens
+        return usage
+    packed = 0
+    for lane in reversed(lanes):
+        packed = (packed << width) | lane
+    packed = (packed << 8) | width
+    with _PACKED_LOCK:
+        if len(_PACKED) >= _PACKED_MAX:
+            del _PACKED[next(iter(_PACKED))]
+        return _PACKED.setdefault(usage, packed)
+
+
+_new, _set = object.__new__, object.__setattr__
+
+
+def unpacked_usage(packed: Any) -> Usage:
+    """The :class:`Usage` :func:`packed_usage` packed (a value that is not an ``int`` comes back as it
+    is). Built without the constructor's checks: the counts are those of a Usage that passed them."""
+    if type(packed) is not int:
+        return packed  # type: ignore[no-any-return]
+    width = packed & 255
+    mask = (1 << width) - 1
+    packed >>= 8
+    usage = _new(Usage)
+    _set(usage, "cache_read", packed & mask)
+    packed >>= width
+    _set(usage, "uncached_input", packed & mask)
+    packed >>= width
+    _set(usage, "cache_write", packed & mask)
+    packed >>= width
+    _set(usage, "output", packed & mask)
+    packed >>= width
+    reasoning = packed & mask
+    _set(usage, "reasoning", reasoning - 1 if reasoning else None)
+    _set(usage, "cache_write_1h", packed >> width)
+    return usage
+
+
 @attrs.frozen(slots=True)
 class ExecutionRecord:
     """One successful request.
@@ -366,7 +438,10 @@ class _Packed:
         self.refs = array("I")  # per record: fingerprint id, model id
         self.bps = array("I")
         self.bp_ends = array("I")
-        self.usages: list[Usage] = []
+        #: each record's usage: the step's own value while the record is among the newest
+        #: :data:`UNIT_WINDOW` (which the cache prediction reads on every request), then packed
+        #: (:func:`packed_usage`: the step's own ``int``, issue 21)
+        self.usages: list[PackedUsage] = []
         self.outputs: list[str | None] = []
         self.names: list[Any] = []
         self.name_ids: dict[Any, int] = {}
@@ -433,6 +508,8 @@ class _Packed:
             self.bps.extend(r.breakpoints)
         self.bp_ends.append(len(self.bps))
         self.usages.append(r.usage)
+        if i >= UNIT_WINDOW:
+            self.usages[i - UNIT_WINDOW] = packed_usage(self.usages[i - UNIT_WINDOW])
         self.outputs.append(r.output_unit)
 
     def record(self, i: int) -> ExecutionRecord:
@@ -453,7 +530,7 @@ class _Packed:
             breakpoints=self._breakpoints(i),
             divergence=None if divergence < 0 else divergence,
             predicted_cache_read=None if predicted < 0 else predicted,
-            usage=self.usages[i],
+            usage=unpacked_usage(self.usages[i]),
             duration_s=self.durations[i],
             model=self.names[model],
             output_unit=self.outputs[i],
@@ -468,7 +545,10 @@ class _Packed:
         if raw is not None:
             return UnitUse(raw.units, raw.usage, raw.output_unit, raw.breakpoints)
         return UnitUse(
-            self.ints[i * len(_INT_FIELDS) + 4], self.usages[i], self.outputs[i], self._breakpoints(i)
+            self.ints[i * len(_INT_FIELDS) + 4],
+            unpacked_usage(self.usages[i]),
+            self.outputs[i],
+            self._breakpoints(i),
         )
 
 

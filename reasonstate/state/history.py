@@ -27,7 +27,7 @@ import attrs
 
 from reasonstate.errors import ToolResultError
 from reasonstate.state.continuation import Continuation
-from reasonstate.state.execution import Usage
+from reasonstate.state.execution import PackedUsage, Usage, packed_usage, unpacked_usage
 from reasonstate.state.frozen import freeze
 
 __all__ = [
@@ -203,21 +203,35 @@ def _shared_name(name: str) -> str:
     return sys.intern(name) if type(name) is str else name
 
 
+def _usage_repr(packed: Any) -> str:
+    return repr(unpacked_usage(packed))
+
+
 @attrs.frozen(slots=True, weakref_slot=False)
 class Step:
-    """One model call: its output parts, verbatim continuation payloads, stop reason, and tool results."""
+    """One model call: its output parts, verbatim continuation payloads, stop reason, and tool results.
+
+    ``usage`` is kept packed into one ``int`` and rebuilt, equal, when read (``Step(usage=u).usage == u``;
+    ``==``, ``hash`` and ``attrs.evolve`` as before)."""
 
     parts: tuple[Part, ...]
     continuation: tuple[Continuation, ...]
     #: one object per reason name (``end_turn``, ``tool_use``, ...), not one per step
     stop_reason: str = attrs.field(converter=_shared_name)
-    usage: Usage
+    #: the ``usage`` given, packed into one ``int`` (:func:`~reasonstate.state.execution.packed_usage`,
+    #: shared with the request's record); read as :attr:`usage`
+    _usage: PackedUsage = attrs.field(alias="usage", converter=packed_usage, repr=_usage_repr)
     model: str
     tool_results: tuple[ToolResultPart, ...] = ()
     response_id: str | None = None
     #: the vendor keeps this response server-side (OpenAI ``store=true``), so the next request may refer
     #: to it by ``response_id`` instead of replaying it (docs/protocols.md §1.4 A)
     response_stored: bool = False
+
+    @property
+    def usage(self) -> Usage:
+        """The request's token usage (kept packed: issue 21, state in proportion to the content)."""
+        return unpacked_usage(self._usage)
 
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:
