@@ -429,14 +429,14 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
     # payload with nothing opaque in it, e.g. Gemini's ``{"thought":true}``, is shared: issue 21)
     small: dict[tuple[int, bytes], Continuation] = {}
 
-    def continuation_from(d: list[Any]) -> Continuation:
-        c = _continuation_from(d)
+    def continuation_from(d: list[Any], texts: Mapping[str, str]) -> Continuation:
+        c = _continuation_from(d, texts)
         if len(c.payload) <= _SHARED_BYTES:
             c = small.setdefault((d[0], c.payload), c)
         digests.append(c.digest)
         return c
 
-    def _continuation_from(d: list[Any]) -> Continuation:
+    def _continuation_from(d: list[Any], texts: Mapping[str, str]) -> Continuation:
         vendor, api, model, kind, bound, platform = origins[d[0]]
         if len(d) > 2:
             if d[2] != 1:
@@ -451,22 +451,28 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
                 platform=platform,
             )
         else:
+            value = d[1]
+            if texts and type(value) is dict:  # the step's reasoning text, one string object (issue 21)
+                value = {k: texts.get(v, v) if type(v) is str else v for k, v in value.items()}
             c = Continuation.restored(
                 vendor=vendor,
                 api=api,
                 model=model,
                 kind=kind,
-                payload=compact(d[1]),
+                payload=compact(value),
                 model_bound=bound,
-                value=d[1],
+                value=value,
                 platform=platform,
+                strings=True,  # a thinking block as the session captured it: its strings (issue 21)
             )
         return c
 
     def step_from(s: list[Any]) -> Step:
+        parts = tuple(_part_from(p) for p in s[0])
+        texts = {p.text: p.text for p in parts if type(p) is ReasoningPart and p.text}
         return Step(
-            parts=tuple(_part_from(p) for p in s[0]),
-            continuation=tuple(continuation_from(c) for c in s[1]),
+            parts=parts,
+            continuation=tuple(continuation_from(c, texts) for c in s[1]),
             stop_reason=names[s[2]],
             usage=Usage(*s[3]),
             model=names[s[4]],

@@ -266,3 +266,9 @@ def test_a_payload_kept_as_strings_restores_equal_and_sends_the_same_bytes() -> 
         restored.send("Next?")
         original.send("Next?")
         assert emu.requests[0].body == emu.requests[1].body
+    # restored as the session captured them: no payload bytes, each signature and thinking text held once
+    blocks = [json.loads(c.payload) for c in kept]
+    reachable = _reachable((restored._layers, restored._encodings))
+    assert not [o for o in reachable if type(o) is bytes and (b'"signature"' in o or b'"data"' in o)]
+    for secret in [b.get("signature") or b["data"] for b in blocks] + [b["thinking"] for b in blocks[:2]]:
+        assert len([o for o in reachable if type(o) is str and o == secret]) == 1, secret
