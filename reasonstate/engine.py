@@ -733,7 +733,7 @@ def commit(
         now = request_body if isinstance(layers.last_body, bytes) and request_body is not None else sent
         broken = _why_diverged(trace, len(trace), record, previous, adapter.api, layers.last_body, now)
         events.append((EventKind.CACHE_BREAK, {"index": record.index, "unit": record.divergence, **broken}))
-    usage = step.usage
+    usage = decoded.usage  # the step keeps it packed: this is the same value, not rebuilt
     events.append(
         (
             EventKind.RESPONSE_RECEIVED,

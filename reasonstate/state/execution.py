@@ -544,9 +544,10 @@ class _Packed:
         raw = self.raw.get(i) if self.raw else None
         if raw is not None:
             return UnitUse(raw.units, raw.usage, raw.output_unit, raw.breakpoints)
+        usage = self.usages[i]  # the window's rows (read on every request) hold their Usage: no call
         return UnitUse(
             self.ints[i * len(_INT_FIELDS) + 4],
-            unpacked_usage(self.usages[i]),
+            usage if isinstance(usage, Usage) else unpacked_usage(usage),
             self.outputs[i],
             self._breakpoints(i),
         )
