@@ -44,7 +44,7 @@ from reasonstate.state import (
     parse_arguments,
     thaw,
 )
-from reasonstate.state.continuation import FIRST_PARTY, compact, recorded_platform
+from reasonstate.state.continuation import FIRST_PARTY, compact, recorded_platform, shared_bare
 
 if TYPE_CHECKING:
     from reasonstate.engine import Layers
@@ -452,7 +452,7 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
     def step_from(s: list[Any]) -> Step:
         return Step(
             parts=tuple(_part_from(p) for p in s[0]),
-            continuation=tuple(continuation_from(c) for c in s[1]),
+            continuation=shared_bare(tuple(continuation_from(c) for c in s[1])),
             stop_reason=names[s[2]],
             usage=Usage(*s[3]),
             model=names[s[4]],

@@ -69,6 +69,7 @@ from reasonstate.adapters.base import (
     StreamAssembler,
     VendorRequest,
     closed_run,
+    compact,
     count,
     exact_list,
     extend_joined,
@@ -117,7 +118,7 @@ from reasonstate.state import (
     parse_arguments,
     thaw,
 )
-from reasonstate.state.continuation import sharing
+from reasonstate.state.continuation import provenance_only, sharing
 
 __all__ = [
     "DEEPSEEK",
@@ -672,7 +673,7 @@ class OpenAIChatAdapter:
         return {
             _unit(_server_view(c.value, self.dialect)): (c.digest,)
             for c in step.continuation
-            if isinstance(c.value, Mapping)
+            if not c.bare and isinstance(c.value, Mapping)
         }
 
     def _assistant(
@@ -691,12 +692,17 @@ class OpenAIChatAdapter:
             if self._flattens(step):
                 return _with_summary(_calls_as_text(step), summary)
             return _with_summary(_canonical_message(step), summary)
-        # digest-verified, parsed once for the memoized run, sharing the history's strings (nothing parsed
-        # is kept in the continuation: issue 21); a plain value, for the SDK's exact-type fast path
-        payload = sharing(c.checked(), tuple(s for p in step.parts for s in part_strings(p)))
-        if not isinstance(payload, Mapping):
-            raise ContinuationMismatch("a chat message payload is not a JSON object")
-        replayed.append(c)
+        payload: Mapping[str, Any]
+        if c.bare:
+            # no payload kept: the message is its parts rendered, the bytes received (checked at decode)
+            payload = _rendered(step.parts, self.dialect)
+        else:
+            # digest-verified, parsed once for the memoized run, sharing the history's strings (nothing
+            # parsed is kept in the continuation: issue 21); a plain value, for the SDK's exact-type fast path
+            payload = sharing(c.checked(), tuple(s for p in step.parts for s in part_strings(p)))
+            if not isinstance(payload, Mapping):
+                raise ContinuationMismatch("a chat message payload is not a JSON object")
+            replayed.append(c)
         keep = turn.view is None or turn.view.keep_reasoning[index]
         if self.rules.tool_steps_keep_reasoning and payload.get("tool_calls"):
             keep = True  # DeepSeek §3.3, whatever the view says: no policy can override it
@@ -751,23 +757,34 @@ class OpenAIChatAdapter:
         has_reasoning = any(isinstance(p, ReasoningPart) for p in parts) or bool(
             message.get("reasoning_details")
         )
-        payload = Continuation.capture(
-            vendor=self.vendor,
-            api=API,
-            model=request.model,
-            kind=_KIND,
-            value=message,
-            # DeepSeek's reasoning_content is unsigned text the API requires back (§3.3), even after a
-            # model switch; elsewhere reasoning is the producing model's own and is not shown to another
-            model_bound=has_reasoning and self.dialect != "deepseek",
-            platform=self.binding,
-        )
+        # DeepSeek's reasoning_content is unsigned text the API requires back (§3.3), even after a model
+        # switch; elsewhere reasoning is the producing model's own and is not shown to another
+        model_bound = has_reasoning and self.dialect != "deepseek"
+        continuation: tuple[Continuation, ...]
+        if not model_bound and _rendered_as_received(message, parts, self.dialect):
+            # the message is its parts rendered (_rendered), byte for byte: no payload is kept, only who
+            # produced it, shared (issue 21: the answer kept once); the request is the same
+            continuation = provenance_only(
+                vendor=self.vendor, api=API, model=request.model, kind=_KIND, platform=self.binding
+            )
+        else:
+            continuation = (
+                Continuation.capture(
+                    vendor=self.vendor,
+                    api=API,
+                    model=request.model,
+                    kind=_KIND,
+                    value=message,
+                    model_bound=model_bound,
+                    platform=self.binding,
+                ),
+            )
         finish = choices[0].get("finish_reason")
         rid = response.get("id")
         echoed = response.get("model")
         return DecodedStep(
             parts=tuple(parts),
-            continuation=(payload,),
+            continuation=continuation,
             stop_reason=finish if isinstance(finish, str) else "unknown",
             usage=_usage(response.get("usage"), self.dialect),
             model=request.model,
@@ -849,6 +866,51 @@ def _own_message(step: Step, vendor: str, platform: str = FIRST_PARTY) -> Contin
         ),
         None,
     )
+
+
+#: what an answer without text holds as ``content`` when the server wrote it (the DeepSeek API writes ``""``,
+#: docs/protocols.md §3.2; the others null): the value :func:`_rendered` gives back
+_NO_TEXT: dict[str, str | None] = {"deepseek": ""}
+
+
+def _rendered(parts: Sequence[Part], dialect: str) -> dict[str, Any]:
+    """The assistant message the parts of a step without a payload stand for on ``dialect`` (a plain
+    value, new each call; its strings the parts' own): keys ``role``, ``content``, then on DeepSeek
+    ``reasoning_content`` when there is a reasoning part, then ``tool_calls`` when there are calls, each
+    ``{"id", "type": "function", "function": {"name", "arguments"}}`` with the exact argument text.
+    ``content`` is the text, or without text what the dialect's server writes (:data:`_NO_TEXT`).
+
+    Invariant: a step keeps no payload only when ``compact(_rendered(parts, dialect))`` is the message's
+    exact bytes as received (:func:`_rendered_as_received`), so replaying this is replaying the message.
+    """
+    text = "".join(p.text for p in parts if isinstance(p, TextPart))
+    message: dict[str, Any] = {"role": "assistant", "content": text or _NO_TEXT.get(dialect)}
+    reasoning = [p.text for p in parts if isinstance(p, ReasoningPart)]
+    if reasoning and dialect == "deepseek":
+        message["reasoning_content"] = "".join(reasoning)
+    calls = [
+        {"id": p.id, "type": "function", "function": {"name": p.name, "arguments": p.raw_arguments}}
+        for p in parts
+        if isinstance(p, ToolCallPart)
+    ]
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _rendered_as_received(message: Mapping[str, Any], parts: Sequence[Part], dialect: str) -> bool:
+    """True when :func:`_rendered` gives back ``message``'s exact bytes from ``parts`` (its keys in the same
+    order, the same values): the message then needs no payload kept beside its parts. Reasoning is rendered
+    only on DeepSeek (elsewhere it is model-bound, so its message keeps its payload)."""
+    if type(message) is not dict:
+        return False
+    rendered = _rendered(parts, dialect)
+    if len(rendered) != len(message):
+        return False
+    try:
+        return compact(rendered) == compact(message)
+    except (TypeError, ValueError):
+        return False
 
 
 def _kept_message(message: Mapping[str, Any]) -> Mapping[str, Any]:

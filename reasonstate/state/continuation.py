@@ -7,7 +7,11 @@ Invariants (the rules the whole SDK stands on):
   * a continuation is replayed only to the platform, vendor, api and model that produced it (signatures
     are model-bound: anthropics/anthropic-sdk-python#1598; and platform-bound: a Bedrock signature is not
     a first-party one, pydantic/pydantic-ai#3757, docs/protocols.md §10), see
-    :meth:`Continuation.replayable_to`.
+    :meth:`Continuation.replayable_to`;
+  * a *provenance-only* continuation (:func:`provenance_only`: ``payload == b""``, never model-bound) keeps
+    who produced a step and no bytes: its codec renders the item from the step's parts, and kept it only
+    when that rendering was byte for byte the item received (issue 21: the answer kept once). Every such
+    value of one origin is one shared object.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ __all__ = [
     "compact",
     "digest_of",
     "platform_part",
+    "provenance_only",
     "recorded_platform",
+    "shared_bare",
     "sharing",
     "unicode_reply",
 ]
@@ -316,7 +322,11 @@ class Continuation:
     ) -> Continuation:
         """A payload read back from storage, its digest taken of these very bytes (a snapshot stores the
         bytes, not the digest: it is derived). ``value`` (a JSON value whose compact form is ``payload``) is
-        accepted for callers of earlier versions and not kept: only the bytes are (nothing is parsed here)."""
+        accepted for callers of earlier versions and not kept: only the bytes are (nothing is parsed here).
+        Empty bytes (a provenance-only continuation, not model-bound) give the shared value of that origin
+        (:func:`provenance_only`)."""
+        if payload == b"" and not model_bound:
+            return provenance_only(vendor=vendor, api=api, model=model, kind=kind, platform=platform)[0]
         digest = digest_of(payload)
         return cls(
             vendor=vendor,
@@ -355,6 +365,13 @@ class Continuation:
         self.verify()
         return freeze(json.loads(self.payload))
 
+    @property
+    def bare(self) -> bool:
+        """True for a provenance-only continuation (:func:`provenance_only`): no payload bytes are kept,
+        the codec renders the item from the step's parts (a captured payload is never empty: the compact
+        JSON of a value)."""
+        return not self.payload
+
     def replayable_to(self, vendor: str, api: str, model: str, platform: str = FIRST_PARTY) -> bool:
         """True when this payload may be sent to ``vendor``/``api``/``model`` on ``platform`` (a binding,
         :func:`bound`): never to another platform, even for the same model, nor to another account or
@@ -373,6 +390,61 @@ class Continuation:
         and scope go (:meth:`replayable_to` without the vendor, API and model)."""
         mine = self.platform
         return mine == platform or (SCOPE_SEPARATOR not in mine and platform_part(platform) == mine)
+
+
+#: the shared provenance-only continuations, each in the one-tuple a step holds: (kind, origin) -> (value,);
+#: bounded, beyond it a step's is its own
+_BARE: dict[tuple[str, _Origin], tuple[Continuation]] = {}
+_BARE_MAX = 4096
+_EMPTY = b""
+_EMPTY_DIGEST = digest_of(_EMPTY)
+
+
+def provenance_only(
+    *, vendor: str, api: str, model: str, kind: str, platform: str = FIRST_PARTY
+) -> tuple[Continuation]:
+    """A step's continuation when its item needs no payload: one provenance-only :class:`Continuation`
+    (``payload == b""``, its digest that of the empty bytes, never model-bound), in a one-tuple shared by
+    every step of the same origin and kind (issue 21: no bytes, no object and no tuple per step).
+
+    It says which vendor, API, model and platform produced the step, so the rules of
+    :meth:`Continuation.replayable_to` still decide where the step's reasoning may go; what goes is the
+    codec's rendering of the step's parts, which the codec checked, when it kept this value instead of the
+    payload, to be the item's exact bytes as received. Nothing opaque is ever kept this way: a codec keeps
+    it only for an item whose every byte its parts hold (docs/protocols.md §3.3 for the chat message).
+    """
+    origin = (vendor, api, model, False, platform)
+    key = (kind, origin)
+    try:
+        found = _BARE.get(key)
+    except TypeError:  # an unhashable field: the caller's odd value, its own value
+        found = None
+    if found is not None:
+        return found
+    value = Continuation(
+        kind=sys.intern(kind) if type(kind) is str else kind,
+        payload=_EMPTY,
+        digest=_EMPTY_DIGEST,
+        origin=origin,
+        known=(_EMPTY, _EMPTY_DIGEST),
+    )
+    made: tuple[Continuation] = (value,)
+    try:
+        if len(_BARE) < _BARE_MAX:
+            return _BARE.setdefault(key, made)
+    except TypeError:
+        pass
+    return made
+
+
+def shared_bare(continuation: tuple[Continuation, ...]) -> tuple[Continuation, ...]:
+    """``continuation`` itself, or the shared one-tuple equal to it when it is one provenance-only value
+    (:func:`provenance_only`): a restored step holds what the captured one held."""
+    if len(continuation) != 1 or continuation[0].payload != b"" or continuation[0].model_bound:
+        return continuation
+    c = continuation[0]
+    shared = provenance_only(vendor=c.vendor, api=c.api, model=c.model, kind=c.kind, platform=c.platform)
+    return shared if shared == continuation else continuation
 
 
 def _check(payload: bytes, digest: str) -> _Checked | None:
