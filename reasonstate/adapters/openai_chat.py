@@ -761,22 +761,26 @@ class OpenAIChatAdapter:
         # switch; elsewhere reasoning is the producing model's own and is not shown to another
         model_bound = has_reasoning and self.dialect != "deepseek"
         continuation: tuple[Continuation, ...]
-        if not model_bound and _rendered_as_received(message, parts, self.dialect):
+        if not model_bound and _rendered_as_received(message, self.dialect):
             # the message is its parts rendered (_rendered), byte for byte: no payload is kept, only who
             # produced it, shared (issue 21: the answer kept once); the request is the same
             continuation = provenance_only(
                 vendor=self.vendor, api=API, model=request.model, kind=_KIND, platform=self.binding
             )
         else:
+            received = compact(message)  # the message's bytes as received (key order, strings as they came)
+            digest = digest_of(received)  # taken of these very bytes: they match
             continuation = (
-                Continuation.capture(
+                Continuation(
                     vendor=self.vendor,
                     api=API,
                     model=request.model,
                     kind=_KIND,
-                    value=message,
+                    payload=received,
+                    digest=digest,
                     model_bound=model_bound,
                     platform=self.binding,
+                    known=(received, digest),
                 ),
             )
         finish = choices[0].get("finish_reason")
@@ -898,19 +902,54 @@ def _rendered(parts: Sequence[Part], dialect: str) -> dict[str, Any]:
     return message
 
 
-def _rendered_as_received(message: Mapping[str, Any], parts: Sequence[Part], dialect: str) -> bool:
-    """True when :func:`_rendered` gives back ``message``'s exact bytes from ``parts`` (its keys in the same
-    order, the same values): the message then needs no payload kept beside its parts. Reasoning is rendered
-    only on DeepSeek (elsewhere it is model-bound, so its message keeps its payload)."""
+#: the keys of a message :func:`_rendered` writes, in their order, by (DeepSeek reasoning, tool calls)
+_RENDERED_KEYS = {
+    (False, False): ["role", "content"],
+    (False, True): ["role", "content", "tool_calls"],
+    (True, False): ["role", "content", "reasoning_content"],
+    (True, True): ["role", "content", "reasoning_content", "tool_calls"],
+}
+_CALL_KEYS = ["id", "type", "function"]
+_FUNCTION_KEYS = ["name", "arguments"]
+
+
+def _rendered_as_received(message: Mapping[str, Any], dialect: str) -> bool:
+    """True when :func:`_rendered` gives back ``message``'s exact bytes from the parts decoded from it
+    (:meth:`OpenAIChatAdapter._parts`): the message then needs no payload kept beside its parts.
+
+    The parts hold every string of such a message (its text, DeepSeek's reasoning, each call's id, name and
+    argument text), so the bytes are the same when its shape is the one rendered: exactly the keys
+    :func:`_rendered` writes, in its order; ``content`` a non-empty string, or the dialect's
+    :data:`_NO_TEXT`; on DeepSeek ``reasoning_content`` a string; ``tool_calls`` a non-empty list of
+    ``{"id", "type": "function", "function": {"name", "arguments"}}``, keys in that order (the strings'
+    types are checked by ``_parts``). A cheaper test than rendering: nothing is built (the fuzz and the
+    decode table of tests/test_session_openai_chat.py hold it to the bytes rendered by hand). Reasoning is
+    rendered only on DeepSeek (elsewhere it is bound to its model, so its message keeps its payload).
+    """
     if type(message) is not dict:
         return False
-    rendered = _rendered(parts, dialect)
-    if len(rendered) != len(message):
+    reasoning = dialect == "deepseek" and "reasoning_content" in message
+    calls = message.get("tool_calls")
+    if list(message) != _RENDERED_KEYS[reasoning, calls is not None]:
         return False
-    try:
-        return compact(rendered) == compact(message)
-    except (TypeError, ValueError):
+    content = message["content"]
+    if not (content is _NO_TEXT.get(dialect) if content is None else type(content) is str):
         return False
+    if content == "" and _NO_TEXT.get(dialect) != "":
+        return False
+    if reasoning and type(message["reasoning_content"]) is not str:
+        return False
+    if calls is None:
+        return True
+    if type(calls) is not list or not calls:
+        return False
+    for call in calls:
+        if type(call) is not dict or list(call) != _CALL_KEYS or call["type"] != "function":
+            return False
+        function = call["function"]
+        if type(function) is not dict or list(function) != _FUNCTION_KEYS:
+            return False
+    return True
 
 
 def _kept_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
