@@ -447,11 +447,15 @@ def _merged(lists: list[list[Any]]) -> list[Any]:
     for items in lists:
         for item in items:
             index = item.get("index") if isinstance(item, Mapping) else None
-            if isinstance(index, bool) or not isinstance(index, int):
+            kind = item.get("type") if isinstance(item, Mapping) else None
+            # an element without an integer index, or whose type is no name (a list: no key to merge by, and
+            # decode refuses it), is kept as it came
+            named = kind is None or isinstance(kind, str)
+            if isinstance(index, bool) or not isinstance(index, int) or not named:
                 order.append((-1, len(order), ("raw", item)))
                 continue
             assert isinstance(item, Mapping)
-            key = (item.get("type"), index)
+            key = (kind, index)
             into = merged.get(key)
             if into is None:
                 merged[key] = dict(item)
