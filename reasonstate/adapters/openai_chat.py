@@ -5,9 +5,12 @@ Rules encoded here, each from docs/protocols.md:
   * every assistant message is replayed from the verbatim continuation payload of the response message
     (``choices[0].message`` as received: key order, unknown extra fields and the tool-call ``arguments``
     string byte for byte); the only edits ever made are removing the reasoning field when the frozen view
-    says so and the rules allow, and Compress's summary note in a closed turn's final answer. A step whose
-    payload belongs to another vendor or API is rendered from its canonical parts (content and tool calls
-    with their raw arguments, no reasoning);
+    says so and the rules allow, and Compress's summary note in a closed turn's final answer. A message
+    whose bytes are its parts rendered (``_rendered``: role, content, DeepSeek's ``reasoning_content``,
+    tool calls, in that order) keeps no payload, only a shared provenance-only continuation
+    (:func:`~reasonstate.state.continuation.provenance_only`; issue 21), and is replayed from its parts:
+    the same bytes. A step whose payload belongs to another vendor or API is rendered from its canonical
+    parts (content and tool calls with their raw arguments, no reasoning);
   * openai (§2.1): Chat Completions never returns reasoning, so there is none to replay;
     ``reasoning_effort`` and ``prompt_cache_key`` pass through as request options;
   * deepseek (§3.3): every assistant message that carried ``tool_calls`` keeps its original

@@ -351,19 +351,21 @@ class Continuation:
             )
 
     def checked(self) -> Any:
-        """The payload as a fresh, mutable JSON value, after :meth:`verify`."""
+        """The payload as a fresh, mutable JSON value, after :meth:`verify` (None for a provenance-only
+        continuation, :attr:`bare`: it keeps no payload)."""
         self.verify()
-        return json.loads(self.payload)
+        return json.loads(self.payload) if self.payload else None
 
     @property
     def value(self) -> Any:
         """The payload's JSON value, frozen (:func:`~reasonstate.state.frozen.freeze`), after :meth:`verify`.
 
         Parsed from the verified bytes on each read (nothing parsed is kept here: a codec keeps what it
-        sends in its memo), so what a request sends is what was captured.
+        sends in its memo), so what a request sends is what was captured. None for a provenance-only
+        continuation (:attr:`bare`: it keeps no payload).
         """
         self.verify()
-        return freeze(json.loads(self.payload))
+        return freeze(json.loads(self.payload)) if self.payload else None
 
     @property
     def bare(self) -> bool:
