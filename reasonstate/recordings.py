@@ -160,7 +160,11 @@ def inspect_text(rec: Recording, *, events: int = 12) -> str:
                 out.append(f"         text: {_quote(step.text)}")
     out.append("")
     payloads = [
-        (t.index, i, c) for t in rec.history.turns for i, s in enumerate(t.steps) for c in s.continuation
+        (t.index, i, c)
+        for t in rec.history.turns
+        for i, s in enumerate(t.steps)
+        for c in s.continuation
+        if not c.bare  # provenance only: its step's item is its parts rendered, no payload kept
     ]
     out.append(f"== continuation: {len(payloads)} payloads (opaque: kind, size and digest only)")
     for turn_index, step_index, c in payloads:

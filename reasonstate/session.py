@@ -633,8 +633,10 @@ class _Core(Switching):
 
     @property
     def continuation(self) -> tuple[Continuation, ...]:
-        """Every vendor-opaque payload, in history order (layer 3; derived from the history)."""
-        return tuple(c for t in self.history.turns for s in t.steps for c in s.continuation)
+        """Every vendor-opaque payload, in history order (layer 3; derived from the history). A step whose
+        item is its parts rendered byte for byte keeps none: its provenance-only value
+        (:attr:`Continuation.bare`) is not listed here."""
+        return tuple(c for t in self.history.turns for s in t.steps for c in s.continuation if not c.bare)
 
     @property
     def execution(self) -> Records:

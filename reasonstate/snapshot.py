@@ -44,7 +44,7 @@ from reasonstate.state import (
     parse_arguments,
     thaw,
 )
-from reasonstate.state.continuation import FIRST_PARTY, compact, recorded_platform
+from reasonstate.state.continuation import FIRST_PARTY, compact, recorded_platform, shared_bare
 from reasonstate.state.units import Units
 
 if TYPE_CHECKING:
@@ -472,7 +472,7 @@ def history_from_snapshot(data: Mapping[str, Any]) -> History:
         texts = {p.text: p.text for p in parts if type(p) is ReasoningPart and p.text}
         return Step(
             parts=parts,
-            continuation=tuple(continuation_from(c, texts) for c in s[1]),
+            continuation=shared_bare(tuple(continuation_from(c, texts) for c in s[1])),
             stop_reason=names[s[2]],
             usage=Usage(*s[3]),
             model=names[s[4]],

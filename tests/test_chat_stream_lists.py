@@ -112,3 +112,29 @@ def test_a_list_without_indexed_elements_is_a_value_the_last_one_wins() -> None:
     done = {"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
     lines += ["data: " + json.dumps(done), "", "data: [DONE]", ""]
     assert ChatAssembler.assemble(lines)["choices"][0]["message"]["annotations"] == ["a", "b"]
+
+
+def test_a_piece_whose_type_is_no_name_is_kept_as_it_came_and_decode_refuses_it() -> None:
+    """Found by the fuzz: an element whose ``type`` is a list has no key to merge by (it raised TypeError);
+    it is kept as it came, and decode refuses the answer (a reasoning_details element must be typed)."""
+    import pytest
+
+    import reasonstate as rs
+    from reasonstate.adapters.base import VendorRequest
+    from reasonstate.adapters.openai_chat import OpenAIChatAdapter
+
+    lines = []
+    for piece in ({"type": [], "text": "a", "index": 0}, {"type": "reasoning.text", "text": "b", "index": 0}):
+        delta = {"reasoning": piece["text"], "reasoning_details": [piece]}
+        chunk = {"id": "x", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        lines += ["data: " + json.dumps(chunk), ""]
+    done = {"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    lines += ["data: " + json.dumps(done), "", "data: [DONE]", ""]
+    answer = ChatAssembler.assemble(lines)
+    details = answer["choices"][0]["message"]["reasoning_details"]
+    assert details == [
+        {"type": "reasoning.text", "text": "b", "index": 0},
+        {"type": [], "text": "a", "index": 0},
+    ]
+    with pytest.raises(rs.MalformedResponse, match="reasoning_details"):
+        OpenAIChatAdapter("openrouter").decode(answer, VendorRequest(kwargs={}, units=(), model="m"))

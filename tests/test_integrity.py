@@ -481,7 +481,17 @@ def test_continuation_values_are_frozen_and_editing_them_changes_no_sent_byte(ri
     session = rig.session()
     reply = open_chain(rig, session)
     control = fork(rig, session)
-    assert session.continuation
+    if rig.name == "deepseek":
+        # DeepSeek's messages are their parts rendered byte for byte: no payload is kept (issue 21), only who
+        # produced each step; the parts hold the text, frozen
+        assert session.continuation == ()
+        steps = [s for t in session.history.turns for s in t.steps]
+        assert steps and all(c.bare for s in steps for c in s.continuation)
+        for part in steps[0].parts:
+            with pytest.raises(attrs.exceptions.FrozenInstanceError):
+                part.continuation = None  # type: ignore[misc]
+    else:
+        assert session.continuation
     for payload in session.continuation:
         value = payload.value
         with pytest.raises(TypeError):
@@ -598,7 +608,15 @@ def _tamper(payload: Continuation) -> bytes:
     return original
 
 
+def _no_payload_kept(rig: Rig) -> None:
+    """Skip a test of payload tampering for DeepSeek: its messages are their parts rendered byte for byte, so
+    it keeps no payload to tamper with (issue 21; tests/test_session_openai_chat.py pins what it keeps)."""
+    if rig.name == "deepseek":
+        pytest.skip("DeepSeek keeps no payload: its messages are their parts rendered (issue 21)")
+
+
 def test_a_payload_changed_in_memory_in_the_open_chain_is_refused_and_nothing_is_sent(rig: Rig) -> None:
+    _no_payload_kept(rig)
     session = rig.session()
     reply = open_chain(rig, session)
     control = fork(rig, session)
@@ -616,6 +634,7 @@ def test_a_payload_changed_in_memory_in_the_open_chain_is_refused_and_nothing_is
 
 
 def test_a_payload_changed_in_memory_in_a_closed_turn_is_refused_and_nothing_is_sent(rig: Rig) -> None:
+    _no_payload_kept(rig)
     session = rig.session()
     close_turn(rig, session)
     control = fork(rig, session)
@@ -680,6 +699,16 @@ def _one_character(old: str) -> Callable[[dict[str, Any], str], str]:
     return edit
 
 
+def _edit_reasoning_part(text: str) -> str:
+    """The snapshot JSON with one character of the open step's reasoning part changed (a part is
+    ``[1, text, c]``): where DeepSeek's reasoning_content is kept, its message keeping no payload."""
+    snap = json.loads(text)
+    (part,) = [p for p in snap["history"]["turns"][0][1][0][0] if p[0] == 1]
+    i = len(part[1]) // 2
+    part[1] = part[1][:i] + ("A" if part[1][i] != "A" else "B") + part[1][i + 1 :]
+    return json.dumps(snap, ensure_ascii=False)
+
+
 def _first_token_id(text: str) -> str:
     snap = json.loads(text)
     prompt_ids = [f.name for f in attrs.fields(ExecutionRecord) if f.name != "index"].index("prompt_ids")
@@ -695,7 +724,8 @@ SNAPSHOT_EDITS: dict[str, list[tuple[str, Callable[[str], str]]]] = {
     "responses-stored": [
         ("encrypted_content", lambda t: _edit_payload(t, _one_character("encrypted_content")))
     ],
-    "deepseek": [("reasoning_content", lambda t: _edit_payload(t, _one_character("reasoning_content")))],
+    # the message keeps no payload (its parts rendered, issue 21): the edit is refused by the snapshot's seal
+    "deepseek": [("reasoning_content", _edit_reasoning_part)],
     "vllm": [("reasoning", lambda t: _edit_payload(t, _one_character("reasoning")))],
     "tokens": [
         ("execution prompt_ids", _first_token_id),
@@ -703,6 +733,10 @@ SNAPSHOT_EDITS: dict[str, list[tuple[str, Callable[[str], str]]]] = {
     ],
 }
 EDIT_CASES = [(name, label) for name, edits in SNAPSHOT_EDITS.items() for label, _ in edits]
+#: the refusal of an edit where it is not a payload's (ContinuationMismatch): the snapshot's own seal
+REFUSED_AS: dict[tuple[str, str], type[rs.ReasonStateError]] = {
+    ("deepseek", "reasoning_content"): rs.SnapshotError
+}
 
 
 @pytest.mark.parametrize(("name", "label"), EDIT_CASES, ids=[f"{n}-{lbl}" for n, lbl in EDIT_CASES])
@@ -714,7 +748,7 @@ def test_a_payload_edited_in_a_snapshot_is_refused_on_restore(name: str, label: 
         text = session.snapshot().model_dump_json()
         tampered = edit(text)
         assert tampered != text
-        with pytest.raises(rs.ContinuationMismatch):
+        with pytest.raises(REFUSED_AS.get((name, label), rs.ContinuationMismatch)):
             rig.restore(tampered)
         assert len(rig.requests) == 1
 

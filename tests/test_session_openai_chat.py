@@ -22,7 +22,7 @@ from reasonstate.policies import CacheAware, Compress, Drop, Keep, KeepLast
 from reasonstate.state import EventKind, ExecutionRecord, ReasoningPart, Records, Usage
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec
 from reasonstate.testing.openai_chat import Dialect, OpenAIChatEmulator
-from tests._snapshots import payloads, redigest
+from tests._snapshots import redigest
 from tests.conftest import CLOCK, WEATHER
 
 MODELS: dict[str, str] = {
@@ -136,12 +136,16 @@ def test_arguments_and_reasoning_content_go_back_byte_exact_through_a_parallel_c
     assert body(deepseek, 1)["messages"] == [SYS, Q0, M0, *TOOL_RESULTS[:2]]
     assert body(deepseek, 2)["messages"] == [SYS, Q0, M0, *TOOL_RESULTS[:2], M1, TOOL_RESULTS[2]]
     steps = session.history.turns[0].steps
-    # the captured payloads are the response messages' bytes, and the requests carry them unchanged
-    assert [c.payload for s in steps for c in s.continuation] == [
-        json.dumps(m, separators=(",", ":")).encode() for m in (M0, M1, M2)
-    ]
-    assert steps[0].continuation[0].payload in deepseek.requests[1].body
-    assert steps[1].continuation[0].payload in deepseek.requests[2].body
+    # each message is its parts rendered byte for byte, so no payload is kept, only who produced it
+    # (issue 21); the requests carry the response messages' bytes unchanged (the hand-written M0, M1)
+    assert [(c.bare, c.vendor, c.api, c.model) for s in steps for c in s.continuation] == [
+        (True, "deepseek", "chat", MODELS["deepseek"])
+    ] * 3
+    assert session.continuation == ()
+    wire = [json.dumps(m, separators=(",", ":")).encode() for m in (M0, M1)]
+    assert deepseek.requests[1].body.count(wire[0]) == 1
+    assert deepseek.requests[2].body.count(wire[0]) == 1
+    assert deepseek.requests[2].body.count(wire[1]) == 1
     assert [c.raw_arguments for c in steps[0].tool_calls] == [PARIS, ROME]
     assert dict(steps[0].tool_calls[0].arguments) == {"city": "Paris"}
 
@@ -225,10 +229,14 @@ def test_deepseek_400_for_missing_reasoning_content_is_a_typed_error_and_changes
     deepseek.script.extend(chain())
     session = session_on(deepseek, "deepseek")
     reply = session.send("Paris or Rome?")
-    # storage that strips reasoning_content and "fixes" the digest (what langchain-deepseek sends)
+    # storage that strips reasoning_content (what langchain-deepseek sends): the message keeps no payload
+    # (its parts rendered are its bytes, issue 21), so the reasoning part goes; the snapshot is re-sealed
     snap = json.loads(session.snapshot().model_dump_json())
-    message = payloads(snap, 0)[0]
-    del message["reasoning_content"]
+    step = snap["history"]["turns"][0][1][0]
+    assert [c[1:] for c in step[1]] == [["", 1]]  # the provenance-only value: no payload bytes
+    parts = step[0]
+    assert [p[0] for p in parts] == [1, 2, 2]  # reasoning, two tool calls
+    del parts[0]
     redigest(snap)
     edited = rs.SessionSnapshot.model_validate(snap).sealed()  # an edit made on purpose, re-sealed
     tampered = rs.Session.restore(edited, deepseek.client(), adapter=OpenAIChatAdapter("deepseek"))
@@ -253,7 +261,7 @@ def test_deepseek_400_for_missing_reasoning_content_is_a_typed_error_and_changes
 def test_deepseek_thinking_option_goes_in_the_body_and_reasoning_effort_passes_through(
     deepseek: OpenAIChatEmulator,
 ) -> None:
-    deepseek.script.extend([ModelAction.answer("Hi.")])
+    deepseek.script.extend([ModelAction.answer("Hi."), ModelAction.answer("Bye.")])
     session = session_on(
         deepseek, "deepseek", thinking={"type": "disabled"}, reasoning_effort="high", max_tokens=512
     )
@@ -266,9 +274,10 @@ def test_deepseek_thinking_option_goes_in_the_body_and_reasoning_effort_passes_t
     )
     # thinking off: no reasoning_content, no reasoning tokens
     assert reply.reasoning == "" and reply.usage.reasoning == 0
-    assert (
-        session.history.turns[0].steps[0].continuation[0].payload == b'{"role":"assistant","content":"Hi."}'
-    )
+    # the answer is its text part rendered: no payload kept (issue 21), and it goes back byte for byte
+    assert session.history.turns[0].steps[0].continuation[0].bare
+    session.send("bye")
+    assert deepseek.requests[1].body.count(b'{"role":"assistant","content":"Hi."}') == 1
 
 
 def test_deepseek_usage_maps_hit_to_cache_read_and_miss_to_uncached(deepseek: OpenAIChatEmulator) -> None:
@@ -731,3 +740,151 @@ def test_a_deepseek_snapshot_restores_onto_the_chat_adapter_without_naming_it(
     foreign = session.snapshot().model_copy(update={"api": "responses"}).sealed()
     with pytest.raises(rs.IllegalTransition, match="snapshot is from deepseek/responses"):
         rs.Session.restore(foreign, deepseek_emulator.client())
+
+
+# -- issue 21: a message that is its parts rendered keeps no payload, only who produced it -----------------
+
+
+def _wire(message: dict[str, Any]) -> bytes:
+    """A message's compact bytes as the SDK sends them (keys in the order written here)."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_deepseek_message_keeps_no_payload_and_every_request_carries_its_bytes(
+    deepseek: OpenAIChatEmulator, stream: bool
+) -> None:
+    """Issue 21: the DeepSeek messages are their parts rendered (role, content, reasoning_content,
+    tool_calls), so no payload is kept for them, only one shared provenance-only value; every later
+    request still carries each message byte for byte, before and after a snapshot and restore. The oracle
+    is the messages written by hand (M0, M1, M2: keys in the wire order)."""
+    deepseek.script.extend([*chain(), follow_up(1), follow_up(2), follow_up(2)])
+    session = session_on(deepseek, "deepseek", stream=stream, policy=Keep())
+    run_chain(session)
+    session.send("And tomorrow?")
+    wire = [_wire(m) for m in (M0, M1, M2)]
+    assert deepseek.requests[1].body.count(wire[0]) == 1
+    assert deepseek.requests[2].body.count(wire[1]) == 1
+    assert [deepseek.requests[3].body.count(w) for w in wire] == [1, 1, 1]
+    steps = [s for t in session.history.turns for s in t.steps]
+    (bare,) = steps[0].continuation
+    assert (bare.bare, bare.payload, bare.vendor, bare.api, bare.kind, bare.model, bare.model_bound) == (
+        True,
+        b"",
+        "deepseek",
+        "chat",
+        "message",
+        MODELS["deepseek"],
+        False,
+    )
+    # one shared value in one shared tuple for every step of this origin: nothing kept per step
+    assert all(s.continuation is steps[0].continuation for s in steps)
+    assert session.continuation == ()
+    restored = rs.Session.restore(session.snapshot().model_dump_json(), deepseek.client())
+    assert restored.history == session.history
+    assert all(s.continuation is steps[0].continuation for t in restored.history.turns for s in t.steps)
+    session.send("And next week?")
+    restored.send("And next week?")
+    assert deepseek.requests[-1].body == deepseek.requests[-2].body
+    assert [deepseek.requests[-1].body.count(w) for w in wire] == [1, 1, 1]
+
+
+CALL = {"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": PARIS}}
+
+
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [
+        ({"role": "assistant", "content": "Hi.", "reasoning_content": "Because."}, False),
+        ({"role": "assistant", "content": "Hi."}, False),
+        (
+            {"role": "assistant", "content": "", "reasoning_content": "Weather first.", "tool_calls": [CALL]},
+            False,
+        ),
+        (
+            {"role": "assistant", "content": "Let me look.", "reasoning_content": "", "tool_calls": [CALL]},
+            False,
+        ),
+        # anything the parts cannot say keeps the payload: key order, a null, an extra field, a call's index,
+        # content parts, a call without its type
+        ({"content": "Hi.", "role": "assistant"}, True),
+        ({"role": "assistant", "reasoning_content": "Because.", "content": "Hi."}, True),
+        ({"role": "assistant", "content": None, "reasoning_content": "W.", "tool_calls": [CALL]}, True),
+        ({"role": "assistant", "content": "Hi.", "reasoning_content": None}, True),
+        ({"role": "assistant", "content": "Hi.", "reasoning_content": "Because.", "x_trace": 1}, True),
+        (
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "W.",
+                "tool_calls": [{"index": 0, **CALL}],
+            },
+            True,
+        ),
+        ({"role": "assistant", "content": [{"type": "text", "text": "Hi."}]}, True),
+        (
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "W.",
+                "tool_calls": [{"id": "call_9", "function": {"name": "get_weather", "arguments": "{}"}}],
+            },
+            True,
+        ),
+    ],
+)
+def test_a_deepseek_message_keeps_its_payload_unless_its_parts_render_to_its_bytes(
+    message: dict[str, Any], kept: bool
+) -> None:
+    """Issue 21: a message keeps no payload only when its parts, rendered, give back its exact bytes; either
+    way the next request carries it byte for byte (the oracle: the message written here)."""
+    from reasonstate.adapters.base import VendorRequest
+    from reasonstate.prefix import Prefix
+    from reasonstate.state import History, Step, Turn, TurnView
+
+    adapter = OpenAIChatAdapter("deepseek")
+    model = MODELS["deepseek"]
+    response = {
+        "id": "chatcmpl-1",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "prompt_cache_hit_tokens": 0},
+    }
+    decoded = adapter.decode(response, VendorRequest(kwargs={}, units=("u",), model=model))
+    (c,) = decoded.continuation
+    assert c.bare is not kept
+    assert c.payload == (_wire(message) if kept else b"")
+    step = Step(decoded.parts, decoded.continuation, "stop", decoded.usage, model)
+    closed = History((Turn(0, "Hi?", (step,), TurnView((True,), policy="keep")), Turn(1, "Next?")))
+    still_open = History((Turn(0, "Hi?", (step,)),))
+    # from the memoized closed run, and as the open turn's message
+    for history in (closed, still_open):
+        sent = adapter.encode(Prefix(), history, model, {}, ()).kwargs["messages"][1]
+        assert _wire(sent) == _wire(message)
+
+
+def test_a_model_switch_on_deepseek_still_sends_the_reasoning_and_never_to_another_vendor(
+    deepseek: OpenAIChatEmulator,
+) -> None:
+    """A provenance-only value keeps the rules of a payload: DeepSeek's reasoning_content goes back after a
+    switch to another DeepSeek model (§3.3: the API requires it, it is not bound to its model), and is
+    withheld from a switch to another vendor (the oracle: the hand-written M0 bytes, and the reasoning text
+    absent from the other vendor's body)."""
+    from reasonstate.testing.anthropic import AnthropicEmulator
+
+    deepseek.script.extend([*chain(), follow_up(1)])
+    session = session_on(deepseek, "deepseek")
+    run_chain(session)
+    session.switch_model("deepseek-v4-flash")
+    session.send("And tomorrow?")
+    assert deepseek.requests[-1].body.count(_wire(M0)) == 1
+    assert json.loads(deepseek.requests[-1].body)["model"] == "deepseek-v4-flash"
+    with AnthropicEmulator() as anthropic:
+        anthropic.script.extend([ModelAction.answer("Fine.")])
+        session.switch(anthropic.client(), model="claude-sonnet-4-6", max_tokens=1024)
+        session.send("And the day after?")
+        sent = anthropic.requests[-1].body.decode()
+    for reasoning in (R0, R1, R2, "Thinking about follow-up 1."):
+        assert json.dumps(reasoning)[1:-1] not in sent
+    assert ANSWER in sent
+    withheld = session.trace.of_kind(EventKind.CONTINUATION_WITHHELD)[-1].data
+    assert withheld["count"] == 4 and withheld["kinds"] == ["deepseek:message"]

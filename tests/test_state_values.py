@@ -14,7 +14,7 @@ import attrs
 import pytest
 
 import reasonstate as rs
-from reasonstate.state import EventKind
+from reasonstate.state import Continuation, EventKind
 from reasonstate.state.history import Turn, TurnView
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
@@ -106,3 +106,33 @@ def test_a_payload_stripped_after_a_rejection_stays_out_of_every_later_request()
             assert _assistant_blocks(request)[:2] == [["tool_use"], ["thinking", "text"]]
         assert len(session.trace.of_kind(EventKind.CALL_FAILED)) == 1
         assert len(session.trace.of_kind(EventKind.CONTINUATION_STRIPPED)) == 1
+
+
+def test_a_provenance_only_continuation_is_shared_keeps_no_bytes_and_keeps_the_replay_rules() -> None:
+    """Issue 21: a step whose item is its parts rendered keeps one provenance-only value, shared (with its
+    one-tuple) by every step of the same origin, restored as that same value; it has no payload to read and
+    still says where the step's reasoning may go."""
+    from reasonstate.state.continuation import FIRST_PARTY, provenance_only, shared_bare
+
+    one = provenance_only(vendor="deepseek", api="chat", model="deepseek-v4-pro", kind="message")
+    assert provenance_only(vendor="deepseek", api="chat", model="deepseek-v4-pro", kind="message") is one
+    (c,) = one
+    assert (c.bare, c.payload, c.model_bound, c.platform) == (True, b"", False, FIRST_PARTY)
+    assert c.digest == "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    c.verify()
+    assert c.value is None and c.checked() is None
+    # not bound to its model (DeepSeek's reasoning_content goes back after a model switch, §3.3), bound to
+    # its vendor, API and platform
+    assert c.replayable_to("deepseek", "chat", "deepseek-flash")
+    assert not c.replayable_to("openai", "chat", "deepseek-v4-pro")
+    assert not c.replayable_to("deepseek", "responses", "deepseek-v4-pro")
+    assert not c.replayable_to("deepseek", "chat", "deepseek-v4-pro", "azure")
+    other = provenance_only(vendor="deepseek", api="chat", model="deepseek-flash", kind="message")
+    assert other is not one and other != one
+    restored = Continuation.restored(
+        vendor="deepseek", api="chat", model="deepseek-v4-pro", kind="message", payload=b"", model_bound=False
+    )
+    assert restored is c
+    assert shared_bare((attrs.evolve(c),)) is one  # an equal value in a tuple of its own: the shared one
+    kept = Continuation.capture(vendor="deepseek", api="chat", model="m", kind="message", value={"a": 1})
+    assert not kept.bare and shared_bare((kept,)) == (kept,)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import reasonstate as rs
-from reasonstate.state import EventKind
+from reasonstate.state import EventKind, ReasoningPart
 from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.gemini import GeminiEmulator
@@ -116,6 +116,14 @@ def opaque_values(session: rs.Session) -> list[str]:
                 out.append(field)
         if c.kind == "reasoning" and isinstance(value.get("id"), str):
             out.append(value["id"])
+    # a chat message that is its parts rendered keeps no payload (issue 21), only who produced it: its
+    # reasoning_content is its reasoning part's text, bound to its vendor all the same
+    for turn in session.history.turns:
+        for step in turn.steps:
+            for part in step.parts:
+                payload = step.continuation[part.continuation] if part.continuation is not None else None
+                if isinstance(part, ReasoningPart) and payload is not None and payload.bare:
+                    out.extend([part.text] if len(part.text) >= 8 else [])
     return out
 
 

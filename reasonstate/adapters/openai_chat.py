@@ -5,9 +5,12 @@ Rules encoded here, each from docs/protocols.md:
   * every assistant message is replayed from the verbatim continuation payload of the response message
     (``choices[0].message`` as received: key order, unknown extra fields and the tool-call ``arguments``
     string byte for byte); the only edits ever made are removing the reasoning field when the frozen view
-    says so and the rules allow, and Compress's summary note in a closed turn's final answer. A step whose
-    payload belongs to another vendor or API is rendered from its canonical parts (content and tool calls
-    with their raw arguments, no reasoning);
+    says so and the rules allow, and Compress's summary note in a closed turn's final answer. A message
+    whose bytes are its parts rendered (``_rendered``: role, content, DeepSeek's ``reasoning_content``,
+    tool calls, in that order) keeps no payload, only a shared provenance-only continuation
+    (:func:`~reasonstate.state.continuation.provenance_only`; issue 21), and is replayed from its parts:
+    the same bytes. A step whose payload belongs to another vendor or API is rendered from its canonical
+    parts (content and tool calls with their raw arguments, no reasoning);
   * openai (§2.1): Chat Completions never returns reasoning, so there is none to replay;
     ``reasoning_effort`` and ``prompt_cache_key`` pass through as request options;
   * deepseek (§3.3): every assistant message that carried ``tool_calls`` keeps its original
@@ -69,6 +72,7 @@ from reasonstate.adapters.base import (
     StreamAssembler,
     VendorRequest,
     closed_run,
+    compact,
     count,
     exact_list,
     extend_joined,
@@ -118,7 +122,7 @@ from reasonstate.state import (
     parse_arguments,
     thaw,
 )
-from reasonstate.state.continuation import sharing
+from reasonstate.state.continuation import provenance_only, sharing
 from reasonstate.state.units import UnitBuffer
 
 __all__ = [
@@ -448,11 +452,15 @@ def _merged(lists: list[list[Any]]) -> list[Any]:
     for items in lists:
         for item in items:
             index = item.get("index") if isinstance(item, Mapping) else None
-            if isinstance(index, bool) or not isinstance(index, int):
+            kind = item.get("type") if isinstance(item, Mapping) else None
+            # an element without an integer index, or whose type is no name (a list: no key to merge by, and
+            # decode refuses it), is kept as it came
+            named = kind is None or isinstance(kind, str)
+            if isinstance(index, bool) or not isinstance(index, int) or not named:
                 order.append((-1, len(order), ("raw", item)))
                 continue
             assert isinstance(item, Mapping)
-            key = (item.get("type"), index)
+            key = (kind, index)
             into = merged.get(key)
             if into is None:
                 merged[key] = dict(item)
@@ -674,7 +682,7 @@ class OpenAIChatAdapter:
         return {
             _unit(_server_view(c.value, self.dialect)): (c.digest,)
             for c in step.continuation
-            if isinstance(c.value, Mapping)
+            if not c.bare and isinstance(c.value, Mapping)
         }
 
     def _assistant(
@@ -693,12 +701,17 @@ class OpenAIChatAdapter:
             if self._flattens(step):
                 return _with_summary(_calls_as_text(step), summary)
             return _with_summary(_canonical_message(step), summary)
-        # digest-verified, parsed once for the memoized run, sharing the history's strings (nothing parsed
-        # is kept in the continuation: issue 21); a plain value, for the SDK's exact-type fast path
-        payload = sharing(c.checked(), tuple(s for p in step.parts for s in part_strings(p)))
-        if not isinstance(payload, Mapping):
-            raise ContinuationMismatch("a chat message payload is not a JSON object")
-        replayed.append(c)
+        payload: Mapping[str, Any]
+        if c.bare:
+            # no payload kept: the message is its parts rendered, the bytes received (checked at decode)
+            payload = _rendered(step.parts, self.dialect)
+        else:
+            # digest-verified, parsed once for the memoized run, sharing the history's strings (nothing
+            # parsed is kept in the continuation: issue 21); a plain value, for the SDK's exact-type fast path
+            payload = sharing(c.checked(), tuple(s for p in step.parts for s in part_strings(p)))
+            if not isinstance(payload, Mapping):
+                raise ContinuationMismatch("a chat message payload is not a JSON object")
+            replayed.append(c)
         keep = turn.view is None or turn.view.keep_reasoning[index]
         if self.rules.tool_steps_keep_reasoning and payload.get("tool_calls"):
             keep = True  # DeepSeek §3.3, whatever the view says: no policy can override it
@@ -753,23 +766,38 @@ class OpenAIChatAdapter:
         has_reasoning = any(isinstance(p, ReasoningPart) for p in parts) or bool(
             message.get("reasoning_details")
         )
-        payload = Continuation.capture(
-            vendor=self.vendor,
-            api=API,
-            model=request.model,
-            kind=_KIND,
-            value=message,
-            # DeepSeek's reasoning_content is unsigned text the API requires back (§3.3), even after a
-            # model switch; elsewhere reasoning is the producing model's own and is not shown to another
-            model_bound=has_reasoning and self.dialect != "deepseek",
-            platform=self.binding,
-        )
+        # DeepSeek's reasoning_content is unsigned text the API requires back (§3.3), even after a model
+        # switch; elsewhere reasoning is the producing model's own and is not shown to another
+        model_bound = has_reasoning and self.dialect != "deepseek"
+        continuation: tuple[Continuation, ...]
+        if not model_bound and _rendered_as_received(message, self.dialect):
+            # the message is its parts rendered (_rendered), byte for byte: no payload is kept, only who
+            # produced it, shared (issue 21: the answer kept once); the request is the same
+            continuation = provenance_only(
+                vendor=self.vendor, api=API, model=request.model, kind=_KIND, platform=self.binding
+            )
+        else:
+            received = compact(message)  # the message's bytes as received (key order, strings as they came)
+            digest = digest_of(received)  # taken of these very bytes: they match
+            continuation = (
+                Continuation(
+                    vendor=self.vendor,
+                    api=API,
+                    model=request.model,
+                    kind=_KIND,
+                    payload=received,
+                    digest=digest,
+                    model_bound=model_bound,
+                    platform=self.binding,
+                    known=(received, digest),
+                ),
+            )
         finish = choices[0].get("finish_reason")
         rid = response.get("id")
         echoed = response.get("model")
         return DecodedStep(
             parts=tuple(parts),
-            continuation=(payload,),
+            continuation=continuation,
             stop_reason=finish if isinstance(finish, str) else "unknown",
             usage=_usage(response.get("usage"), self.dialect),
             model=request.model,
@@ -851,6 +879,86 @@ def _own_message(step: Step, vendor: str, platform: str = FIRST_PARTY) -> Contin
         ),
         None,
     )
+
+
+#: what an answer without text holds as ``content`` when the server wrote it (the DeepSeek API writes ``""``,
+#: docs/protocols.md §3.2; the others null): the value :func:`_rendered` gives back
+_NO_TEXT: dict[str, str | None] = {"deepseek": ""}
+
+
+def _rendered(parts: Sequence[Part], dialect: str) -> dict[str, Any]:
+    """The assistant message the parts of a step without a payload stand for on ``dialect`` (a plain
+    value, new each call; its strings the parts' own): keys ``role``, ``content``, then on DeepSeek
+    ``reasoning_content`` when there is a reasoning part, then ``tool_calls`` when there are calls, each
+    ``{"id", "type": "function", "function": {"name", "arguments"}}`` with the exact argument text.
+    ``content`` is the text, or without text what the dialect's server writes (:data:`_NO_TEXT`).
+
+    Invariant: a step keeps no payload only when ``compact(_rendered(parts, dialect))`` is the message's
+    exact bytes as received (:func:`_rendered_as_received`), so replaying this is replaying the message.
+    """
+    text = "".join(p.text for p in parts if isinstance(p, TextPart))
+    message: dict[str, Any] = {"role": "assistant", "content": text or _NO_TEXT.get(dialect)}
+    reasoning = [p.text for p in parts if isinstance(p, ReasoningPart)]
+    if reasoning and dialect == "deepseek":
+        message["reasoning_content"] = "".join(reasoning)
+    calls = [
+        {"id": p.id, "type": "function", "function": {"name": p.name, "arguments": p.raw_arguments}}
+        for p in parts
+        if isinstance(p, ToolCallPart)
+    ]
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+#: the keys of a message :func:`_rendered` writes, in their order, by (DeepSeek reasoning, tool calls)
+_RENDERED_KEYS = {
+    (False, False): ["role", "content"],
+    (False, True): ["role", "content", "tool_calls"],
+    (True, False): ["role", "content", "reasoning_content"],
+    (True, True): ["role", "content", "reasoning_content", "tool_calls"],
+}
+_CALL_KEYS = ["id", "type", "function"]
+_FUNCTION_KEYS = ["name", "arguments"]
+
+
+def _rendered_as_received(message: Mapping[str, Any], dialect: str) -> bool:
+    """True when :func:`_rendered` gives back ``message``'s exact bytes from the parts decoded from it
+    (:meth:`OpenAIChatAdapter._parts`): the message then needs no payload kept beside its parts.
+
+    The parts hold every string of such a message (its text, DeepSeek's reasoning, each call's id, name and
+    argument text), so the bytes are the same when its shape is the one rendered: exactly the keys
+    :func:`_rendered` writes, in its order; ``content`` a non-empty string, or the dialect's
+    :data:`_NO_TEXT`; on DeepSeek ``reasoning_content`` a string; ``tool_calls`` a non-empty list of
+    ``{"id", "type": "function", "function": {"name", "arguments"}}``, keys in that order (the strings'
+    types are checked by ``_parts``). A cheaper test than rendering: nothing is built (the fuzz and the
+    decode table of tests/test_session_openai_chat.py hold it to the bytes rendered by hand). Reasoning is
+    rendered only on DeepSeek (elsewhere it is bound to its model, so its message keeps its payload).
+    """
+    if type(message) is not dict:
+        return False
+    reasoning = dialect == "deepseek" and "reasoning_content" in message
+    calls = message.get("tool_calls")
+    if list(message) != _RENDERED_KEYS[reasoning, calls is not None]:
+        return False
+    content = message["content"]
+    if not (content is _NO_TEXT.get(dialect) if content is None else type(content) is str):
+        return False
+    if content == "" and _NO_TEXT.get(dialect) != "":
+        return False
+    if reasoning and type(message["reasoning_content"]) is not str:
+        return False
+    if calls is None:
+        return True
+    if type(calls) is not list or not calls:
+        return False
+    for call in calls:
+        if type(call) is not dict or list(call) != _CALL_KEYS or call["type"] != "function":
+            return False
+        function = call["function"]
+        if type(function) is not dict or list(function) != _FUNCTION_KEYS:
+            return False
+    return True
 
 
 def _kept_message(message: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -503,10 +503,12 @@ class OTelExporter:
             attributes["reasonstate.continuation.withheld.kinds"] = [str(k) for k in withheld["kinds"]]
         if context.stripped:
             attributes["reasonstate.continuation.stripped.count"] = len(context.stripped)
-        attributes["reasonstate.continuation.captured.count"] = len(step.continuation)
-        attributes["reasonstate.continuation.captured.digests"] = [c.digest for c in step.continuation]
-        attributes["reasonstate.continuation.captured.bytes"] = sum(len(c.payload) for c in step.continuation)
-        attributes["reasonstate.continuation.captured.kinds"] = [c.kind for c in step.continuation]
+        # the payloads kept (a provenance-only value keeps none: its item is the step's parts rendered)
+        captured = [c for c in step.continuation if not c.bare]
+        attributes["reasonstate.continuation.captured.count"] = len(captured)
+        attributes["reasonstate.continuation.captured.digests"] = [c.digest for c in captured]
+        attributes["reasonstate.continuation.captured.bytes"] = sum(len(c.payload) for c in captured)
+        attributes["reasonstate.continuation.captured.kinds"] = [c.kind for c in captured]
         if record.ids_seal is not None:  # token ids: a digest and counts, never the ids
             attributes["reasonstate.token_ids.digest"] = record.ids_seal
             attributes["reasonstate.token_ids.prompt"] = len(record.prompt_ids or ())

@@ -7,7 +7,11 @@ Invariants (the rules the whole SDK stands on):
   * a continuation is replayed only to the platform, vendor, api and model that produced it (signatures
     are model-bound: anthropics/anthropic-sdk-python#1598; and platform-bound: a Bedrock signature is not
     a first-party one, pydantic/pydantic-ai#3757, docs/protocols.md §10), see
-    :meth:`Continuation.replayable_to`.
+    :meth:`Continuation.replayable_to`;
+  * a *provenance-only* continuation (:func:`provenance_only`: ``payload == b""``, never model-bound) keeps
+    who produced a step and no bytes: its codec renders the item from the step's parts, and kept it only
+    when that rendering was byte for byte the item received (issue 21: the answer kept once). Every such
+    value of one origin is one shared object.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ __all__ = [
     "compact",
     "digest_of",
     "platform_part",
+    "provenance_only",
     "recorded_platform",
+    "shared_bare",
     "sharing",
     "unicode_reply",
 ]
@@ -339,7 +345,11 @@ class Continuation:
         bytes, not the digest: it is derived). ``value`` (a JSON value whose compact form is ``payload``) is
         not kept as such: only the bytes are (nothing is parsed here), or with ``strings``, where ``value``
         has the shape :meth:`capture` keeps as strings and its compact form is ``payload``, its strings
-        (:class:`StringsPayload`: the form the session captured it in)."""
+        (:class:`StringsPayload`: the form the session captured it in).
+        Empty bytes (a provenance-only continuation, not model-bound) give the shared value of that origin
+        (:func:`provenance_only`)."""
+        if payload == b"" and not model_bound:
+            return provenance_only(vendor=vendor, api=api, model=model, kind=kind, platform=platform)[0]
         if strings and _string_fields(value, kind) and compact(value) == payload:
             return StringsPayload.of(
                 value, kind=sys.intern(kind), origin=(vendor, api, model, model_bound, platform)
@@ -367,19 +377,28 @@ class Continuation:
             )
 
     def checked(self) -> Any:
-        """The payload as a fresh, mutable JSON value, after :meth:`verify`."""
+        """The payload as a fresh, mutable JSON value, after :meth:`verify` (None for a provenance-only
+        continuation, :attr:`bare`: it keeps no payload)."""
         self.verify()
-        return json.loads(self.payload)
+        return json.loads(self.payload) if self.payload else None
 
     @property
     def value(self) -> Any:
         """The payload's JSON value, frozen (:func:`~reasonstate.state.frozen.freeze`), after :meth:`verify`.
 
         Parsed from the verified bytes on each read (nothing parsed is kept here: a codec keeps what it
-        sends in its memo), so what a request sends is what was captured.
+        sends in its memo), so what a request sends is what was captured. None for a provenance-only
+        continuation (:attr:`bare`: it keeps no payload).
         """
         self.verify()
-        return freeze(json.loads(self.payload))
+        return freeze(json.loads(self.payload)) if self.payload else None
+
+    @property
+    def bare(self) -> bool:
+        """True for a provenance-only continuation (:func:`provenance_only`): no payload bytes are kept,
+        the codec renders the item from the step's parts (a captured payload is never empty: the compact
+        JSON of a value)."""
+        return not self.payload
 
     def replayable_to(self, vendor: str, api: str, model: str, platform: str = FIRST_PARTY) -> bool:
         """True when this payload may be sent to ``vendor``/``api``/``model`` on ``platform`` (a binding,
@@ -639,6 +658,61 @@ def _kept_digest(payload: bytes, digest: _Digest, known: _Checked | None) -> _Di
     if type(digest) is bytes:
         return payload if digest == payload else digest
     return payload if type(digest) is str and digest_of(payload) == digest else digest
+
+
+#: the shared provenance-only continuations, each in the one-tuple a step holds: (kind, origin) -> (value,);
+#: bounded, beyond it a step's is its own
+_BARE: dict[tuple[str, _Origin], tuple[Continuation]] = {}
+_BARE_MAX = 4096
+_EMPTY = b""
+_EMPTY_DIGEST = digest_of(_EMPTY)
+
+
+def provenance_only(
+    *, vendor: str, api: str, model: str, kind: str, platform: str = FIRST_PARTY
+) -> tuple[Continuation]:
+    """A step's continuation when its item needs no payload: one provenance-only :class:`Continuation`
+    (``payload == b""``, its digest that of the empty bytes, never model-bound), in a one-tuple shared by
+    every step of the same origin and kind (issue 21: no bytes, no object and no tuple per step).
+
+    It says which vendor, API, model and platform produced the step, so the rules of
+    :meth:`Continuation.replayable_to` still decide where the step's reasoning may go; what goes is the
+    codec's rendering of the step's parts, which the codec checked, when it kept this value instead of the
+    payload, to be the item's exact bytes as received. Nothing opaque is ever kept this way: a codec keeps
+    it only for an item whose every byte its parts hold (docs/protocols.md §3.3 for the chat message).
+    """
+    origin = (vendor, api, model, False, platform)
+    key = (kind, origin)
+    try:
+        found = _BARE.get(key)
+    except TypeError:  # an unhashable field: the caller's odd value, its own value
+        found = None
+    if found is not None:
+        return found
+    value = Continuation(
+        kind=sys.intern(kind) if type(kind) is str else kind,
+        payload=_EMPTY,
+        digest=_EMPTY_DIGEST,
+        origin=origin,
+        known=(_EMPTY, _EMPTY_DIGEST),
+    )
+    made: tuple[Continuation] = (value,)
+    try:
+        if len(_BARE) < _BARE_MAX:
+            return _BARE.setdefault(key, made)
+    except TypeError:
+        pass
+    return made
+
+
+def shared_bare(continuation: tuple[Continuation, ...]) -> tuple[Continuation, ...]:
+    """``continuation`` itself, or the shared one-tuple equal to it when it is one provenance-only value
+    (:func:`provenance_only`): a restored step holds what the captured one held."""
+    if len(continuation) != 1 or continuation[0].payload != b"" or continuation[0].model_bound:
+        return continuation
+    c = continuation[0]
+    shared = provenance_only(vendor=c.vendor, api=c.api, model=c.model, kind=c.kind, platform=c.platform)
+    return shared if shared == continuation else continuation
 
 
 #: the fields whose string values are names from a small set (a block's type, a message's role and status):
