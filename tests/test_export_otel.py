@@ -100,6 +100,8 @@ def as_sent(history: Any) -> list[tuple[Any, Any]]:
         for s in t.steps:
             texts = {p.continuation: getattr(p, "text", "") for p in s.parts}
             for i, c in enumerate(s.continuation):
+                if c.bare:  # a chat message that is its parts rendered keeps no payload (issue 21)
+                    continue
                 value = json.loads(c.payload)
                 text = texts.get(i)
                 if (
