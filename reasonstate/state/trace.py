@@ -409,7 +409,7 @@ class _Store:
         the checks of :meth:`event` without building the event (a restore reads every event once)."""
         if i in self.raw:
             return
-        self._valid(_loads(self.line(i).decode("utf-8", "surrogatepass")), _SHAPES)
+        self._valid(_loads(self.line(i).decode("utf-8", "surrogatepass")), _SHAPES, {})
 
     def line(self, i: int) -> bytes:
         """Event ``i``'s bytes (``i`` encoded: before ``pending[0]``)."""
@@ -460,9 +460,9 @@ class _Store:
             return next((i for i in range(min(end, len(kinds)) - 1, -1, -1) if kinds[i] == kid), -1)
         return kinds.tobytes().rfind(bytes((kid,)), 0, end)
 
-    def _valid(self, x: Any, shapes: Sequence[tuple[str, ...]], heads: dict[int, None] | None = None) -> None:
+    def _valid(self, x: Any, shapes: Sequence[tuple[str, ...]], heads: dict[int, None]) -> None:
         """:meth:`_dec`'s checks of ``x`` against the shape table ``shapes``, building nothing; the dict
-        shape ids met are added to ``heads`` (when given), in the order they were encoded."""
+        shape ids met are added to ``heads``, in the order they were encoded."""
         t = type(x)
         if t is str:
             if x[:1] != "~" or x[1:2] == "~":
@@ -483,8 +483,7 @@ class _Store:
                 keys = shapes[head]
                 if len(keys) != len(x) - 1:
                     raise ValueError(f"dict shape {head} has {len(keys)} keys, not {len(x) - 1}")
-                if heads is not None:
-                    heads[head] = None
+                heads[head] = None
             for v in x[1:]:
                 if type(v) is not int:
                     self._valid(v, shapes, heads)
@@ -824,25 +823,24 @@ class Trace:
             if not 0 <= i < n or lengths[i]:
                 raise ValueError("a compact trace's whole event is not at an empty place")
             store.raw[i] = TraceEvent(seq, str(kind), event_data, at)
-        # the snapshot's shape ids as this process's (learned in the order the events use them, as the
-        # writer did): the same ids when it learned them in the same order, else the bytes of each event
-        # that holds another id are rewritten once with this process's
-        shapes: dict[int, int | None] = {}
+        heads: dict[int, None] = {}
         for i in range(n):  # every event decodes, and has a time
             if i not in store.raw and (not starts or starts[0] > i):
                 raise ValueError("a compact trace's event has no time")
             if i not in store.raw:
-                x, heads = _loads(lines[i].decode("utf-8", "surrogatepass")), dict[int, None]()
-                store._valid(x, table, heads)
-                moved = False
-                for head in heads:
-                    if head not in shapes:
-                        new = shapes[head] = _shape_id(table[head])
-                        if new is not None:
-                            store.used |= 1 << new
-                    moved = moved or shapes[head] != head
-                if moved:
-                    lines[i] = _dumps(_remapped(x, shapes, table)).encode("utf-8", "surrogatepass")
+                store._valid(_loads(lines[i].decode("utf-8", "surrogatepass")), table, heads)
+        # the snapshot's shape ids as this process's (learned in the order the events use them, as the
+        # writer did): the same ids when this process learned them in the same order (the seeded ones
+        # always), else every event's bytes are rewritten once with this process's ids
+        shapes = {head: _shape_id(table[head]) for head in heads}
+        for new in shapes.values():
+            if new is not None:
+                store.used |= 1 << new
+        if any(new != head for head, new in shapes.items()):
+            for i in range(n):
+                if i not in store.raw:
+                    x = _remapped(_loads(lines[i].decode("utf-8", "surrogatepass")), shapes, table)
+                    lines[i] = _dumps(x).encode("utf-8", "surrogatepass")
         store.chunks = [
             _deflate(b"".join(line + b"\n" for line in lines[k * _CHUNK : (k + 1) * _CHUNK]))
             for k in range(full)
