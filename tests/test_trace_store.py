@@ -21,7 +21,7 @@ import reasonstate as rs
 from reasonstate.export.jsonl import event_line
 from reasonstate.snapshot import trace_from_snapshot
 from reasonstate.state import EventKind, FrozenDict, FrozenList, Trace, TraceEvent, freeze, thaw
-from reasonstate.testing import ModelAction
+from reasonstate.testing import ModelAction, ToolCallSpec
 from reasonstate.testing.anthropic import AnthropicEmulator
 from tests.conftest import make_session
 
@@ -197,10 +197,12 @@ def test_a_compact_trace_with_a_line_break_in_an_event_is_refused() -> None:
     payload = zlib.decompress(base64.b64decode(compact["z"]))
     head, blob = payload.split(b"\n", 1)
     header = json.loads(head)
-    spaced = b"[0,\n[-1,1,2]]"
+    shape = len(header["shapes"]) - 1  # the id of {"k": ...}: ids are process-wide, the header lists its own
+    assert header["shapes"][shape] == ["k"]
+    spaced = b"[%d,\n[-1,1,2]]" % shape
     assert json.loads(spaced) == json.loads(blob[: header["len"][0]])
     header["len"][0] = len(spaced)
-    edited = json.dumps(header).encode() + b"\n" + spaced + blob[len(b"[0,[-1,1,2]]") :]
+    edited = json.dumps(header).encode() + b"\n" + spaced + blob[len(b"[%d,[-1,1,2]]" % shape) :]
     with pytest.raises(ValueError, match="line break"):
         Trace.from_compact({**compact, "z": base64.b64encode(zlib.compress(edited)).decode()})
 
@@ -232,13 +234,15 @@ def test_a_sessions_snapshot_holds_its_trace_compactly_reads_it_back_and_refuses
 @pytest.mark.parametrize(
     "event",
     [
-        b"[99,1]",  # a dict shape the header does not have
-        b"[0,1,2,3]",  # shape 0 (one key) with three values
-        b'[0,"~#7"]',  # a reference to a string the header does not have
-        b'[0,"~abc"]',  # "~" and not a 32-byte digest in base64
-        b"[0,[-1,[-5]]]",  # a negative dict shape inside a list
-        b'[0,{"k":[]}]',  # an empty list where a shape id must be
-        b"[0,",  # not JSON
+        # ``S``: the id of the one shape (``{"k": ...}``), ``A``: an id past the header's shapes (ids are
+        # process-wide: the header lists the ones its events use, at their ids)
+        b"[A,1]",  # a dict shape the header does not have
+        b"[S,1,2,3]",  # shape S (one key) with three values
+        b'[S,"~#7"]',  # a reference to a string the header does not have
+        b'[S,"~abc"]',  # "~" and not a 32-byte digest in base64
+        b"[S,[-1,[-5]]]",  # a negative dict shape inside a list
+        b'[S,{"k":[]}]',  # an empty list where a shape id must be
+        b"[S,",  # not JSON
     ],
 )
 def test_a_compact_trace_whose_event_bytes_do_not_decode_is_refused_when_read(event: bytes) -> None:
@@ -254,13 +258,120 @@ def test_a_compact_trace_whose_event_bytes_do_not_decode_is_refused_when_read(ev
     payload = zlib.decompress(base64.b64decode(compact["z"]))
     head, _ = payload.split(b"\n", 1)
     header = json.loads(head)
+    shape = len(header["shapes"]) - 1
+    assert header["shapes"][shape] == ["k"]
+    event = event.replace(b"S", b"%d" % shape).replace(b"A", b"%d" % len(header["shapes"]))
     header["len"] = [len(event), *header["len"][1:]]
     first = header["len"][0]
     blob = payload.split(b"\n", 1)[1]
-    rest = blob[len(json.dumps([0, "v"], separators=(",", ":"))) :]
+    rest = blob[len(json.dumps([shape, "v"], separators=(",", ":"))) :]
     edited = json.dumps(header, separators=(",", ":")).encode() + b"\n" + event + rest
     bad = {**compact, "z": base64.b64encode(zlib.compress(edited)).decode()}
     assert first == len(event)
     assert Trace.from_compact(compact).events[0].data == {"k": "v"}
     with pytest.raises(ValueError):
         Trace.from_compact(bad)
+
+
+def _compact(header: dict[str, Any], lines: list[bytes], n: int) -> dict[str, Any]:
+    """A ``trace/1`` value written by hand: the header line, then the event bytes."""
+    import base64
+    import zlib
+
+    payload = json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(lines)
+    return {"codec": "trace/1", "events": n, "z": base64.b64encode(zlib.compress(payload)).decode()}
+
+
+def test_a_trace_written_with_other_shape_ids_reads_back_the_same_events() -> None:
+    """Issue 21: dict shape ids are process-wide (no store keeps a table of its own); a snapshot written by
+    another process (or by an earlier version, whose stores numbered their shapes from 0) names other ids
+    for the same keys. Hand-written bytes in the documented form (``[shape id, *values]``, a header listing
+    each id's keys) read back to the events they spell, and the trace writes and reads back again."""
+    lines = [b'[0,"v",[1,7,null]]', b"[1,7,null]", b"[0,1,[-1,[1,2,3]]]"]
+    header = {
+        "kinds": ["custom.kind"],
+        "k": [0, 0, 0],
+        "rs": [0],
+        "ra": [1.5],
+        "len": [len(line) for line in lines],
+        "shapes": [["k_issue21_a", "k_issue21_b"], ["k_issue21_c", "k_issue21_d"]],
+        "strings": [],
+        "raw": [],
+    }
+    # this process learns the shapes first, the other way round (a trace encodes its events when written)
+    Trace().extended([("custom.kind", {"k_issue21_c": 0, "k_issue21_d": 0})]).to_compact()
+    read = Trace.from_compact(_compact(header, lines, 3))
+    want = [
+        {"k_issue21_a": "v", "k_issue21_b": {"k_issue21_c": 7, "k_issue21_d": None}},
+        {"k_issue21_c": 7, "k_issue21_d": None},
+        {"k_issue21_a": 1, "k_issue21_b": [{"k_issue21_c": 2, "k_issue21_d": 3}]},
+    ]
+    assert [thaw(e.data) for e in read] == want
+    assert [(e.seq, e.kind, e.at) for e in read] == [(i, "custom.kind", 1.5) for i in range(3)]
+    again = Trace.from_compact(read.to_compact())
+    assert again == read
+    assert [thaw(e.data) for e in again.extended([("custom.kind", want[0])])] == [*want, want[0]]
+
+
+def test_a_snapshot_carries_only_the_shapes_of_its_own_events() -> None:
+    """The shape table is process-wide, the snapshot is not: another session's event keys never appear in
+    a trace's compact form (an id its events do not use is an empty list there)."""
+    import base64
+    import zlib
+
+    Trace().extended([("custom.kind", {"someone_elses_key_issue21": 1})]).to_compact()
+    mine = Trace().extended([("custom.kind", {"my_key_issue21": {"inner_issue21": 2}})])
+    payload = zlib.decompress(base64.b64decode(mine.to_compact()["z"]))
+    shapes = json.loads(payload.split(b"\n", 1)[0])["shapes"]
+    assert b"someone_elses_key_issue21" not in payload
+    assert sorted(s for s in shapes if s) == [["inner_issue21"], ["my_key_issue21"]]
+    assert Trace.from_compact(mine.to_compact()) == mine
+
+
+def test_past_the_shape_limit_a_dict_is_kept_with_its_keys_written_or_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The process-wide table stops learning at its limit: a dict of a shape it does not hold is kept with
+    its keys, when an event is encoded and when a trace written elsewhere is read; the events are equal."""
+    import reasonstate.state.trace as trace_module
+
+    monkeypatch.setattr(trace_module, "_MAX_SHAPES", len(trace_module._SHAPES))
+    data = {"full_issue21_a": {"full_issue21_b": [1, "x"]}, "n": None}
+    written = Trace().extended([("custom.kind", data)] * 5)
+    assert [thaw(e.data) for e in written] == [data] * 5
+    read = Trace.from_compact(written.to_compact())
+    assert read == written
+    lines = [b'[0,[1,[-1,1,"x"]],null]']
+    header = {"kinds": ["custom.kind"], "k": [0], "rs": [0], "ra": [2.0], "len": [len(lines[0])]}
+    header |= {"shapes": [["full_issue21_c", "n"], ["full_issue21_b"]], "strings": [], "raw": []}
+    other = Trace.from_compact(_compact(header, lines, 1))
+    assert [thaw(e.data) for e in other] == [{"full_issue21_c": {"full_issue21_b": [1, "x"]}, "n": None}]
+    assert Trace.from_compact(other.to_compact()) == other
+
+
+def test_a_sessions_trace_names_only_the_seeded_shapes(emulator: AnthropicEmulator) -> None:
+    """The shapes of a session's common events (plain turns, reasoning, the closing decision, a tool call,
+    its run and its result) have the same ids in every process: a snapshot's header names none past them,
+    so another process reads it back without rewriting an event."""
+    import base64
+    import zlib
+
+    from reasonstate.state.trace import _SEEDED
+
+    work = rs.Tool(name="work", parameters={"type": "object"}, handler=lambda **_: {"ok": True})
+    session = make_session(emulator, tools=[work])
+    emulator.script.extend(
+        [
+            ModelAction.answer("Answer.", reasoning="Thinking."),
+            ModelAction.call(ToolCallSpec("work", {"n": 1}), reasoning="Calling."),
+            ModelAction.answer("Done.", reasoning="Done thinking."),
+        ]
+    )
+    session.send("First?")
+    session.run("Second?")
+    payload = zlib.decompress(base64.b64decode(session.trace.to_compact()["z"]))
+    shapes = json.loads(payload.split(b"\n", 1)[0])["shapes"]
+    kinds = set(session.trace.kinds())
+    assert {EventKind.TOOL_CALLS, EventKind.TOOL_EXECUTED, EventKind.TOOL_RESULTS} <= kinds
+    assert len(shapes) <= len(_SEEDED)
+    assert all(s == [] or tuple(s) == _SEEDED[i] for i, s in enumerate(shapes))

@@ -12,12 +12,13 @@ Storage (the cost of a long session grows by a small constant per event):
     of the trace); a value extended from an older length (a retry, a discarded attempt: a fork) first
     copies its own ``n`` events into a new store, so two values extended from one base never see each
     other's events.
-  * Each event is kept as compact JSON bytes (dict keys as an interned shape, a
-    ``sha256:<hex>`` digest as its 32 bytes in base64, a string equal to the one at the same place of the
-    previous event of that shape as a reference to one shared copy), one line each in chunks of
-    :data:`_CHUNK` events compressed once full (a chunk of a turn's events compresses to ~40%: the same
-    shapes and values turn after turn), its kind as an interned id (one byte), its wall time once per
-    batch; no per-kind index is kept (a kind's positions are a C-speed scan of the kind bytes).
+  * Each event is kept as compact JSON bytes (dict keys as the id of a shape, in the process-wide table of
+    key tuples :data:`_SHAPES`: no store keeps one of its own; a ``sha256:<hex>`` digest as its 32 bytes in
+    base64; a string equal to the one at the same place of the previous event of that shape as a reference
+    to one shared copy), one line each in chunks of :data:`_CHUNK` events compressed once full (a chunk of
+    a turn's events compresses to ~40%: the same shapes and values turn after turn), its kind as an
+    interned id (one byte), its wall time once per batch; no per-kind index is kept (a kind's positions
+    are a C-speed scan of the kind bytes).
     :class:`TraceEvent` values are built on access (``events``, iteration,
     :meth:`Trace.of_kind`); the store keeps only its newest :data:`_TAIL_MAX` events as built (their
     kinds at once), each older one encoded when a newer one pushes it out: a short-lived session (one
@@ -29,7 +30,9 @@ Storage (the cost of a long session grows by a small constant per event):
     :class:`TraceEvent`.
   * :meth:`Trace.to_compact` / :meth:`Trace.from_compact`: the snapshot's form of the same bytes
     (zlib-compressed, base64), read back to an equal trace; anything that does not decode is a
-    ``ValueError``.
+    ``ValueError``. Its header lists the shapes its events use, each at its id (the others: ``[]``); a
+    trace written by another process (other ids for the same keys) is read back with this process's ids,
+    its events' bytes rewritten once when the ids differ.
 """
 
 from __future__ import annotations
@@ -122,8 +125,32 @@ _DIGEST_PREFIX = "sha256:"
 _HEX = frozenset("0123456789abcdef")
 #: a string at least this long, equal to the previous one at its place, is a reference to one shared copy
 _SHARED_MIN = 6
-#: dict key sets learned as shapes (beyond: a dict is kept with its keys); digit keys are never learned
+#: dict key sets learned as shapes, process-wide (beyond: a dict is kept with its keys); digit keys are never
+#: learned
 _MAX_SHAPES = 4096
+#: the dict shapes (key tuples) learned, process-wide, and their ids: the event data of a session is a few
+#: dozen shapes, the same in every session, so no store keeps a table of its own (~2.6 KB each); a store
+#: notes which ids its events use (:attr:`_Store.used`) and its snapshot carries those
+#: the shapes of a session's common events (engine.py: a turn opened and closed, its requests and responses
+#: with their usage, reasoning, the closing decision and its views, tool calls, runs and results), first and
+#: in this order: every process gives them the same ids, so a snapshot written by one reads back in another
+#: without rewriting an event (a shape missing here is learned like any other, only later)
+_SEEDED: tuple[tuple[str, ...], ...] = (
+    ("turn", "user"),
+    ("index", "request_digest", "bytes", "prefix_fingerprint", "divergence", "predicted_cache_read"),
+    ("index", "stop_reason", "usage", "duration_s", "response_id", "response_model"),
+    ("uncached_input", "cache_read", "cache_write", "output", "reasoning"),
+    ("turn", "step", "text", "payload_digests"),
+    ("turn", "policy", "views", "summary", "divergence_unit", "predicted_cache_read", "reprefill_tokens"),
+    ("keep_reasoning", "summary"),
+    ("turn", "steps"),
+    ("turn", "calls"),
+    ("id", "name", "arguments"),
+    ("id", "name", "started_at", "duration_s", "is_error", "outcome"),
+    ("turn", "call_ids"),
+)
+_SHAPES: list[tuple[str, ...]] = list(_SEEDED)
+_SHAPE_IDS: dict[tuple[str, ...], int] = {keys: i for i, keys in enumerate(_SEEDED)}
 #: how many of its newest events a store keeps as built, not encoded yet: the four a ``send`` commits (a
 #: fresh session's first send encodes none; a store's delta entry finds them built and decodes the two
 #: before them, the previous turn's decision and close). An event built costs ~0.5 KB where its bytes
@@ -170,6 +197,36 @@ def _learnable(keys: tuple[Any, ...]) -> bool:
     return all(type(k) is str and not k[:1].isdigit() for k in keys)
 
 
+def _shape_id(keys: tuple[Any, ...]) -> int | None:
+    """The process-wide id of the dict shape ``keys``, learned now if need be (None: not learnable, or
+    the table is full: the dict is kept with its keys). An id, once given, names the same keys forever."""
+    found = _SHAPE_IDS.get(keys)
+    if found is not None:
+        return found
+    if len(_SHAPES) >= _MAX_SHAPES or not _learnable(keys):
+        return None
+    with _KIND_LOCK:
+        found = _SHAPE_IDS.get(keys)
+        if found is None and len(_SHAPES) < _MAX_SHAPES:
+            _SHAPES.append(keys)  # before its id is published: a reader finds the keys of any id it sees
+            found = _SHAPE_IDS[keys] = len(_SHAPES) - 1
+        return found
+
+
+def _remapped(x: Any, ids: Mapping[int, int | None], table: Sequence[tuple[str, ...]]) -> Any:
+    """An event's bytes (parsed, valid against ``table``) with each dict shape id ``i`` replaced by
+    ``ids[i]``, or the dict kept with its keys where that is None (a restore into this process)."""
+    if type(x) is list:
+        head, values = x[0], [_remapped(v, ids, table) if type(v) in (list, dict) else v for v in x[1:]]
+        if head == _LIST:
+            return [_LIST, *values]
+        new = ids[head]
+        return dict(zip(table[head], values, strict=True)) if new is None else [new, *values]
+    if type(x) is dict:
+        return {k: _remapped(v, ids, table) for k, v in x.items()}
+    return x
+
+
 class _Store:
     """The append-only events behind every :class:`Trace` value extended from one another.
 
@@ -179,8 +236,9 @@ class _Store:
     earlier event ``i`` has its bytes (empty for an event kept whole in ``raw``; never a line break: compact
     JSON) as line ``i % _CHUNK`` of chunk ``i // _CHUNK``, and its time ``run_at[k]`` for the last
     ``run_start[k] <= i``. A chunk is :data:`_CHUNK` events, each ended by ``\n``: ``chunks[k]`` raw-deflate
-    compressed once full, ``open`` the one being filled, as is; the shape and string tables only grow, so
-    an event decodes the same forever. ``pending`` is replaced, never emptied in place, so a reader that
+    compressed once full, ``open`` the one being filled, as is; the string table and the process-wide
+    shape table only grow, so an event decodes the same forever; ``used`` has the bit of each shape id
+    its encoded events hold. ``pending`` is replaced, never emptied in place, so a reader that
     took it before an encoding still finds its event there.
     """
 
@@ -194,11 +252,10 @@ class _Store:
         "raw",
         "run_at",
         "run_start",
-        "shape_ids",
-        "shapes",
         "string_ids",
         "strings",
         "token",
+        "used",
     )
 
     def __init__(self) -> None:
@@ -209,8 +266,8 @@ class _Store:
         self.run_start = array("I")
         self.run_at = array("d")
         self.raw: dict[int, TraceEvent] = {}
-        self.shapes: list[tuple[str, ...]] = []
-        self.shape_ids: dict[tuple[str, ...], int] = {}
+        #: the process-wide shape ids its events use, as bits (``1 << id``): what its snapshot carries
+        self.used = 0
         self.strings: list[str] = []
         self.string_ids: dict[str, int] = {}
         #: per place (``shape << 16 | position``) the last string seen there (an encoding hint only: two
@@ -235,7 +292,7 @@ class _Store:
         runs = bisect.bisect_left(self.run_start, n)
         new.run_start, new.run_at = self.run_start[:runs], self.run_at[:runs]
         new.raw = {i: e for i, e in self.raw.items() if i < n}
-        new.shapes, new.shape_ids = list(self.shapes), dict(self.shape_ids)
+        new.used = self.used
         new.strings, new.string_ids = list(self.strings), dict(self.string_ids)
         new.last = dict(self.last)
         new.pending = (n, [])
@@ -307,15 +364,14 @@ class _Store:
             return v
         if t is FrozenDict or t is dict or (t is not FrozenList and isinstance(v, Mapping)):
             keys = tuple(v)
-            shape = self.shape_ids.get(keys)
+            shape = _SHAPE_IDS.get(keys)
             if shape is None:
-                if len(self.shapes) < _MAX_SHAPES and _learnable(keys):
-                    shape = self.shape_ids[keys] = len(self.shapes)
-                    self.shapes.append(keys)
-                else:
+                shape = _shape_id(keys)
+                if shape is None:
                     if not all(type(k) is str for k in keys):
                         raise _Raw
                     return {k: self._enc(x, None) for k, x in v.items()}
+            self.used |= 1 << shape
             out: list[Any] = [shape]
             append = out.append
             for i, x in enumerate(v.values()):
@@ -353,7 +409,7 @@ class _Store:
         the checks of :meth:`event` without building the event (a restore reads every event once)."""
         if i in self.raw:
             return
-        self._valid(_loads(self.line(i).decode("utf-8", "surrogatepass")))
+        self._valid(_loads(self.line(i).decode("utf-8", "surrogatepass")), _SHAPES, {})
 
     def line(self, i: int) -> bytes:
         """Event ``i``'s bytes (``i`` encoded: before ``pending[0]``)."""
@@ -404,8 +460,9 @@ class _Store:
             return next((i for i in range(min(end, len(kinds)) - 1, -1, -1) if kinds[i] == kid), -1)
         return kinds.tobytes().rfind(bytes((kid,)), 0, end)
 
-    def _valid(self, x: Any) -> None:
-        """:meth:`_dec`'s checks of ``x``, building nothing."""
+    def _valid(self, x: Any, shapes: Sequence[tuple[str, ...]], heads: dict[int, None]) -> None:
+        """:meth:`_dec`'s checks of ``x`` against the shape table ``shapes``, building nothing; the dict
+        shape ids met are added to ``heads``, in the order they were encoded."""
         t = type(x)
         if t is str:
             if x[:1] != "~" or x[1:2] == "~":
@@ -423,15 +480,16 @@ class _Store:
             if head != _LIST:
                 if head < 0:
                     raise ValueError(f"not an encoded dict or list: {x!r:.60}")
-                keys = self.shapes[head]
+                keys = shapes[head]
                 if len(keys) != len(x) - 1:
                     raise ValueError(f"dict shape {head} has {len(keys)} keys, not {len(x) - 1}")
+                heads[head] = None
             for v in x[1:]:
                 if type(v) is not int:
-                    self._valid(v)
+                    self._valid(v, shapes, heads)
         elif t is dict:
             for v in x.values():
-                self._valid(v)
+                self._valid(v, shapes, heads)
 
     def _dec(self, x: Any) -> Any:
         t = type(x)
@@ -454,7 +512,7 @@ class _Store:
                 return FrozenList([self._dec(v) for v in x[1:]])
             if head < 0:
                 raise ValueError(f"not an encoded dict or list: {x!r:.60}")
-            keys = self.shapes[head]
+            keys = _SHAPES[head]
             if len(keys) != len(x) - 1:
                 raise ValueError(f"dict shape {head} has {len(keys)} keys, not {len(x) - 1}")
             return FrozenDict(zip(keys, [self._dec(v) for v in x[1:]], strict=True))
@@ -696,14 +754,15 @@ class Trace:
             store.encode_pending()
             lines = store.lines(n)
         runs = bisect.bisect_left(store.run_start, n)
-        used = store.kinds[:n]
+        kinds, used = store.kinds[:n], store.used
         header = {
-            "kinds": _KIND_NAMES[: max(used) + 1] if used else [],
-            "k": used.tolist(),
+            "kinds": _KIND_NAMES[: max(kinds) + 1] if kinds else [],
+            "k": kinds.tolist(),
             "rs": store.run_start[:runs].tolist(),
             "ra": store.run_at[:runs].tolist(),
             "len": [len(line) for line in lines],
-            "shapes": [list(s) for s in store.shapes],
+            # the shapes its events use, at their ids (an id no event uses: an empty list)
+            "shapes": [list(_SHAPES[i]) if used >> i & 1 else [] for i in range(used.bit_length())],
             "strings": store.strings,
             "raw": [[i, e.seq, e.kind, e.at, _thawed(e.data)] for i, e in sorted(store.raw.items()) if i < n],
         }
@@ -751,30 +810,42 @@ class Trace:
             raise ValueError("a compact trace's event holds a line break")
         lines = [blob[a:b] for a, b in pairwise((0, *accumulate(lengths)))]
         full = n // _CHUNK
-        store.chunks = [
-            _deflate(b"".join(line + b"\n" for line in lines[k * _CHUNK : (k + 1) * _CHUNK]))
-            for k in range(full)
-        ]
-        store.open = bytearray(b"".join(line + b"\n" for line in lines[full * _CHUNK :]))
         ids = [_kind_id(str(k)) for k in header["kinds"]]
         store.kinds = array("B" if max(ids, default=0) <= 0xFF else "I", (ids[k] for k in kinds))
         store.run_start, store.run_at = array("I", header["rs"]), array("d", header["ra"])
         starts = store.run_start
         if len(starts) != len(store.run_at) or any(b <= a for a, b in pairwise(starts)):
             raise ValueError("a compact trace's times are not in order")
-        store.shapes = [tuple(str(k) for k in s) for s in header["shapes"]]
-        store.shape_ids = {s: i for i, s in enumerate(store.shapes)}
+        table = [tuple(str(k) for k in s) for s in header["shapes"]]
         store.strings = [str(s) for s in header["strings"]]
         store.string_ids = {s: i for i, s in enumerate(store.strings)}
         for i, seq, kind, at, event_data in header["raw"]:
             if not 0 <= i < n or lengths[i]:
                 raise ValueError("a compact trace's whole event is not at an empty place")
             store.raw[i] = TraceEvent(seq, str(kind), event_data, at)
+        heads: dict[int, None] = {}
         for i in range(n):  # every event decodes, and has a time
             if i not in store.raw and (not starts or starts[0] > i):
                 raise ValueError("a compact trace's event has no time")
             if i not in store.raw:
-                store._valid(_loads(lines[i].decode("utf-8", "surrogatepass")))
+                store._valid(_loads(lines[i].decode("utf-8", "surrogatepass")), table, heads)
+        # the snapshot's shape ids as this process's (learned in the order the events use them, as the
+        # writer did): the same ids when this process learned them in the same order (the seeded ones
+        # always), else every event's bytes are rewritten once with this process's ids
+        shapes = {head: _shape_id(table[head]) for head in heads}
+        for new in shapes.values():
+            if new is not None:
+                store.used |= 1 << new
+        if any(new != head for head, new in shapes.items()):
+            for i in range(n):
+                if i not in store.raw:
+                    x = _remapped(_loads(lines[i].decode("utf-8", "surrogatepass")), shapes, table)
+                    lines[i] = _dumps(x).encode("utf-8", "surrogatepass")
+        store.chunks = [
+            _deflate(b"".join(line + b"\n" for line in lines[k * _CHUNK : (k + 1) * _CHUNK]))
+            for k in range(full)
+        ]
+        store.open = bytearray(b"".join(line + b"\n" for line in lines[full * _CHUNK :]))
         return cls._of(store, n)
 
 
