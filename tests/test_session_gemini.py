@@ -279,6 +279,23 @@ def test_unsigned_thoughts_of_one_model_hold_one_payload_and_their_texts_once(
         assert_parts_sent_as_received(content["parts"], parts)
 
 
+def test_a_shared_thought_payload_is_one_per_model_and_platform() -> None:
+    """The one ``{"thought":true}`` value is shared only between Parts of one origin: another model or
+    platform has its own, bound to it (a thought never goes to another model, §5.4)."""
+    flash = GeminiAdapter().decode(DOCUMENTED_RESPONSE, _request("gemini-3-flash")).continuation[0]
+    again = GeminiAdapter().decode(DOCUMENTED_RESPONSE, _request("gemini-3-flash")).continuation[0]
+    pro = GeminiAdapter().decode(DOCUMENTED_RESPONSE, _request("gemini-3-pro")).continuation[0]
+    vertex = GeminiAdapter(platform="vertex").decode(DOCUMENTED_RESPONSE, _request("gemini-3-flash"))
+    assert again is flash and pro is not flash and vertex.continuation[0] is not flash
+    assert [(c.model, c.platform, c.payload) for c in (flash, pro, vertex.continuation[0])] == [
+        ("gemini-3-flash", "first-party", b'{"thought":true}'),
+        ("gemini-3-pro", "first-party", b'{"thought":true}'),
+        ("gemini-3-flash", "vertex", b'{"thought":true}'),
+    ]
+    assert not flash.replayable_to("google", "generate_content", "gemini-3-pro")
+    assert not flash.replayable_to("google", "generate_content", "gemini-3-flash", "vertex")
+
+
 def test_a_snapshot_holding_whole_parts_restores_to_the_same_next_request(emulator: GeminiEmulator) -> None:
     """Snapshots taken before text was left out of payloads hold every Part whole (§5.4): they restore, and
     the next request is byte for byte the one the session that took them sends."""
