@@ -81,6 +81,9 @@ def test_buffer_packs_until_another_string() -> None:
     assert len(buf) == 4 and buf[1] == _d(1)
     done = buf.done()
     assert type(done) is Units and done == (_d(0), _d(1), _d(2), _d(4))
+    other = UnitBuffer([_d(0)])
+    other.extend([_d(1), "x"])  # one string that is no digest: all of them kept as strings
+    assert other.done() == (_d(0), _d(1), "x") and len(other) == 3
     buf.append("tools")  # not a digest: the request's units are strings from here on
     assert buf.done() == (_d(0), _d(1), _d(2), _d(4), "tools") and type(buf.done()) is tuple
 

@@ -62,7 +62,6 @@ import itertools
 import json
 import operator
 import re
-import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping, MutableSequence, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, cast
@@ -89,7 +88,7 @@ from reasonstate.state import (
     digest_of,
 )
 from reasonstate.state.continuation import FIRST_PARTY, compact
-from reasonstate.state.units import RAW, Units, UnitSeq, as_units, pack, raw_digest
+from reasonstate.state.units import RAW, SHELF_LOCK, Units, UnitSeq, as_units, pack, raw_digest
 
 __all__ = [
     "FOREIGN_REASONING",
@@ -569,7 +568,7 @@ class Seal:
 
 #: held while a shelf (:func:`shelved`) is checked and extended: an append and the length check before it are
 #: one step, so two values extended from one shelf at once never both append to it
-_SHELF = threading.Lock()
+_SHELF = SHELF_LOCK
 
 _I = TypeVar("_I")
 _L = TypeVar("_L", bound="MutableSequence[Any]")
