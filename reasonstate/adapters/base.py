@@ -997,15 +997,14 @@ class ShelvedRun:
 
     @property
     def units(self) -> Units:
-        return Units(bytes(self.unit_raw()))
+        shelf, end = self.unit_raw()
+        return Units(bytes(shelf[:end]))
 
-    def unit_raw(self) -> bytes | bytearray:
+    def unit_raw(self) -> tuple[bytearray, int]:
         """This run's units packed, to be joined into a request's (:meth:`UnitBuffer.extend_packed
-        <reasonstate.state.units.UnitBuffer.extend_packed>`): the shelf itself when they are all of it
-        (never to be changed by the caller), else a copy of its head."""
-        end = self._ends()[1] * RAW
-        shelf = self.unit_shelf
-        return shelf if len(shelf) == end else shelf[:end]
+        <reasonstate.state.units.UnitBuffer.extend_packed>`): the shelf (never to be changed by the
+        caller; another run may append to it meanwhile) and how many of its bytes are this run's."""
+        return self.unit_shelf, self._ends()[1] * RAW
 
     @property
     def withheld(self) -> Sequence[Continuation]:

@@ -287,19 +287,21 @@ class UnitBuffer(MutableSequence[str]):
             return
         self._list.extend(values)
 
-    def extend_packed(self, raw: bytes | bytearray) -> None:
-        """Append packed units (32 bytes each: a run's shelf, held by reference until :meth:`done`)."""
+    def extend_packed(self, raw: bytes | bytearray, size: int | None = None) -> None:
+        """Append packed units (32 bytes each): the first ``size`` bytes of ``raw`` (all of them unless
+        given). A run's shelf is held by reference until :meth:`done`, which reads those bytes only."""
+        size = len(raw) if size is None else size
         if self._list is not None:
-            self._list.extend(Units(bytes(raw)))
-        elif len(raw) < 1024:
-            self._buf += raw
+            self._list.extend(Units(bytes(raw[:size])))
+        elif size < 1024:
+            self._buf += raw[:size]
         else:
             if self._buf:
                 self._parts.append((bytes(self._buf), len(self._buf)))
                 self._held += len(self._buf)
                 self._buf = bytearray()
-            self._parts.append((raw, len(raw)))
-            self._held += len(raw)
+            self._parts.append((raw, size))
+            self._held += size
 
     def done(self) -> UnitSeq:
         """The units built: :class:`Units`, or a tuple where one is not a digest string."""
