@@ -81,6 +81,9 @@ def test_buffer_packs_until_another_string() -> None:
     assert len(buf) == 4 and buf[1] == _d(1)
     done = buf.done()
     assert type(done) is Units and done == (_d(0), _d(1), _d(2), _d(4))
+    other = UnitBuffer([_d(0)])
+    other.extend([_d(1), "x"])  # one string that is no digest: all of them kept as strings
+    assert other.done() == (_d(0), _d(1), "x") and len(other) == 3
     buf.append("tools")  # not a digest: the request's units are strings from here on
     assert buf.done() == (_d(0), _d(1), _d(2), _d(4), "tools") and type(buf.done()) is tuple
 
@@ -121,3 +124,11 @@ def test_a_payload_keeps_no_digest_string_and_still_refuses_an_edit() -> None:
     object.__setattr__(same, "payload", b'{"type":"thinking","x":3}')  # an edit in memory
     with pytest.raises(ContinuationMismatch):
         same.verify()
+
+
+def test_a_shelf_grown_after_it_was_handed_over_is_read_as_it_was() -> None:
+    shelf = bytearray(b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(40)))
+    buf = UnitBuffer([_d(-1)])
+    buf.extend_packed(shelf, 32 * 39)  # a run's share of a shelf: its first 39 units
+    shelf += bytes(32)  # another run appends to the shared shelf meanwhile
+    assert buf.done() == (_d(-1), *(_d(i) for i in range(39))) and len(buf) == 40

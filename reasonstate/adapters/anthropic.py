@@ -639,7 +639,7 @@ class AnthropicAdapter:
         prefix_units = len(units)
         messages.extend(run.messages)
         starts.extend(run.starts)
-        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
+        units.extend_packed(*run.unit_raw())  # packed, joined at C speed (issue 21)
         run.check()
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:

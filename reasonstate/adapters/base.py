@@ -62,7 +62,6 @@ import itertools
 import json
 import operator
 import re
-import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping, MutableSequence, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, cast
@@ -89,7 +88,7 @@ from reasonstate.state import (
     digest_of,
 )
 from reasonstate.state.continuation import FIRST_PARTY, compact
-from reasonstate.state.units import RAW, Units, UnitSeq, as_units, pack, raw_digest
+from reasonstate.state.units import RAW, SHELF_LOCK, Units, UnitSeq, as_units, pack, raw_digest
 
 __all__ = [
     "FOREIGN_REASONING",
@@ -572,7 +571,7 @@ class Seal:
 
 #: held while a shelf (:func:`shelved`) is checked and extended: an append and the length check before it are
 #: one step, so two values extended from one shelf at once never both append to it
-_SHELF = threading.Lock()
+_SHELF = SHELF_LOCK
 
 _I = TypeVar("_I")
 _L = TypeVar("_L", bound="MutableSequence[Any]")
@@ -1003,15 +1002,14 @@ class ShelvedRun:
 
     @property
     def units(self) -> Units:
-        return Units(bytes(self.unit_raw()))
+        shelf, end = self.unit_raw()
+        return Units(bytes(shelf[:end]))
 
-    def unit_raw(self) -> bytes | bytearray:
+    def unit_raw(self) -> tuple[bytearray, int]:
         """This run's units packed, to be joined into a request's (:meth:`UnitBuffer.extend_packed
-        <reasonstate.state.units.UnitBuffer.extend_packed>`): the shelf itself when they are all of it
-        (never to be changed by the caller), else a copy of its head."""
-        end = self._ends()[1] * RAW
-        shelf = self.unit_shelf
-        return shelf if len(shelf) == end else shelf[:end]
+        <reasonstate.state.units.UnitBuffer.extend_packed>`): the shelf (never to be changed by the
+        caller; another run may append to it meanwhile) and how many of its bytes are this run's."""
+        return self.unit_shelf, self._ends()[1] * RAW
 
     @property
     def withheld(self) -> Sequence[Continuation]:

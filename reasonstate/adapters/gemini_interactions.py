@@ -391,7 +391,7 @@ class InteractionsAdapter:
         run = closed_run(closed, (API, "run", model, platform), encode, _EMPTY_RUN, memo)
         run.check()
         values.extend(run.values)
-        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
+        units.extend_packed(*run.unit_raw())  # packed, joined at C speed (issue 21)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
             build = functools.partial(_encode_turn, model=model, platform=platform)

@@ -609,7 +609,7 @@ class OpenAIChatAdapter:
         run = self._closed_run(history.turns, model, memo, closed)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         messages.extend(run.values)  # the head ends with a system or assistant message: never a join
-        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
+        units.extend_packed(*run.unit_raw())  # packed, joined at C speed (issue 21)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
             build = functools.partial(self._encode_turn, model=model)

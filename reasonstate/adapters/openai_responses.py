@@ -491,7 +491,7 @@ class OpenAIResponsesAdapter:
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
         n_few = len(values)
         values.extend(run.values)
-        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
+        units.extend_packed(*run.unit_raw())  # packed, joined at C speed (issue 21)
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
             build = functools.partial(_encode_turn, model=model, by_reference=store, platform=self.binding)

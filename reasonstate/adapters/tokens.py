@@ -260,7 +260,7 @@ class TokenAdapter:
         run = closed_run(closed, (API, "run", self.vendor, units[0]), encode, _EMPTY_RUN, memo)
         run.check()  # the completions the closed turns replay, by identity (re-hashed only if replaced)
         messages.extend(run.values)
-        units.extend_packed(run.unit_raw())  # packed, joined at C speed (issue 21)
+        units.extend_packed(*run.unit_raw())  # packed, joined at C speed (issue 21)
         withheld = tuple(run.withheld)
         opened = None
         if open_turn is not None:

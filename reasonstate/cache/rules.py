@@ -279,16 +279,21 @@ def _messages(
     # it shares all of it, and (DeepSeek) its chain plus its output unit when, beyond that, the next unit
     # is the output
     entries = records.shares(q, model=model, since=since)
-    best_len, best = 0, 0  # the longest known chain that is a prefix; equal chains: the newest figure
-    for _, r, shared in entries:
+    # the longest known chain that is a prefix; equal chains: the newest figure. Read newest first, so a
+    # chain no longer than the best found is passed over before its output unit is compared (a packed
+    # unit is made a string to be compared: one or two per request, not one per earlier request)
+    best_len, best = -1, 0
+    for _, r, shared in reversed(entries):
         n = r.units
         if shared != n:
             continue
-        if n >= best_len:
+        if n > best_len:
             best_len, best = n, r.usage.prompt_tokens
-        output = r.output_unit
-        if persisted and output is not None and n < len(q) and q[n] == output and n + 1 >= best_len:
-            best_len, best = n + 1, r.usage.prompt_tokens + r.usage.output
+        if persisted and n + 1 > best_len and n < len(q):
+            output = r.output_unit
+            if output is not None and q[n] == output:
+                best_len, best = n + 1, r.usage.prompt_tokens + r.usage.output
+    best_len = max(best_len, 0)
     if persisted:
         if all(shared <= best_len for _, _, shared in entries):
             return best

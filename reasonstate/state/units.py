@@ -12,6 +12,8 @@ two :class:`Units` are equal when their digests are (one C-speed comparison of t
 
 from __future__ import annotations
 
+import binascii
+import threading
 from collections.abc import Iterable, Iterator, MutableSequence, Sequence
 from typing import Any, overload
 
@@ -19,32 +21,43 @@ __all__ = ["RAW", "UnitBuffer", "UnitSeq", "Units", "as_units", "pack", "raw_dig
 
 #: bytes per packed digest
 RAW = 32
+#: held while a shelf (an append-only list or bytearray shared by the values extended from one another) is
+#: extended, and while a :class:`UnitBuffer` reads the shelves it holds by reference
+SHELF_LOCK = threading.Lock()
 _PREFIX = "sha256:"
+_UNHEX = binascii.unhexlify
 
 
 def raw_digest(digest: Any) -> bytes | None:
     """The 32 bytes of ``digest`` when it is a digest string as :func:`digest_of` makes them
     (``"sha256:"`` and 64 lowercase hex digits), else None: ``"sha256:" + raw_digest(d).hex() == d``."""
-    if type(digest) is not str or len(digest) != 71 or not digest.startswith(_PREFIX):
-        return None
-    hexed = digest[7:]
-    try:
-        raw = bytes.fromhex(hexed)
-    except ValueError:
-        return None
-    # fromhex also reads upper case and skips spaces: the round trip keeps only the exact form
-    return raw if len(raw) == RAW and raw.hex() == hexed else None
+    out = bytearray()
+    return bytes(out) if _packed_into(out, (digest,)) else None
 
 
 def pack(digests: Iterable[str]) -> bytes | None:
     """``digests`` packed (32 bytes each, in order); None when one of them is not a digest string."""
     out = bytearray()
+    return bytes(out) if _packed_into(out, digests) else None
+
+
+def _packed_into(out: bytearray, digests: Iterable[str]) -> bool:
+    """Append ``digests`` packed to ``out``; False (``out`` then holds a part of them) when one of them is
+    not a digest string. :func:`raw_digest`, inline: one call per request's list, not per unit."""
+    # unhexlify reads upper case too: the round trip keeps only the exact form, so that
+    # ``"sha256:" + raw.hex()`` gives the string back (a few times faster than bytes.fromhex + islower)
     for d in digests:
-        raw = raw_digest(d)
-        if raw is None:
-            return None
+        if type(d) is not str or len(d) != 71 or not d.startswith(_PREFIX):
+            return False
+        hexed = d[7:]
+        try:
+            raw = _UNHEX(hexed)
+        except ValueError:  # binascii.Error: not hex digits
+            return False
+        if raw.hex() != hexed:
+            return False
         out += raw
-    return bytes(out)
+    return True
 
 
 class Units(Sequence[str]):
@@ -149,13 +162,14 @@ class Units(Sequence[str]):
     def common(self, other: Units) -> int:
         """The largest ``n`` with ``self[:n] == other[:n]``: comparisons of their bytes, at C speed."""
         a, b = self.raw, other.raw
-        n = min(len(a), len(b))
-        if (a if len(a) == n else a[:n]) == (b if len(b) == n else b[:n]):
-            return n // RAW
-        lo, hi = 0, n // RAW  # a[:lo] == b[:lo] and a[:hi] != b[:hi], in units
-        while hi - lo > 1:  # each step compares only the half it asks about: 2n bytes in all
+        if len(a) < len(b):
+            a, b = b, a
+        if a.startswith(b):  # the common case, one extending the other: no copy
+            return len(b) // RAW
+        lo, hi = 0, len(b) // RAW  # a[:lo] == b[:lo] and a[:hi] != b[:hi], in units
+        while hi - lo > 1:  # each step compares only the half it asks about: n bytes copied in all
             mid = (lo + hi) // 2
-            if a[lo * RAW : mid * RAW] == b[lo * RAW : mid * RAW]:
+            if a.startswith(b[lo * RAW : mid * RAW], lo * RAW):
                 lo = mid
             else:
                 hi = mid
@@ -179,22 +193,46 @@ class UnitBuffer(MutableSequence[str]):
     """A request's units while a codec builds them: digest strings appended one by one, a run's packed
     units (:class:`Units`, or a shelf's bytes) joined at C speed; :meth:`done` gives the request's units.
 
-    Packed while every unit is a digest string; a unit of another form turns it into a plain list (the
-    request's units are then a tuple, as before)."""
+    A run's shelf is held by reference until :meth:`done` joins everything in one copy (under
+    :data:`SHELF_LOCK`, which every shelf extension holds: a shelf is append-only, and this reads only
+    the bytes it had when it was handed over). Packed while every unit is a digest string; a unit of
+    another form turns it into a plain list (the request's units are then a tuple, as before)."""
 
-    __slots__ = ("_buf", "_list")
+    __slots__ = ("_buf", "_held", "_list", "_parts")
 
     def __init__(self, units: Iterable[str] = ()) -> None:
         self._buf: bytearray = bytearray()
+        #: (buffer, its length when handed over) of the bytes before ``_buf``, and their sum
+        self._parts: list[tuple[bytes | bytearray, int]] = []
+        self._held = 0
         self._list: list[str] | None = None
-        self.extend(units)
+        if units and not (type(units) is list and _packed_into(self._buf, units)):
+            del self._buf[:]
+            self.extend(units)
 
     def __len__(self) -> int:
-        return len(self._buf) // RAW if self._list is None else len(self._list)
+        if self._list is not None:
+            return len(self._list)
+        return (self._held + len(self._buf)) // RAW
+
+    def _flat(self) -> bytearray:
+        """The packed units as one bytearray (the parts held by reference copied in)."""
+        if self._parts:
+            flat = bytearray(self._joined())
+            self._parts, self._buf, self._held = [], flat, 0
+        return self._buf
+
+    def _joined(self) -> bytes:
+        chunks: list[bytes | bytearray] = []
+        with SHELF_LOCK:
+            for b, k in self._parts:
+                chunks.append(b if len(b) == k else b[:k])
+            chunks.append(self._buf)
+            return b"".join(chunks)
 
     def _plain(self) -> list[str]:
         if self._list is None:
-            self._list = list(Units(bytes(self._buf)))
+            self._list = list(Units(bytes(self._flat())))
             self._buf = bytearray()
         return self._list
 
@@ -205,7 +243,7 @@ class UnitBuffer(MutableSequence[str]):
     def __getitem__(self, i: int | slice) -> str | UnitBuffer:
         if isinstance(i, slice):
             return UnitBuffer(self.done()[i])
-        return self._list[i] if self._list is not None else _item(self._buf, i)
+        return self._list[i] if self._list is not None else _item(self._flat(), i)
 
     @overload
     def __setitem__(self, i: int, value: str) -> None: ...
@@ -215,11 +253,12 @@ class UnitBuffer(MutableSequence[str]):
         if self._list is None and isinstance(i, int):
             raw = raw_digest(value)
             if raw is not None:
-                n = len(self)
+                buf = self._flat()
+                n = len(buf) // RAW
                 k = i + n if i < 0 else i
                 if not 0 <= k < n:
                     raise IndexError("UnitBuffer index out of range")
-                self._buf[k * RAW : k * RAW + RAW] = raw
+                buf[k * RAW : k * RAW + RAW] = raw
                 return
         self._plain()[i] = value
 
@@ -230,37 +269,47 @@ class UnitBuffer(MutableSequence[str]):
         self._plain().insert(index, value)
 
     def append(self, value: str) -> None:
-        if self._list is None:
-            raw = raw_digest(value)
-            if raw is not None:
-                self._buf += raw
-                return
+        if self._list is None and _packed_into(self._buf, (value,)):
+            return
         self._plain().append(value)
 
     def extend(self, values: Iterable[str]) -> None:
         if self._list is None:
             if type(values) is Units:
-                self._buf += values.raw
+                self.extend_packed(values.raw)
                 return
             items = values if isinstance(values, (list, tuple)) else list(values)
-            raw = pack(items)
-            if raw is not None:
-                self._buf += raw
+            at = len(self._buf)
+            if _packed_into(self._buf, items):
                 return
+            del self._buf[at:]
             self._plain().extend(items)
             return
         self._list.extend(values)
 
-    def extend_packed(self, raw: bytes | bytearray) -> None:
-        """Append packed units (32 bytes each: a run's shelf)."""
-        if self._list is None:
-            self._buf += raw
+    def extend_packed(self, raw: bytes | bytearray, size: int | None = None) -> None:
+        """Append packed units (32 bytes each): the first ``size`` bytes of ``raw`` (all of them unless
+        given). A run's shelf is held by reference until :meth:`done`, which reads those bytes only."""
+        size = len(raw) if size is None else size
+        if self._list is not None:
+            self._list.extend(Units(bytes(raw[:size])))
+        elif size < 1024:
+            self._buf += raw[:size]
         else:
-            self._list.extend(Units(bytes(raw)))
+            if self._buf:
+                self._parts.append((bytes(self._buf), len(self._buf)))
+                self._held += len(self._buf)
+                self._buf = bytearray()
+            self._parts.append((raw, size))
+            self._held += size
 
     def done(self) -> UnitSeq:
         """The units built: :class:`Units`, or a tuple where one is not a digest string."""
-        return Units(bytes(self._buf)) if self._list is None else tuple(self._list)
+        if self._list is not None:
+            return tuple(self._list)
+        units = _NEW(Units)
+        _SET(units, "raw", self._joined() if self._parts else bytes(self._buf))
+        return units
 
 
 def _item(buf: bytearray, i: int) -> str:
@@ -269,3 +318,6 @@ def _item(buf: bytearray, i: int) -> str:
     if not 0 <= k < n:
         raise IndexError("UnitBuffer index out of range")
     return _PREFIX + buf[k * RAW : k * RAW + RAW].hex()
+
+
+_NEW, _SET = object.__new__, object.__setattr__  # a Units made without the checks of its __init__
