@@ -148,3 +148,16 @@ def test_the_adapter_memo_reads_what_the_instance_says() -> None:
         for host in ("a.openai.azure.com", "b.openai.azure.com"):
             for chosen in (adapter_for(azure(host), api="chat"), adapter_for(azure(host))):
                 assert binding_of(chosen) == f"azure#{host}"
+
+
+def test_a_remembered_repr_answers_only_for_its_own_object() -> None:
+    """``frozen_repr`` reads a remembered repr only for the very object it was remembered for: an equal
+    value (``True == 1``) of another object gets its own repr, which tells them apart."""
+    from reasonstate.state.frozen import freeze, frozen_repr, shared_repr
+
+    one = freeze({"max_tokens": 1, "thinking": {"type": "enabled"}})
+    assert shared_repr(one) == "{'max_tokens': 1, 'thinking': {'type': 'enabled'}}"
+    assert frozen_repr(one) == "{'max_tokens': 1, 'thinking': {'type': 'enabled'}}"
+    true = freeze({"max_tokens": True, "thinking": {"type": "enabled"}})
+    assert true == one
+    assert frozen_repr(true) == "{'max_tokens': True, 'thinking': {'type': 'enabled'}}"
