@@ -83,7 +83,7 @@ from reasonstate.state import (
 from reasonstate.state.continuation import recorded_platform
 from reasonstate.state.execution import EMPTY as NO_RECORDS
 from reasonstate.state.execution import common_prefix_len
-from reasonstate.state.frozen import FrozenDict, FrozenList, equal_values, remember
+from reasonstate.state.frozen import FrozenDict, FrozenList, equal_values, remember, shared_repr
 from reasonstate.switching import SDK_OWNED, Switching, check_model
 
 __all__ = [
@@ -242,6 +242,7 @@ def _frozen_options(options: dict[str, Any]) -> Mapping[str, Any]:
     frozen: Mapping[str, Any] = freeze(options)
     if len(key) <= _OPTIONS_CHARS and _json_only(frozen):
         remember(_OPTIONS, key, frozen, _OPTIONS_MAX)
+        shared_repr(frozen)  # JSON values only: the checks' memos read its repr from here (frozen_repr)
     return frozen
 
 

@@ -20,7 +20,7 @@ from reasonstate.errors import InvalidOption
 from reasonstate.prefix import Prefix, Tool
 from reasonstate.state import FIRST_PARTY, EventKind, freeze
 from reasonstate.state.continuation import SCOPE_SEPARATOR
-from reasonstate.state.frozen import FrozenDict, equal_values, remember
+from reasonstate.state.frozen import FrozenDict, equal_values, frozen_repr, remember
 
 __all__ = ["SDK_OWNED", "Switching", "check_model"]
 
@@ -48,7 +48,7 @@ def _refusal(rules: ProtocolRules, model: str, options: Mapping[str, Any]) -> st
     """``rules.refuse(model, options)``, remembered when it is None (:data:`_ALLOWED`)."""
     key: tuple[int, str, str] | None = None
     if type(options) is FrozenDict and type(rules).__module__.startswith("reasonstate."):
-        key = (id(rules), model, repr(options))
+        key = (id(rules), model, frozen_repr(options))
         held = _ALLOWED.get(key)
         if held is not None and held[0] is rules and equal_values(held[1], options):
             return None

@@ -148,3 +148,55 @@ def test_the_adapter_memo_reads_what_the_instance_says() -> None:
         for host in ("a.openai.azure.com", "b.openai.azure.com"):
             for chosen in (adapter_for(azure(host), api="chat"), adapter_for(azure(host))):
                 assert binding_of(chosen) == f"azure#{host}"
+
+
+def test_a_remembered_repr_answers_only_for_its_own_object() -> None:
+    """``frozen_repr`` reads a remembered repr only for the very object it was remembered for: an equal
+    value (``True == 1``) of another object gets its own repr, which tells them apart."""
+    from reasonstate.state.frozen import freeze, frozen_repr, shared_repr
+
+    one = freeze({"max_tokens": 1, "thinking": {"type": "enabled"}})
+    assert shared_repr(one) == "{'max_tokens': 1, 'thinking': {'type': 'enabled'}}"
+    assert frozen_repr(one) == "{'max_tokens': 1, 'thinking': {'type': 'enabled'}}"
+    true = freeze({"max_tokens": True, "thinking": {"type": "enabled"}})
+    assert true == one
+    assert frozen_repr(true) == "{'max_tokens': True, 'thinking': {'type': 'enabled'}}"
+
+
+def test_each_system_prompt_sends_its_own_head(claude: AnthropicEmulator) -> None:
+    """The head values shared between sessions (``head_value``: the system block and its unit) answer for
+    their own system text only: sessions on prompts built in turn, twice over, each send their own system
+    block (the vendor's bytes: hand-written), and two sessions on one prompt send equal heads."""
+    client = claude.client()
+    prompts = ["Answer briefly.", "Answer at length.", "Answer briefly.", ""]
+    for _ in range(2):
+        for system in prompts:
+            session = rs.Session(client, model=SONNET, system=system, max_tokens=64)
+            kwargs = session.next_request("Hi?").kwargs
+            if system:
+                assert kwargs["system"] == [
+                    {"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}
+                ]
+            else:
+                assert "system" not in kwargs
+    assert claude.requests == []
+
+
+def test_a_head_value_is_shared_only_for_exact_strings() -> None:
+    """``head_value`` keeps a value for exact ``str`` arguments only (a ``str`` subclass may render
+    otherwise), and the same arguments give the same object."""
+    from reasonstate.adapters.base import head_value
+
+    calls: list[tuple[str, ...]] = []
+
+    def build(*args: str) -> list[str]:
+        calls.append(args)
+        return list(args)
+
+    class Text(str):
+        pass
+
+    first = head_value(build, "model", "m-1")
+    assert head_value(build, "model", "m-1") is first and calls == [("model", "m-1")]
+    assert head_value(build, "model", Text("m-1")) == ["model", "m-1"]
+    assert head_value(build, "model", Text("m-1")) is not first and len(calls) == 3

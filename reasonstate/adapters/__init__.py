@@ -56,12 +56,20 @@ _ROOMS: dict[str, str] = {
 APIS: tuple[str, ...] = tuple(_ROOMS)
 
 
+#: API name → its room, once its module was imported (every commit reads its API's room: a dict lookup,
+#: not an import)
+_ROOM_OF: dict[str, Room] = {}
+
+
 def room(api: str) -> Room:
     """The room of an API name (a key of :data:`APIS`)."""
+    found = _ROOM_OF.get(api)
+    if found is not None:
+        return found
     module = _ROOMS.get(api)
     if module is None:
         raise InvalidOption(f"no room for api {api!r}; expected one of {', '.join(APIS)}")
-    return cast(Room, importlib.import_module(module).ROOM)
+    return _ROOM_OF.setdefault(api, cast(Room, importlib.import_module(module).ROOM))
 
 
 def room_for_path(path: str) -> Room | None:

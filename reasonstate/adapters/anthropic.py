@@ -50,6 +50,7 @@ from reasonstate.adapters.base import (
     closed_run,
     compact,
     exact_list,
+    head_value,
     in_wire_order,
     json_object,
     key_shared,
@@ -1046,14 +1047,26 @@ def _refuse_context_management(value: Any, thinking: Any) -> str | None:
     return None
 
 
-def _head(prefix: Prefix) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], tuple[str, ...]]:
-    """The tools and system blocks of ``prefix`` and their unit digests (built once per prefix)."""
+_Head = tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], tuple[str, ...]]
+
+
+def _head(prefix: Prefix) -> _Head:
+    """The tools and system blocks of ``prefix`` and their unit digests (built once per prefix; without
+    tools, shared by every session on the same system text: :func:`head_value`)."""
+    if not prefix.tools:
+        return head_value(_system_head, prefix.system)
     tools = tuple(
         {"name": t.name, "description": t.description, "input_schema": dict(t.offered_parameters)}
         for t in prefix.tools
     )
     system = ({"type": "text", "text": prefix.system},) if prefix.system else ()
     return tools, system, tuple(unit_digest(b) for b in (*tools, *system))
+
+
+def _system_head(system: str) -> _Head:
+    """:func:`_head` of a prefix with no tools and the system text ``system``."""
+    blocks = ({"type": "text", "text": system},) if system else ()
+    return (), blocks, tuple(unit_digest(b) for b in blocks)
 
 
 def _append(

@@ -117,6 +117,7 @@ __all__ = [
     "exact_list",
     "extend_joined",
     "foreign_reasoning_as_text",
+    "head_value",
     "in_wire_order",
     "json_object",
     "key_shared",
@@ -423,6 +424,33 @@ def in_wire_order(value: Mapping[str, Any], order: Sequence[str]) -> dict[str, A
 def unit_digest(value: Any) -> str:
     """The digest of one prefix unit: ``digest_of(compact(value))``."""
     return digest_of(compact(value))
+
+
+#: ``(fn, *arguments)`` → ``fn(*arguments)``, for a codec's pure functions of what a session's prefix holds
+#: (its model name, its system text): a service builds its sessions on the same few of them, so a fresh
+#: session's first request reads these values (a unit digest, a system block) instead of building them
+#: (issue 21: a fresh session's constant costs). Keyed by the arguments' values, each an exact ``str`` (so
+#: an entry is always true); values are shared as :meth:`Encodings.call`'s are (a caller copies one before
+#: changing it). Bounded: at most :data:`_HEADS_MAX` entries, of texts of at most :data:`_HEAD_CHARS`
+#: characters in all, cleared when full.
+_HEADS: dict[tuple[Any, ...], Any] = {}
+_HEADS_MAX = 256
+_HEAD_CHARS = 1 << 16
+
+
+def head_value(fn: Callable[..., _T], *args: str) -> _T:
+    """``fn(*args)`` for a pure ``fn`` of the ``str`` values of a session's prefix, shared between sessions
+    (:data:`_HEADS`)."""
+    if not all(type(a) is str for a in args) or sum(map(len, args)) > _HEAD_CHARS:
+        return fn(*args)
+    key = (fn, *args)
+    found = _HEADS.get(key, _MISSING)
+    if found is _MISSING:
+        if len(_HEADS) >= _HEADS_MAX:
+            _HEADS.clear()
+        found = _HEADS[key] = fn(*args)
+    value: _T = found
+    return value
 
 
 def count(value: Any) -> int:

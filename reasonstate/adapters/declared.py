@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from reasonstate.errors import InvalidOption
-from reasonstate.state.frozen import FrozenDict, equal_values, remember, thaw
+from reasonstate.state.frozen import FrozenDict, equal_values, frozen_repr, remember, thaw
 
 __all__ = [
     "Declared",
@@ -166,7 +166,7 @@ def check_call(
     key: tuple[Any, ...] | None = None
     if type(options) is FrozenDict:
         # the repr tells values apart that compare equal (True == 1 == 1.0), as Declared._accepted's does
-        key = (type(client), sdk, tuple(resource), label, model, repr(options), own, family, unknown)
+        key = (type(client), sdk, tuple(resource), label, model, frozen_repr(options), own, family, unknown)
         held = _PASSED.get(key)
         if held is not None and equal_values(held, options):
             return

@@ -71,6 +71,7 @@ from reasonstate.adapters.base import (
     closed_run,
     compact,
     count,
+    head_value,
     in_wire_order,
     json_object,
     key_shared,
@@ -477,11 +478,12 @@ class GeminiAdapter:
         """Build the ``models.generate_content`` kwargs for the next call on ``history``."""
         memo = encodings if encodings is not None else Encodings()
         memo.next_request()  # the per-text memo keeps what this request and the previous one use
-        units = UnitBuffer([memo.call(_head_unit, "model", model)])
+        # the head's values are shared by every session on this model and system text (head_value)
+        units = UnitBuffer([head_value(_head_unit, "model", model)])
         config: dict[str, Any] = {}
         if prefix.system:
-            config["system_instruction"] = memo.call(_system_instruction, prefix.system)
-            units.append(memo.call(_head_unit, "systemInstruction", prefix.system))
+            config["system_instruction"] = head_value(_system_instruction, prefix.system)
+            units.append(head_value(_head_unit, "systemInstruction", prefix.system))
         if prefix.tools:
             config["tools"], unit = memo.call(_tools, prefix.tools)
             units.append(unit)
@@ -722,7 +724,8 @@ def _closed_run(turns: tuple[Turn, ...], model: str, encodings: Encodings, platf
 
 
 # The prefix is the same on every request of a session, and so are the history's texts and results: the
-# units below are memoized in the session's Encodings (values are frozen, or copied before use).
+# units below are memoized in the session's Encodings, the head's (model, system text) between sessions
+# (head_value); values are frozen, or copied before use.
 def _head_unit(key: str, value: str) -> str:
     return unit_digest({key: value})
 

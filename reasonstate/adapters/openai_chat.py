@@ -76,6 +76,7 @@ from reasonstate.adapters.base import (
     count,
     exact_list,
     extend_joined,
+    head_value,
     json_object,
     key_shared,
     open_turn_encoding,
@@ -190,6 +191,11 @@ _CACHE = {
 
 def _unit(value: Any) -> str:
     return digest_of(canonical_json(value).encode())
+
+
+def _system_unit(system: str, dialect: str) -> str:
+    """The unit of the system message ``system`` (as :meth:`OpenAIChatAdapter.encode` adds it)."""
+    return _unit(_server_view({"role": "system", "content": system}, dialect))
 
 
 def _server_view(message: Mapping[str, Any], dialect: str) -> dict[str, Any]:
@@ -598,8 +604,9 @@ class OpenAIChatAdapter:
             messages.append(message)
             units.append(_unit(_server_view(message, self.dialect)))
 
-        if prefix.system:
-            add({"role": "system", "content": prefix.system})
+        if prefix.system:  # its unit shared by every session on this system text and dialect (head_value)
+            messages.append({"role": "system", "content": prefix.system})
+            units.append(head_value(_system_unit, prefix.system, self.dialect))
         for user, answer in prefix.few_shots:
             add({"role": "user", "content": user})
             add({"role": "assistant", "content": answer})

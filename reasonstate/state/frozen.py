@@ -20,7 +20,17 @@ import json.encoder
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn, SupportsIndex, TypeVar
 
-__all__ = ["FrozenDict", "FrozenList", "compact_encoder", "equal_values", "freeze", "remember", "thaw"]
+__all__ = [
+    "FrozenDict",
+    "FrozenList",
+    "compact_encoder",
+    "equal_values",
+    "freeze",
+    "frozen_repr",
+    "remember",
+    "shared_repr",
+    "thaw",
+]
 
 
 def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
@@ -219,6 +229,31 @@ def remember(table: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
         table.clear()
     table[key] = value
     return value
+
+
+#: id(value) → (value, repr(value)) for the frozen values :func:`shared_repr` was told hold JSON values only
+#: (immutable all the way down, so their repr never changes; the entry holds the value, so its id is not
+#: reused while the entry lives). Bounded: cleared when :data:`_REPRS_MAX` are held.
+_REPRS: dict[int, tuple[Any, str]] = {}
+_REPRS_MAX = 256
+
+
+def shared_repr(value: Any) -> str:
+    """``repr(value)``, remembered for :func:`frozen_repr`: only for a frozen value holding JSON values only
+    (its dicts and lists frozen, every leaf a ``str``, number, bool or None), which a memo shares between
+    sessions (a session's frozen options)."""
+    text = repr(value)
+    remember(_REPRS, id(value), (value, text), _REPRS_MAX)
+    return text
+
+
+def frozen_repr(value: Any) -> str:
+    """``repr(value)``: looked up for a value :func:`shared_repr` remembered (the memos keyed on a session's
+    options' repr ask for it on every session built; issue 21: a fresh session's constant costs)."""
+    held = _REPRS.get(id(value))
+    if held is not None and held[0] is value:
+        return held[1]
+    return repr(value)
 
 
 def equal_values(held: Any, given: Any) -> bool:
