@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -28,6 +30,7 @@ __all__ = [
     "bound",
     "compact",
     "digest_of",
+    "edits",
     "platform_part",
     "recorded_platform",
     "sharing",
@@ -221,8 +224,8 @@ class Continuation:
         was = origin if origin is not None else ("", "", "", True, FIRST_PARTY)
         set_ = object.__setattr__  # the frozen class's own construction, as attrs' generated __init__
         set_(self, "kind", kind)
-        set_(self, "payload", payload)
-        set_(self, "digest", digest)
+        _SET_PAYLOAD(self, payload)  # the slots themselves: building a value is no edit (:func:`edits`)
+        _SET_DIGEST(self, digest)
         set_(
             self,
             "_origin",
@@ -373,6 +376,41 @@ class Continuation:
         and scope go (:meth:`replayable_to` without the vendor, API and model)."""
         mine = self.platform
         return mine == platform or (SCOPE_SEPARATOR not in mine and platform_part(platform) == mine)
+
+
+#: how many edits in memory there were so far (:func:`edits`)
+_edits = 0
+_EDIT_LOCK = threading.Lock()
+
+
+def edits() -> int:
+    """How many times the ``payload`` or ``digest`` of a built :class:`Continuation` was set so far: an edit
+    in memory (``object.__setattr__``, past the frozen class's refusal; building a value is none). Invariant:
+    while this count stays what it was, every continuation still holds the very ``payload`` and ``digest``
+    objects it held then. So a check that found a run's payloads unchanged at a count need not look at
+    them again while the count is the same: only at the ones added since (:meth:`Seals.check
+    <reasonstate.adapters.base.Seals.check>`, issue 21: own CPU per request). The count only grows."""
+    return _edits
+
+
+def _watched(name: str) -> Callable[[Any, Any], None]:
+    """Make ``Continuation.<name>`` (a slot) a property that counts every set (:func:`edits`); the slot's own
+    setter is returned, for the constructor. Reads go to the slot at C speed (the slot's ``__get__``)."""
+    slot = Continuation.__dict__[name]
+
+    def edited(self: Continuation, value: Any) -> None:
+        global _edits
+        slot.__set__(self, value)
+        with _EDIT_LOCK:  # after the set: a check that read the count before it looks again
+            _edits += 1
+
+    setattr(Continuation, name, property(slot.__get__, edited, doc=f"the slot ``{name}``, its edits counted"))
+    setter: Callable[[Any, Any], None] = slot.__set__
+    return setter
+
+
+_SET_PAYLOAD = _watched("payload")
+_SET_DIGEST = _watched("digest")
 
 
 def _check(payload: bytes, digest: str) -> _Checked | None:
