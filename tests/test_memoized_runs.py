@@ -14,7 +14,8 @@ import pytest
 
 import reasonstate as rs
 from reasonstate.adapters.base import Encodings, compact
-from reasonstate.state import History, Turn, TurnView
+from reasonstate.state import Continuation, History, Turn, TurnView
+from reasonstate.state.continuation import edits
 from reasonstate.testing import ModelAction
 from reasonstate.testing.anthropic import AnthropicEmulator
 from reasonstate.testing.openai_chat import OpenAIChatEmulator
@@ -64,6 +65,44 @@ def test_a_payload_edited_in_memory_in_a_memoized_closed_turn_is_refused(
     edit(payload, "payload", payload.payload.replace(b"encrypted_content", b"encrypted_kontent"))
     with pytest.raises(rs.ContinuationMismatch):
         session.next_request("Edited?")
+
+
+@pytest.mark.parametrize("field", ["payload", "digest"])
+def test_an_edit_after_the_run_was_checked_is_refused_and_undoing_it_sends_again(field: str) -> None:
+    """Issue 21 (own CPU per request): a check looks again only at the payloads sealed since the last one
+    while no continuation was edited in memory; an edit (of the payload or of its digest) is counted, so the
+    next request checks the whole run and refuses it, and putting the very object back sends again."""
+    session, _model = _grown("responses")
+    first = compact(session.next_request("Warm?").kwargs)  # the run is memoized and checked now
+    session.next_request("Again?")  # and checked once more, with nothing new to look at
+    payload = next(c for c in session.continuation if c.kind == "reasoning")
+    original = getattr(payload, field)
+    count = edits()
+    edit: Callable[[Any, str, Any], None] = object.__setattr__
+    edit(
+        payload,
+        field,
+        original.replace(b"encrypted_content", b"encrypted_kontent")
+        if field == "payload"
+        else original.replace("sha256:", "sha256:0", 1)[:-1],
+    )
+    assert edits() > count
+    with pytest.raises(rs.ContinuationMismatch):
+        session.next_request("Edited?")
+    edit(payload, field, original)
+    assert compact(session.next_request("Warm?").kwargs) == first
+
+
+def test_building_a_continuation_is_no_edit() -> None:
+    count = edits()
+    built = Continuation.capture(
+        vendor="openai", api="responses", model="m", kind="reasoning", value={"a": 1}
+    )
+    attrs.evolve(built, model="n")
+    Continuation.restored(
+        vendor="openai", api="responses", model="m", kind="reasoning", payload=b"{}", model_bound=True
+    )
+    assert edits() == count
 
 
 def _anthropic_with_merges() -> rs.Session:

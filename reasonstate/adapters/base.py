@@ -87,7 +87,7 @@ from reasonstate.state import (
     Usage,
     digest_of,
 )
-from reasonstate.state.continuation import FIRST_PARTY, compact
+from reasonstate.state.continuation import FIRST_PARTY, compact, edits
 from reasonstate.state.units import RAW, SHELF_LOCK, Units, UnitSeq, as_units, pack, raw_digest
 
 __all__ = [
@@ -646,15 +646,21 @@ class Seals:
 
     The three lists are shelves (:func:`shelved`) shared by the seals extended from one another: a value
     reads its first ``len(self)`` entries, and :meth:`extended` appends the new entries in place (Python
-    work in proportion to them, no copy of the earlier ones: issue 21, own CPU per request)."""
+    work in proportion to them, no copy of the earlier ones: issue 21, own CPU per request).
 
-    __slots__ = ("_digests", "_n", "_payloads", "_sealed")
+    ``_checked`` is ``(count of edits, k)``: at that count of edits in memory
+    (:func:`~reasonstate.state.continuation.edits`) the first ``k`` entries were found unchanged. While the
+    count is the same they still are, so :meth:`check` looks only at the entries after them; a value
+    extended from (or cut out of) this one shares those entries, and what was found of them."""
+
+    __slots__ = ("_checked", "_digests", "_n", "_payloads", "_sealed")
 
     _sealed: list[Continuation]
     _payloads: list[bytes | None]
     #: each continuation's digest as kept when sealed (its payload object: :class:`Seal`), never a string
     _digests: list[object]
     _n: int
+    _checked: tuple[int, int]
 
     def __init__(
         self,
@@ -666,13 +672,20 @@ class Seals:
         if not len(self._sealed) == len(self._payloads) == len(self._digests):
             raise ValueError("Seals: as many payloads and digests as continuations")
         self._n = len(self._sealed)
+        self._checked = (-1, 0)
 
     @classmethod
     def _of(
-        cls, sealed: list[Continuation], payloads: list[bytes | None], digests: list[object], n: int
+        cls,
+        sealed: list[Continuation],
+        payloads: list[bytes | None],
+        digests: list[object],
+        n: int,
+        checked: tuple[int, int],
     ) -> Seals:
         self = cls.__new__(cls)
         self._sealed, self._payloads, self._digests, self._n = sealed, payloads, digests, n
+        self._checked = (checked[0], min(checked[1], n))
         return self
 
     def __len__(self) -> int:
@@ -699,24 +712,30 @@ class Seals:
         sealed = shelved(self._sealed, n, [e[0] for e in entries])
         payloads = shelved(self._payloads, n, [e[1] for e in entries])
         digests = shelved(self._digests, n, [e[2] for e in entries])
-        return Seals._of(sealed, payloads, digests, n + len(entries))
+        return Seals._of(sealed, payloads, digests, n + len(entries), self._checked)
 
     def prefix(self, n: int) -> Seals:
         """The seals of the first ``n`` entries (the same shelves, read shorter)."""
-        return Seals._of(self._sealed, self._payloads, self._digests, min(n, self._n))
+        return Seals._of(self._sealed, self._payloads, self._digests, min(n, self._n), self._checked)
 
     def check(self) -> None:
-        """``Seal.check`` of every entry, without a Python-level loop while nothing changed: two list
-        comparisons at C speed, each element compared by identity first (an attribute replaced by an equal
-        object is no change: the request is the same; a different one is refused as ``Seal.check`` refuses
-        it). Cheaper than ``all(map(operator.is_, ...))``: no function call per entry (issue 21:
-        own CPU per request)."""
-        sealed, payloads, digests = self.sealed, self.payloads, upto(self._digests, self._n)
-        if list(map(_PAYLOAD, sealed)) == payloads and list(map(_DIGEST, sealed)) == digests:
-            return
-        # a shelf extended by another value meanwhile reads longer: the entries of this one, by identity
+        """``Seal.check`` of every entry, in work in proportion to the entries added since the last check
+        while no continuation was edited in memory meanwhile (:func:`~reasonstate.state.continuation.edits`;
+        else of all of them): two list comparisons at C speed, each element compared by identity first (an
+        attribute replaced by an equal object is no change: the request is the same; a different one is
+        refused as ``Seal.check`` refuses it). No Python-level pass over the run's entries (issue 21: own
+        CPU per request)."""
+        count = edits()  # read before the entries are: an edit after this read is seen by the next check
+        seen, k = self._checked
         n = self._n
-        Seal(tuple(zip(self._sealed[:n], self._payloads[:n], self._digests[:n], strict=True))).check()
+        if seen != count:
+            k = 0
+        if k < n:
+            # slices: a shelf extended by another value meanwhile reads longer; these are this one's entries
+            sealed, payloads, digests = self._sealed[k:n], self._payloads[k:n], self._digests[k:n]
+            if list(map(_PAYLOAD, sealed)) != payloads or list(map(_DIGEST, sealed)) != digests:
+                Seal(tuple(zip(sealed, payloads, digests, strict=True))).check()
+        self._checked = (count, n)
 
 
 _MISSING: Any = object()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import threading
 from typing import Any, ClassVar, cast
 
 import attrs
@@ -33,6 +34,7 @@ __all__ = [
     "bound",
     "compact",
     "digest_of",
+    "edits",
     "platform_part",
     "provenance_only",
     "recorded_platform",
@@ -236,8 +238,9 @@ class Continuation:
         was = origin if origin is not None else ("", "", "", True, FIRST_PARTY)
         set_ = object.__setattr__  # the frozen class's own construction, as attrs' generated __init__
         set_(self, "kind", kind)
-        set_(self, "payload", payload)
-        set_(self, "_digest", _kept_digest(payload, digest, known))
+        # the slots themselves: building a value is no edit in memory (:func:`edits`)
+        _PAYLOAD_SLOT.__set__(self, payload)
+        _DIGEST_SLOT.__set__(self, _kept_digest(payload, digest, known))
         set_(
             self,
             "_origin",
@@ -424,6 +427,44 @@ class Continuation:
 #: ``payload`` attribute of a :class:`StringsPayload` renders its bytes)
 _PAYLOAD_SLOT: Any = Continuation.__dict__["payload"]
 Continuation.stored_payload = _PAYLOAD_SLOT
+#: the digest's slot itself (``Continuation._digest`` is a property over it that counts edits, below)
+_DIGEST_SLOT: Any = Continuation.__dict__["_digest"]
+
+#: how many edits in memory there were so far (:func:`edits`)
+_edits = 0
+_EDIT_LOCK = threading.Lock()
+
+
+def edits() -> int:
+    """How many times the ``payload`` or the kept digest of a built :class:`Continuation` was set so far: an
+    edit in memory (``object.__setattr__``, past the frozen class's refusal; building or copying a value is
+    none). Invariant: while this count stays what it was, every continuation still holds the very payload
+    and digest objects it held then. So a check that found a run's payloads unchanged at a count need not
+    look at them again while the count is the same: only at the ones added since (:meth:`Seals.check
+    <reasonstate.adapters.base.Seals.check>`, issue 21: own CPU per request). The count only grows."""
+    return _edits
+
+
+def _edited() -> None:
+    """Count one edit in memory (after the set: a check that read the count before it looks again)."""
+    global _edits
+    with _EDIT_LOCK:
+        _edits += 1
+
+
+def _watched(slot: Any, name: str) -> property:
+    """A property over ``slot`` whose reads go to the slot at C speed and whose every set is counted
+    (:func:`edits`); the constructors write the slots themselves."""
+
+    def edited(self: Continuation, value: Any) -> None:
+        slot.__set__(self, value)
+        _edited()
+
+    return property(slot.__get__, edited, doc=f"the slot ``{name}``, its edits counted")
+
+
+setattr(Continuation, "payload", _watched(_PAYLOAD_SLOT, "payload"))  # noqa: B010 (a slot made a property)
+setattr(Continuation, "_digest", _watched(_DIGEST_SLOT, "_digest"))  # noqa: B010
 _set = object.__setattr__
 
 
@@ -488,7 +529,7 @@ class StringsPayload(Continuation):
         _set(self, "_first", value[names[0]])
         _set(self, "_second", value[names[1]] if len(names) > 1 else None)
         _PAYLOAD_SLOT.__set__(self, None)
-        _set(self, "_digest", _STRINGS)
+        _DIGEST_SLOT.__set__(self, _STRINGS)
         if stored is not None:
             self._store(stored)
         return self
@@ -506,11 +547,12 @@ class StringsPayload(Continuation):
         rendered = compact(self._block())
         if type(value) is bytes and value == rendered:
             _PAYLOAD_SLOT.__set__(self, None)
-            _set(self, "_digest", _STRINGS)
+            _DIGEST_SLOT.__set__(self, _STRINGS)
         else:
             if _digest_is(self, _STRINGS):
-                _set(self, "_digest", digest_of(rendered))
+                _DIGEST_SLOT.__set__(self, digest_of(rendered))
             _PAYLOAD_SLOT.__set__(self, value)
+        _edited()
 
     @property
     def payload(self) -> bytes:
@@ -592,7 +634,7 @@ def _strings_payload(
     self = StringsPayload.of(value, kind=kind, origin=origin)
     if stored is not None:
         _PAYLOAD_SLOT.__set__(self, stored)
-        _set(self, "_digest", kept if kept is not None else self.digest)
+        _DIGEST_SLOT.__set__(self, kept if kept is not None else self.digest)
     return self
 
 

@@ -371,19 +371,22 @@ class History:
             return self.turns[-1]
         return None
 
+    # The ``with_*`` copies are tuple concatenations: one C-speed pass over the turns each (``(*t, x)``
+    # builds a list, copies it into a tuple and frees it: three), and every request makes a few of them
+    # (issue 21: own CPU per request).
     def with_turn(self, turn: Turn) -> History:
         """A new history with ``turn`` appended."""
-        return History((*self.turns, turn), self.fold)
+        return History(tuple(self.turns) + (turn,), self.fold)  # noqa: RUF005 (one pass)
 
     def with_last_turn(self, turn: Turn) -> History:
         """A new history with the last turn replaced by ``turn``."""
-        return History((*self.turns[:-1], turn), self.fold)
+        return History(tuple(self.turns[:-1]) + (turn,), self.fold)  # noqa: RUF005 (one pass)
 
     def with_view(self, index: int, view: TurnView) -> History:
         """A new history with turn ``index``'s view set to ``view``."""
-        turns = list(self.turns)
-        turns[index] = turns[index].with_view(view)
-        return History(tuple(turns), self.fold)
+        turns = tuple(self.turns)
+        i = range(len(turns))[index]  # a negative index counts from the end, as before
+        return History(turns[:i] + (turns[i].with_view(view),) + turns[i + 1 :], self.fold)  # noqa: RUF005
 
     def with_fold(self, fold: Folded | None) -> History:
         """A new history whose turns ``0..fold.through`` are folded into ``fold.summary``."""
