@@ -72,7 +72,6 @@ from reasonstate.adapters.base import (
     StreamAssembler,
     VendorRequest,
     closed_run,
-    compact,
     count,
     exact_list,
     extend_joined,
@@ -784,19 +783,16 @@ class OpenAIChatAdapter:
                 vendor=self.vendor, api=API, model=request.model, kind=_KIND, platform=self.binding
             )
         else:
-            received = compact(message)  # the message's bytes as received (key order, strings as they came)
-            digest = digest_of(received)  # taken of these very bytes: they match
+            # the message's bytes as received (key order, strings as they came), their digest derived
             continuation = (
-                Continuation(
+                Continuation.capture(
                     vendor=self.vendor,
                     api=API,
                     model=request.model,
                     kind=_KIND,
-                    payload=received,
-                    digest=digest,
+                    value=message,
                     model_bound=model_bound,
                     platform=self.binding,
-                    known=(received, digest),
                 ),
             )
         finish = choices[0].get("finish_reason")
