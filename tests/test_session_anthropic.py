@@ -807,16 +807,23 @@ def test_one_call_at_a_time_a_concurrent_send_is_refused(emulator: AnthropicEmul
 
 
 def test_a_cancelled_call_changes_nothing(emulator: AnthropicEmulator) -> None:
+    """A send cancelled while the vendor holds its request leaves the session as it was. The cancel comes
+    once the emulator has the request (it records a request before holding it), not after a fixed sleep:
+    on a loaded machine 0.1 s was sometimes too early, and the request never reached the emulator."""
     import asyncio
 
     emulator.script.extend([answer(0), answer(1)])
-    emulator.inject(Fault.delay(0.5))
+    emulator.inject(Fault.delay(2.0))
 
     async def main() -> rs.AsyncSession:
         client = emulator.async_client()
         session = rs.AsyncSession(client, model=MODEL, max_tokens=4096, thinking=THINKING)
         task = asyncio.create_task(session.send("first"))
-        await asyncio.sleep(0.1)
+        for _ in range(1000):  # up to 10 s for the request to arrive
+            if emulator.requests:
+                break
+            await asyncio.sleep(0.01)
+        assert len(emulator.requests) == 1 and not task.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
