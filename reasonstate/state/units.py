@@ -104,12 +104,8 @@ class Units(Sequence[str]):
                 return Units(self.raw[start * RAW : max(stop, start) * RAW])
             raw = self.raw
             return Units(b"".join(raw[k * RAW : k * RAW + RAW] for k in range(start, stop, step)))
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("Units index out of range")
-        return _PREFIX + self.raw[i * RAW : i * RAW + RAW].hex()
+        k = _index(i, len(self), "Units")
+        return _PREFIX + self.raw[k * RAW : k * RAW + RAW].hex()
 
     def __iter__(self) -> Iterator[str]:
         raw = self.raw
@@ -254,10 +250,7 @@ class UnitBuffer(MutableSequence[str]):
             raw = raw_digest(value)
             if raw is not None:
                 buf = self._flat()
-                n = len(buf) // RAW
-                k = i + n if i < 0 else i
-                if not 0 <= k < n:
-                    raise IndexError("UnitBuffer index out of range")
+                k = _index(i, len(buf) // RAW, "UnitBuffer")
                 buf[k * RAW : k * RAW + RAW] = raw
                 return
         self._plain()[i] = value
@@ -312,11 +305,17 @@ class UnitBuffer(MutableSequence[str]):
         return units
 
 
-def _item(buf: bytearray, i: int) -> str:
-    n = len(buf) // RAW
+def _index(i: int, n: int, what: str) -> int:
+    """Index ``i`` of a sequence of ``n`` units, counted from the end when negative (IndexError out of
+    range, as a list's)."""
     k = i + n if i < 0 else i
     if not 0 <= k < n:
-        raise IndexError("UnitBuffer index out of range")
+        raise IndexError(f"{what} index out of range")
+    return k
+
+
+def _item(buf: bytearray, i: int) -> str:
+    k = _index(i, len(buf) // RAW, "UnitBuffer")
     return _PREFIX + buf[k * RAW : k * RAW + RAW].hex()
 
 
