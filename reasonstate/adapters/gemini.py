@@ -114,7 +114,7 @@ from reasonstate.state import (
     freeze,
 )
 from reasonstate.state.continuation import sharing
-from reasonstate.state.frozen import thaw
+from reasonstate.state.frozen import interned, thaw
 from reasonstate.state.units import UnitBuffer, UnitSeq
 
 __all__ = ["GEMINI", "ROOM", "GeminiAdapter", "GeminiAssembler", "GeminiRules", "GenerateContentRoom"]
@@ -934,9 +934,7 @@ def _capture(
     captured = Continuation.capture(
         vendor=VENDOR, api=API, model=model, kind=kind, value=value, model_bound=bound, platform=platform
     )
-    if key is not None and len(_SHARED) < _SHARED_MAX:
-        captured = _SHARED.setdefault(key, captured)
-    return captured
+    return captured if key is None else interned(_SHARED, key, captured, _SHARED_MAX)
 
 
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

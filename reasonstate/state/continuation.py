@@ -25,7 +25,7 @@ from typing import Any, ClassVar, cast
 import attrs
 
 from reasonstate.errors import ContinuationMismatch, MalformedResponse
-from reasonstate.state.frozen import compact_encoder, freeze
+from reasonstate.state.frozen import compact_encoder, freeze, interned
 
 __all__ = [
     "FIRST_PARTY",
@@ -164,15 +164,28 @@ _ORIGINS_MAX = 4096
 
 
 def _shared_origin(origin: _Origin) -> _Origin:
-    try:
-        found = _ORIGINS.get(origin)
-    except TypeError:  # an unhashable field: the caller's odd value, kept as it is
-        return origin
-    if found is not None:
-        return found
-    if len(_ORIGINS) < _ORIGINS_MAX:
-        return _ORIGINS.setdefault(origin, origin)
-    return origin
+    return interned(_ORIGINS, origin, origin, _ORIGINS_MAX)
+
+
+def _merged_origin(
+    origin: _Origin | None,
+    vendor: str | None,
+    api: str | None,
+    model: str | None,
+    model_bound: bool | None,
+    platform: str | None,
+) -> _Origin:
+    """``origin`` (the provenance ``attrs.evolve`` hands back) with every field named replaced, shared."""
+    was = origin if origin is not None else ("", "", "", True, FIRST_PARTY)
+    return _shared_origin(
+        (
+            was[0] if vendor is None else vendor,
+            was[1] if api is None else api,
+            was[2] if model is None else model,
+            was[3] if model_bound is None else model_bound,
+            was[4] if platform is None else platform,
+        )
+    )
 
 
 @attrs.frozen(slots=True, init=False, weakref_slot=False, repr=False)
@@ -235,25 +248,12 @@ class Continuation:
             raise TypeError("Continuation() needs kind, payload and digest")
         if origin is None and (vendor is None or api is None or model is None):
             raise TypeError("Continuation() needs vendor, api and model")
-        was = origin if origin is not None else ("", "", "", True, FIRST_PARTY)
         set_ = object.__setattr__  # the frozen class's own construction, as attrs' generated __init__
         set_(self, "kind", kind)
         # the slots themselves: building a value is no edit in memory (:func:`edits`)
         _PAYLOAD_SLOT.__set__(self, payload)
         _DIGEST_SLOT.__set__(self, _kept_digest(payload, digest, known))
-        set_(
-            self,
-            "_origin",
-            _shared_origin(
-                (
-                    was[0] if vendor is None else vendor,
-                    was[1] if api is None else api,
-                    was[2] if model is None else model,
-                    was[3] if model_bound is None else model_bound,
-                    was[4] if platform is None else platform,
-                )
-            ),
-        )
+        set_(self, "_origin", _merged_origin(origin, vendor, api, model, model_bound, platform))
 
     @property
     def digest(self) -> str:
@@ -658,14 +658,7 @@ def _evolved(
     if digest is _STRINGS:
         if type(payload) is not bytes:
             raise TypeError("Continuation() needs kind, payload and digest")
-        was = origin if origin is not None else ("", "", "", True, FIRST_PARTY)
-        merged: _Origin = (
-            was[0] if vendor is None else vendor,
-            was[1] if api is None else api,
-            was[2] if model is None else model,
-            was[3] if model_bound is None else model_bound,
-            was[4] if platform is None else platform,
-        )
+        merged = _merged_origin(origin, vendor, api, model, model_bound, platform)
         value = json.loads(payload)
         if type(kind) is str and _string_fields(value, kind) and compact(value) == payload:
             return StringsPayload.of(value, kind=sys.intern(kind), origin=merged)
@@ -683,10 +676,7 @@ def _shared_names(names: tuple[str, ...]) -> tuple[str, ...]:
     found = _NAMES.get(names)
     if found is not None:
         return found
-    if len(_NAMES) < 256:
-        interned = tuple(sys.intern(n) for n in names)
-        return _NAMES.setdefault(interned, interned)
-    return names
+    return interned(_NAMES, names, tuple(sys.intern(n) for n in names), 256)
 
 
 def _kept_digest(payload: bytes, digest: _Digest, known: _Checked | None) -> _Digest:
@@ -738,13 +728,7 @@ def provenance_only(
         origin=origin,
         known=(_EMPTY, _EMPTY_DIGEST),
     )
-    made: tuple[Continuation] = (value,)
-    try:
-        if len(_BARE) < _BARE_MAX:
-            return _BARE.setdefault(key, made)
-    except TypeError:
-        pass
-    return made
+    return interned(_BARE, key, (value,), _BARE_MAX)
 
 
 def shared_bare(continuation: tuple[Continuation, ...]) -> tuple[Continuation, ...]:

@@ -231,6 +231,20 @@ def remember(table: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
     return value
 
 
+def interned(table: dict[_K, _V], key: _K, value: _V, limit: int) -> _V:
+    """The value kept under ``key`` in the module-level intern table ``table``, else ``value``, kept there
+    while the table holds fewer than ``limit`` entries (beyond it ``value`` is its own, and the table keeps
+    what it shares: unlike :func:`remember`'s memos, shared values are never let go). An unhashable key
+    gives ``value``. Callers look ``key`` up first when ``value`` costs something to build."""
+    try:
+        found = table.get(key)
+    except TypeError:  # an unhashable field: the caller's odd value, its own
+        return value
+    if found is not None:
+        return found
+    return table.setdefault(key, value) if len(table) < limit else value
+
+
 #: id(value) → (value, repr(value)) for the frozen values :func:`shared_repr` was told hold JSON values only
 #: (immutable all the way down, so their repr never changes; the entry holds the value, so its id is not
 #: reused while the entry lives). Bounded: cleared when :data:`_REPRS_MAX` are held.

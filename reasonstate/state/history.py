@@ -28,7 +28,7 @@ import attrs
 from reasonstate.errors import ToolResultError
 from reasonstate.state.continuation import Continuation
 from reasonstate.state.execution import PackedUsage, Usage, packed_usage, unpacked_usage
-from reasonstate.state.frozen import freeze
+from reasonstate.state.frozen import freeze, interned
 
 __all__ = [
     "FOLD_INTRO",
@@ -279,13 +279,9 @@ def _shared_view(view: TurnView | None) -> TurnView | None:
     interchangeable), else ``view``."""
     if type(view) is not TurnView or view.summary is not None or type(view.policy) is not str:
         return view
-    key = (view.keep_reasoning, view.policy)
-    found = _VIEWS.get(key)
-    if found is not None:
-        return found
-    if len(_VIEWS) < _VIEWS_MAX and len(view.keep_reasoning) <= 4:
-        return _VIEWS.setdefault(key, view)
-    return view
+    if len(view.keep_reasoning) > 4:  # only the short views are shared
+        return view
+    return interned(_VIEWS, (view.keep_reasoning, view.policy), view, _VIEWS_MAX)
 
 
 @attrs.frozen(slots=True)
