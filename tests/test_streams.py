@@ -156,7 +156,8 @@ def test_the_module_is_pure() -> None:
     """Sans-I/O: the module (the adapter contract, SSE parser and assembler base included) imports only the
     standard library's pure parts, attrs and reasonstate's own layers below the adapters: no SDK, no socket,
     no clock, no thread (``threading`` for its ``Lock`` alone: a memoized run's shared list is checked and
-    extended as one step, issue 21; ``reasonstate.state.units``, the packed unit digests, is a state layer).
+    extended as one step, issue 21; ``reasonstate.state.units``, the packed unit digests, and
+    ``reasonstate.state.frozen``, the memos' helpers, are state layers).
     """
     tree = ast.parse(Path(streams_module.__file__).read_text())
     imported = set()
@@ -185,6 +186,7 @@ def test_the_module_is_pure() -> None:
         "reasonstate.prefix",
         "reasonstate.state",
         "reasonstate.state.continuation",
+        "reasonstate.state.frozen",
         "reasonstate.state.units",
     }
     used = {

@@ -88,6 +88,7 @@ from reasonstate.state import (
     digest_of,
 )
 from reasonstate.state.continuation import FIRST_PARTY, compact, edits
+from reasonstate.state.frozen import remember
 from reasonstate.state.units import RAW, SHELF_LOCK, Units, UnitSeq, as_units, pack, raw_digest
 
 __all__ = [
@@ -445,11 +446,7 @@ def head_value(fn: Callable[..., _T], *args: str) -> _T:
         return fn(*args)
     key = (fn, *args)
     found = _HEADS.get(key, _MISSING)
-    if found is _MISSING:
-        if len(_HEADS) >= _HEADS_MAX:
-            _HEADS.clear()
-        found = _HEADS[key] = fn(*args)
-    value: _T = found
+    value: _T = remember(_HEADS, key, fn(*args), _HEADS_MAX) if found is _MISSING else found
     return value
 
 
