@@ -125,3 +125,40 @@ def test_an_edit_in_memory_survives_evolve_and_copies() -> None:
         assert b"Oslo" in value.payload and value.digest == kept.digest
         with pytest.raises(ContinuationMismatch):
             value.verify()
+
+
+@pytest.mark.parametrize(
+    "value", [{"thoughtSignature": SIGNATURE}, {"thoughtSignature": SIGNATURE, "text": "Hi « é »"}]
+)
+def test_a_payload_without_a_type_is_kept_as_its_strings(value: dict[str, str]) -> None:
+    """A Gemini Part's payload (no ``type`` field: ``{"thoughtSignature": ...}``) is kept as its strings and
+    is the payload kept as its bytes in every public respect; an edit in memory is refused, copies and
+    evolved values stay equal."""
+    kept = _capture(dict(value), strings=True, kind="text")
+    plain = _capture(dict(value), strings=False, kind="text")
+    assert type(kept) is not Continuation and type(plain) is Continuation
+    assert kept.stored_payload is None  # no bytes kept beside the strings
+    assert kept.payload == plain.payload == _wire(value)
+    assert kept.digest == plain.digest == "sha256:" + hashlib.sha256(_wire(value)).hexdigest()
+    assert kept == plain and plain == kept and hash(kept) == hash(plain) and repr(kept) == repr(plain)
+    checked = kept.checked()
+    assert checked == value and list(checked) == list(value) and type(checked) is dict
+    assert checked["thoughtSignature"] is kept.checked()["thoughtSignature"]  # the one string, shared
+    for copied in (copy.copy(kept), copy.deepcopy(kept), pickle.loads(pickle.dumps(kept))):
+        assert copied == kept and type(copied) is type(kept) and copied.payload == _wire(value)
+    moved = attrs.evolve(kept, model="gemini-y")
+    assert moved.model == "gemini-y" and moved.payload == _wire(value) and type(moved) is type(kept)
+    object.__setattr__(kept, "payload", kept.payload.replace(b"EqQB", b"EqQC"))
+    with pytest.raises(ContinuationMismatch):
+        kept.verify()
+    for value_ in (attrs.evolve(kept, model="m"), copy.deepcopy(kept), pickle.loads(pickle.dumps(kept))):
+        with pytest.raises(ContinuationMismatch):
+            value_.verify()
+
+
+@pytest.mark.parametrize(
+    "value", [{"thoughtSignature": "s", "thought": True}, {"a": "1", "b": "2", "c": "3"}, {}, {"type": 1}]
+)
+def test_an_untyped_payload_of_another_shape_is_kept_as_its_bytes(value: Any) -> None:
+    kept = _capture(copy.deepcopy(value), strings=True, kind="text")
+    assert type(kept) is Continuation and kept.payload == _wire(value)

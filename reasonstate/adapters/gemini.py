@@ -932,7 +932,14 @@ def _capture(
         if found is not None:
             return found
     captured = Continuation.capture(
-        vendor=VENDOR, api=API, model=model, kind=kind, value=value, model_bound=bound, platform=platform
+        vendor=VENDOR,
+        api=API,
+        model=model,
+        kind=kind,
+        value=value,
+        model_bound=bound,
+        platform=platform,
+        strings=True,  # ``{"thoughtSignature": ...}``: kept as its string, the one the Part sent holds
     )
     return captured if key is None else interned(_SHARED, key, captured, _SHARED_MAX)
 

@@ -470,11 +470,18 @@ _set = object.__setattr__
 
 def _string_fields(value: Any, kind: str) -> bool:
     """True when ``value`` is a plain dict ``{"type": kind, name: str}`` or ``{"type": kind, name: str,
-    name2: str}``, every key and value an exact ``str`` (what :class:`StringsPayload` renders back)."""
-    if type(value) is not dict or not 2 <= len(value) <= 3 or type(kind) is not str:
+    name2: str}`` (a typed block), or ``{name: str}`` or ``{name: str, name2: str}`` with ``name != "type"``
+    (an untyped one: a Gemini Part's ``{"thoughtSignature": ...}``), every key and value an exact ``str``
+    (what :class:`StringsPayload` renders back)."""
+    if type(value) is not dict or type(kind) is not str:
         return False
     keys = iter(value)
-    if next(keys) != "type" or value["type"] != kind:
+    if next(keys, None) == "type":
+        if not 2 <= len(value) <= 3 or value["type"] != kind:
+            return False
+    elif 1 <= len(value) <= 2:
+        keys = iter(value)
+    else:
         return False
     return all(type(k) is str and type(value[k]) is str for k in keys)
 
@@ -485,7 +492,10 @@ class StringsPayload(Continuation):
     the bytes (:func:`compact`, as capture took them) and :attr:`digest` is taken of them, when read. The
     strings are the very objects the decoded block held, which the history's part (the thinking text) and
     the codec's memo (the block sent back, signature included) hold too: one copy of the payload in memory
-    (issue 21: the bytes were kept beside the strings sent, ~200 bytes per thinking block).
+    (issue 21: the bytes were kept beside the strings sent, ~200 bytes per thinking block). A payload with
+    no ``type`` field first, ``{names[0]: first[, names[1]: second]}`` (a Gemini Part's signature,
+    ``{"thoughtSignature": ...}``), is kept the same way by the subclass :class:`_UntypedStrings`
+    (:meth:`of` picks it).
 
     The same value as a :class:`Continuation` of the same bytes in every public respect: ``payload``,
     ``digest``, provenance, ``==`` and ``hash`` (so a history restored as bytes equals the one it was taken
@@ -521,8 +531,9 @@ class StringsPayload(Continuation):
     ) -> StringsPayload:
         """The payload ``value`` (:func:`_string_fields` holds of it) kept as its strings; ``stored``: a
         payload set in memory, kept as it is (a copy of a value edited so)."""
-        self: StringsPayload = object.__new__(cls)
-        names = tuple(value)[1:]
+        typed = next(iter(value)) == "type"
+        self: StringsPayload = object.__new__(StringsPayload if typed else _UntypedStrings)
+        names = tuple(value)[1:] if typed else tuple(value)
         _set(self, "kind", kind)
         _set(self, "_origin", _shared_origin(origin))
         _set(self, "_names", _shared_names(names))
@@ -614,6 +625,20 @@ class StringsPayload(Continuation):
             _strings_payload,
             (self._block(), self.kind, self._origin, _PAYLOAD_SLOT.__get__(self), digest),
         )
+
+
+class _UntypedStrings(StringsPayload):
+    """A :class:`StringsPayload` whose payload has no ``type`` field: ``{names[0]: first[, names[1]:
+    second]}`` (built by :meth:`StringsPayload.of` for that shape, never directly)."""
+
+    __slots__ = ()
+
+    def _block(self) -> dict[str, Any]:
+        names = self._names
+        value: dict[str, Any] = {names[0]: self._first}
+        if len(names) > 1:
+            value[names[1]] = self._second
+        return value
 
 
 #: what a :class:`StringsPayload`'s digest slot holds while its payload and digest are its strings'
