@@ -318,3 +318,29 @@ def test_a_gemini_signature_is_kept_once_as_its_string() -> None:
         assert not [o for o in reachable if type(o) is bytes and any(s.encode() in o for s in signatures)]
         for signature in signatures:
             assert len([o for o in reachable if type(o) is str and o == signature]) == 1, signature
+
+
+def test_gemini_closed_history_units_are_kept_once() -> None:
+    """The units of the closed turns are kept once: the records keep the newest request's units, and the
+    Gemini run of closed turns reads its own out of them rather than keeping a copy (issue 21: 32 bytes a
+    content); the next request's units are still the closed history's."""
+    answers = [ModelAction(reasoning=f"Thinking {i}. " * 5, text=f"Answer {i}.") for i in range(5)]
+    with GeminiEmulator(answers) as emu:
+        session = rs.Session(
+            emu.client(),
+            model="gemini-3-flash",
+            system="Be brief.",
+            thinking_config={"include_thoughts": True},
+        )
+        for i in range(4):
+            session.send(f"Question {i}?")
+        newest = list(session._layers.records.newest_units())
+        reachable = _reachable((session._layers, session._encodings))
+        # each closed content's unit (the newest request's, after the model and system units), packed
+        for unit in newest[2:-1]:
+            raw = bytes.fromhex(unit.removeprefix("sha256:"))
+            assert len([o for o in reachable if type(o) in (bytes, bytearray) and raw in o]) == 1, unit
+        request = session.next_request("Next?")
+        assert list(request.units)[: len(newest) - 1] == newest[:-1]
+        session.send("Next?")
+        assert list(session._layers.records.newest_units())[: len(newest) - 1] == newest[:-1]

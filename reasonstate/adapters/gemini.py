@@ -115,7 +115,7 @@ from reasonstate.state import (
 )
 from reasonstate.state.continuation import sharing
 from reasonstate.state.frozen import interned, thaw
-from reasonstate.state.units import UnitBuffer, UnitSeq
+from reasonstate.state.units import RAW, UnitBuffer, Units, UnitSeq
 
 __all__ = ["GEMINI", "ROOM", "GeminiAdapter", "GeminiAssembler", "GeminiRules", "GenerateContentRoom"]
 
@@ -502,6 +502,7 @@ class GeminiAdapter:
         closed = history.turns[:-1] if history.open_turn is not None else history.turns
         run = _closed_run(closed, model, memo, self.platform)
         run.check()  # the replayed payloads of every closed turn, by identity (re-hashed only if replaced)
+        at = len(units)
         if run.contents:
             # a run starts with a user content and few-shots end with a model one: never a merge here
             contents.extend(run.contents)
@@ -521,9 +522,11 @@ class GeminiAdapter:
                 config[key] = value
         config["automatic_continuation"] = False  # one call, one exchange: the captured answer is decoded
         kwargs: dict[str, Any] = {"model": model, "contents": contents, "config": config}
+        request_units = units.done()
+        run.adopt(request_units, at)  # the closed history's units kept once, in the records (issue 21)
         return VendorRequest(
             kwargs=kwargs,
-            units=units.done(),
+            units=request_units,
             model=model,
             prefix_units=n_head,
             withheld=tuple(withheld),
@@ -643,6 +646,11 @@ def _cuts() -> array.array[int]:
     return array.array("I")
 
 
+def _unit_cell(units: UnitSeq) -> list[Any]:
+    """A run's unit cell (:class:`_Run`): ``units`` from their start."""
+    return [units, 0]
+
+
 @attrs.frozen(slots=True)
 class _Run:
     """The contents of a run of closed turns (the whole closed history), shared between requests.
@@ -652,15 +660,41 @@ class _Run:
     identity checks of its payloads to verify it. Its dicts and lists are never changed once built (a
     merge with the open turn replaces the last content). ``cuts`` holds, per turn, where the run of the
     turns up to it ends (contents, withheld, seals), so a :meth:`prefix` is slices.
+
+    Its units (one per content) are kept in one cell, ``[seq, start]``: they are ``seq[start : start +
+    len(contents)]``. A run is built holding its own (``start`` 0); once a request built on it holds them
+    at the same place, :meth:`adopt` points the cell at that request's units, which the session's records
+    keep as its newest request's: the closed history's units are kept once, not twice (issue 21: 32 bytes
+    a content).
     """
 
     turns: tuple[Turn, ...] = ()
     contents: tuple[dict[str, Any], ...] = ()
-    units: UnitSeq = ()  # one per content, packed (issue 21)
+    _units: list[Any] = attrs.field(default=(), alias="units", converter=_unit_cell, eq=False, repr=False)
     last: _Last | None = None
     withheld: tuple[Continuation, ...] = ()
     seals: Seals = attrs.field(factory=Seals)
     cuts: array.array[int] = attrs.field(factory=_cuts)
+
+    @property
+    def units(self) -> UnitSeq:
+        """The run's units, one per content (packed: :class:`~reasonstate.state.units.Units`)."""
+        seq: UnitSeq = self._units[0]
+        start: int = self._units[1]
+        n = len(self.contents)
+        return seq if start == 0 and len(seq) == n else seq[start : start + n]
+
+    def adopt(self, request: UnitSeq, at: int) -> None:
+        """Hold this run's units as ``request[at : at + len(contents)]`` when those are its very units (a
+        request built on the run, whose units the records keep; not when a merge with the open turn
+        replaced the last one). The cell's value only changes to equal units: every read is the same."""
+        seq, _ = self._units
+        n = len(self.contents)
+        if not n or seq is request or type(request) is not Units or len(request) < at + n:
+            return
+        mine = self.units
+        if type(mine) is Units and request.raw.startswith(mine.raw, at * RAW):
+            self._units[:] = (request, at)
 
     def check(self) -> None:
         self.seals.check()
@@ -669,7 +703,7 @@ class _Run:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
         contents, units, last = list(self.contents), UnitBuffer(self.units), self.last
         withheld = list(self.withheld)
-        cuts, sealed = array.array("I", self.cuts), len(self.seals.sealed)
+        cuts, sealed = array.array("I", self.cuts), len(self.seals)
         for encoded in encodings:
             for role, parts, part_digests, unit in encoded.contents:
                 last = _add(contents, units, last, role, parts, part_digests, unit)
