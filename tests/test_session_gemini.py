@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import attrs
 import httpx2
 import pytest
 from google import genai
@@ -36,6 +37,7 @@ from reasonstate.state import (
     TextPart,
     ToolCallPart,
     Turn,
+    TurnView,
     Usage,
 )
 from reasonstate.testing import Fault, ModelAction, ToolCallSpec, count_tokens
@@ -1282,3 +1284,35 @@ def test_the_cause_is_read_like_with_like_when_the_kept_form_changes() -> None:
         divergence = records[brk["index"]].divergence
         assert divergence is not None
         assert (brk["cause"], brk["path"]) == (divergence.cause, divergence.path)
+
+
+def test_a_shared_thought_payload_is_sealed_once_and_an_edit_of_it_is_still_refused(
+    emulator: GeminiEmulator,
+) -> None:
+    """An unsigned thought's payload (``{"thought":true}``) is one value shared by every turn that has one;
+    the memoized closed history seals it once, at its first entry, yet an edit of it in memory is refused
+    before a send, also once the run was cut (an earlier turn's view rewritten), and nothing is sent."""
+    emulator.script.extend(ModelAction(reasoning=f"Thinking {i}.", text=f"Answer {i}.") for i in range(7))
+    session = make_session(emulator)
+    for i in range(4):
+        session.send(f"Question {i}?")
+    thoughts = [t.steps[0].continuation[0] for t in session.history.turns]
+    assert thoughts[0].payload == b'{"thought":true}' and all(c is thoughts[0] for c in thoughts)
+    runs = [v for v in session._encodings._runs.values() if hasattr(v, "once")]
+    assert runs and all(len([c for c in r.seals.sealed if c is thoughts[0]]) == 1 for r in runs)
+    for cut in (False, True):
+        if cut:  # a policy's new view of an earlier turn: the next request cuts the memoized run
+            turns = list(session.history.turns)
+            turns[1] = turns[1].with_view(TurnView((False,), policy="drop"))
+            session._layers = attrs.evolve(
+                session._layers, history=session._layers.history.with_turns(tuple(turns))
+            )
+        original = thoughts[0].payload
+        object.__setattr__(thoughts[0], "payload", b'{"thought":false}')
+        before, sent_so_far = _layers(session), len(emulator.requests)
+        with pytest.raises(rs.ContinuationMismatch):
+            session.send("And now?")
+        assert (_layers(session), len(emulator.requests)) == (before, sent_so_far)
+        object.__setattr__(thoughts[0], "payload", original)
+        session.send("And now?")
+    assert_memoized_runs_encode_as_fresh(session, options={})

@@ -666,6 +666,13 @@ class _Run:
     at the same place, :meth:`adopt` points the cell at that request's units, which the session's records
     keep as its newest request's: the closed history's units are kept once, not twice (issue 21: 32 bytes
     a content).
+
+    A payload with nothing opaque in it (``{"thought":true}``: :func:`_capture` shares one value among
+    every Part of its origin that has it) is sealed once per run, at its first entry (``once``: its id →
+    (the value, that entry's position)): every later turn replaying the very same object adds no seal
+    entry (issue 21: three references a turn). An edit of it in memory is still refused before a send:
+    :meth:`Seals.check <reasonstate.adapters.base.Seals.check>` looks at every entry again after an edit,
+    that first one included, and a prefix of the run keeps only what its own entries sealed.
     """
 
     turns: tuple[Turn, ...] = ()
@@ -675,6 +682,7 @@ class _Run:
     withheld: tuple[Continuation, ...] = ()
     seals: Seals = attrs.field(factory=Seals)
     cuts: array.array[int] = attrs.field(factory=_cuts)
+    once: dict[int, tuple[Continuation, int]] = attrs.field(factory=dict, eq=False, repr=False)
 
     @property
     def units(self) -> UnitSeq:
@@ -704,11 +712,24 @@ class _Run:
         contents, units, last = list(self.contents), UnitBuffer(self.units), self.last
         withheld = list(self.withheld)
         cuts, sealed = array.array("I", self.cuts), len(self.seals)
+        once, seals = self.once, []
         for encoded in encodings:
             for role, parts, part_digests, unit in encoded.contents:
                 last = _add(contents, units, last, role, parts, part_digests, unit)
             withheld.extend(encoded.withheld)
-            sealed += len(encoded.seal.entries)
+            entries: list[tuple[Continuation, bytes | None, object]] = []
+            for entry in encoded.seal.entries:
+                c, payload = entry[0], entry[1]
+                if type(payload) is bytes and len(payload) <= _SEALED_ONCE_BYTES:
+                    found = once.get(id(c))
+                    if found is not None and found[0] is c:
+                        continue  # sealed at an earlier entry of this run
+                    if len(once) < _SEALED_ONCE_MAX:
+                        once = dict(once) if once is self.once else once
+                        once[id(c)] = (c, sealed + len(entries))
+                entries.append(entry)
+            seals.append(encoded.seal if len(entries) == len(encoded.seal.entries) else Seal(tuple(entries)))
+            sealed += len(entries)
             cuts.extend((len(contents), len(withheld), sealed))
         return _Run(
             (*self.turns, *turns),
@@ -716,8 +737,9 @@ class _Run:
             units.done(),
             last,
             tuple(withheld),
-            self.seals.extended([e.seal for e in encodings]),
+            self.seals.extended(seals),
             cuts,
+            once,
         )
 
     def prefix(self, k: int) -> tuple[_Run, int]:
@@ -740,11 +762,16 @@ class _Run:
             self.withheld[:w],
             self.seals.prefix(s),
             self.cuts[: 3 * j],
+            {key: v for key, v in self.once.items() if v[1] < s},
         )
         return run, j
 
 
 _EMPTY_RUN = _Run()
+#: the payloads a run seals once (:class:`_Run`): at most this many bytes (the shared ones, with nothing
+#: opaque in them, are a few bytes: ``{"thought":true}``), at most this many per run
+_SEALED_ONCE_BYTES = 64
+_SEALED_ONCE_MAX = 64
 
 
 def _closed_run(turns: tuple[Turn, ...], model: str, encodings: Encodings, platform: str) -> _Run:
