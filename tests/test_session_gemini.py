@@ -1316,3 +1316,22 @@ def test_a_shared_thought_payload_is_sealed_once_and_an_edit_of_it_is_still_refu
         object.__setattr__(thoughts[0], "payload", original)
         session.send("And now?")
     assert_memoized_runs_encode_as_fresh(session, options={})
+
+
+def test_a_run_s_cuts_widen_past_two_bytes() -> None:
+    """A memoized run keeps its per-turn cuts in 2 bytes a figure while they fit, and widens them to 4 past
+    65,535 (a cut is a count of contents, withheld payloads or seals), reading the same figures."""
+    import array
+
+    from reasonstate.adapters.base import Encodings, Seals
+    from reasonstate.adapters.gemini import _encode_turn, _Run
+
+    turn = Turn(index=0, user="Hi?", steps=(), view=TurnView((), policy="keep"))
+    encoded = _encode_turn(turn, model=MODEL, memo=Encodings())
+    run = _Run((), (), (), None, (), Seals(), array.array("H"))
+    small = run.extended([turn], [encoded])
+    assert small.cuts.typecode == "H" and list(small.cuts) == [1, 0, 0]
+    many = ({"role": "model", "parts": []},) * 0xFFFF  # contents up to the last 2-byte figure
+    near = _Run((turn,), many, (), None, (), Seals(), array.array("H", [0xFFFF, 0, 0]))
+    wide = near.extended([turn], [encoded])
+    assert wide.cuts.typecode == "I" and list(wide.cuts) == [0xFFFF, 0, 0, 0x10000, 0, 0]

@@ -71,6 +71,7 @@ from reasonstate.adapters.base import (
     closed_run,
     compact,
     count,
+    exact_list,
     head_value,
     in_wire_order,
     json_object,
@@ -521,6 +522,9 @@ class GeminiAdapter:
             if key != "stream":
                 config[key] = value
         config["automatic_continuation"] = False  # one call, one exchange: the captured answer is decoded
+        # of its exact length (a list grown by appends keeps up to ~12% spare slots): the session keeps it
+        # as the previous request's body (kept_body; issue 21)
+        contents = exact_list(contents)
         kwargs: dict[str, Any] = {"model": model, "contents": contents, "config": config}
         request_units = units.done()
         run.adopt(request_units, at)  # the closed history's units kept once, in the records (issue 21)
@@ -643,7 +647,7 @@ def _key_shared(part: Any) -> Any:
 
 
 def _cuts() -> array.array[int]:
-    return array.array("I")
+    return array.array("H")  # 2 bytes a figure while they fit (issue 21), then 4 (:meth:`_Run.extended`)
 
 
 def _unit_cell(units: UnitSeq) -> list[Any]:
@@ -711,7 +715,7 @@ class _Run:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass."""
         contents, units, last = list(self.contents), UnitBuffer(self.units), self.last
         withheld = list(self.withheld)
-        cuts, sealed = array.array("I", self.cuts), len(self.seals)
+        cuts, sealed = array.array(self.cuts.typecode, self.cuts), len(self.seals)
         once, seals = self.once, []
         for encoded in encodings:
             for role, parts, part_digests, unit in encoded.contents:
@@ -730,7 +734,10 @@ class _Run:
                 entries.append(entry)
             seals.append(encoded.seal if len(entries) == len(encoded.seal.entries) else Seal(tuple(entries)))
             sealed += len(entries)
-            cuts.extend((len(contents), len(withheld), sealed))
+            ends = (len(contents), len(withheld), sealed)
+            if cuts.typecode == "H" and max(ends) > 0xFFFF:
+                cuts = array.array("I", cuts)
+            cuts.extend(ends)
         return _Run(
             (*self.turns, *turns),
             tuple(contents),
