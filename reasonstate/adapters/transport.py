@@ -421,7 +421,9 @@ def _history_in_extra_body(kwargs: dict[str, Any]) -> dict[str, Any]:
     JSON values (str, int, float, bool, None, dicts, lists), the openai request types of these fields have no
     key alias and no format (``PropertyInfo`` only discriminates unions there), and an equal copy dumps to
     the same JSON (docs/protocols.md §6). ``tests/test_transport_openai_body.py`` sends every request both
-    ways and compares the bytes. Anything else (not a list, a non-mapping ``extra_body``) goes as it was."""
+    ways and compares the bytes. Anything else (not a list, a non-mapping ``extra_body``) goes as it was.
+    What differs is only what a wrapper of ``create`` itself sees (tracing instrumentation reading the
+    ``messages`` argument finds the history in ``extra_body``)."""
     moved = {key: kwargs[key] for key in _HISTORY_FIELDS if type(kwargs.get(key)) is list}
     extra = kwargs.get("extra_body")
     if not moved or not (extra is None or isinstance(extra, dict)):
