@@ -93,6 +93,8 @@ def _sent(path: Any, adapter: Any, request: VendorRequest) -> list[bytes]:
 def _same_both_ways(session: rs.Session, request: VendorRequest) -> None:
     adapter = session._adapter
     kwargs = copy.deepcopy(dict(request.kwargs))
+    handed = transport._history_in_extra_body(transport.sdk_kwargs(request.kwargs))
+    assert handed["extra_body"]  # the history does take the other path
     plain = _sent(PLAIN, adapter, request)
     assert plain == _sent(UNTYPED, adapter, request)
     assert dict(request.kwargs) == kwargs  # neither path edits the request
