@@ -407,6 +407,32 @@ def sdk_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v if k in _HISTORY_FIELDS else thaw(v) for k, v in kwargs.items()}
 
 
+def _history_in_extra_body(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` (a plain copy, :func:`sdk_kwargs`) for an openai ``create`` with each history list
+    (``messages``, ``input``) given as an empty list and its value in ``extra_body``: the SDK sends the same
+    bytes and skips its typed walk over the history (``maybe_transform``, the larger part of its request
+    preparation at a short history, and a pass over the whole history at a long one).
+
+    Why the bytes are the same: ``create`` transforms the named arguments into its body, in its own key
+    order, with the empty list at the history's place; ``_build_request`` then merges ``extra_body`` into
+    that body (``{**body, **extra_body}``: a key already there keeps its place and takes the new value),
+    and a caller's own ``extra_body`` is merged after the history, so it still wins over every field as it
+    did. The transform of the history itself gives back an equal copy of it: the codecs build it of plain
+    JSON values (str, int, float, bool, None, dicts, lists), the openai request types of these fields have no
+    key alias and no format (``PropertyInfo`` only discriminates unions there), and an equal copy dumps to
+    the same JSON (docs/protocols.md §6). ``tests/test_transport_openai_body.py`` sends every request both
+    ways and compares the bytes. Anything else (not a list, a non-mapping ``extra_body``) goes as it was.
+    What differs is only what a wrapper of ``create`` itself sees (tracing instrumentation reading the
+    ``messages`` argument finds the history in ``extra_body``)."""
+    moved = {key: kwargs[key] for key in _HISTORY_FIELDS if type(kwargs.get(key)) is list}
+    extra = kwargs.get("extra_body")
+    if not moved or not (extra is None or isinstance(extra, dict)):
+        return kwargs
+    given = {**kwargs, **{key: [] for key in moved}}
+    given["extra_body"] = {**moved, **extra} if extra else moved
+    return given
+
+
 def plain_text(body: bytes) -> bool:
     """Whether every string ``json.loads(body)`` gives is valid Unicode, read off the bytes at C speed:
     strict UTF-8 (``json.loads`` lets encoded surrogates through) and no ``\\uD...`` escape (a surrogate
@@ -488,22 +514,38 @@ class _Translated:
 
 
 class _RawResponse:
-    """``<resource>.with_raw_response.create``: the SDK's HTTP response holds the exact bytes both ways."""
+    """``<resource>.with_raw_response.create``: the SDK's HTTP response holds the exact bytes both ways.
+
+    ``untyped_history``: the SDK's ``create`` walks the body with its typed transform (openai's
+    ``maybe_transform``), which for the history fields gives back an equal copy of the plain JSON the codec
+    built (:func:`_history_in_extra_body`): the history is then handed over through ``extra_body`` instead,
+    where the SDK merges it into the same place of the same body without the walk. Everything else
+    ``create`` does (its other fields, headers, options, timeout, retries, streaming, errors) is as before,
+    and the bytes sent are the same (docs/protocols.md §6)."""
+
+    __slots__ = ("_untyped_history",)
+
+    def __init__(self, *, untyped_history: bool = False) -> None:
+        self._untyped_history = untyped_history
+
+    def _kwargs(self, request: VendorRequest) -> dict[str, Any]:
+        kwargs = sdk_kwargs(request.kwargs)
+        return _history_in_extra_body(kwargs) if self._untyped_history else kwargs
 
     def call(self, adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
         with _Translated(adapter, request, False):
-            raw = _resource(client, adapter).with_raw_response.create(**sdk_kwargs(request.kwargs))
+            raw = _resource(client, adapter).with_raw_response.create(**self._kwargs(request))
         return _raw_result(adapter, raw.http_response)
 
     async def acall(self, adapter: Adapter, client: Any, request: VendorRequest) -> CallResult:
         with _Translated(adapter, request, False):
-            raw = await _resource(client, adapter).with_raw_response.create(**sdk_kwargs(request.kwargs))
+            raw = await _resource(client, adapter).with_raw_response.create(**self._kwargs(request))
         return _raw_result(adapter, raw.http_response)
 
     def opening(
         self, adapter: Adapter, client: Any, request: VendorRequest, flavor: _Flavor
     ) -> _Flow[_Opened]:
-        kwargs = {**sdk_kwargs(request.kwargs), "stream": True}
+        kwargs = {**self._kwargs(request), "stream": True}
         stream_options = adapter.endpoint.stream_options
         if stream_options:
             kwargs["stream_options"] = {**(request.kwargs.get("stream_options") or {}), **stream_options}
@@ -1087,7 +1129,8 @@ class _Boto3:
 #: the transport of each endpoint SDK (``Endpoint.sdk``): adding an SDK family is one line here
 _TRANSPORTS: dict[str, _Transport] = {
     "anthropic": _RawResponse(),
-    "openai": _RawResponse(),
+    # openai's create walks its body with a typed transform; the anthropic SDK's does not (2.16)
+    "openai": _RawResponse(untyped_history=True),
     "google.genai": _GenAI(),
     "boto3": _Boto3(),
     "google.genai.interactions": _GenAIInteractions(),
