@@ -85,9 +85,9 @@ def test_packed_records_cost_a_small_constant_each() -> None:
     originals = [_record(i) for i in range(1000)]
     records = _grown(originals)
     packed = records._packed
-    size = sum(
-        sys.getsizeof(x) for x in (packed.ints, packed.digests, packed.durations, packed.refs, packed.usages)
-    )
+    assert packed is not None
+    # the ints hold each row's fingerprint and model ids and breakpoint end too
+    size = sum(sys.getsizeof(x) for x in (packed.ints, packed.digests, packed.durations, packed.usages))
     size += sys.getsizeof(packed.outputs)
     assert size / len(packed) < 150  # each built record with its own ints and digest: ~500 bytes
 
