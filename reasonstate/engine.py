@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from reasonstate.adapters import APIS, room, view_of
+from reasonstate.adapters import APIS, room, shared_adapter, shared_name, view_of
 from reasonstate.adapters.base import (
     Adapter,
     DecodedStep,
@@ -1055,7 +1055,7 @@ class KeptEffect:
     decision's, and settle the event without a second encode (:meth:`figures`)."""
 
     __slots__ = (
-        "adapter",
+        "_adapter",
         "encodings",
         "foreign_reasoning",
         "history",
@@ -1066,6 +1066,10 @@ class KeptEffect:
         "records",
         "stripped",
     )
+
+    #: the adapter, or its name when it is a process-wide default one (:func:`shared_name`): a held
+    #: decision, which the trace keeps until it is read, then reaches no adapter configuration
+    _adapter: Adapter | str
 
     def __init__(
         self,
@@ -1078,16 +1082,24 @@ class KeptEffect:
         encodings: Encodings | None,
         foreign_reasoning: str,
     ) -> None:
-        self.adapter, self.prefix, self.history, self.model = adapter, prefix, history, model
+        self._adapter = shared_name(adapter) or adapter
+        self.prefix, self.history, self.model = prefix, history, model
         # only what the next request is built on from the layers (records, lost, stripped): not their
         # history or trace, which a held decision would keep alive until read (issue 21)
         self.records, self.lost, self.stripped = layers.records, layers.lost, layers.stripped
         self.options, self.encodings = options, encodings
         self.foreign_reasoning = foreign_reasoning
 
+    @property
+    def adapter(self) -> Adapter:
+        """The adapter the decision was made with."""
+        adapter = self._adapter
+        return shared_adapter(adapter) if isinstance(adapter, str) else adapter
+
     def __call__(self) -> dict[str, Any]:
+        adapter = self.adapter
         request = encoded(
-            self.adapter,
+            adapter,
             self.prefix,
             self.history,
             self.model,
@@ -1096,7 +1108,7 @@ class KeptEffect:
             foreign_reasoning=self.foreign_reasoning,
             encodings=self.encodings,
         )
-        return self.figures(request, predict(self.adapter, request, self.records))
+        return self.figures(request, predict(adapter, request, self.records))
 
     def figures(self, request: VendorRequest, predicted: int | None) -> dict[str, Any]:
         """The effect, from a request on this history (or one that only adds a user message) and its
