@@ -529,9 +529,10 @@ class _Held:
     """A batch's events from its deferred one on (positions ``start`` on), outside the store until the
     deferred one is completed: by :meth:`Trace.settle` with figures known some other way, or else by its
     ``complete`` when any reader first looks. Settling appends them to the store, as extending would have
-    (the same data, the batch's wall time), and is done once, under ``lock``."""
+    (the same data, the batch's wall time), and is done once, under the store's ``lock`` (no lock of its
+    own: one per session is enough, issue 21)."""
 
-    __slots__ = ("at", "complete", "items", "lock", "start")
+    __slots__ = ("at", "complete", "items", "start")
 
     def __init__(
         self,
@@ -542,10 +543,10 @@ class _Held:
     ) -> None:
         self.start, self.at, self.items = start, at, items
         self.complete: Callable[[], Mapping[str, Any]] | None = complete
-        self.lock = threading.Lock()
 
     def settle(self, trace: Trace, completion: Mapping[str, Any] | None) -> None:
-        with self.lock:
+        store = trace._store  # the store it was held on: a trace's store changes only here
+        with store.lock:
             complete = self.complete
             if complete is None:
                 trace._held = None
@@ -556,11 +557,9 @@ class _Held:
                 TraceEvent(self.start, kind, {**data, **extra}, self.at),
                 *(TraceEvent(self.start + 1 + i, k, d, self.at) for i, (k, d) in enumerate(rest)),
             ]
-            store = trace._store
-            with store.lock:
-                if len(store) != self.start:  # another value was extended from an older one meanwhile
-                    store = store.prefix(self.start)
-                store.append(events)
+            if len(store) != self.start:  # another value was extended from an older one meanwhile
+                store = store.prefix(self.start)
+            store.append(events)
             self.complete, self.items = None, []
             trace._store, trace._held = store, None
 
