@@ -169,3 +169,16 @@ def test_an_old_records_usage_is_the_steps_own_int() -> None:
     assert all(packed.usages[i] is steps[i]._usage for i in range(old))
     assert all(type(packed.usages[i]) is Usage for i in range(old, len(packed)))  # the window: as given
     assert [r.usage for r in records] == usages
+
+
+def test_a_young_records_holds_no_packed_columns_and_many_models_read_back() -> None:
+    """Issue 21 (fixed cost of a young session): no columns until a record is packed; the shared strings
+    (models, fingerprints) are found by a scan while few and by a table beyond, equal either way."""
+    two = _grown([_record(0), _record(1)])
+    assert two._packed is None and list(two) == [_record(0), _record(1)]
+    originals = [_record(i, model=f"model-{i % 13}") for i in range(N)]
+    records = _grown(originals)
+    assert records._packed is not None and records._packed.name_ids is not None
+    assert list(records) == originals
+    fork = _grown(originals[:20]).appended(_record(20, model="other"), ["u"] * 23)
+    assert [r.model for r in fork] == [r.model for r in originals[:20]] + ["other"]

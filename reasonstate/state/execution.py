@@ -405,6 +405,8 @@ _INT_FIELDS = ("index", "turn", "step", "request_bytes", "units", "divergence", 
 #: in ``bps`` (one array for the three: a session's packed rows hold few containers)
 _ROW = len(_INT_FIELDS) + 3
 _BP_END = _ROW - 1
+#: how many shared strings a :class:`_Packed` finds by a scan before it keeps a dict of them
+_FEW_NAMES = 8
 _INT_MAX = 1 << 31  # a column is a C int: a record with a larger figure is kept whole
 
 
@@ -444,8 +446,10 @@ class _Packed:
         #: (:func:`packed_usage`: the step's own ``int``, issue 21)
         self.usages: list[PackedUsage] = []
         self.outputs: list[str | None] = []
+        #: the shared strings (fingerprints, models) the rows name by index; found by a C-speed scan while
+        #: there are few (a session has one or two of each), by ``name_ids`` (None until then) beyond
         self.names: list[Any] = []
-        self.name_ids: dict[Any, int] = {}
+        self.name_ids: dict[Any, int] | None = None
         self.raw: dict[int, ExecutionRecord] | None = None
         self.lock = threading.Lock()
 
@@ -460,7 +464,8 @@ class _Packed:
         new.bps = self.bps[: self._bp_end(n - 1)]
         new.usages = self.usages[:n]
         new.outputs = self.outputs[:n]
-        new.names, new.name_ids = list(self.names), dict(self.name_ids)
+        new.names = list(self.names)
+        new.name_ids = None if self.name_ids is None else dict(self.name_ids)
         if self.raw is not None:
             new.raw = {i: r for i, r in self.raw.items() if i < n} or None
         return new
@@ -470,11 +475,20 @@ class _Packed:
         return self.ints[i * _ROW + _BP_END] if i >= 0 else 0
 
     def _id(self, value: Any) -> int:
-        found = self.name_ids.get(value)
-        if found is None:
-            found = self.name_ids[value] = len(self.names)
-            self.names.append(value)
-        return found
+        names, ids = self.names, self.name_ids
+        if ids is not None:
+            found = ids.get(value)
+            if found is None:
+                found = ids[value] = len(names)
+                names.append(value)
+            return found
+        try:
+            return names.index(value)
+        except ValueError:
+            names.append(value)
+            if len(names) > _FEW_NAMES:
+                self.name_ids = {name: k for k, name in enumerate(names)}
+            return len(names) - 1
 
     def append(self, r: ExecutionRecord) -> None:
         i = len(self.usages)
