@@ -56,12 +56,12 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from reasonstate.adapters import APIS, room, view_of
+from reasonstate.adapters import APIS, room, shared_adapter, shared_name, view_of
 from reasonstate.adapters.base import (
     Adapter,
     DecodedStep,
@@ -1023,23 +1023,63 @@ def _close_turn(
             foreign_reasoning,
         )
     order = sorted(views)
+    data: Mapping[str, Any]
+    if kept is not None:  # held until its effect is known: built when read (_HeldDecision)
+        data = _HeldDecision(history, tuple(order), policy.name)
+    else:
+        data = _decision_data(history, order, policy.name, effect)
+    events.append((EventKind.POLICY_DECISION, data))
+    deferred = None if kept is None else (len(events) - 1, kept)
+    events.append((EventKind.TURN_CLOSED, FrozenDict(turn=closed.index, steps=len(closed.steps))))
+    return history, deferred
+
+
+def _decision_data(
+    history: History, order: Sequence[int], policy: str, effect: Mapping[str, Any]
+) -> FrozenDict:
+    """A ``policy.decision`` event's data: the views of the turns ``order`` as ``history`` holds them, and
+    ``effect`` (scalars: the whole event is frozen as built)."""
     decided = FrozenDict(
         (str(i), FrozenDict(keep_reasoning=FrozenList(v.keep_reasoning), summary=v.summary))
         for i, v in ((i, history.turns[i].view) for i in order)
         if v is not None
     )
-    # effect's values are scalars: the whole event is frozen as built
-    data = FrozenDict(
-        turn=closed.index,
-        policy=policy.name,
+    return FrozenDict(
+        turn=history.turns[-1].index,
+        policy=policy,
         views=decided,
-        summary=f"{policy.name} on turn(s) {order}",
+        summary=f"{policy} on turn(s) {list(order)}",
         **effect,
     )
-    events.append((EventKind.POLICY_DECISION, data))
-    deferred = None if kept is None else (len(events) - 1, kept)
-    events.append((EventKind.TURN_CLOSED, FrozenDict(turn=closed.index, steps=len(closed.steps))))
-    return history, deferred
+
+
+class _HeldDecision(Mapping[str, Any]):
+    """The data of a keep-all ``policy.decision`` whose effect is deferred (:class:`KeptEffect`): what
+    :func:`_decision_data` gives (no effect), built when first read, from the history as decided (an
+    immutable value the held effect keeps anyway). The trace reads it when it completes or writes the held
+    event (a frozen copy each time), so a held decision keeps no dicts of its own until then (issue 21:
+    ~0.6 KB of every session's state)."""
+
+    __slots__ = ("_built", "_history", "_order", "_policy")
+
+    def __init__(self, history: History, order: tuple[int, ...], policy: str) -> None:
+        self._history, self._order, self._policy = history, order, policy
+        self._built: FrozenDict | None = None
+
+    def _data(self) -> FrozenDict:
+        built = self._built
+        if built is None:
+            built = self._built = _decision_data(self._history, self._order, self._policy, {})
+        return built
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
 
 
 class KeptEffect:
@@ -1055,7 +1095,7 @@ class KeptEffect:
     decision's, and settle the event without a second encode (:meth:`figures`)."""
 
     __slots__ = (
-        "adapter",
+        "_adapter",
         "encodings",
         "foreign_reasoning",
         "history",
@@ -1066,6 +1106,10 @@ class KeptEffect:
         "records",
         "stripped",
     )
+
+    #: the adapter, or its name when it is a process-wide default one (:func:`shared_name`): a held
+    #: decision, which the trace keeps until it is read, then reaches no adapter configuration
+    _adapter: Adapter | str
 
     def __init__(
         self,
@@ -1078,16 +1122,24 @@ class KeptEffect:
         encodings: Encodings | None,
         foreign_reasoning: str,
     ) -> None:
-        self.adapter, self.prefix, self.history, self.model = adapter, prefix, history, model
+        self._adapter = shared_name(adapter) or adapter
+        self.prefix, self.history, self.model = prefix, history, model
         # only what the next request is built on from the layers (records, lost, stripped): not their
         # history or trace, which a held decision would keep alive until read (issue 21)
         self.records, self.lost, self.stripped = layers.records, layers.lost, layers.stripped
         self.options, self.encodings = options, encodings
         self.foreign_reasoning = foreign_reasoning
 
+    @property
+    def adapter(self) -> Adapter:
+        """The adapter the decision was made with."""
+        adapter = self._adapter
+        return shared_adapter(adapter) if isinstance(adapter, str) else adapter
+
     def __call__(self) -> dict[str, Any]:
+        adapter = self.adapter
         request = encoded(
-            self.adapter,
+            adapter,
             self.prefix,
             self.history,
             self.model,
@@ -1096,7 +1148,7 @@ class KeptEffect:
             foreign_reasoning=self.foreign_reasoning,
             encodings=self.encodings,
         )
-        return self.figures(request, predict(self.adapter, request, self.records))
+        return self.figures(request, predict(adapter, request, self.records))
 
     def figures(self, request: VendorRequest, predicted: int | None) -> dict[str, Any]:
         """The effect, from a request on this history (or one that only adds a user message) and its

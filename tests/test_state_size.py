@@ -76,6 +76,30 @@ def test_a_held_keep_decision_keeps_no_earlier_history_or_trace() -> None:
         assert len(decisions) == TURNS and decisions[-1].data["predicted_cache_read"] is not None
 
 
+@pytest.mark.parametrize("own_adapter", [False, True])
+def test_a_held_keep_decision_names_a_default_adapter_without_holding_it(own_adapter: bool) -> None:
+    """A held decision keeps a process-wide default adapter by its name (the registry holds it for good),
+    so the trace reaches no adapter configuration (~1-1.4 KB of a young session, issue 21); an adapter of
+    the caller's own is held as it is. Either way the decision completes with the figures the next
+    request predicts for itself."""
+    from reasonstate.adapters import adapter_for
+    from reasonstate.adapters.anthropic import AnthropicAdapter
+
+    with AnthropicEmulator([answer(i) for i in range(3)], secret=b"s") as emu:
+        client = emu.client()
+        adapter = AnthropicAdapter() if own_adapter else adapter_for(client)
+        session = make_session(emu, client, policy=Keep(), adapter=adapter)
+        session.send("Question 0?")
+        assert session._layers.trace.deferred
+        held = [o for o in _reachable(session._layers) if isinstance(o, AnthropicAdapter)]
+        assert held == ([adapter] if own_adapter else [])
+        read = session.trace.of_kind(EventKind.POLICY_DECISION)[-1].data  # completed by reading it
+        session.send("Question 1?")
+        sent = session.trace.of_kind(EventKind.REQUEST_SENT)[-1].data
+        assert read["predicted_cache_read"] == sent["predicted_cache_read"] is not None
+        assert read["divergence_unit"] == sent["divergence"]
+
+
 def test_closed_turns_with_equal_views_share_one_view() -> None:
     with AnthropicEmulator([answer(i) for i in range(TURNS)], secret=b"s") as emu:
         session = make_session(emu, policy=Keep())

@@ -285,13 +285,29 @@ def _scope(client: Any, platform: str) -> str:
 #: dialect) and process: an adapter holds configuration only (never per-session state: that is in the
 #: session's ``Encodings``), so every session may share it
 _DEFAULT_ADAPTERS: dict[str, Adapter] = {}
+#: ``id`` of each adapter in :data:`_DEFAULT_ADAPTERS` → its key (never removed, as the adapters are not: an
+#: id found here is its adapter's for the life of the process)
+_DEFAULT_KEYS: dict[int, str] = {}
 
 
 def _default(key: str, build: Callable[[], Adapter]) -> Adapter:
     adapter = _DEFAULT_ADAPTERS.get(key)
     if adapter is None:
         adapter = _DEFAULT_ADAPTERS.setdefault(key, build())
+        _DEFAULT_KEYS[id(adapter)] = key
     return adapter
+
+
+def shared_name(adapter: Adapter) -> str | None:
+    """The key of ``adapter`` among the process-wide default adapters (None: it is not one of them): a
+    value that names it (:func:`shared_adapter`) without holding it, as the registry holds it for good."""
+    key = _DEFAULT_KEYS.get(id(adapter))
+    return key if key is not None and _DEFAULT_ADAPTERS.get(key) is adapter else None
+
+
+def shared_adapter(name: str) -> Adapter:
+    """The default adapter :func:`shared_name` gave ``name`` for."""
+    return _DEFAULT_ADAPTERS[name]
 
 
 #: (client type, dialect, api) → the adapter :func:`adapter_for` chose, for the choices that read nothing

@@ -826,14 +826,13 @@ class Encodings:
     request used (:meth:`next_request`), so the per-text entries of closed turns do not pile up.
     """
 
-    __slots__ = ("_calls", "_forget", "_older", "_runs", "_turns")
+    __slots__ = ("_calls", "_older", "_runs", "_turns")
 
     def __init__(self) -> None:
-        self._turns: dict[int, _Entries] = {}
+        self._turns = _Filed()
         self._runs: dict[Hashable, Any] = {}
         self._calls: dict[tuple[Hashable, ...], Any] = {}
         self._older: dict[tuple[Hashable, ...], Any] = {}
-        self._forget = functools.partial(_forget, self._turns)
 
     def call(self, fn: Callable[..., _T], *args: Hashable) -> _T:
         """``fn(*args)`` for a pure ``fn`` of immutable arguments (a text, a call id), computed once while
@@ -903,7 +902,7 @@ class Encodings:
 
     def _new_entries(self, turn: Turn | Prefix) -> _Entries:
         key = id(turn)
-        entries = self._turns[key] = _Entries(turn, self._forget, key)
+        entries = self._turns[key] = _Entries(turn, self._turns, key)
         return entries
 
     def newest(self, key: Hashable) -> Any:
@@ -914,10 +913,16 @@ class Encodings:
         self._runs[key] = run
 
 
-def _forget(entries: dict[int, _Entries], ref: _Entries) -> None:
-    ref.values.clear()  # a value may refer back to its turn: no cycle outlives the turn
-    if entries.get(ref.key) is ref:
-        del entries[ref.key]
+class _Filed(dict[int, _Entries]):
+    """The memo entries by the ``id`` of their turn or prefix; also the callback of each :class:`_Entries`
+    (one object: no callback object per memo), which clears and unfiles an entry when its object dies."""
+
+    __slots__ = ()
+
+    def __call__(self, ref: _Entries) -> None:
+        ref.values.clear()  # a value may refer back to its turn: no cycle outlives the turn
+        if self.get(ref.key) is ref:
+            del self[ref.key]
 
 
 def closed_run(

@@ -402,15 +402,22 @@ _SHA256 = "sha256:"
 _HEXDIGITS = frozenset("0123456789abcdef")
 #: the int columns of a packed record, in order (None is -1 for the two that may be None)
 _INT_FIELDS = ("index", "turn", "step", "request_bytes", "units", "divergence", "predicted_cache_read")
+#: a packed row's ints: the fields, then the ids of its fingerprint and model, then the end of its breakpoints
+#: in ``bps`` (one array for the three: a session's packed rows hold few containers)
+_ROW = len(_INT_FIELDS) + 3
+_BP_END = _ROW - 1
+#: how many shared strings a :class:`_Packed` finds by a scan before it keeps a dict of them
+_FEW_NAMES = 8
 _INT_MAX = 1 << 31  # a column is a C int: a record with a larger figure is kept whole
 
 
 class _Packed:
-    """The records older than a :class:`Records` value's built tail, packed: per record seven 4-byte ints,
-    its request digest's 32 bytes, its duration, its breakpoints (4 bytes each, record ``i``'s are
-    ``bps[bp_ends[i-1]:bp_ends[i]]``) and shared references (its usage, the step's own value; the
-    fingerprint and model as ids in a table of shared strings). A record the columns cannot hold exactly
-    (token ids, a digest of another form, a figure of 2**31 or more) is kept as built in ``raw``.
+    """The records older than a :class:`Records` value's built tail, packed: per record a row of ten 4-byte
+    ints (seven fields, the fingerprint and model as ids in a table of shared strings, the end of its
+    breakpoints: record ``i``'s are ``bps[end(i-1):end(i)]``), its request digest's 32 bytes, its
+    duration, its breakpoints (4 bytes each) and its usage (the step's own value). A record the columns
+    cannot hold exactly (token ids, a digest of another form, a figure of 2**31 or more) is kept as built
+    in ``raw`` (None until there is one).
 
     Append-only and shared by every value extended from one another, as the trace's store is: a value
     reads the first ``n`` rows it was made with, so later appends never change what it sees; a value
@@ -418,7 +425,6 @@ class _Packed:
     """
 
     __slots__ = (
-        "bp_ends",
         "bps",
         "digests",
         "durations",
@@ -428,25 +434,24 @@ class _Packed:
         "names",
         "outputs",
         "raw",
-        "refs",
         "usages",
     )
 
     def __init__(self) -> None:
-        self.ints = array("i")
+        self.ints = array("i")  # per record a row of _ROW
         self.digests = bytearray()
         self.durations = array("d")
-        self.refs = array("I")  # per record: fingerprint id, model id
         self.bps = array("I")
-        self.bp_ends = array("I")
         #: each record's usage: the step's own value while the record is among the newest
         #: :data:`UNIT_WINDOW` (which the cache prediction reads on every request), then packed
         #: (:func:`packed_usage`: the step's own ``int``, issue 21)
         self.usages: list[PackedUsage] = []
         self.outputs: list[str | None] = []
+        #: the shared strings (fingerprints, models) the rows name by index; found by a C-speed scan while
+        #: there are few (a session has one or two of each), by ``name_ids`` (None until then) beyond
         self.names: list[Any] = []
-        self.name_ids: dict[Any, int] = {}
-        self.raw: dict[int, ExecutionRecord] = {}
+        self.name_ids: dict[Any, int] | None = None
+        self.raw: dict[int, ExecutionRecord] | None = None
         self.lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -454,24 +459,37 @@ class _Packed:
 
     def prefix(self, n: int) -> _Packed:
         new = _Packed()
-        new.ints = self.ints[: n * len(_INT_FIELDS)]
+        new.ints = self.ints[: n * _ROW]
         new.digests = self.digests[: n * 32]
         new.durations = self.durations[:n]
-        new.refs = self.refs[: n * 2]
-        new.bp_ends = self.bp_ends[:n]
-        new.bps = self.bps[: self.bp_ends[n - 1] if n else 0]
+        new.bps = self.bps[: self._bp_end(n - 1)]
         new.usages = self.usages[:n]
         new.outputs = self.outputs[:n]
-        new.names, new.name_ids = list(self.names), dict(self.name_ids)
-        new.raw = {i: r for i, r in self.raw.items() if i < n}
+        new.names = list(self.names)
+        new.name_ids = None if self.name_ids is None else dict(self.name_ids)
+        if self.raw is not None:
+            new.raw = {i: r for i, r in self.raw.items() if i < n} or None
         return new
 
+    def _bp_end(self, i: int) -> int:
+        """Where record ``i``'s breakpoints end in ``bps`` (0 for ``i == -1``)."""
+        return self.ints[i * _ROW + _BP_END] if i >= 0 else 0
+
     def _id(self, value: Any) -> int:
-        found = self.name_ids.get(value)
-        if found is None:
-            found = self.name_ids[value] = len(self.names)
-            self.names.append(value)
-        return found
+        names, ids = self.names, self.name_ids
+        if ids is not None:
+            found = ids.get(value)
+            if found is None:
+                found = ids[value] = len(names)
+                names.append(value)
+            return found
+        try:
+            return names.index(value)
+        except ValueError:
+            names.append(value)
+            if len(names) > _FEW_NAMES:
+                self.name_ids = {name: k for k, name in enumerate(names)}
+            return len(names) - 1
 
     def append(self, r: ExecutionRecord) -> None:
         i = len(self.usages)
@@ -496,18 +514,19 @@ class _Packed:
             ints = (r.index, r.turn, r.step, r.request_bytes, r.units, r.divergence, r.predicted_cache_read)
             packable = all(v is None or 0 <= v < _INT_MAX for v in ints)
         if not packable:
+            if self.raw is None:
+                self.raw = {}
             self.raw[i] = r
-            self.ints.extend((0,) * len(_INT_FIELDS))
+            self.ints.extend((0,) * (_ROW - 1))
             self.digests += bytes(32)
             self.durations.append(0.0)
-            self.refs.extend((0, 0))
         else:
             self.ints.extend(-1 if v is None else v for v in ints)
+            self.ints.extend((self._id(r.prefix_fingerprint), self._id(r.model)))
             self.digests += bytes.fromhex(digest[7:])
             self.durations.append(r.duration_s)
-            self.refs.extend((self._id(r.prefix_fingerprint), self._id(r.model)))
             self.bps.extend(r.breakpoints)
-        self.bp_ends.append(len(self.bps))
+        self.ints.append(len(self.bps))
         self.usages.append(r.usage)
         if i >= UNIT_WINDOW:
             self.usages[i - UNIT_WINDOW] = packed_usage(self.usages[i - UNIT_WINDOW])
@@ -517,9 +536,8 @@ class _Packed:
         raw = self.raw.get(i) if self.raw else None
         if raw is not None:
             return raw
-        k = i * len(_INT_FIELDS)
-        index, turn, step, size, units, divergence, predicted = self.ints[k : k + len(_INT_FIELDS)]
-        fingerprint, model = self.refs[i * 2 : i * 2 + 2]
+        k = i * _ROW
+        index, turn, step, size, units, divergence, predicted, fingerprint, model = self.ints[k : k + _BP_END]
         return ExecutionRecord(
             index=index,
             turn=turn,
@@ -538,7 +556,7 @@ class _Packed:
         )
 
     def _breakpoints(self, i: int) -> tuple[int, ...]:
-        return tuple(self.bps[self.bp_ends[i - 1] if i else 0 : self.bp_ends[i]])
+        return tuple(self.bps[self._bp_end(i - 1) : self._bp_end(i)])
 
     def use(self, i: int) -> UnitUse:
         """Record ``i``'s :class:`UnitUse`, read from the columns (nothing else built)."""
@@ -555,26 +573,27 @@ class _Packed:
             return self.uses(range(start, stop))
         if not _USAGE.issuperset(map(type, usages)):
             return self.uses(range(start, stop))
-        units = self.ints[start * len(_INT_FIELDS) + 4 : stop * len(_INT_FIELDS) : len(_INT_FIELDS)]
-        ends = self.bp_ends
-        first = ends[start - 1] if start else 0
-        if ends[stop - 1] == first:  # no row has a breakpoint
+        units = self.ints[start * _ROW + 4 : stop * _ROW : _ROW]
+        ends = self.ints[start * _ROW + _BP_END : stop * _ROW : _ROW]
+        first = self._bp_end(start - 1)
+        if ends[-1] == first:  # no row has a breakpoint
             marks: Iterable[tuple[int, ...]] = itertools.repeat((), stop - start)
         else:
             bps = self.bps
-            marks = [
-                tuple(bps[a:b])
-                for a, b in zip(
-                    itertools.chain((first,), ends[start : stop - 1]), ends[start:stop], strict=True
-                )
-            ]
+            marks = [tuple(bps[a:b]) for a, b in zip(itertools.chain((first,), ends[:-1]), ends, strict=True)]
         rows = zip(units, usages, self.outputs[start:stop], marks, strict=True)
         return list(map(tuple.__new__, itertools.repeat(UnitUse), rows))
 
     def uses(self, rows: Iterable[int]) -> list[UnitUse]:
         """The :class:`UnitUse` of each record in ``rows``, read from the columns in one loop."""
-        raw, ints, usages, outputs = self.raw, self.ints, self.usages, self.outputs
-        bps, ends, units_at, new = self.bps, self.bp_ends, len(_INT_FIELDS), tuple.__new__
+        raw, ints, usages, outputs, bps, new = (
+            self.raw,
+            self.ints,
+            self.usages,
+            self.outputs,
+            self.bps,
+            tuple.__new__,
+        )
         out: list[UnitUse] = []
         for i in rows:
             r = raw.get(i) if raw else None
@@ -584,12 +603,10 @@ class _Packed:
             usage = usages[i]  # the window's rows (read on every request) hold their Usage: no call
             if not isinstance(usage, Usage):
                 usage = unpacked_usage(usage)
-            marks = tuple(bps[ends[i - 1] if i else 0 : ends[i]])
-            out.append(new(UnitUse, (ints[i * units_at + 4], usage, outputs[i], marks)))
+            k = i * _ROW
+            marks = tuple(bps[ints[k - _ROW + _BP_END] if i else 0 : ints[k + _BP_END]])
+            out.append(new(UnitUse, (ints[k + 4], usage, outputs[i], marks)))
         return out
-
-
-_EMPTY_PACK = _Packed()
 
 
 class Records(Sequence[ExecutionRecord]):
@@ -612,18 +629,20 @@ class Records(Sequence[ExecutionRecord]):
 
     _chains: tuple[UnitChain, ...]
     _offset: int
-    _packed: _Packed
+    #: None while no record is packed (``_n == 0``): a young session holds no empty columns
+    _packed: _Packed | None
     _n: int
     _tail: tuple[ExecutionRecord, ...]
 
     def __init__(
         self, records: Iterable[ExecutionRecord] = (), chains: tuple[UnitChain, ...] = (), offset: int = 0
     ) -> None:
+        packed: _Packed | None
         if isinstance(records, Records):
             packed, n, tail = records._packed, records._n, records._tail
         else:
             items = tuple(records)
-            packed, n, tail = _EMPTY_PACK, 0, items
+            packed, n, tail = None, 0, items
             if len(items) > _BUILT:
                 packed = _Packed()
                 for r in items[: len(items) - _BUILT]:
@@ -633,7 +652,7 @@ class Records(Sequence[ExecutionRecord]):
 
     def _set(
         self,
-        packed: _Packed,
+        packed: _Packed | None,
         n: int,
         tail: tuple[ExecutionRecord, ...],
         chains: tuple[UnitChain, ...],
@@ -649,7 +668,7 @@ class Records(Sequence[ExecutionRecord]):
     @classmethod
     def _of(
         cls,
-        packed: _Packed,
+        packed: _Packed | None,
         n: int,
         tail: tuple[ExecutionRecord, ...],
         chains: tuple[UnitChain, ...],
@@ -682,13 +701,20 @@ class Records(Sequence[ExecutionRecord]):
             return self._tail[i - n]  # IndexError past the end, as a tuple's
         if i < 0:
             raise IndexError("Records index out of range")
-        return self._packed.record(i)
+        return self._rows().record(i)
 
     def __iter__(self) -> Iterator[ExecutionRecord]:
-        packed = self._packed
-        for i in range(self._n):
-            yield packed.record(i)
+        if self._n:
+            packed = self._rows()
+            for i in range(self._n):
+                yield packed.record(i)
         yield from self._tail
+
+    def _rows(self) -> _Packed:
+        """The packed rows (only read where ``_n > 0``, so there are some)."""
+        packed = self._packed
+        assert packed is not None
+        return packed
 
     def __bool__(self) -> bool:
         return bool(self._n or self._tail)
@@ -797,15 +823,20 @@ class Records(Sequence[ExecutionRecord]):
             if cut:
                 offset += cut
                 chains = [c.from_seq(offset) for c in chains if c.seq >= offset]
-            return Records._of(_EMPTY_PACK, 0, (*self[cut:], record), tuple(chains), offset)
+            return Records._of(None, 0, (*self[cut:], record), tuple(chains), offset)
         packed, n, tail = self._packed, self._n, (*self._tail, record)
         if len(tail) > _BUILT:
             # the oldest built record moves to the packed rows: in place when this value's rows are the
-            # store's newest, else into a copy of its own rows (a fork: the other value keeps its own)
-            with packed.lock:
-                if len(packed) != n or packed is _EMPTY_PACK:
-                    packed = _EMPTY_PACK.prefix(0) if packed is _EMPTY_PACK else packed.prefix(n)
+            # store's newest, else into a copy of its own rows (a fork: the other value keeps its own);
+            # the first one into new rows (no value holds them yet)
+            if packed is None:
+                packed = _Packed()
                 packed.append(tail[0])
+            else:
+                with packed.lock:
+                    if len(packed) != n:
+                        packed = packed.prefix(n)
+                    packed.append(tail[0])
             n, tail = n + 1, tail[1:]
         return Records._of(packed, n, tail, tuple(chains), offset)
 
@@ -859,11 +890,12 @@ class Records(Sequence[ExecutionRecord]):
         if len(self._chains) == 1 and high - low == len(rows):
             # one chain's consecutive rows, newest first (a one-model session): read oldest first as column
             # slices, the built tail's rows (the newest) after them
-            uses = self._packed.run(low, min(high, n)) if low < n else []
+            uses = self._rows().run(low, min(high, n)) if low < n else []
             uses += [_tail_use(tail[i - n]) for i in range(max(low, n), high)]
             shared.reverse()
             return list(zip(range(low, high), uses, shared, strict=True))
-        packed = self._packed.uses([i for i in rows if i < n])
+        inner = [i for i in rows if i < n]
+        packed = self._rows().uses(inner) if inner else []
         if len(packed) < len(rows):  # the built tail's rows: the newest, last in each chain's run
             found = iter(packed)
             packed = [_tail_use(tail[i - n]) if i >= n else next(found) for i in rows]

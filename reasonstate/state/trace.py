@@ -233,10 +233,11 @@ class _Store:
     Invariants: events ``0..len-1`` never change once appended (only appended to, under ``lock``);
     ``kinds[i]`` is event ``i``'s kind id from its append on (one byte each while the ids fit); the events
     from ``pending[0]`` on are ``pending[1]`` as built (not encoded yet, at most :data:`_TAIL_MAX`), every
-    earlier event ``i`` has its bytes (empty for an event kept whole in ``raw``; never a line break: compact
-    JSON) as line ``i % _CHUNK`` of chunk ``i // _CHUNK``, and its time ``run_at[k]`` for the last
-    ``run_start[k] <= i``. A chunk is :data:`_CHUNK` events, each ended by ``\n``: ``chunks[k]`` raw-deflate
-    compressed once full, ``open`` the one being filled, as is; the string table and the process-wide
+    earlier event ``i`` has its bytes (empty for an event kept whole in ``raw``: None while none is; never a
+    line break: compact JSON) as line ``i % _CHUNK`` of chunk ``i // _CHUNK``, and its time ``run_at[k]``
+    for the last ``run_start[k] <= i``. A chunk is :data:`_CHUNK` events, each ended by ``\n``:
+    ``chunks[k]`` raw-deflate compressed once full, ``open`` the one being filled, as is; the string table
+    and the process-wide
     shape table only grow, so an event decodes the same forever; ``used`` has the bit of each shape id
     its encoded events hold. ``pending`` is replaced, never emptied in place, so a reader that
     took it before an encoding still finds its event there.
@@ -265,7 +266,7 @@ class _Store:
         self.token = next(_TOKENS)
         self.run_start = array("I")
         self.run_at = array("d")
-        self.raw: dict[int, TraceEvent] = {}
+        self.raw: dict[int, TraceEvent] | None = None
         #: the process-wide shape ids its events use, as bits (``1 << id``): what its snapshot carries
         self.used = 0
         self.strings: list[str] = []
@@ -291,7 +292,8 @@ class _Store:
         new.kinds = self.kinds[:n]
         runs = bisect.bisect_left(self.run_start, n)
         new.run_start, new.run_at = self.run_start[:runs], self.run_at[:runs]
-        new.raw = {i: e for i, e in self.raw.items() if i < n}
+        if self.raw:
+            new.raw = {i: e for i, e in self.raw.items() if i < n} or None
         new.used = self.used
         new.strings, new.string_ids = list(self.strings), dict(self.string_ids)
         new.last = dict(self.last)
@@ -332,6 +334,8 @@ class _Store:
                 raise _Raw
             encoded = _dumps(self._enc(event.data, None)).encode("utf-8", "surrogatepass")
         except (_Raw, ValueError, TypeError, RecursionError):
+            if self.raw is None:
+                self.raw = {}
             self.raw[i] = event
             encoded = b""
         self.open += encoded
@@ -339,7 +343,7 @@ class _Store:
         if (i + 1) % _CHUNK == 0:  # a full chunk: compressed once, for good
             self.chunks.append(_deflate(self.open))
             self.open = bytearray()
-        if not encoded and i in self.raw:
+        if not encoded and self.raw and i in self.raw:
             return  # its time is its own
         if not self.run_at or self.run_at[-1] != at:
             self.run_start.append(i)
@@ -407,7 +411,7 @@ class _Store:
     def check(self, i: int) -> None:
         """Raise ``ValueError`` (or the error :meth:`event` would raise) unless event ``i``'s bytes decode:
         the checks of :meth:`event` without building the event (a restore reads every event once)."""
-        if i in self.raw:
+        if self.raw and i in self.raw:
             return
         self._valid(_loads(self.line(i).decode("utf-8", "surrogatepass")), _SHAPES, {})
 
@@ -525,9 +529,10 @@ class _Held:
     """A batch's events from its deferred one on (positions ``start`` on), outside the store until the
     deferred one is completed: by :meth:`Trace.settle` with figures known some other way, or else by its
     ``complete`` when any reader first looks. Settling appends them to the store, as extending would have
-    (the same data, the batch's wall time), and is done once, under ``lock``."""
+    (the same data, the batch's wall time), and is done once, under the store's ``lock`` (no lock of its
+    own: one per session is enough, issue 21)."""
 
-    __slots__ = ("at", "complete", "items", "lock", "start")
+    __slots__ = ("at", "complete", "items", "start")
 
     def __init__(
         self,
@@ -538,10 +543,10 @@ class _Held:
     ) -> None:
         self.start, self.at, self.items = start, at, items
         self.complete: Callable[[], Mapping[str, Any]] | None = complete
-        self.lock = threading.Lock()
 
     def settle(self, trace: Trace, completion: Mapping[str, Any] | None) -> None:
-        with self.lock:
+        store = trace._store  # the store it was held on: a trace's store changes only here
+        with store.lock:
             complete = self.complete
             if complete is None:
                 trace._held = None
@@ -552,11 +557,9 @@ class _Held:
                 TraceEvent(self.start, kind, {**data, **extra}, self.at),
                 *(TraceEvent(self.start + 1 + i, k, d, self.at) for i, (k, d) in enumerate(rest)),
             ]
-            store = trace._store
-            with store.lock:
-                if len(store) != self.start:  # another value was extended from an older one meanwhile
-                    store = store.prefix(self.start)
-                store.append(events)
+            if len(store) != self.start:  # another value was extended from an older one meanwhile
+                store = store.prefix(self.start)
+            store.append(events)
             self.complete, self.items = None, []
             trace._store, trace._held = store, None
 
@@ -764,7 +767,11 @@ class Trace:
             # the shapes its events use, at their ids (an id no event uses: an empty list)
             "shapes": [list(_SHAPES[i]) if used >> i & 1 else [] for i in range(used.bit_length())],
             "strings": store.strings,
-            "raw": [[i, e.seq, e.kind, e.at, _thawed(e.data)] for i, e in sorted(store.raw.items()) if i < n],
+            "raw": [
+                [i, e.seq, e.kind, e.at, _thawed(e.data)]
+                for i, e in sorted((store.raw or {}).items())
+                if i < n
+            ],
         }
         head = json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=jsonable)
         payload = head.encode("utf-8", "surrogatepass") + b"\n" + b"".join(lines)
@@ -819,15 +826,17 @@ class Trace:
         table = [tuple(str(k) for k in s) for s in header["shapes"]]
         store.strings = [str(s) for s in header["strings"]]
         store.string_ids = {s: i for i, s in enumerate(store.strings)}
+        raw: dict[int, TraceEvent] = {}
         for i, seq, kind, at, event_data in header["raw"]:
             if not 0 <= i < n or lengths[i]:
                 raise ValueError("a compact trace's whole event is not at an empty place")
-            store.raw[i] = TraceEvent(seq, str(kind), event_data, at)
+            raw[i] = TraceEvent(seq, str(kind), event_data, at)
+        store.raw = raw or None
         heads: dict[int, None] = {}
         for i in range(n):  # every event decodes, and has a time
-            if i not in store.raw and (not starts or starts[0] > i):
+            if i not in raw and (not starts or starts[0] > i):
                 raise ValueError("a compact trace's event has no time")
-            if i not in store.raw:
+            if i not in raw:
                 store._valid(_loads(lines[i].decode("utf-8", "surrogatepass")), table, heads)
         # the snapshot's shape ids as this process's (learned in the order the events use them, as the
         # writer did): the same ids when this process learned them in the same order (the seeded ones
@@ -838,7 +847,7 @@ class Trace:
                 store.used |= 1 << new
         if any(new != head for head, new in shapes.items()):
             for i in range(n):
-                if i not in store.raw:
+                if i not in raw:
                     x = _remapped(_loads(lines[i].decode("utf-8", "surrogatepass")), shapes, table)
                     lines[i] = _dumps(x).encode("utf-8", "surrogatepass")
         store.chunks = [
