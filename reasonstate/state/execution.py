@@ -442,7 +442,8 @@ class _Packed:
         #: :data:`UNIT_WINDOW` (which the cache prediction reads on every request), then packed
         #: (:func:`packed_usage`: the step's own ``int``, issue 21)
         self.usages: list[PackedUsage] = []
-        self.outputs: list[str | None] = []
+        #: each record's output unit where it has one (by row: most vendors have none, issue 21)
+        self.outputs: dict[int, str] = {}
         self.names: list[Any] = []
         self.name_ids: dict[Any, int] = {}
         self.raw: dict[int, ExecutionRecord] = {}
@@ -460,7 +461,7 @@ class _Packed:
         new.bp_ends = self.bp_ends[:n]
         new.bps = self.bps[: self.bp_ends[n - 1] if n else 0]
         new.usages = self.usages[:n]
-        new.outputs = self.outputs[:n]
+        new.outputs = {i: o for i, o in self.outputs.items() if i < n}
         new.names, new.name_ids = list(self.names), dict(self.name_ids)
         new.raw = {i: r for i, r in self.raw.items() if i < n}
         return new
@@ -510,7 +511,8 @@ class _Packed:
         self.usages.append(r.usage)
         if i >= UNIT_WINDOW:
             self.usages[i - UNIT_WINDOW] = packed_usage(self.usages[i - UNIT_WINDOW])
-        self.outputs.append(r.output_unit)
+        if r.output_unit is not None:
+            self.outputs[i] = r.output_unit
 
     def record(self, i: int) -> ExecutionRecord:
         raw = self.raw.get(i) if self.raw else None
@@ -533,7 +535,7 @@ class _Packed:
             usage=unpacked_usage(self.usages[i]),
             duration_s=self.durations[i],
             model=self.names[model],
-            output_unit=self.outputs[i],
+            output_unit=self.outputs.get(i),
         )
 
     def _breakpoints(self, i: int) -> tuple[int, ...]:
@@ -548,7 +550,7 @@ class _Packed:
         return UnitUse(
             self.ints[i * len(_INT_FIELDS) + 4],
             usage if isinstance(usage, Usage) else unpacked_usage(usage),
-            self.outputs[i],
+            self.outputs.get(i),
             self._breakpoints(i),
         )
 
