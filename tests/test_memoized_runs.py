@@ -247,3 +247,19 @@ def test_an_anthropic_run_reads_its_units_out_of_the_newest_request_s() -> None:
     cut, j = run.prefix(len(run.turns) - 1)
     assert tuple(cut.units) == tuple(run.units[: len(cut.units)]) and 0 < j < len(run.turns)
     assert_memoized_runs_encode_as_fresh(session)
+
+
+def test_an_anthropic_run_s_cuts_widen_when_a_figure_does_not_fit_two_bytes() -> None:
+    """Issue 21 (state in memory): a run's cuts take 2 bytes a figure while they fit; a larger one widens
+    them in a copy, and the run sharing the narrow shelf reads what it held."""
+    import array
+
+    from reasonstate.adapters.anthropic import _cut_shelf, _narrow_cuts
+
+    narrow = _cut_shelf(_narrow_cuts(), 0, [1, 2, 0, 1])
+    grown = _cut_shelf(narrow, 4, [3, 4, 0, 2])
+    assert grown is narrow and grown.typecode == "H" and list(grown) == [1, 2, 0, 1, 3, 4, 0, 2]
+    wide = _cut_shelf(narrow, 4, [5, 70_000, 0, 3])
+    assert wide.typecode == "I" and list(wide) == [1, 2, 0, 1, 5, 70_000, 0, 3]
+    assert list(narrow) == [1, 2, 0, 1, 3, 4, 0, 2]
+    assert _cut_shelf(wide, 8, [6, 70_001, 0, 4]) is wide and isinstance(wide, array.array)

@@ -1097,6 +1097,19 @@ def _cuts() -> array.array[int]:
     return array.array("I")
 
 
+def _narrow_cuts() -> array.array[int]:
+    """A run's empty cuts: 2 bytes a figure while every one fits (issue 21), see :func:`_cut_shelf`."""
+    return array.array("H")
+
+
+def _cut_shelf(shelf: array.array[int], n: int, new: list[int]) -> array.array[int]:
+    """``shelf[:n]`` followed by ``new`` (:func:`~reasonstate.adapters.base.shelved`), widened to 4 bytes a
+    figure (a copy: the runs sharing the narrow shelf keep it) when one of ``new`` does not fit in 2."""
+    if shelf.typecode == "H" and new and max(new) > 0xFFFF:
+        shelf = array.array("I", shelf[:n])
+    return shelved(shelf, n, new)
+
+
 @attrs.frozen(slots=True, eq=False)
 class _Run(ShelvedRun):
     """The encoding of a run of closed turns (the whole closed history), shared between requests; its
@@ -1133,7 +1146,7 @@ class _Run(ShelvedRun):
     unit_tail: bytes = b""
     withheld_shelf: list[Continuation] = attrs.field(factory=list)
     seals: Seals = attrs.field(factory=Seals)
-    cuts: array.array[int] = attrs.field(factory=_cuts)
+    cuts: array.array[int] = attrs.field(factory=_narrow_cuts)
     #: how many turns this run holds (its share of the shelves)
     n: int = 0
 
@@ -1217,7 +1230,8 @@ class _Run(ShelvedRun):
         kept = n_messages - len(messages)
         units: list[str] = []
         withheld: list[Continuation] = []
-        cuts, sealed = array.array("I"), len(self.seals)
+        cuts: list[int] = []
+        sealed = len(self.seals)
         for encoded in encodings:
             for role, blocks, block_digests in encoded.messages:
                 # the run keeps its messages for the session's life: key-sharing dicts (issue 21)
@@ -1245,7 +1259,7 @@ class _Run(ShelvedRun):
             self.unit_tail + packed(units),
             shelved(self.withheld_shelf, n_withheld, withheld),
             self.seals.extended([e.seal for e in encodings]),
-            shelved(self.cuts, 4 * n, cuts),
+            _cut_shelf(self.cuts, 4 * n, cuts),
             n + len(turns),
         )
 
