@@ -191,7 +191,12 @@ def test_the_next_turn_is_appended_to_the_run_in_place_and_the_earlier_run_reads
     encode(grown)
     after = memo.newest(key)
     assert len(after.turns) == len(before.turns) + 1
-    assert after.turn_shelf is before.turn_shelf and after.unit_shelf is before.unit_shelf  # in place
+    assert after.turn_shelf is before.turn_shelf  # in place
+    if kind == "anthropic":
+        # the units are read out of the newest request's own, not copied into a shelf of the run's
+        assert after.unit_tail == b"" and before.unit_tail == b"" and after.unit_src is not before.unit_src
+    else:
+        assert after.unit_shelf is before.unit_shelf  # in place
     assert after.seals._sealed is before.seals._sealed
     assert (tuple(before.turns), tuple(before.units), tuple(before.seals.sealed), len(before.seals)) == held
     before.check()
@@ -221,3 +226,40 @@ def test_no_session_appends_to_a_codec_s_shared_empty_run() -> None:
     # the units are packed, 32 bytes each (issue 21): an empty bytearray
     assert empty.turn_shelf == [] and empty.value_shelf == [] and empty.unit_shelf == bytearray()
     assert empty.seals._sealed == [] and len(empty.cuts) == 0
+
+
+def test_an_anthropic_run_reads_its_units_out_of_the_newest_request_s() -> None:
+    """Issue 21 (state in memory): the closed history's unit digests are kept once, in the newest request's
+    units (which the records keep), not again in the run of closed turns; restored, the same."""
+    actions = [ModelAction.answer(f"A{i}.", reasoning=f"Thought {i}.") for i in range(5)]
+    with AnthropicEmulator(actions) as emu:
+        session = rs.Session(
+            emu.client(max_retries=0), model="claude-sonnet-4-6", max_tokens=4096, thinking=THINKING
+        )
+        for i in range(len(actions)):
+            session.send(f"Q{i}?")
+    memo = session._encodings
+    (key,) = memo._runs
+    run = memo.newest(key)
+    newest = session.execution.newest_units()
+    assert run.unit_src is newest.raw and run.unit_tail == b""
+    assert tuple(run.units) == tuple(newest[run.offset : run.offset + len(run.units)])
+    cut, j = run.prefix(len(run.turns) - 1)
+    assert tuple(cut.units) == tuple(run.units[: len(cut.units)]) and 0 < j < len(run.turns)
+    assert_memoized_runs_encode_as_fresh(session)
+
+
+def test_an_anthropic_run_s_cuts_widen_when_a_figure_does_not_fit_two_bytes() -> None:
+    """Issue 21 (state in memory): a run's cuts take 2 bytes a figure while they fit; a larger one widens
+    them in a copy, and the run sharing the narrow shelf reads what it held."""
+    import array
+
+    from reasonstate.adapters.anthropic import _cut_shelf, _narrow_cuts
+
+    narrow = _cut_shelf(_narrow_cuts(), 0, [1, 2, 0, 1])
+    grown = _cut_shelf(narrow, 4, [3, 4, 0, 2])
+    assert grown is narrow and grown.typecode == "H" and list(grown) == [1, 2, 0, 1, 3, 4, 0, 2]
+    wide = _cut_shelf(narrow, 4, [5, 70_000, 0, 3])
+    assert wide.typecode == "I" and list(wide) == [1, 2, 0, 1, 5, 70_000, 0, 3]
+    assert list(narrow) == [1, 2, 0, 1, 3, 4, 0, 2]
+    assert _cut_shelf(wide, 8, [6, 70_001, 0, 4]) is wide and isinstance(wide, array.array)

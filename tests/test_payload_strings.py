@@ -162,3 +162,27 @@ def test_a_payload_without_a_type_is_kept_as_its_strings(value: dict[str, str]) 
 def test_an_untyped_payload_of_another_shape_is_kept_as_its_bytes(value: Any) -> None:
     kept = _capture(copy.deepcopy(value), strings=True, kind="text")
     assert type(kept) is Continuation and kept.payload == _wire(value)
+
+
+def test_seals_of_payloads_kept_as_strings_keep_nothing_per_entry_and_still_refuse_an_edit() -> None:
+    """Issue 21 (state in memory): a run's seals of payloads kept as their strings hold no payload or
+    digest per entry (both are constants there); an edit in memory is refused all the same, also once a
+    plain payload joined them (the lists are then kept for every entry)."""
+    from reasonstate.adapters.base import Seal, Seals, compact
+
+    def block(i: int) -> dict[str, str]:
+        return {"type": "thinking", "thinking": f"Thought {i}.", "signature": f"sig{i}"}
+
+    kept = [_capture(block(i), strings=True) for i in range(3)]
+    seals = Seals().extended([Seal.of(kept[:2])]).extended([Seal.of(kept[2:])])
+    assert seals._payloads is None and seals._digests is None and len(seals) == 3
+    seals.check()
+    plain = _capture(block(9), strings=False)
+    mixed = seals.extended([Seal.of([plain])])
+    assert mixed.payloads == [None, None, None, plain.payload] and len(mixed) == 4
+    mixed.check()
+    object.__setattr__(kept[1], "payload", compact(block(7)))
+    with pytest.raises(ContinuationMismatch):
+        seals.check()
+    with pytest.raises(ContinuationMismatch):
+        mixed.check()

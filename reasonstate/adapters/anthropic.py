@@ -104,7 +104,7 @@ from reasonstate.state import (
     parse_arguments,
 )
 from reasonstate.state.continuation import sharing
-from reasonstate.state.units import RAW, UnitBuffer, UnitSeq
+from reasonstate.state.units import RAW, UnitBuffer, Units, UnitSeq
 
 __all__ = ["ANTHROPIC", "ROOM", "AnthropicAdapter", "AnthropicAssembler", "MessagesRoom"]
 
@@ -640,7 +640,7 @@ class AnthropicAdapter:
         prefix_units = len(units)
         messages.extend(run.messages)
         starts.extend(run.starts)
-        units.extend_packed(*run.unit_raw())  # packed, joined at C speed (issue 21)
+        run.add_units(units)  # packed, joined at C speed (issue 21)
         run.check()
         withheld: list[Continuation] = list(run.withheld)
         if history.open_turn is not None:
@@ -668,6 +668,11 @@ class AnthropicAdapter:
         # (and the breakpoints, counted in them) are the edited prompt's; the messages sent are unchanged
         edits = server_edits(options.get("context_management"), messages)
         sent_units = units.done()
+        if type(sent_units) is Units:
+            # the run reads its units out of this request's, which the records keep (issue 21: memory)
+            run_key = _run_key(model, offset, self.binding)
+            if memo.newest(run_key) is run:
+                memo.keep_newest(run_key, run.in_request(sent_units))
         # one unit per content block from the first message on (what :func:`_edited_units` maps); counted
         # only when the vendor edits something (the edits walk the messages anyway)
         if edits and starts and len(units) - starts[0] != sum(len(m["content"]) for m in messages):
@@ -1092,6 +1097,19 @@ def _cuts() -> array.array[int]:
     return array.array("I")
 
 
+def _narrow_cuts() -> array.array[int]:
+    """A run's empty cuts: 2 bytes a figure while every one fits (issue 21), see :func:`_cut_shelf`."""
+    return array.array("H")
+
+
+def _cut_shelf(shelf: array.array[int], n: int, new: list[int]) -> array.array[int]:
+    """``shelf[:n]`` followed by ``new`` (:func:`~reasonstate.adapters.base.shelved`), widened to 4 bytes a
+    figure (a copy: the runs sharing the narrow shelf keep it) when one of ``new`` does not fit in 2."""
+    if shelf.typecode == "H" and new and max(new) > 0xFFFF:
+        shelf = array.array("I", shelf[:n])
+    return shelved(shelf, n, new)
+
+
 @attrs.frozen(slots=True, eq=False)
 class _Run(ShelvedRun):
     """The encoding of a run of closed turns (the whole closed history), shared between requests; its
@@ -1103,21 +1121,32 @@ class _Run(ShelvedRun):
     message's first unit (relative to ``offset``); ``cuts`` per turn where the run of the turns up to it
     ends (messages, units, withheld, seals), so a :meth:`prefix` reads them.
 
-    Storage: turns, messages, starts, units, withheld payloads and cuts are shelves
+    Storage: turns, messages, starts, withheld payloads and cuts are shelves
     (:func:`~reasonstate.adapters.base.shelved`) shared by the runs extended from one another; a run reads
     its first ``n`` turns' worth of each, so extending the newest run appends in place, no copy of the
     earlier items (issue 21: own CPU per request). A merge (§4.2) replaces the run's last message: that
     extension copies the message shelf first (a fork), so the runs sharing it still read their own.
+
+    Units (packed, 32 bytes each): the run's units are ``unit_src[unit_start:unit_start + m] + unit_tail``
+    (``m``: all of them but the tail's), ``unit_src`` an immutable ``bytes`` that may hold other units
+    around them. After a request is built the run reads its units out of that request's own packed units
+    (:meth:`in_request`), which the records keep as the newest request's: one copy of the closed history's
+    digests in memory, not one in the run and another in the records (issue 21: state in memory). Only
+    the units of the turns closed since are the run's own (``unit_tail``).
     """
 
     offset: int
     turn_shelf: list[Turn] = attrs.field(factory=list)
     message_shelf: list[dict[str, Any]] = attrs.field(factory=list)
     start_shelf: array.array[int] = attrs.field(factory=_cuts)
-    unit_shelf: bytearray = attrs.field(factory=bytearray)
+    #: immutable bytes holding the run's units from ``unit_start`` on (but the tail's), and maybe others
+    unit_src: bytes = b""
+    unit_start: int = 0
+    #: the packed units of the run's newest turns, not in ``unit_src``
+    unit_tail: bytes = b""
     withheld_shelf: list[Continuation] = attrs.field(factory=list)
     seals: Seals = attrs.field(factory=Seals)
-    cuts: array.array[int] = attrs.field(factory=_cuts)
+    cuts: array.array[int] = attrs.field(factory=_narrow_cuts)
     #: how many turns this run holds (its share of the shelves)
     n: int = 0
 
@@ -1133,6 +1162,63 @@ class _Run(ShelvedRun):
         m = self._ends()[0]
         return self.start_shelf if len(self.start_shelf) == m else self.start_shelf[:m]
 
+    def _unit_parts(self) -> tuple[memoryview | bytes, bytes]:
+        """The run's packed units as (the part read out of ``unit_src``, the tail)."""
+        size = self._ends()[1] * RAW - len(self.unit_tail)
+        start = self.unit_start
+        head = memoryview(self.unit_src)[start : start + size] if size else b""
+        return head, self.unit_tail
+
+    @property
+    def units(self) -> Units:
+        head, tail = self._unit_parts()
+        return Units(bytes(head) + tail)
+
+    def unit_raw(self) -> tuple[bytearray, int]:
+        """Not kept as one shelf here: :meth:`add_units` joins the run's units into a request's."""
+        head, tail = self._unit_parts()
+        return bytearray(head) + tail, len(head) + len(tail)
+
+    def add_units(self, units: UnitBuffer) -> None:
+        """Append the run's packed units to ``units`` (held by reference, joined at C speed: issue 21)."""
+        head, tail = self._unit_parts()
+        if len(head):
+            units.extend_packed(head)
+        if tail:
+            units.extend_packed(tail)
+
+    def in_request(self, request: Units) -> _Run:
+        """This run reading its units out of ``request``, the packed units of a request its units were
+        joined into (:meth:`add_units`) from unit ``offset`` on; else (the units there are not this run's
+        by their length or by the bytes at the ends of its two parts) this run. O(1) beside the tail:
+        no pass over the bytes (issue 21: own CPU per request)."""
+        size = self._ends()[1] * RAW
+        start = self.offset * RAW
+        raw = request.raw
+        if (
+            not size
+            or len(raw) < start + size
+            or (raw is self.unit_src and start == self.unit_start and not self.unit_tail)
+        ):
+            return self
+        head, tail = self._unit_parts()
+        at = start + len(head)
+        if raw[at : start + size] != tail or (len(head) and raw[at - RAW : at] != bytes(head[-RAW:])):
+            return self
+        return _Run(
+            self.offset,
+            self.turn_shelf,
+            self.message_shelf,
+            self.start_shelf,
+            raw,
+            start,
+            b"",
+            self.withheld_shelf,
+            self.seals,
+            self.cuts,
+            self.n,
+        )
+
     def extended(self, turns: Sequence[Turn], encodings: Sequence[_TurnEncoding]) -> _Run:
         """This run followed by ``turns`` (encoded as ``encodings``), built in one pass over them."""
         # the new messages and units are built apart, after the run's last message (which a merge may
@@ -1144,7 +1230,8 @@ class _Run(ShelvedRun):
         kept = n_messages - len(messages)
         units: list[str] = []
         withheld: list[Continuation] = []
-        cuts, sealed = array.array("I"), len(self.seals)
+        cuts: list[int] = []
+        sealed = len(self.seals)
         for encoded in encodings:
             for role, blocks, block_digests in encoded.messages:
                 # the run keeps its messages for the session's life: key-sharing dicts (issue 21)
@@ -1167,10 +1254,12 @@ class _Run(ShelvedRun):
             shelved(self.turn_shelf, n, turns),
             message_shelf,
             shelved(self.start_shelf, n_messages, starts),
-            shelved(self.unit_shelf, n_units * RAW, packed(units)),
+            self.unit_src,
+            self.unit_start,
+            self.unit_tail + packed(units),
             shelved(self.withheld_shelf, n_withheld, withheld),
             self.seals.extended([e.seal for e in encodings]),
-            shelved(self.cuts, 4 * n, cuts),
+            _cut_shelf(self.cuts, 4 * n, cuts),
             n + len(turns),
         )
 
@@ -1183,12 +1272,17 @@ class _Run(ShelvedRun):
             j -= 1
         if j == 0:
             return _Run(self.offset), 0
+        # the first j turns' units: the tail cut where they end (or none of it, all in ``unit_src``)
+        size, tail = cuts[4 * j - 3] * RAW, self.unit_tail
+        in_src = self._ends()[1] * RAW - len(tail)
         run = _Run(
             self.offset,
             self.turn_shelf,
             self.message_shelf,
             self.start_shelf,
-            self.unit_shelf,
+            self.unit_src,
+            self.unit_start,
+            tail[: size - in_src] if size > in_src else b"",
             self.withheld_shelf,
             self.seals.prefix(cuts[4 * j - 1]),
             self.cuts,
@@ -1211,7 +1305,12 @@ def _closed_run(
     def encode(turn: Turn) -> _TurnEncoding:  # kept only as its place in the run (issue 21: memory)
         return _encode_turn(turn, model=model, memo=encodings, platform=platform, kept=True)
 
-    return closed_run(turns, (API, "run", model, offset, platform), encode, _Run(offset), encodings, n)
+    return closed_run(turns, _run_key(model, offset, platform), encode, _Run(offset), encodings, n)
+
+
+def _run_key(model: str, offset: int, platform: str) -> tuple[Any, ...]:
+    """The memo key of the runs of closed turns of ``model`` from unit ``offset`` (:func:`_closed_run`)."""
+    return (API, "run", model, offset, platform)
 
 
 def _encode_turn(

@@ -87,7 +87,7 @@ from reasonstate.state import (
     Usage,
     digest_of,
 )
-from reasonstate.state.continuation import FIRST_PARTY, compact, edits
+from reasonstate.state.continuation import _STRINGS, FIRST_PARTY, compact, edits
 from reasonstate.state.frozen import remember
 from reasonstate.state.units import RAW, SHELF_LOCK, Units, UnitSeq, as_units, pack, raw_digest
 
@@ -645,6 +645,11 @@ class Seals:
     reads its first ``len(self)`` entries, and :meth:`extended` appends the new entries in place (Python
     work in proportion to them, no copy of the earlier ones: issue 21, own CPU per request).
 
+    ``_payloads`` and ``_digests`` are None while every entry is a payload kept as its strings, as sealed
+    (payload slot None, digest slot the strings' marker: a thinking block's, mostly): nothing to keep per
+    entry beside the continuation, and :meth:`check` compares the slots with those two constants at C speed
+    (issue 21: state in memory). The first other entry makes them lists (of the entries so far, then kept).
+
     ``_checked`` is ``(count of edits, k)``: at that count of edits in memory
     (:func:`~reasonstate.state.continuation.edits`) the first ``k`` entries were found unchanged. While the
     count is the same they still are, so :meth:`check` looks only at the entries after them; a value
@@ -653,9 +658,11 @@ class Seals:
     __slots__ = ("_checked", "_digests", "_n", "_payloads", "_sealed")
 
     _sealed: list[Continuation]
-    _payloads: list[bytes | None]
-    #: each continuation's digest as kept when sealed (its payload object: :class:`Seal`), never a string
-    _digests: list[object]
+    #: None: every entry's is None (see above)
+    _payloads: list[bytes | None] | None
+    #: each continuation's digest as kept when sealed (its payload object: :class:`Seal`), never a string;
+    #: None: every entry's is the strings' marker (see above)
+    _digests: list[object] | None
     _n: int
     _checked: tuple[int, int]
 
@@ -665,18 +672,24 @@ class Seals:
         payloads: Iterable[bytes | None] = (),
         digests: Iterable[object] = (),
     ) -> None:
-        self._sealed, self._payloads, self._digests = list(sealed), list(payloads), list(digests)
-        if not len(self._sealed) == len(self._payloads) == len(self._digests):
+        kept, stored, marks = list(sealed), list(payloads), list(digests)
+        if not len(kept) == len(stored) == len(marks):
             raise ValueError("Seals: as many payloads and digests as continuations")
-        self._n = len(self._sealed)
+        strings = all(p is None for p in stored) and all(d is _STRINGS for d in marks)
+        self._sealed, self._payloads, self._digests = (
+            kept,
+            None if strings else stored,
+            None if strings else marks,
+        )
+        self._n = len(kept)
         self._checked = (-1, 0)
 
     @classmethod
     def _of(
         cls,
         sealed: list[Continuation],
-        payloads: list[bytes | None],
-        digests: list[object],
+        payloads: list[bytes | None] | None,
+        digests: list[object] | None,
         n: int,
         checked: tuple[int, int],
     ) -> Seals:
@@ -694,7 +707,7 @@ class Seals:
 
     @property
     def payloads(self) -> Sequence[bytes | None]:
-        return upto(self._payloads, self._n)
+        return [None] * self._n if self._payloads is None else upto(self._payloads, self._n)
 
     @property
     def digests(self) -> Sequence[str]:
@@ -707,8 +720,13 @@ class Seals:
             return self
         n = self._n
         sealed = shelved(self._sealed, n, [e[0] for e in entries])
-        payloads = shelved(self._payloads, n, [e[1] for e in entries])
-        digests = shelved(self._digests, n, [e[2] for e in entries])
+        payloads, digests = self._payloads, self._digests
+        if payloads is None or digests is None:
+            if all(e[1] is None and e[2] is _STRINGS for e in entries):
+                return Seals._of(sealed, None, None, n + len(entries), self._checked)
+            payloads, digests = [None] * n, [_STRINGS] * n  # the first other entry: lists from now on
+        payloads = shelved(payloads, n, [e[1] for e in entries])
+        digests = shelved(digests, n, [e[2] for e in entries])
         return Seals._of(sealed, payloads, digests, n + len(entries), self._checked)
 
     def prefix(self, n: int) -> Seals:
@@ -729,9 +747,18 @@ class Seals:
             k = 0
         if k < n:
             # slices: a shelf extended by another value meanwhile reads longer; these are this one's entries
-            sealed, payloads, digests = self._sealed[k:n], self._payloads[k:n], self._digests[k:n]
-            if list(map(_PAYLOAD, sealed)) != payloads or list(map(_DIGEST, sealed)) != digests:
-                Seal(tuple(zip(sealed, payloads, digests, strict=True))).check()
+            sealed = self._sealed[k:n]
+            if self._payloads is None or self._digests is None:
+                # every entry as sealed: payload slot None, digest slot the marker (identity, at C speed)
+                m = n - k
+                if not all(map(operator.is_, map(_PAYLOAD, sealed), itertools.repeat(None, m))) or not all(
+                    map(operator.is_, map(_DIGEST, sealed), itertools.repeat(_STRINGS, m))
+                ):
+                    Seal(tuple(zip(sealed, [None] * m, [_STRINGS] * m, strict=True))).check()
+            else:
+                payloads, digests = self._payloads[k:n], self._digests[k:n]
+                if list(map(_PAYLOAD, sealed)) != payloads or list(map(_DIGEST, sealed)) != digests:
+                    Seal(tuple(zip(sealed, payloads, digests, strict=True))).check()
         self._checked = (count, n)
 
 

@@ -446,7 +446,8 @@ class _Packed:
         #: :data:`UNIT_WINDOW` (which the cache prediction reads on every request), then packed
         #: (:func:`packed_usage`: the step's own ``int``, issue 21)
         self.usages: list[PackedUsage] = []
-        self.outputs: list[str | None] = []
+        #: each record's output unit where it has one (by row: most vendors have none, issue 21)
+        self.outputs: dict[int, str] = {}
         #: the shared strings (fingerprints, models) the rows name by index; found by a C-speed scan while
         #: there are few (a session has one or two of each), by ``name_ids`` (None until then) beyond
         self.names: list[Any] = []
@@ -464,7 +465,7 @@ class _Packed:
         new.durations = self.durations[:n]
         new.bps = self.bps[: self._bp_end(n - 1)]
         new.usages = self.usages[:n]
-        new.outputs = self.outputs[:n]
+        new.outputs = {i: o for i, o in self.outputs.items() if i < n}
         new.names = list(self.names)
         new.name_ids = None if self.name_ids is None else dict(self.name_ids)
         if self.raw is not None:
@@ -530,7 +531,8 @@ class _Packed:
         self.usages.append(r.usage)
         if i >= UNIT_WINDOW:
             self.usages[i - UNIT_WINDOW] = packed_usage(self.usages[i - UNIT_WINDOW])
-        self.outputs.append(r.output_unit)
+        if r.output_unit is not None:
+            self.outputs[i] = r.output_unit
 
     def record(self, i: int) -> ExecutionRecord:
         raw = self.raw.get(i) if self.raw else None
@@ -552,7 +554,7 @@ class _Packed:
             usage=unpacked_usage(self.usages[i]),
             duration_s=self.durations[i],
             model=self.names[model],
-            output_unit=self.outputs[i],
+            output_unit=self.outputs.get(i),
         )
 
     def _breakpoints(self, i: int) -> tuple[int, ...]:
@@ -581,7 +583,9 @@ class _Packed:
         else:
             bps = self.bps
             marks = [tuple(bps[a:b]) for a, b in zip(itertools.chain((first,), ends[:-1]), ends, strict=True)]
-        rows = zip(units, usages, self.outputs[start:stop], marks, strict=True)
+        outputs = self.outputs
+        found = [outputs.get(i) for i in range(start, stop)] if outputs else itertools.repeat(None)
+        rows = zip(units, usages, found, marks, strict=False)
         return list(map(tuple.__new__, itertools.repeat(UnitUse), rows))
 
     def uses(self, rows: Iterable[int]) -> list[UnitUse]:
@@ -605,7 +609,7 @@ class _Packed:
                 usage = unpacked_usage(usage)
             k = i * _ROW
             marks = tuple(bps[ints[k - _ROW + _BP_END] if i else 0 : ints[k + _BP_END]])
-            out.append(new(UnitUse, (ints[k + 4], usage, outputs[i], marks)))
+            out.append(new(UnitUse, (ints[k + 4], usage, outputs.get(i), marks)))
         return out
 
 

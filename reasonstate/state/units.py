@@ -199,7 +199,7 @@ class UnitBuffer(MutableSequence[str]):
     def __init__(self, units: Iterable[str] = ()) -> None:
         self._buf: bytearray = bytearray()
         #: (buffer, its length when handed over) of the bytes before ``_buf``, and their sum
-        self._parts: list[tuple[bytes | bytearray, int]] = []
+        self._parts: list[tuple[bytes | bytearray | memoryview, int]] = []
         self._held = 0
         self._list: list[str] | None = None
         if units and not (type(units) is list and _packed_into(self._buf, units)):
@@ -219,7 +219,7 @@ class UnitBuffer(MutableSequence[str]):
         return self._buf
 
     def _joined(self) -> bytes:
-        chunks: list[bytes | bytearray] = []
+        chunks: list[bytes | bytearray | memoryview] = []
         with SHELF_LOCK:
             for b, k in self._parts:
                 chunks.append(b if len(b) == k else b[:k])
@@ -280,9 +280,10 @@ class UnitBuffer(MutableSequence[str]):
             return
         self._list.extend(values)
 
-    def extend_packed(self, raw: bytes | bytearray, size: int | None = None) -> None:
+    def extend_packed(self, raw: bytes | bytearray | memoryview, size: int | None = None) -> None:
         """Append packed units (32 bytes each): the first ``size`` bytes of ``raw`` (all of them unless
-        given). A run's shelf is held by reference until :meth:`done`, which reads those bytes only."""
+        given). A run's shelf (or a view of immutable bytes) is held by reference until :meth:`done`, which
+        reads those bytes only."""
         size = len(raw) if size is None else size
         if self._list is not None:
             self._list.extend(Units(bytes(raw[:size])))
