@@ -446,8 +446,9 @@ class _Packed:
         #: :data:`UNIT_WINDOW` (which the cache prediction reads on every request), then packed
         #: (:func:`packed_usage`: the step's own ``int``, issue 21)
         self.usages: list[PackedUsage] = []
-        #: each record's output unit where it has one (by row: most vendors have none, issue 21)
-        self.outputs: dict[int, str] = {}
+        #: each record's output unit, by row; None until a record has one (most vendors never do; where
+        #: one does, nearly every record does: a list, not a dict by row, issue 21)
+        self.outputs: list[str | None] | None = None
         #: the shared strings (fingerprints, models) the rows name by index; found by a C-speed scan while
         #: there are few (a session has one or two of each), by ``name_ids`` (None until then) beyond
         self.names: list[Any] = []
@@ -465,7 +466,7 @@ class _Packed:
         new.durations = self.durations[:n]
         new.bps = self.bps[: self._bp_end(n - 1)]
         new.usages = self.usages[:n]
-        new.outputs = {i: o for i, o in self.outputs.items() if i < n}
+        new.outputs = None if self.outputs is None else self.outputs[:n]
         new.names = list(self.names)
         new.name_ids = None if self.name_ids is None else dict(self.name_ids)
         if self.raw is not None:
@@ -531,8 +532,10 @@ class _Packed:
         self.usages.append(r.usage)
         if i >= UNIT_WINDOW:
             self.usages[i - UNIT_WINDOW] = packed_usage(self.usages[i - UNIT_WINDOW])
-        if r.output_unit is not None:
-            self.outputs[i] = r.output_unit
+        if self.outputs is not None:
+            self.outputs.append(r.output_unit)
+        elif r.output_unit is not None:
+            self.outputs = [*itertools.repeat(None, i), r.output_unit]
 
     def record(self, i: int) -> ExecutionRecord:
         raw = self.raw.get(i) if self.raw else None
@@ -554,7 +557,7 @@ class _Packed:
             usage=unpacked_usage(self.usages[i]),
             duration_s=self.durations[i],
             model=self.names[model],
-            output_unit=self.outputs.get(i),
+            output_unit=None if self.outputs is None else self.outputs[i],
         )
 
     def _breakpoints(self, i: int) -> tuple[int, ...]:
@@ -584,7 +587,7 @@ class _Packed:
             bps = self.bps
             marks = [tuple(bps[a:b]) for a, b in zip(itertools.chain((first,), ends[:-1]), ends, strict=True)]
         outputs = self.outputs
-        found = [outputs.get(i) for i in range(start, stop)] if outputs else itertools.repeat(None)
+        found = itertools.repeat(None) if outputs is None else outputs[start:stop]
         rows = zip(units, usages, found, marks, strict=False)
         return list(map(tuple.__new__, itertools.repeat(UnitUse), rows))
 
@@ -609,7 +612,7 @@ class _Packed:
                 usage = unpacked_usage(usage)
             k = i * _ROW
             marks = tuple(bps[ints[k - _ROW + _BP_END] if i else 0 : ints[k + _BP_END]])
-            out.append(new(UnitUse, (ints[k + 4], usage, outputs.get(i), marks)))
+            out.append(new(UnitUse, (ints[k + 4], usage, None if outputs is None else outputs[i], marks)))
         return out
 
 
